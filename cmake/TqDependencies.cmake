@@ -1,0 +1,17 @@
+# Third-party packages, all from Debian 12 (scripts/install-deps.sh installs them).
+# Pitfalls handled here (see docs/development.md): Debian ships no gRPC::grpc_cpp_plugin
+# target and no protobuf-config.cmake, so protoc's plugin is found with find_program and
+# Protobuf through CMake's FindProtobuf module.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(GTest REQUIRED)
+
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_program(TQ_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+find_package(yaml-cpp REQUIRED)            # target: yaml-cpp (0.7 has no namespaced alias)
+pkg_check_modules(NL REQUIRED IMPORTED_TARGET libnl-3.0 libnl-route-3.0)
+find_package(prometheus-cpp CONFIG REQUIRED)
+if(TQ_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
