@@ -1,0 +1,55 @@
+// The policy domain model: what tenants get on which class of link. Plain values, shared by the
+// policy service (YAML in, validation), the agent (from the wire) and tenantqosctl.
+// Protobuf types never appear beyond proto/convert.h; YAML never beyond policy/.
+// Rates: bytes per second.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tq {
+
+struct LinkSpec {
+  std::string name;
+  uint64_t capacity_bytes_per_second = 0;
+  double headroom_percent = 0;
+  friend bool operator==(const LinkSpec&, const LinkSpec&) = default;
+};
+
+struct TenantSpec {
+  std::string name;
+  std::string link;
+  uint64_t guarantee_bytes_per_second = 0;
+  uint64_t limit_bytes_per_second = 0;
+  uint32_t weight = 1;
+  uint32_t service_level = 0;
+  uint32_t dscp = 0;
+  std::vector<int32_t> traffic_classes;
+  bool share_class = false;
+  friend bool operator==(const TenantSpec&, const TenantSpec&) = default;
+};
+
+struct PolicySpec {
+  std::vector<LinkSpec> links;
+  std::vector<TenantSpec> tenants;
+  friend bool operator==(const PolicySpec&, const PolicySpec&) = default;
+
+  const LinkSpec* findLink(const std::string& name) const {
+    for (const auto& l : links) if (l.name == name) return &l;
+    return nullptr;
+  }
+  const TenantSpec* findTenant(const std::string& name) const {
+    for (const auto& t : tenants) if (t.name == name) return &t;
+    return nullptr;
+  }
+};
+
+// A policy with its version, as the agent holds it.
+struct VersionedPolicy {
+  uint64_t version = 0;
+  PolicySpec policy;
+  friend bool operator==(const VersionedPolicy&, const VersionedPolicy&) = default;
+};
+
+}  // namespace tq

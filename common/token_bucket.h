@@ -1,0 +1,38 @@
+// Lock-free token bucket over one 64-bit word, shared by all processes of a tenant on a node.
+//
+// State: `empty_at_ns`, the virtual time at which the bucket was empty. Tokens available at `now`
+// are min(burst, rate * (now - empty_at)). Taking n bytes advances empty_at by n / rate. A message
+// larger than the burst is admitted once the bucket is full and leaves the bucket in debt
+// (empty_at in the future), so the long-run rate holds for any message size while no single
+// admission exceeds max(burst, message).
+// Thread/process-safety: tryTake is a CAS loop on one atomic; wait-free for a single taker,
+// lock-free under contention. Never blocks, never sleeps. Units: bytes, bytes/s, ns.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace tq {
+
+struct BucketConfig {
+  uint64_t rate_bytes_per_second = 0;  // 0: nothing is admitted
+  uint64_t burst_bytes = 256 * 1024;
+};
+
+// ns needed to earn `bytes` at `rate` (rounded up), saturating.
+int64_t bucketCostNs(uint64_t bytes, uint64_t rate_bytes_per_second);
+
+// Tries to take `bytes` tokens at time `now_ns`. Returns true if admitted.
+bool bucketTryTake(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t bytes,
+                   const BucketConfig& cfg);
+
+// Tokens (bytes) available at now_ns; negative when in debt. For metrics and tests.
+int64_t bucketAvailable(const std::atomic<int64_t>& empty_at_ns, int64_t now_ns,
+                        const BucketConfig& cfg);
+
+// Earliest time at which `bytes` could be admitted (now_ns if already possible). Lets a sender
+// that was refused decide when to retry without spinning.
+int64_t bucketReadyAt(const std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t bytes,
+                      const BucketConfig& cfg);
+
+}  // namespace tq

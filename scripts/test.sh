@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# README command 2: install what is needed (Debian packages), build, and pass the tests.
+#   scripts/test.sh [ctest args...]      e.g. scripts/test.sh -L unit
+# Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${TQ_BUILD_DIR:-build}
+jobs=${TQ_JOBS:-$(nproc)}
+
+scripts/install-deps.sh --rxe
+
+echo "== configure ($build)"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_WERROR=ON >/dev/null
+echo "== build (-j$jobs)"
+ninja -C "$build" -j"$jobs"
+echo "== test"
+cd "$build"
+ctest --output-on-failure --timeout 900 "$@"
