@@ -282,6 +282,55 @@ Result<int> defaultGidIndex(const DeviceInfo& device, const PortInfo& port) {
                   (port.netdev.empty() ? std::string("its netdev") : port.netdev) + "?");
 }
 
+std::vector<PortChoice> selectPorts(const std::vector<DeviceInfo>& devices,
+                                    const HcaFilter& filter, int forced_gid_index,
+                                    std::vector<std::string>* skipped) {
+  std::vector<PortChoice> out;
+  auto skip = [skipped](std::string why) {
+    if (skipped != nullptr) skipped->push_back(std::move(why));
+  };
+  for (const auto& d : devices) {
+    for (const auto& p : d.ports) {
+      if (!filter.matches(d.name, p.port)) continue;
+      std::string where = d.name + ":" + std::to_string(p.port);
+      if (!p.active()) {
+        skip(where + ": port " + (p.state_name.empty() ? "not active" : p.state_name));
+        continue;
+      }
+      PortChoice c;
+      c.device = d.name;
+      c.port = p.port;
+      c.link_layer = p.link_layer;
+      c.netdev = p.netdev;
+      c.active_mtu = p.active_mtu;
+      c.rate_bytes_per_second = p.rate_bytes_per_second;
+      const GidEntry* entry = nullptr;
+      if (forced_gid_index >= 0) {
+        for (const auto& g : p.gids) {
+          if (g.index == forced_gid_index) entry = &g;
+        }
+        if (entry == nullptr) {
+          skip(where + ": GID index " + std::to_string(forced_gid_index) + " is not populated");
+          continue;
+        }
+      } else {
+        auto idx = defaultGidIndex(d, p);
+        if (!idx.ok()) {
+          skip(idx.status().message());
+          continue;
+        }
+        for (const auto& g : p.gids) {
+          if (g.index == *idx) entry = &g;
+        }
+      }
+      c.gid_index = entry->index;
+      c.gid = entry->gid;
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
 std::optional<uint64_t> PortCounters::transmitBytes() const {
   auto w = lookup(counters, "port_xmit_data");
   if (!w) return std::nullopt;

@@ -23,6 +23,7 @@
 
 #include "common/status.h"
 #include "ib/gid.h"
+#include "ib/hca_filter.h"
 
 namespace tq::ib {
 
@@ -87,6 +88,26 @@ bool parseNumberedState(std::string_view text, int* number, std::string* name);
 uint64_t parseSysfsRate(std::string_view text);
 // The RoCE active MTU for a netdev MTU (see PortInfo::active_mtu); 0 if below 256 + headers.
 int roceActiveMtu(int netdev_mtu);
+
+// A usable port: active, allowed by the HCA filter, with the GID the transport will use.
+struct PortChoice {
+  std::string device;
+  int port = 0;
+  LinkLayer link_layer = LinkLayer::kUnknown;
+  int gid_index = 0;
+  Gid gid;
+  std::string netdev;  // RoCE
+  int active_mtu = 0;  // see PortInfo::active_mtu
+  uint64_t rate_bytes_per_second = 0;
+};
+
+// The ports a transport may use (TENANTQOS_IB_HCA / TENANTQOS_IB_GID_INDEX): active ports that
+// `filter` allows, in device/port order, each with forced_gid_index when >= 0 (it must exist on
+// the port) or else defaultGidIndex(). Ports left out for another reason than the filter
+// (inactive, no usable GID) are described in *skipped ("rxe0:1: port DOWN"), which may be null.
+std::vector<PortChoice> selectPorts(const std::vector<DeviceInfo>& devices,
+                                    const HcaFilter& filter, int forced_gid_index,
+                                    std::vector<std::string>* skipped);
 
 struct PortCounters {
   std::string device;

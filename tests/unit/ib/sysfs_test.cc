@@ -188,6 +188,48 @@ TEST_F(SysfsTest, BrokenDeviceIsSkippedNotFatal) {
   EXPECT_NE(bad.status().message().find("garbage"), std::string::npos);
 }
 
+TEST_F(SysfsTest, SelectPortsAppliesFilterStateAndGid) {
+  rxe0();
+  port("rxe1", 1, "1: DOWN", "Ethernet", "10 Gb/sec (1X FDR10)");
+  gid("rxe1", 1, 1, "::ffff:10.77.0.2", "RoCE v2", "rxeveth1");
+  port("mlx5_0", 1, "4: ACTIVE", "InfiniBand", "200 Gb/sec (4X HDR)");
+  gid("mlx5_0", 1, 0, "fe80::c42:a103:65:4a2e", "IB/RoCE v1", "");
+  port("mlx5_2", 1, "4: ACTIVE", "Ethernet", "100 Gb/sec (2X HDR)");
+  gid("mlx5_2", 1, 0, "fe80::2", "RoCE v2", "eth9");  // no IP address configured
+  auto devs = discoverDevices(root_);
+  ASSERT_TRUE(devs.ok());
+  ASSERT_EQ(devs->size(), 4u);
+
+  std::vector<std::string> skipped;
+  auto all = selectPorts(*devs, HcaFilter{}, -1, &skipped);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].device, "mlx5_0");
+  EXPECT_EQ(all[0].gid_index, 0);
+  EXPECT_EQ(all[0].link_layer, LinkLayer::kInfiniBand);
+  EXPECT_EQ(all[1].device, "rxe0");
+  EXPECT_EQ(all[1].gid_index, 1);
+  EXPECT_EQ(all[1].gid.toString(), "::ffff:10.77.0.1");
+  EXPECT_EQ(all[1].netdev, "rxeveth0");
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_NE(skipped[0].find("mlx5_2:1"), std::string::npos) << skipped[0];
+  EXPECT_EQ(skipped[1], "rxe1:1: port DOWN");
+
+  skipped.clear();
+  auto only_rxe = selectPorts(*devs, *parseHcaFilter("rxe"), -1, &skipped);
+  ASSERT_EQ(only_rxe.size(), 1u);
+  EXPECT_EQ(only_rxe[0].device, "rxe0");
+  EXPECT_EQ(skipped.size(), 1u);  // rxe1 is down; mlx5_* are filtered out silently
+
+  skipped.clear();
+  auto forced = selectPorts(*devs, *parseHcaFilter("=rxe0"), 0, &skipped);
+  ASSERT_EQ(forced.size(), 1u);
+  EXPECT_EQ(forced[0].gid_index, 0);
+  EXPECT_TRUE(forced[0].gid.isLinkLocal());
+  auto missing = selectPorts(*devs, *parseHcaFilter("=rxe0"), 7, &skipped);
+  EXPECT_TRUE(missing.empty());
+  EXPECT_EQ(skipped.back(), "rxe0:1: GID index 7 is not populated");
+}
+
 TEST(SysfsParseTest, Rates) {
   EXPECT_EQ(parseSysfsRate("2.5 Gb/sec (1X SDR)"), 312500000u);
   EXPECT_EQ(parseSysfsRate("12.5 Gb/sec (1X FDR10)"), 1562500000u);
