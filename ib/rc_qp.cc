@@ -1,5 +1,6 @@
 #include "ib/rc_qp.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tq::ib {
@@ -61,7 +62,7 @@ Result<QpTransition> initTransition(const RcQpOptions& opts) {
 }
 
 Result<QpTransition> rtrTransition(const RcQpOptions& opts, const QpEndpoint& remote,
-                                   ibv_mtu local_mtu) {
+                                   int local_mtu_bytes) {
   if (opts.service_level > 15) {
     return invalidArgument("RC QP RTR: service level " + std::to_string(opts.service_level) +
                            " out of range 0-15");
@@ -76,14 +77,15 @@ Result<QpTransition> rtrTransition(const RcQpOptions& opts, const QpEndpoint& re
   if (!opts.roce && remote.lid == 0) {
     return invalidArgument("RC QP RTR: InfiniBand needs the remote LID (got 0)");
   }
-  if (mtuBytes(local_mtu) == 0 || mtuBytes(remote.mtu) == 0) {
-    return invalidArgument("RC QP RTR: bad MTU enum (local " + std::to_string(local_mtu) +
-                           ", remote " + std::to_string(remote.mtu) + ")");
+  if (mtuFromBytes(local_mtu_bytes) == 0 || mtuFromBytes(remote.mtu_bytes) == 0) {
+    return invalidArgument("RC QP RTR: bad MTU (local " + std::to_string(local_mtu_bytes) +
+                           ", remote " + std::to_string(remote.mtu_bytes) +
+                           "; expected 256, 512, 1024, 2048 or 4096)");
   }
   QpTransition t;
   ibv_qp_attr& a = t.attr;
   a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = local_mtu < remote.mtu ? local_mtu : remote.mtu;
+  a.path_mtu = mtuFromBytes(std::min(local_mtu_bytes, remote.mtu_bytes));
   a.dest_qp_num = remote.qpn;
   a.rq_psn = remote.psn;
   a.max_dest_rd_atomic = opts.max_dest_rd_atomic;
@@ -130,7 +132,7 @@ Status connectRcQp(const Verbs& verbs, ibv_qp* qp, const RcQpOptions& opts,
   }
   TQ_ASSIGN_OR_RETURN(QpTransition init, initTransition(opts));
   TQ_RETURN_IF_ERROR(verbs.modifyQp(qp, &init.attr, init.mask, "to INIT"));
-  auto rtr = rtrTransition(opts, remote, local.mtu);
+  auto rtr = rtrTransition(opts, remote, local.mtu_bytes);
   if (!rtr.ok()) return rtr.status().withContext(qpName(qp));
   TQ_RETURN_IF_ERROR(verbs.modifyQp(qp, &rtr->attr, rtr->mask, "to RTR (" + peer + ")"));
   QpTransition rts = rtsTransition(opts, local.psn);

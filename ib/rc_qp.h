@@ -35,7 +35,8 @@ struct QpEndpoint {
   uint32_t psn = 0;      // 24 bits
   uint16_t lid = 0;      // IB only
   Gid gid;               // RoCE: the sender's GID at its sgid_index
-  ibv_mtu mtu = IBV_MTU_1024;  // the sender's active MTU
+  int mtu_bytes = 1024;  // the sender's active MTU: 256, 512, 1024, 2048 or 4096. Bytes, not
+                         // ibv_mtu: it arrives off the wire and an out-of-range enum is UB.
 };
 
 // Local choices for one RC QP. Defaults follow NCCL's IB transport (timeout 20 = 4.096 us *
@@ -64,10 +65,10 @@ struct QpTransition {
 
 // RESET -> INIT. kInvalidArgument for port 0.
 Result<QpTransition> initTransition(const RcQpOptions& opts);
-// INIT -> RTR towards `remote`; path MTU = min(local_mtu, remote.mtu). kInvalidArgument for an
-// SL above 15, a zero remote GID on RoCE, a zero LID on IB, or a QPN/PSN above 24 bits.
+// INIT -> RTR towards `remote`; path MTU = min(local, remote). kInvalidArgument for an SL above
+// 15, a zero remote GID on RoCE, a zero LID on IB, a QPN/PSN above 24 bits, or a bad MTU.
 Result<QpTransition> rtrTransition(const RcQpOptions& opts, const QpEndpoint& remote,
-                                   ibv_mtu local_mtu);
+                                   int local_mtu_bytes);
 // RTR -> RTS with our send PSN.
 QpTransition rtsTransition(const RcQpOptions& opts, uint32_t local_psn);
 

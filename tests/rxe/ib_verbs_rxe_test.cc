@@ -151,7 +151,7 @@ class RxeVerbsTest : public ::testing::Test {
     c.local.qpn = c.qp->qp_num;
     c.local.psn = psn;
     c.local.gid = s.gid;
-    c.local.mtu = s.mtu;
+    c.local.mtu_bytes = mtuBytes(s.mtu);
     return c;
   }
 

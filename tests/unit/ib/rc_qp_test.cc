@@ -12,7 +12,7 @@ QpEndpoint remoteRoce() {
   e.qpn = 0x12;
   e.psn = 0xabcde;
   e.gid = *parseGid("::ffff:10.77.0.2");
-  e.mtu = IBV_MTU_4096;
+  e.mtu_bytes = 4096;
   return e;
 }
 
@@ -45,7 +45,7 @@ TEST(RcQpTest, RtrOnRoceCarriesSlAndTrafficClass) {
   o.service_level = 5;
   o.traffic_class = trafficClassForDscp(46);
   o.sgid_index = 1;
-  auto t = rtrTransition(o, remoteRoce(), IBV_MTU_1024);
+  auto t = rtrTransition(o, remoteRoce(), 1024);
   ASSERT_TRUE(t.ok()) << t.status().toString();
   const ibv_qp_attr& a = t->attr;
   EXPECT_EQ(a.qp_state, IBV_QPS_RTR);
@@ -71,7 +71,7 @@ TEST(RcQpTest, RtrOnInfinibandUsesLidAndNoGrh) {
   QpEndpoint r = remoteRoce();
   r.gid = Gid{};
   r.lid = 7;
-  auto t = rtrTransition(o, r, IBV_MTU_4096);
+  auto t = rtrTransition(o, r, 4096);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->attr.ah_attr.is_global, 0);
   EXPECT_EQ(t->attr.ah_attr.dlid, 7);
@@ -83,21 +83,23 @@ TEST(RcQpTest, RtrOnInfinibandUsesLidAndNoGrh) {
 TEST(RcQpTest, RtrRejectsBadInput) {
   RcQpOptions o;
   o.service_level = 16;
-  EXPECT_FALSE(rtrTransition(o, remoteRoce(), IBV_MTU_1024).ok());
+  EXPECT_FALSE(rtrTransition(o, remoteRoce(), 1024).ok());
   o.service_level = 0;
   QpEndpoint r = remoteRoce();
   r.gid = Gid{};
-  auto t = rtrTransition(o, r, IBV_MTU_1024);
+  auto t = rtrTransition(o, r, 1024);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("remote GID"), std::string::npos);
   r = remoteRoce();
   r.qpn = 1u << 24;
-  EXPECT_FALSE(rtrTransition(o, r, IBV_MTU_1024).ok());
+  EXPECT_FALSE(rtrTransition(o, r, 1024).ok());
   r = remoteRoce();
-  r.mtu = static_cast<ibv_mtu>(9);
-  EXPECT_FALSE(rtrTransition(o, r, IBV_MTU_1024).ok());
+  r.mtu_bytes = 1500;
+  EXPECT_FALSE(rtrTransition(o, r, 1024).ok());
+  r = remoteRoce();
+  EXPECT_FALSE(rtrTransition(o, r, 0).ok());
   o.roce = false;
-  EXPECT_FALSE(rtrTransition(o, remoteRoce(), IBV_MTU_1024).ok());  // LID 0
+  EXPECT_FALSE(rtrTransition(o, remoteRoce(), 1024).ok());  // LID 0
 }
 
 TEST(RcQpTest, RtsAttributes) {
