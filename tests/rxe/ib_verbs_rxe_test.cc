@@ -450,10 +450,15 @@ TEST_F(RxeVerbsTest, DeviceCapsAndRateLimitReportHonestly) {
     // rxe has no packet pacing: the wrapper must say "unimplemented", not fail obscurely.
     EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.toString();
   }
-  // No async event is pending on a healthy device.
-  auto ev = verbs_->pollAsyncEvent(a_.ctx.get(), 0);
-  ASSERT_TRUE(ev.ok()) << ev.status().toString();
-  EXPECT_FALSE(ev->has_value()) << (*ev)->description;
+  // A healthy device has no fatal async event pending. (Informational ones such as a GID change
+  // may legitimately arrive while addresses settle after boot: print them.)
+  for (int i = 0; i < 64; ++i) {
+    auto ev = verbs_->pollAsyncEvent(a_.ctx.get(), 0);
+    ASSERT_TRUE(ev.ok()) << ev.status().toString();
+    if (!ev->has_value()) break;
+    printf("async event: %s%s\n", (*ev)->description.c_str(), (*ev)->fatal ? " (fatal)" : "");
+    EXPECT_FALSE((*ev)->fatal) << (*ev)->description;
+  }
 }
 
 }  // namespace
