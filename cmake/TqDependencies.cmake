@@ -11,6 +11,9 @@ find_package(gRPC CONFIG REQUIRED)
 find_program(TQ_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_package(yaml-cpp REQUIRED)            # target: yaml-cpp (0.7 has no namespaced alias)
 pkg_check_modules(NL REQUIRED IMPORTED_TARGET libnl-3.0 libnl-route-3.0)
+# libibverbs: headers only (libibverbs-dev). The library is dlopen'ed at run time by ib/verbs.cc
+# and must never be linked (the plugin has to load on hosts without it).
+find_path(TQ_IBVERBS_INCLUDE_DIR infiniband/verbs.h REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
 if(TQ_BUILD_BENCH)
   find_package(benchmark REQUIRED)

@@ -8,6 +8,12 @@
 #       Label `privileged` marks tests that need root and create network namespaces.
 #       SERIAL: ctest runs these alone (RUN_SERIAL), e.g. throughput measurements that other
 #       tests' CPU load would disturb.
+#   tq_verbs_test(NAME SRCS x_test.cc DEPS lib... [TIMEOUT seconds])
+#       A GoogleTest executable that needs RDMA devices (rxe0/rxe1 of the Soft-RoCE VM). It is
+#       built like any test but NOT registered with the host's ctest (the host has no RDMA):
+#       tests/rxe/ collects every verbs test into a separate ctest tree (label `verbs`) that the
+#       ctest test `rxe_verbs_suite` (label `rxe`) runs inside one VM. Build for baseline x86-64:
+#       the VM's CPU model (qemu64) has no SSE4/AVX.
 
 set(TQ_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 if(TQ_WERROR)
@@ -58,4 +64,15 @@ function(tq_test name)
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT} RUN_SERIAL ${serial})
+endfunction()
+
+function(tq_verbs_test name)
+  cmake_parse_arguments(A "" "TIMEOUT" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${A_SRCS})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  tq_apply_warnings(${name})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  set_property(GLOBAL APPEND PROPERTY TQ_VERBS_TESTS "${name}:${A_TIMEOUT}")
 endfunction()
