@@ -499,8 +499,9 @@ void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& error
       } else if (it != links.end()) {
         link = &p.links[it->second];
         if (!index.usable(at("links", it->second, "capacity")) ||
-            !index.usable(at("links", it->second, "headroom"))) {
-          link = nullptr;  // its numbers are unknown; skip the checks that need them
+            !index.usable(at("links", it->second, "headroom")) || link->capacity_bytes_per_second == 0 ||
+            !(link->headroom_percent >= 0 && link->headroom_percent < 100)) {
+          link = nullptr;  // its numbers are wrong (reported there): skip the checks that need them
         }
       }
     }
