@@ -6,6 +6,7 @@
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cinttypes>
 #include <cstring>
@@ -206,6 +207,12 @@ int policydMain(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Every watching agent holds a connection (a file descriptor): use the hard limit.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) TQ_LOG(kWarn, "cannot raise the open-file limit");
+  }
 
   auto d = Policyd::start(opt);
   if (!d.ok()) {
