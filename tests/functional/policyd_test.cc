@@ -398,7 +398,8 @@ TEST_F(PolicydTest, OversizedAndGarbageMessagesGetCleanStatuses) {
   EXPECT_EQ(big.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(big.error_message().find("more than the limit of 4194304 bytes"), std::string::npos);
   // Bytes that are not a protobuf message.
-  const std::string garbage("\xff\xff\xff\xff\x0f garbage \x00\x01", 20);
+  static const char kGarbage[] = "\xff\xff\xff\xff\x0f garbage \x00\x01";
+  const std::string garbage(kGarbage, sizeof kGarbage - 1);
   for (const char* method : {"ApplyPolicy", "GetPolicy", "Rollback", "ReportUsage", "WatchPolicy"}) {
     grpc::Status s = rawCall(std::string("/tenantqos.v1.PolicyService/") + method, garbage);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << s.error_message();
