@@ -345,14 +345,16 @@ void PolicyGrpcService::closeWatchers(const std::string& reason) {
 size_t PolicyGrpcService::watcherCount() const { return hub_->size(); }
 
 size_t PolicyGrpcService::callsInFlight() const {
-  return static_cast<size_t>(std::max(0, in_flight_.load(std::memory_order_acquire))) + hub_->size();
+  return static_cast<size_t>(std::max(0, in_flight_.load(std::memory_order_acquire))) +
+         hub_->size();
 }
 
 grpc::ServerUnaryReactor* PolicyGrpcService::ApplyPolicy(grpc::CallbackServerContext* ctx,
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ApplyPolicyRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, &in_flight_, "ApplyPolicy", [&](const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
+      ctx, in, out, &in_flight_, "ApplyPolicy",
+      [&](const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
         ApplyRequest a;
         a.yaml = req.policy_yaml();
         if (!req.source_name().empty()) a.source_name = req.source_name();
@@ -370,7 +372,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetPolicy(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* in,
                                                        grpc::ByteBuffer* out) {
   return unaryCall<v1::GetPolicyRequest, v1::PolicySnapshot>(
-      ctx, in, out, &in_flight_, "GetPolicy", [&](const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
+      ctx, in, out, &in_flight_, "GetPolicy",
+      [&](const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
         Result<PolicyRecord> r = core_.get(req.version());
         if (!r.ok()) return toGrpcStatus(r.status());
         *resp = toSnapshot(*r);
@@ -382,7 +385,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ListVersions(grpc::CallbackServerCo
                                                           const grpc::ByteBuffer* in,
                                                           grpc::ByteBuffer* out) {
   return unaryCall<v1::ListVersionsRequest, v1::ListVersionsResponse>(
-      ctx, in, out, &in_flight_, "ListVersions", [&](const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
+      ctx, in, out, &in_flight_, "ListVersions",
+      [&](const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
         for (const VersionSummary& s : core_.list()) *resp->add_versions() = toVersionInfo(s);
         return grpc::Status::OK;
       });
@@ -392,7 +396,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::Rollback(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::RollbackRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, &in_flight_, "Rollback", [&](const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
+      ctx, in, out, &in_flight_, "Rollback",
+      [&](const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
         std::optional<uint64_t> expected;
         if (req.has_expected_version()) expected = req.expected_version();
         Result<ApplyResult> r = core_.rollback(
@@ -411,8 +416,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
   if (!parseMessage(in, &req)) {
     raw->setWatcher("", UINT64_MAX);   // nothing is newer: no snapshot is offered
     hub_->add(std::move(reactor), 0);  // the hub owns every reactor until its OnDone
-    raw->close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message"));
+    raw->close(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message"));
     return raw;
   }
   TQ_LOG(kDebug, "watch from %s (node %s), known version %" PRIu64, ctx->peer().c_str(),
@@ -426,7 +432,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ReportUsage(grpc::CallbackServerCon
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ReportUsageRequest, v1::ReportUsageResponse>(
-      ctx, in, out, &in_flight_, "ReportUsage", [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
+      ctx, in, out, &in_flight_, "ReportUsage",
+      [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
         return toGrpcStatus(core_.reportUsage(proto::fromReportUsageRequest(req)));
       });
 }
@@ -435,9 +442,11 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetUsage(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::GetUsageRequest, v1::GetUsageResponse>(
-      ctx, in, out, &in_flight_, "GetUsage", [&](const v1::GetUsageRequest&, v1::GetUsageResponse* resp) {
+      ctx, in, out, &in_flight_, "GetUsage",
+      [&](const v1::GetUsageRequest&, v1::GetUsageResponse* resp) {
         ClusterUsage u = core_.usage();
-        for (const NodeUsageEntry& n : u.nodes) *resp->add_nodes() = proto::toNodeUsage(n.report, n.received_unix_ms);
+        for (const NodeUsageEntry& n : u.nodes)
+          *resp->add_nodes() = proto::toNodeUsage(n.report, n.received_unix_ms);
         for (const TenantUsageReport& t : u.totals) *resp->add_tenants() = proto::toProto(t);
         resp->set_latest_version(u.latest_version);
         return grpc::Status::OK;
