@@ -110,6 +110,7 @@ std::string unknownFieldReason(std::string_view key, std::span<const std::string
     size_t d = editDistance(key, k);
     if (d < best_d) best_d = d, best = k;
   }
+  if (key == "<<") return "YAML merge keys (<<) are not supported: write the fields out";
   std::string r = "unknown field " + quote(key);
   if (!best.empty() && best_d <= std::max<size_t>(2, best.size() / 3)) {
     return r + " (did you mean \"" + std::string(best) + "\"?)";

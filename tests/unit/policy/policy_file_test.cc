@@ -163,6 +163,16 @@ TEST(PolicyFile, UnknownFieldsAreErrorsWithSuggestions) {
   expectError(root_typo, 1, 1, "tenants", "required field missing");
 }
 
+TEST(PolicyFile, AliasesWorkMergeKeysDoNot) {
+  std::string y = withLine(10, "    guarantee: &g 40Gbps");
+  y.replace(y.find("    guarantee: 20Gbps"), 21, "    guarantee: *g");
+  auto p = parse(y);
+  ASSERT_TRUE(p.ok()) << allErrors(p);
+  EXPECT_EQ(p.policy.tenants[1].guarantee_bytes_per_second, 5'000'000'000u);
+  auto m = parse(withLine(12, "    <<: {weight: 2}"));
+  expectOnlyError(m, 12, 5, "tenants[0].<<", "YAML merge keys (<<) are not supported");
+}
+
 TEST(PolicyFile, DuplicateKeysAreErrors) {
   // yaml-cpp keeps both entries of a duplicated key; we report the second one.
   expectOnlyError(parse(withLine(12, "    weight: 2\n    weight: 3")), 13, 5, "tenants[0].weight",
