@@ -138,7 +138,9 @@ class WatchHub {
   explicit WatchHub(PolicydMetrics* metrics) : metrics_(metrics) {}
   ~WatchHub();
 
-  void add(std::shared_ptr<WatchReactor> reactor, uint64_t known_version);
+  // Registers a reactor (the hub owns it until its OnDone) and offers it the latest snapshot,
+  // which it takes only if newer than what its watcher knows.
+  void add(std::shared_ptr<WatchReactor> reactor);
   void remove(WatchReactor* reactor);
   void publish(std::shared_ptr<const EncodedSnapshot> snapshot);
   void close(const grpc::Status& status);
@@ -247,7 +249,7 @@ WatchHub::~WatchHub() {
   }
 }
 
-void WatchHub::add(std::shared_ptr<WatchReactor> reactor, uint64_t known_version) {
+void WatchHub::add(std::shared_ptr<WatchReactor> reactor) {
   WatchReactor* raw = reactor.get();
   std::shared_ptr<const EncodedSnapshot> latest;
   std::optional<grpc::Status> closed;
@@ -264,7 +266,6 @@ void WatchHub::add(std::shared_ptr<WatchReactor> reactor, uint64_t known_version
     raw->close(*closed);
     return;
   }
-  (void)known_version;  // the reactor already knows it; offer() skips what is not newer
   if (latest) raw->offer(latest);
 }
 
@@ -415,7 +416,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
   v1::WatchPolicyRequest req;
   if (!parseMessage(in, &req)) {
     raw->setWatcher("", UINT64_MAX);   // nothing is newer: no snapshot is offered
-    hub_->add(std::move(reactor), 0);  // the hub owns every reactor until its OnDone
+    hub_->add(std::move(reactor));
     raw->close(grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
         "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message"));
@@ -424,7 +425,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
   TQ_LOG(kDebug, "watch from %s (node %s), known version %" PRIu64, ctx->peer().c_str(),
          req.node().c_str(), req.known_version());
   raw->setWatcher(req.node(), req.known_version());
-  hub_->add(std::move(reactor), req.known_version());
+  hub_->add(std::move(reactor));
   return raw;
 }
 
