@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "agent/metrics.h"
+#include "agent/tc_executor_applier.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"
@@ -21,9 +22,7 @@ Status Agent::start() {
   TQ_RETURN_IF_ERROR_CTX(checkWritableDir(config_.run_dir), "--run-dir");
   TQ_RETURN_IF_ERROR_CTX(makeDirs(config_.state_dir, 0755), "--state-dir " + config_.state_dir);
   TQ_RETURN_IF_ERROR_CTX(checkWritableDir(config_.state_dir), "--state-dir");
-  if (config_.tc_mode == TcMode::kHtb && tc_ == nullptr) {
-    return failedPrecondition("--tc-mode htb needs the kernel tc executor");
-  }
+  if (tc_ == nullptr) return failedPrecondition("no tc executor");
 
   // Metrics first: /healthz answers (and /readyz says why not ready) from the first moment.
   std::map<std::string, HttpServer::Handler> routes;
@@ -145,7 +144,9 @@ Status runCleanup(const AgentConfig& config, TcApplier* tc) {
   ::rmdir((config.run_dir + "/tenants").c_str());  // only if empty; failure is fine
   SnapshotStore store(config.state_dir);
   note(store.remove());
-  TQ_LOG(kInfo, "cleanup: removed %s", store.path().c_str());
+  const std::string classes = config.state_dir + "/" + kTcClassesFileName;
+  if (::unlink(classes.c_str()) != 0 && errno != ENOENT) note(errnoStatus("unlink " + classes));
+  TQ_LOG(kInfo, "cleanup: removed %s and %s", store.path().c_str(), classes.c_str());
   return first;
 }
 

@@ -23,7 +23,6 @@ namespace tq::agent {
 
 class Agent {
  public:
-  // `tc` may be null only with --tc-mode none.
   Agent(AgentConfig config, std::unique_ptr<TcApplier> tc);
   ~Agent();
 
@@ -55,7 +54,8 @@ class Agent {
 // directory and the persisted snapshot. Continues past errors; returns the first one.
 Status runCleanup(const AgentConfig& config, TcApplier* tc);
 
-// The kernel TcApplier (tc/ executor over libnl). Defined in tc_executor_applier.cc.
-Result<std::unique_ptr<TcApplier>> makeKernelTcApplier();
+// The kernel TcApplier (tc/ executor over libnl, in the agent's network namespace), keeping
+// its class-id file in `state_dir`. Defined in tc_executor_applier.cc.
+Result<std::unique_ptr<TcApplier>> makeKernelTcApplier(const std::string& state_dir);
 
 }  // namespace tq::agent

@@ -14,7 +14,10 @@ namespace tq::agent {
 // How per-tenant enforcement reaches the wire.
 enum class TcMode {
   kHtb,   // HTB tree per managed device: a class per tenant, DSCP filters (TCP/IPoIB/rxe path)
-  kNone,  // "RDMA-like": no tc at all; isolation from plugin pacing + allocator alone
+  // "RDMA-like": no per-tenant classes; the device gets only a link-rate shaper (HTB class at
+  // the link capacity over a FIFO, standing in for the NIC's line rate). Tenants are separated
+  // by plugin pacing + the allocator alone, as on an RDMA NIC where tc sees nothing.
+  kNone,
 };
 std::string_view tcModeName(TcMode mode);
 

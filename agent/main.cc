@@ -29,14 +29,12 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<TcApplier> tc;
-  auto kernel_tc = makeKernelTcApplier();
-  if (kernel_tc.ok()) {
-    tc = std::move(kernel_tc).value();
-  } else if (config->tc_mode == TcMode::kHtb || config->cleanup) {
+  auto kernel_tc = makeKernelTcApplier(config->state_dir);
+  if (!kernel_tc.ok()) {
     TQ_LOG(kError, "tc: %s", kernel_tc.status().message().c_str());
     return 1;
   }
+  std::unique_ptr<TcApplier> tc = std::move(kernel_tc).value();
 
   if (config->cleanup) {
     tq::Status s = runCleanup(*config, tc.get());

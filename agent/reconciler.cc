@@ -71,6 +71,12 @@ void Reconciler::attempt(const VersionedPolicy& policy) {
   const int64_t start = clock_.nowNs();
   int writes = 0;
   auto desired = computeDesired(policy, options_.devices, options_.device_exists);
+  if (desired.ok() && options_.tc_mode == TcMode::kNone) {
+    for (DesiredDevice& d : desired->devices) {
+      d.tenant_classes = false;
+      d.tenants.clear();  // the link shaper does not depend on them
+    }
+  }
   Status s = desired.status();
   if (s.ok()) s = applyTc(*desired, &writes);
   if (s.ok()) s = syncShm(*desired);
@@ -115,17 +121,6 @@ void Reconciler::attempt(const VersionedPolicy& policy) {
 
 Status Reconciler::applyTc(const DesiredNode& desired, int* writes) {
   *writes = 0;
-  if (options_.tc_mode == TcMode::kNone) {
-    // RDMA-like mode: no tc. Remove a tree an earlier htb-mode run left, once.
-    if (tc_ != nullptr && !none_mode_cleaned_) {
-      for (const DeviceMapping& d : options_.devices) {
-        Status s = tc_->remove(d.device);
-        if (!s.ok()) TQ_LOG(kWarn, "tc-mode none: %s", s.message().c_str());
-      }
-    }
-    none_mode_cleaned_ = true;
-    return okStatus();
-  }
   std::vector<const DesiredDevice*> changed;
   for (const DesiredDevice& d : desired.devices) {
     auto r = tc_->apply(d);
@@ -296,7 +291,7 @@ void Reconciler::allocate(int64_t now) {
 }
 
 void Reconciler::resync() {
-  if (!applied_ || options_.tc_mode != TcMode::kHtb || pending_) return;
+  if (!applied_ || pending_) return;
   for (const DesiredDevice& d : applied_->devices) {
     auto r = tc_->apply(d);
     if (!r.ok()) {
@@ -310,7 +305,7 @@ void Reconciler::resync() {
 }
 
 void Reconciler::refreshClassStats() {
-  if (!applied_ || options_.tc_mode != TcMode::kHtb) {
+  if (!applied_) {
     class_stats_.clear();
     return;
   }

@@ -3,7 +3,8 @@
 // post to that thread. Time comes from the injected Clock, so unit tests drive it with a
 // FakeClock and a fake TcApplier and never sleep.
 //
-// onPolicy(p): desired = p ∩ node (desired_state.h); tc trees (htb mode) through the TcApplier,
+// onPolicy(p): desired = p ∩ node (desired_state.h); tc trees through the TcApplier (htb mode:
+// a class per tenant; none mode: the link shaper only),
 // device by device, rolling back the devices already changed if a later one fails, so the node
 // keeps its last good state; then the per-tenant shm files (create/update; a tenant that left
 // is marked deleted and its file removed once no live process uses it). A failure is counted,
@@ -51,7 +52,7 @@ struct ReconcilerOptions {
 
 class Reconciler {
  public:
-  // `tc` may be null only in none mode (then no tc call at all). `board` may be null (tests).
+  // `tc` must outlive the Reconciler. `board` may be null (tests).
   Reconciler(ReconcilerOptions options, TcApplier* tc, Clock& clock, StateBoard* board);
   ~Reconciler();
   Reconciler(const Reconciler&) = delete;
@@ -118,7 +119,6 @@ class Reconciler {
   uint64_t errors_total_ = 0;
   std::string not_ready_reason_ = "no policy yet";
   int last_tc_writes_ = 0;
-  bool none_mode_cleaned_ = false;
   bool orphans_adopted_ = false;
 
   std::map<std::string, TenantEntry> tenants_;

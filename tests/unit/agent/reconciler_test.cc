@@ -345,19 +345,25 @@ TEST_F(ReconcilerTest, ExistingFileIsReusedAcrossRestart) {
   EXPECT_EQ(board_.snapshot().tenants[0].processes, 1u);
 }
 
-TEST_F(ReconcilerTest, NoneModeProgramsNoTcButWritesShm) {
+TEST_F(ReconcilerTest, NoneModeProgramsOnlyTheLinkShaper) {
   auto r = make(TcMode::kNone);
   r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
   EXPECT_TRUE(r->ready());
-  EXPECT_EQ(tc_.applies, 0);
-  EXPECT_EQ(tc_.removes, 2) << "a tree left by an htb-mode run is removed once";
+  ASSERT_EQ(tc_.trees.size(), 2u);
+  EXPECT_FALSE(tc_.trees["eth0"].tenant_classes) << "no per-tenant classes in none mode";
+  EXPECT_EQ(tc_.trees["eth0"].capacity_bytes_per_second, 1'250'000'000u);
   EXPECT_TRUE(fileExists(tenantShmPath(dir_.path(), "tenant-a")));
-  r->onPolicy(samplePolicy(2), PolicySource::kPolicyd);
-  EXPECT_EQ(tc_.removes, 2);
-  clock_.advanceNs(40'000'000'000);
+  EXPECT_EQ(readParams("tenant-a").dscp, 26u) << "the plugin still tags";
+  // A tenant's limit change touches no tc object in none mode.
+  const int writes = tc_.writes;
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants[0].limit_bytes_per_second = 600'000'000;
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_EQ(tc_.writes, writes);
+  EXPECT_EQ(readParams("tenant-a").limit_bytes_per_second, 600'000'000u);
+  clock_.advanceNs(2'000'000'000);
   r->tick();
-  EXPECT_EQ(tc_.applies, 0) << "no resync in none mode";
-  EXPECT_TRUE(board_.snapshot().classes.empty());
+  EXPECT_EQ(board_.snapshot().classes.size(), 2u) << "only the link classes";
 }
 
 TEST_F(ReconcilerTest, ResyncRepairsDrift) {

@@ -90,7 +90,7 @@ class FakeTc : public TcApplier {
     }
     auto it = trees.find(d.device);
     if (it != trees.end() && it->second == d) return 0;
-    int w = 1 + static_cast<int>(d.tenants.size());
+    int w = d.tenant_classes ? 1 + static_cast<int>(d.tenants.size()) : 1;
     writes += w;
     trees[d.device] = d;
     return w;
@@ -105,6 +105,7 @@ class FakeTc : public TcApplier {
     auto it = trees.find(device);
     if (it == trees.end()) return out;
     out.push_back({device, "1:1", "", 100, 10, 0, 0});
+    if (!it->second.tenant_classes) return out;
     uint32_t minor = 0x10;
     for (const TenantSpec& t : it->second.tenants) {
       char id[16];
