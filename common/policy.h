@@ -22,7 +22,7 @@ struct TenantSpec {
   std::string link;
   uint64_t guarantee_bytes_per_second = 0;
   uint64_t limit_bytes_per_second = 0;
-  uint32_t weight = 1;
+  uint32_t weight = 1;  // share of spare capacity; the policy file's default
   uint32_t service_level = 0;
   uint32_t dscp = 0;
   std::vector<int32_t> traffic_classes;
@@ -50,6 +50,30 @@ struct VersionedPolicy {
   uint64_t version = 0;
   PolicySpec policy;
   friend bool operator==(const VersionedPolicy&, const VersionedPolicy&) = default;
+};
+
+// What a node agent reports about one tenant (ReportUsage), and what `tenantqosctl top` shows.
+// Named *Report so it does not clash with the shm-level TenantUsage (common/tenant_shm.h).
+struct TenantUsageReport {
+  std::string tenant;
+  uint64_t transmit_bytes_total = 0;
+  uint64_t receive_bytes_total = 0;
+  uint64_t transmit_rate_bytes_per_second = 0;  // over the agent's last report interval
+  uint64_t allocated_rate_bytes_per_second = 0;
+  uint64_t guarantee_bytes_per_second = 0;
+  uint64_t limit_bytes_per_second = 0;
+  double throttled_seconds_total = 0;
+  uint32_t processes = 0;
+  friend bool operator==(const TenantUsageReport&, const TenantUsageReport&) = default;
+};
+
+struct NodeUsageReport {
+  std::string node;
+  uint64_t policy_version = 0;   // the version the node enforces
+  int64_t timestamp_unix_ms = 0;  // when the agent took the report
+  std::vector<TenantUsageReport> tenants;
+  std::vector<std::string> errors;  // reconcile errors the node could not resolve
+  friend bool operator==(const NodeUsageReport&, const NodeUsageReport&) = default;
 };
 
 }  // namespace tq

@@ -46,4 +46,72 @@ PolicySpec fromProto(const tenantqos::v1::Policy& policy) {
   return out;
 }
 
+tenantqos::v1::TenantUsage toProto(const TenantUsageReport& u) {
+  tenantqos::v1::TenantUsage m;
+  m.set_tenant(u.tenant);
+  m.set_transmit_bytes_total(u.transmit_bytes_total);
+  m.set_receive_bytes_total(u.receive_bytes_total);
+  m.set_transmit_rate_bytes_per_second(u.transmit_rate_bytes_per_second);
+  m.set_allocated_rate_bytes_per_second(u.allocated_rate_bytes_per_second);
+  m.set_guarantee_bytes_per_second(u.guarantee_bytes_per_second);
+  m.set_limit_bytes_per_second(u.limit_bytes_per_second);
+  m.set_throttled_seconds_total(u.throttled_seconds_total);
+  m.set_processes(u.processes);
+  return m;
+}
+
+TenantUsageReport fromProto(const tenantqos::v1::TenantUsage& m) {
+  TenantUsageReport u;
+  u.tenant = m.tenant();
+  u.transmit_bytes_total = m.transmit_bytes_total();
+  u.receive_bytes_total = m.receive_bytes_total();
+  u.transmit_rate_bytes_per_second = m.transmit_rate_bytes_per_second();
+  u.allocated_rate_bytes_per_second = m.allocated_rate_bytes_per_second();
+  u.guarantee_bytes_per_second = m.guarantee_bytes_per_second();
+  u.limit_bytes_per_second = m.limit_bytes_per_second();
+  u.throttled_seconds_total = m.throttled_seconds_total();
+  u.processes = m.processes();
+  return u;
+}
+
+tenantqos::v1::ReportUsageRequest toReportUsageRequest(const NodeUsageReport& r) {
+  tenantqos::v1::ReportUsageRequest m;
+  m.set_node(r.node);
+  m.set_policy_version(r.policy_version);
+  m.set_timestamp_unix_ms(r.timestamp_unix_ms);
+  for (const auto& t : r.tenants) *m.add_tenants() = toProto(t);
+  for (const auto& e : r.errors) m.add_errors(e);
+  return m;
+}
+
+NodeUsageReport fromReportUsageRequest(const tenantqos::v1::ReportUsageRequest& m) {
+  NodeUsageReport r;
+  r.node = m.node();
+  r.policy_version = m.policy_version();
+  r.timestamp_unix_ms = m.timestamp_unix_ms();
+  for (const auto& t : m.tenants()) r.tenants.push_back(fromProto(t));
+  r.errors.assign(m.errors().begin(), m.errors().end());
+  return r;
+}
+
+tenantqos::v1::NodeUsage toNodeUsage(const NodeUsageReport& r, int64_t received_unix_ms) {
+  tenantqos::v1::NodeUsage m;
+  m.set_node(r.node);
+  m.set_policy_version(r.policy_version);
+  m.set_last_report_unix_ms(received_unix_ms);
+  for (const auto& t : r.tenants) *m.add_tenants() = toProto(t);
+  for (const auto& e : r.errors) m.add_errors(e);
+  return m;
+}
+
+NodeUsageReport fromNodeUsage(const tenantqos::v1::NodeUsage& m) {
+  NodeUsageReport r;
+  r.node = m.node();
+  r.policy_version = m.policy_version();
+  r.timestamp_unix_ms = m.last_report_unix_ms();
+  for (const auto& t : m.tenants()) r.tenants.push_back(fromProto(t));
+  r.errors.assign(m.errors().begin(), m.errors().end());
+  return r;
+}
+
 }  // namespace tq::proto

@@ -28,5 +28,31 @@ TEST(Convert, RoundTripKeepsEveryField) {
   EXPECT_EQ(fromProto(parsed), p);
 }
 
+TEST(Convert, UsageRoundTrip) {
+  NodeUsageReport r;
+  r.node = "node1";
+  r.policy_version = 7;
+  r.timestamp_unix_ms = 1700000000123;
+  TenantUsageReport u;
+  u.tenant = "tenant-a";
+  u.transmit_bytes_total = 1ull << 40;
+  u.receive_bytes_total = 12345;
+  u.transmit_rate_bytes_per_second = 4'900'000'000;
+  u.allocated_rate_bytes_per_second = 5'000'000'000;
+  u.guarantee_bytes_per_second = 5'000'000'000;
+  u.limit_bytes_per_second = 7'500'000'000;
+  u.throttled_seconds_total = 1.25;
+  u.processes = 8;
+  r.tenants.push_back(u);
+  r.errors.push_back("replace class 1:12 on dev eth0: RTNETLINK: Invalid argument");
+  EXPECT_EQ(fromReportUsageRequest(toReportUsageRequest(r)), r);
+  auto n = toNodeUsage(r, 1700000000999);
+  EXPECT_EQ(n.last_report_unix_ms(), 1700000000999);
+  NodeUsageReport back = fromNodeUsage(n);
+  EXPECT_EQ(back.tenants, r.tenants);
+  EXPECT_EQ(back.errors, r.errors);
+  EXPECT_EQ(back.timestamp_unix_ms, 1700000000999);
+}
+
 }  // namespace
 }  // namespace tq::proto

@@ -1,0 +1,693 @@
+#include "policy/ctl.h"
+
+#include <grpcpp/grpcpp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "common/file_util.h"
+#include "common/units.h"
+#include "policy/policy_file.h"
+#include "policy/wire.h"
+#include "proto/convert.h"
+#include "tenantqos/v1/policy.grpc.pb.h"
+
+namespace tq::policy {
+namespace {
+
+namespace v1 = tenantqos::v1;
+
+constexpr const char* kDefaultServer = "127.0.0.1:7400";
+constexpr auto kConnectTimeout = std::chrono::seconds(3);
+constexpr int kMaxResponseBytes = 16 << 20;
+
+constexpr const char* kMainHelp = R"(Usage: tenantqosctl [--server HOST:PORT] [--timeout SECONDS] COMMAND [flags]
+
+Manage tenantqos policies on tenantqos-policyd.
+
+Commands:
+  apply -f FILE      apply a policy file (prints the per-tenant diff and the new version)
+  get                print the current (or a given) policy version as YAML or JSON
+  history            list stored policy versions, newest first
+  rollback N         make the content of version N the new latest version
+  validate FILE      check a policy file offline (no server), printing every error
+  top                per-tenant usage per node, as reported by the node agents
+
+Global flags:
+  --server HOST:PORT   policyd address (default: $TENANTQOS_SERVER, else 127.0.0.1:7400)
+  --timeout SECONDS    deadline for each request (default 10)
+  -h, --help           help; `tenantqosctl COMMAND --help` for a command
+
+Exit codes: 0 ok, 1 rejected or invalid, 2 usage error, 3 server unreachable.
+)";
+
+struct CommandSpec {
+  const char* name;
+  const char* help;
+  // Flags with a value and boolean flags this command accepts (besides the global ones).
+  std::vector<std::string> value_flags;
+  std::vector<std::string> bool_flags;
+  size_t min_args, max_args;
+};
+
+const std::vector<CommandSpec>& commands() {
+  static const std::vector<CommandSpec> kCommands = {
+      {"apply",
+       R"(Usage: tenantqosctl apply -f FILE [--dry-run] [--expected-version N]
+
+Applies the policy in FILE ("-" reads standard input). The whole policy is replaced; nothing is
+applied if any rule fails (every error is printed). Prints the per-tenant diff and the version.
+An identical policy stores nothing ("no change").
+  -f, --filename FILE       the policy file (YAML, at most 4 MiB)
+  --dry-run                 validate and diff only; store nothing
+  --expected-version N      apply only if the latest version is still N (else exit 1)
+)",
+       {"-f", "--filename", "--expected-version"}, {"--dry-run"}, 0, 0},
+      {"get",
+       R"(Usage: tenantqosctl get [-o yaml|json] [--version N]
+
+Prints the latest policy (or version N). YAML output is a valid policy file (applying it again
+changes nothing); JSON carries rates as integer bytes per second.
+  -o, --output FORMAT   yaml (default) or json
+  --version N           a stored version instead of the latest
+)",
+       {"-o", "--output", "--version"}, {}, 0, 0},
+      {"history",
+       R"(Usage: tenantqosctl history
+
+Lists stored versions, newest first, with who applied them and when. A version whose stored
+record failed its checksum is shown as CORRUPT and is never served.
+)",
+       {}, {}, 0, 0},
+      {"rollback",
+       R"(Usage: tenantqosctl rollback N [--expected-version M]
+
+Stores the content of version N as a new version (history is never rewritten).
+  --expected-version M   roll back only if the latest version is still M (else exit 1)
+)",
+       {"--expected-version"}, {}, 1, 1},
+      {"validate",
+       R"(Usage: tenantqosctl validate FILE
+
+Checks FILE against every policy rule without contacting a server. Prints every error as
+FILE:LINE:COL: FIELD: reason (on stderr) and exits 1 if there is any.
+)",
+       {"-f", "--filename"}, {}, 0, 1},
+      {"top",
+       R"(Usage: tenantqosctl top
+
+Prints per-tenant usage per node as last reported by the node agents, and cluster totals.
+)",
+       {}, {}, 0, 0},
+  };
+  return kCommands;
+}
+
+const CommandSpec* findCommand(const std::string& name) {
+  for (const CommandSpec& c : commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+struct Args {
+  std::string server;
+  double timeout_s = 10;
+  const CommandSpec* cmd = nullptr;
+  std::map<std::string, std::string> values;  // canonical long flag -> value
+  std::map<std::string, bool> bools;
+  std::vector<std::string> positional;
+  bool help = false;
+};
+
+// A bad argument found after parsing: message and the command's help on stderr.
+int usageError(const Args& a, CtlContext& ctx, const std::string& message) {
+  ctx.err << "tenantqosctl: " << message << "\n" << a.cmd->help;
+  return kExitUsage;
+}
+
+std::string canonical(const std::string& flag) {
+  if (flag == "-f") return "--filename";
+  if (flag == "-o") return "--output";
+  return flag;
+}
+
+
+std::optional<uint64_t> parseU64(const std::string& s) {
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Returns an error message, or "" on success.
+std::string parseArgs(const std::vector<std::string>& args, Args* a) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    std::string value;
+    bool has_inline = false;
+    if (arg.size() > 2 && arg.rfind("--", 0) == 0) {
+      size_t eq = arg.find('=');
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+        has_inline = true;
+      }
+    }
+    auto needValue = [&]() -> std::optional<std::string> {
+      if (has_inline) return value;
+      if (i + 1 >= args.size()) return std::nullopt;
+      return args[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      a->help = true;
+      continue;
+    }
+    if (arg == "--server") {
+      auto v = needValue();
+      if (!v) return "--server needs HOST:PORT";
+      a->server = *v;
+      continue;
+    }
+    if (arg == "--timeout") {
+      auto v = needValue();
+      char* end = nullptr;
+      double t = v ? std::strtod(v->c_str(), &end) : 0;
+      if (!v || end == v->c_str() || *end != '\0' || !(t > 0 && t <= 3600)) {
+        return "--timeout needs a number of seconds in (0, 3600]";
+      }
+      a->timeout_s = t;
+      continue;
+    }
+    if (arg.size() > 1 && arg[0] == '-' && arg != "-") {
+      if (a->cmd == nullptr) return "unknown flag " + arg + " (flags of a command go after it)";
+      const auto& vf = a->cmd->value_flags;
+      const auto& bf = a->cmd->bool_flags;
+      if (std::find(vf.begin(), vf.end(), arg) != vf.end()) {
+        auto v = needValue();
+        if (!v) return arg + " needs a value";
+        a->values[canonical(arg)] = *v;
+        continue;
+      }
+      if (std::find(bf.begin(), bf.end(), arg) != bf.end() && !has_inline) {
+        a->bools[arg] = true;
+        continue;
+      }
+      return "unknown flag " + arg + " for " + a->cmd->name;
+    }
+    if (a->cmd == nullptr) {
+      if (arg == "help") {
+        a->help = true;
+        continue;
+      }
+      a->cmd = findCommand(arg);
+      if (a->cmd == nullptr) return "unknown command \"" + arg + "\"";
+      continue;
+    }
+    a->positional.push_back(arg);
+  }
+  if (a->help) return "";
+  if (a->cmd == nullptr) return "no command given";
+  if (a->positional.size() < a->cmd->min_args || a->positional.size() > a->cmd->max_args) {
+    return std::string("wrong number of arguments for ") + a->cmd->name;
+  }
+  return "";
+}
+
+std::string timeText(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  time_t t = static_cast<time_t>(unix_ms / 1000);
+  tm tmv{};
+  gmtime_r(&t, &tmv);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+  return buf;
+}
+
+std::string ageText(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  int64_t s = std::max<int64_t>(0, (now_ms - unix_ms) / 1000);
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  return std::to_string(s / 3600) + "h";
+}
+
+std::string jsonString(std::string_view s) {
+  std::string o = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      case '\r': o += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::string jsonNumber(double d) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
+  return std::string(buf, ec == std::errc() ? end : buf);
+}
+
+std::string toJson(const PolicyRecord& r) {
+  std::ostringstream o;
+  o << "{\n";
+  o << "  \"version\": " << r.version << ",\n";
+  o << "  \"appliedAt\": " << jsonString(timeText(r.applied_at_unix_ms)) << ",\n";
+  o << "  \"appliedAtUnixMs\": " << r.applied_at_unix_ms << ",\n";
+  o << "  \"appliedBy\": " << jsonString(r.applied_by) << ",\n";
+  o << "  \"rollbackOf\": " << r.rollback_of << ",\n";
+  o << "  \"checksum\": " << r.checksum << ",\n";
+  o << "  \"apiVersion\": " << jsonString(kApiVersion) << ",\n";
+  o << "  \"kind\": " << jsonString(kKind) << ",\n";
+  o << "  \"links\": [";
+  for (size_t i = 0; i < r.policy.links.size(); ++i) {
+    const LinkSpec& l = r.policy.links[i];
+    o << (i ? "," : "") << "\n    {\"name\": " << jsonString(l.name)
+      << ", \"capacityBytesPerSecond\": " << l.capacity_bytes_per_second
+      << ", \"headroomPercent\": " << jsonNumber(l.headroom_percent) << "}";
+  }
+  o << (r.policy.links.empty() ? "],\n" : "\n  ],\n");
+  o << "  \"tenants\": [";
+  for (size_t i = 0; i < r.policy.tenants.size(); ++i) {
+    const TenantSpec& t = r.policy.tenants[i];
+    o << (i ? "," : "") << "\n    {\"name\": " << jsonString(t.name) << ", \"link\": " << jsonString(t.link)
+      << ", \"guaranteeBytesPerSecond\": " << t.guarantee_bytes_per_second
+      << ", \"limitBytesPerSecond\": " << t.limit_bytes_per_second << ", \"weight\": " << t.weight
+      << ", \"serviceLevel\": " << t.service_level << ", \"dscp\": " << t.dscp << ", \"trafficClasses\": [";
+    for (size_t k = 0; k < t.traffic_classes.size(); ++k) o << (k ? ", " : "") << t.traffic_classes[k];
+    o << "], \"shareClass\": " << (t.share_class ? "true" : "false") << "}";
+  }
+  o << (r.policy.tenants.empty() ? "]\n" : "\n  ]\n");
+  o << "}\n";
+  return o.str();
+}
+
+void printTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+}
+
+std::string appliedBy(CtlContext& ctx) {
+  std::string user = ctx.getenv("USER");
+  if (user.empty()) {
+    passwd pw{};
+    passwd* found = nullptr;
+    char buf[1024];
+    if (::getpwuid_r(::getuid(), &pw, buf, sizeof buf, &found) == 0 && found != nullptr) user = pw.pw_name;
+  }
+  if (user.empty()) user = "unknown";
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+  return user + "@" + host;
+}
+
+std::string codeName(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN";
+  }
+}
+
+// A connected client, or the exit code and message for "unreachable".
+class Client {
+ public:
+  Client(const std::string& server, double timeout_s) : server_(server), timeout_s_(timeout_s) {}
+
+  // False (message on err) if the server cannot be reached within kConnectTimeout.
+  bool connect(std::ostream& err) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+    args.SetInt(GRPC_ARG_MAX_METADATA_SIZE, 64 * 1024);  // long error lists travel in trailers
+    channel_ = grpc::CreateCustomChannel(server_, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::PolicyService::NewStub(channel_);
+    auto deadline = std::chrono::system_clock::now() + kConnectTimeout;
+    grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+    while (state != GRPC_CHANNEL_READY) {
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+        err << "tenantqosctl: cannot reach tenantqos-policyd at " << server_
+            << ": connection failed (is it running? set --server or TENANTQOS_SERVER)\n";
+        return false;
+      }
+      if (!channel_->WaitForStateChange(state, deadline)) {
+        err << "tenantqosctl: cannot reach tenantqos-policyd at " << server_ << ": no connection within "
+            << kConnectTimeout.count() << "s (is it running? set --server or TENANTQOS_SERVER)\n";
+        return false;
+      }
+      state = channel_->GetState(false);
+    }
+    return true;
+  }
+
+  void prepare(grpc::ClientContext* c) const {
+    c->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+  }
+
+  // Maps a failed call to an exit code and prints why.
+  int fail(const grpc::Status& s, const std::string& what, std::ostream& err) const {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      err << "tenantqosctl: " << what << ": tenantqos-policyd at " << server_ << " did not answer ("
+          << codeName(s.error_code()) << ": " << s.error_message() << ")\n";
+      return kExitUnreachable;
+    }
+    err << "tenantqosctl: " << what << " failed (" << codeName(s.error_code()) << "):\n"
+        << s.error_message() << "\n";
+    return kExitRejected;
+  }
+
+  v1::PolicyService::Stub& stub() { return *stub_; }
+
+ private:
+  std::string server_;
+  double timeout_s_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::PolicyService::Stub> stub_;
+};
+
+void printDiff(std::ostream& out, const PolicyDiff& diff) {
+  size_t unchanged = 0;
+  auto print = [&](const char* kind, const ObjectChange& c) {
+    if (c.kind == ChangeKind::kUnchanged) {
+      if (std::string_view(kind) == "tenant") ++unchanged;
+      return;
+    }
+    const char* mark = c.kind == ChangeKind::kAdded ? "+" : c.kind == ChangeKind::kRemoved ? "-" : "~";
+    out << mark << " " << kind << " " << c.name << ": " << changeKindName(c.kind);
+    if (c.kind == ChangeKind::kAdded && !c.details.empty()) {
+      out << " (" << c.details.front() << ")\n";
+      return;
+    }
+    out << "\n";
+    if (c.kind == ChangeKind::kChanged) {
+      for (const std::string& d : c.details) out << "    " << d << "\n";
+    }
+  };
+  for (const ObjectChange& c : diff.links) print("link", c);
+  for (const ObjectChange& c : diff.tenants) print("tenant", c);
+  if (unchanged > 0) out << "  (" << unchanged << (unchanged == 1 ? " tenant" : " tenants") << " unchanged)\n";
+}
+
+int printApplyResponse(std::ostream& out, const v1::ApplyPolicyResponse& r, const char* verb) {
+  PolicyDiff diff = diffFromProto(r);
+  if (!r.changed()) {
+    out << "no change: the policy equals version " << r.version() << " (nothing stored)\n";
+    return kExitOk;
+  }
+  printDiff(out, diff);
+  if (r.dry_run()) {
+    out << "dry run: would become version " << r.version() << " (nothing stored)\n";
+  } else {
+    out << verb << ": version " << r.version() << "\n";
+  }
+  return kExitOk;
+}
+
+int cmdValidate(const Args& a, CtlContext& ctx) {
+  std::string file = !a.positional.empty() ? a.positional[0]
+                     : a.values.count("--filename") ? a.values.at("--filename") : "";
+  if (file.empty()) return usageError(a, ctx, "validate needs FILE");
+  ParsedPolicy p;
+  if (file == "-") {
+    std::string text((std::istreambuf_iterator<char>(ctx.in)), std::istreambuf_iterator<char>());
+    p = parsePolicyYaml(text, "<stdin>");
+  } else {
+    p = loadPolicyFile(file);
+  }
+  if (!p.ok()) {
+    for (const PolicyError& e : p.errors) ctx.err << e.toString() << "\n";
+    ctx.err << file << ": invalid (" << p.errors.size() << (p.errors.size() == 1 ? " error" : " errors")
+            << ")\n";
+    return kExitRejected;
+  }
+  ctx.out << file << ": valid (" << p.policy.links.size()
+          << (p.policy.links.size() == 1 ? " link, " : " links, ") << p.policy.tenants.size()
+          << (p.policy.tenants.size() == 1 ? " tenant)" : " tenants)") << "\n";
+  return kExitOk;
+}
+
+int cmdApply(const Args& a, CtlContext& ctx, Client& client) {
+  if (!a.values.count("--filename")) return usageError(a, ctx, "apply needs -f FILE");
+  const std::string file = a.values.at("--filename");
+  std::optional<uint64_t> expected;
+  if (a.values.count("--expected-version")) {
+    expected = parseU64(a.values.at("--expected-version"));
+    if (!expected) return usageError(a, ctx, "--expected-version needs a version number");
+  }
+  std::string text;
+  if (file == "-") {
+    text.assign(std::istreambuf_iterator<char>(ctx.in), std::istreambuf_iterator<char>());
+  } else {
+    auto r = readFile(file, kMaxPolicyBytes);
+    if (!r.ok()) {
+      ctx.err << "tenantqosctl: " << r.status().message() << "\n";
+      return kExitRejected;
+    }
+    text = std::move(*r);
+  }
+  if (!client.connect(ctx.err)) return kExitUnreachable;
+  v1::ApplyPolicyRequest req;
+  req.set_policy_yaml(text);
+  req.set_source_name(file == "-" ? "<stdin>" : file);
+  req.set_dry_run(a.bools.count("--dry-run") > 0);
+  if (expected) req.set_expected_version(*expected);
+  req.set_applied_by(appliedBy(ctx));
+  v1::ApplyPolicyResponse resp;
+  grpc::ClientContext c;
+  client.prepare(&c);
+  grpc::Status s = client.stub().ApplyPolicy(&c, req, &resp);
+  if (!s.ok()) return client.fail(s, "apply " + file, ctx.err);
+  return printApplyResponse(ctx.out, resp, "applied");
+}
+
+int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
+  std::string format = a.values.count("--output") ? a.values.at("--output") : "yaml";
+  if (format != "yaml" && format != "json") return usageError(a, ctx, "-o wants yaml or json, got \"" + format + "\"");
+  v1::GetPolicyRequest req;
+  if (a.values.count("--version")) {
+    auto v = parseU64(a.values.at("--version"));
+    if (!v || *v == 0) return usageError(a, ctx, "--version needs a version number >= 1");
+    req.set_version(*v);
+  }
+  if (!client.connect(ctx.err)) return kExitUnreachable;
+  v1::PolicySnapshot snap;
+  grpc::ClientContext c;
+  client.prepare(&c);
+  grpc::Status s = client.stub().GetPolicy(&c, req, &snap);
+  if (!s.ok()) return client.fail(s, "get", ctx.err);
+  PolicyRecord r = fromSnapshot(snap);
+  if (format == "json") {
+    ctx.out << toJson(r);
+    return kExitOk;
+  }
+  std::string header = "tenantqos policy version " + std::to_string(r.version) + ", applied " +
+                       timeText(r.applied_at_unix_ms) + " by " + (r.applied_by.empty() ? "?" : r.applied_by);
+  if (r.rollback_of) header += " (rollback of version " + std::to_string(r.rollback_of) + ")";
+  ctx.out << toYaml(r.policy, header);
+  return kExitOk;
+}
+
+int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
+  if (!client.connect(ctx.err)) return kExitUnreachable;
+  v1::ListVersionsResponse resp;
+  grpc::ClientContext c;
+  client.prepare(&c);
+  grpc::Status s = client.stub().ListVersions(&c, v1::ListVersionsRequest(), &resp);
+  if (!s.ok()) return client.fail(s, "history", ctx.err);
+  if (resp.versions().empty()) {
+    ctx.out << "no policy has been applied yet\n";
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {{"VERSION", "APPLIED (UTC)", "BY", "TENANTS", "NOTE"}};
+  bool latest_marked = false;
+  for (const auto& m : resp.versions()) {
+    VersionSummary v = fromVersionInfo(m);
+    std::string note;
+    if (!v.intact) {
+      note = "CORRUPT, not served: " + v.problem;
+    } else {
+      if (!latest_marked) note = "latest", latest_marked = true;
+      if (v.rollback_of) note += std::string(note.empty() ? "" : ", ") + "rollback of " + std::to_string(v.rollback_of);
+    }
+    rows.push_back({std::to_string(v.version), v.intact ? timeText(v.applied_at_unix_ms) : "-",
+                    v.intact ? v.applied_by : "-", v.intact ? std::to_string(v.tenants) : "-", note});
+  }
+  printTable(ctx.out, rows);
+  return kExitOk;
+}
+
+int cmdRollback(const Args& a, CtlContext& ctx, Client& client) {
+  auto v = parseU64(a.positional[0]);
+  if (!v || *v == 0) return usageError(a, ctx, "rollback needs a version number >= 1");
+  v1::RollbackRequest req;
+  req.set_version(*v);
+  if (a.values.count("--expected-version")) {
+    auto e = parseU64(a.values.at("--expected-version"));
+    if (!e) return usageError(a, ctx, "--expected-version needs a version number");
+    req.set_expected_version(*e);
+  }
+  req.set_applied_by(appliedBy(ctx));
+  if (!client.connect(ctx.err)) return kExitUnreachable;
+  v1::ApplyPolicyResponse resp;
+  grpc::ClientContext c;
+  client.prepare(&c);
+  grpc::Status s = client.stub().Rollback(&c, req, &resp);
+  if (!s.ok()) return client.fail(s, "rollback to version " + std::to_string(*v), ctx.err);
+  return printApplyResponse(ctx.out, resp, "rolled back");
+}
+
+int cmdTop(const Args&, CtlContext& ctx, Client& client) {
+  if (!client.connect(ctx.err)) return kExitUnreachable;
+  v1::GetUsageResponse resp;
+  grpc::ClientContext c;
+  client.prepare(&c);
+  grpc::Status s = client.stub().GetUsage(&c, v1::GetUsageRequest(), &resp);
+  if (!s.ok()) return client.fail(s, "top", ctx.err);
+  if (resp.nodes().empty()) {
+    ctx.out << "no node has reported usage yet (policy version " << resp.latest_version() << ")\n";
+    return kExitOk;
+  }
+  ctx.out << "policy version " << resp.latest_version() << ", " << resp.nodes_size()
+          << (resp.nodes_size() == 1 ? " node" : " nodes") << " reporting\n";
+  std::vector<std::vector<std::string>> rows = {{"NODE", "VERSION", "AGE", "TENANT", "TX RATE", "ALLOCATED",
+                                                 "GUARANTEE", "LIMIT", "TX TOTAL", "RX TOTAL", "THROTTLED",
+                                                 "PROCS"}};
+  auto row = [](const std::string& node, const std::string& version, const std::string& age,
+                const TenantUsageReport& t) {
+    char throttled[32];
+    std::snprintf(throttled, sizeof throttled, "%.1fs", t.throttled_seconds_total);
+    return std::vector<std::string>{node,
+                                    version,
+                                    age,
+                                    t.tenant,
+                                    formatRate(t.transmit_rate_bytes_per_second),
+                                    formatRate(t.allocated_rate_bytes_per_second),
+                                    formatRate(t.guarantee_bytes_per_second),
+                                    formatRate(t.limit_bytes_per_second),
+                                    formatSize(t.transmit_bytes_total),
+                                    formatSize(t.receive_bytes_total),
+                                    throttled,
+                                    std::to_string(t.processes)};
+  };
+  std::vector<std::string> errors;
+  for (const auto& n : resp.nodes()) {
+    NodeUsageReport r = proto::fromNodeUsage(n);
+    std::string version = std::to_string(r.policy_version);
+    if (r.policy_version != resp.latest_version()) version += " (behind)";
+    if (r.tenants.empty()) rows.push_back({r.node, version, ageText(n.last_report_unix_ms()), "-"});
+    for (const TenantUsageReport& t : r.tenants) {
+      rows.push_back(row(r.node, version, ageText(n.last_report_unix_ms()), t));
+    }
+    for (const std::string& e : r.errors) errors.push_back(r.node + ": " + e);
+  }
+  for (const auto& t : resp.tenants()) rows.push_back(row("TOTAL", "", "", proto::fromProto(t)));
+  printTable(ctx.out, rows);
+  if (!errors.empty()) {
+    ctx.out << "node errors:\n";
+    for (const std::string& e : errors) ctx.out << "  " << e << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int runCtl(const std::vector<std::string>& args, CtlContext& ctx) {
+  Args a;
+  std::string problem = parseArgs(args, &a);
+  if (!problem.empty()) {
+    ctx.err << "tenantqosctl: " << problem << "\n";
+    if (a.cmd != nullptr) {
+      ctx.err << a.cmd->help;
+    } else {
+      ctx.err << kMainHelp;
+    }
+    return kExitUsage;
+  }
+  if (a.help) {
+    ctx.out << (a.cmd != nullptr ? a.cmd->help : kMainHelp);
+    return kExitOk;
+  }
+  if (a.server.empty()) a.server = ctx.getenv("TENANTQOS_SERVER");
+  if (a.server.empty()) a.server = kDefaultServer;
+  Client client(a.server, a.timeout_s);
+  const std::string cmd = a.cmd->name;
+  if (cmd == "validate") return cmdValidate(a, ctx);
+  if (cmd == "apply") return cmdApply(a, ctx, client);
+  if (cmd == "get") return cmdGet(a, ctx, client);
+  if (cmd == "history") return cmdHistory(a, ctx, client);
+  if (cmd == "rollback") return cmdRollback(a, ctx, client);
+  if (cmd == "top") return cmdTop(a, ctx, client);
+  return usageError(a, ctx, "unknown command");
+}
+
+int ctlMain(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  CtlContext ctx{std::cout, std::cerr, std::cin, [](const std::string& name) {
+                   const char* v = std::getenv(name.c_str());
+                   return std::string(v ? v : "");
+                 }};
+  // Our code throws nothing; this only stops a third-party exception (std::bad_alloc from
+  // gRPC or protobuf) from ending the process without a message.
+  try {
+    return runCtl(args, ctx);
+  } catch (const std::exception& e) {
+    std::cerr << "tenantqosctl: internal error: " << e.what() << "\n";
+    return kExitRejected;
+  }
+}
+
+}  // namespace tq::policy

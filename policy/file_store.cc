@@ -1,0 +1,196 @@
+#include "policy/file_store.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "common/log.h"
+
+namespace tq::policy {
+namespace {
+
+constexpr std::string_view kSuffix = ".tqrec";
+constexpr size_t kDigits = 20;
+
+// "00000000000000000007.tqrec" -> 7; nullopt for anything else.
+std::optional<uint64_t> versionOfName(std::string_view name) {
+  if (name.size() != kDigits + kSuffix.size() || name.substr(kDigits) != kSuffix) return std::nullopt;
+  uint64_t v = 0;
+  for (size_t i = 0; i < kDigits; ++i) {
+    char c = name[i];
+    if (c < '0' || c > '9') return std::nullopt;
+    if (v > (UINT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+VersionSummary summarize(const PolicyRecord& r) {
+  return {r.version, r.applied_at_unix_ms, r.applied_by,
+          static_cast<uint32_t>(r.policy.tenants.size()), r.rollback_of, r.checksum, true, ""};
+}
+
+class FileStore final : public PolicyStore {
+ public:
+  FileStore(std::string dir, FileStoreOptions options) : dir_(std::move(dir)), options_(options) {}
+
+  Status load() {
+    DIR* d = ::opendir(dir_.c_str());
+    if (d == nullptr) return errnoStatus("open policy store directory " + dir_);
+    std::vector<std::pair<uint64_t, std::string>> files;
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      if (auto v = versionOfName(name)) {
+        files.emplace_back(*v, name);
+      } else if (name.find(std::string(kSuffix) + ".tmp.") != std::string::npos) {
+        // A write interrupted before its rename: never acknowledged, so never a version.
+        std::string p = dir_ + "/" + name;
+        if (::unlink(p.c_str()) == 0) {
+          TQ_LOG(kInfo, "policy store: removed leftover temporary %s", p.c_str());
+        }
+      } else {
+        TQ_LOG(kWarn, "policy store: ignoring unexpected file %s/%s", dir_.c_str(), name.c_str());
+      }
+    }
+    ::closedir(d);
+    std::sort(files.begin(), files.end());
+    for (const auto& [version, name] : files) {
+      const std::string path = dir_ + "/" + name;
+      next_ = std::max(next_, version + 1);
+      Result<PolicyRecord> rec = readRecord(path, version);
+      if (!rec.ok()) {
+        ++corrupt_;
+        VersionSummary s;
+        s.version = version;
+        s.intact = false;
+        s.problem = rec.status().message();
+        summaries_[version] = s;
+        TQ_LOG(kError, "policy store: version %" PRIu64 " is corrupt and will not be served: %s",
+               version, rec.status().message().c_str());
+        continue;
+      }
+      summaries_[version] = summarize(*rec);
+      if (!latest_ || rec->version > latest_->version) latest_ = std::move(*rec);
+    }
+    if (!summaries_.empty()) {
+      uint64_t newest = summaries_.rbegin()->first;
+      if (!latest_) {
+        TQ_LOG(kError, "policy store %s: no intact version (newest file: version %" PRIu64 ")",
+               dir_.c_str(), newest);
+      } else if (latest_->version != newest) {
+        TQ_LOG(kError,
+               "policy store %s: the newest version %" PRIu64 " is corrupt; serving version %" PRIu64
+               ", the newest intact one",
+               dir_.c_str(), newest, latest_->version);
+      }
+    }
+    return okStatus();
+  }
+
+  Result<PolicyRecord> append(PolicyRecord record) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (record.version != next_) {
+      return failedPrecondition("append version " + std::to_string(record.version) +
+                                ": the store expects version " + std::to_string(next_));
+    }
+    record.checksum = 0;
+    std::string bytes = encodeRecord(record);
+    const std::string path = dir_ + "/" + recordFileName(record.version);
+    TQ_RETURN_IF_ERROR_CTX(writeFileAtomic(path, bytes, 0644, options_.before_rename),
+                           "store policy version " + std::to_string(record.version));
+    // Only now, with the record durable, does the in-memory view move.
+    Result<PolicyRecord> stored = decodeRecord(bytes);
+    if (!stored.ok()) return stored.status().withContext("re-read policy version just written");
+    summaries_[record.version] = summarize(*stored);
+    latest_ = *stored;
+    next_ = record.version + 1;
+    return stored;
+  }
+
+  std::optional<PolicyRecord> latest() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return latest_;
+  }
+
+  Result<PolicyRecord> get(uint64_t version) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (latest_ && latest_->version == version) return *latest_;
+    auto it = summaries_.find(version);
+    if (it == summaries_.end()) {
+      return notFound("policy version " + std::to_string(version) + " does not exist");
+    }
+    if (!it->second.intact) {
+      return dataLoss("policy version " + std::to_string(version) + " is corrupt: " + it->second.problem);
+    }
+    return readRecord(dir_ + "/" + recordFileName(version), version);
+  }
+
+  std::vector<VersionSummary> list() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<VersionSummary> out;
+    out.reserve(summaries_.size());
+    for (auto it = summaries_.rbegin(); it != summaries_.rend(); ++it) out.push_back(it->second);
+    return out;
+  }
+
+  uint64_t nextVersion() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_;
+  }
+
+  uint64_t corruptRecords() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return corrupt_;
+  }
+
+ private:
+  Result<PolicyRecord> readRecord(const std::string& path, uint64_t version) const {
+    auto bytes = readFile(path, options_.max_record_bytes);
+    if (!bytes.ok()) return dataLoss(bytes.status().message());
+    auto rec = decodeRecord(*bytes);
+    if (!rec.ok()) return rec.status().withContext(path);
+    if (rec->version != version) {
+      return dataLoss(path + ": holds version " + std::to_string(rec->version));
+    }
+    return rec;
+  }
+
+  const std::string dir_;
+  const FileStoreOptions options_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, VersionSummary> summaries_;
+  std::optional<PolicyRecord> latest_;
+  uint64_t next_ = 1;
+  uint64_t corrupt_ = 0;
+};
+
+}  // namespace
+
+std::string recordFileName(uint64_t version) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%020" PRIu64 "%s", version, kSuffix.data());
+  return buf;
+}
+
+Result<std::unique_ptr<PolicyStore>> openFileStore(const std::string& data_dir,
+                                                   FileStoreOptions options) {
+  if (data_dir.empty()) return invalidArgument("policy store: empty data directory");
+  struct stat st{};
+  if (::stat(data_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    return failedPrecondition("data directory " + data_dir + " exists and is not a directory");
+  }
+  const std::string dir = data_dir + "/versions";
+  TQ_RETURN_IF_ERROR_CTX(checkWritableDir(dir), "data directory " + data_dir);
+  auto store = std::make_unique<FileStore>(dir, options);
+  TQ_RETURN_IF_ERROR_CTX(store->load(), "open policy store " + dir);
+  return std::unique_ptr<PolicyStore>(std::move(store));
+}
+
+}  // namespace tq::policy

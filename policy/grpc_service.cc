@@ -1,0 +1,424 @@
+#include "policy/grpc_service.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <cinttypes>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "common/log.h"
+#include "policy/wire.h"
+#include "proto/convert.h"
+
+namespace tq::policy {
+namespace {
+
+namespace v1 = tenantqos::v1;
+
+// Status messages travel in HTTP/2 trailers, which clients cap (8 KiB by default in gRPC), so a
+// very long error list is cut; `tenantqosctl validate FILE` prints all of it.
+constexpr size_t kMaxStatusMessageBytes = 6000;
+
+std::string capMessage(const std::string& m) {
+  if (m.size() <= kMaxStatusMessageBytes) return m;
+  size_t cut = m.rfind('\n', kMaxStatusMessageBytes);
+  if (cut == std::string::npos) cut = kMaxStatusMessageBytes;
+  size_t more = 0;
+  for (size_t i = cut; i < m.size(); ++i) more += m[i] == '\n';
+  return m.substr(0, cut) + "\n... " + std::to_string(more) +
+         " more lines not shown (run `tenantqosctl validate FILE` to see every error)";
+}
+
+template <typename Msg>
+bool parseMessage(const grpc::ByteBuffer* in, Msg* out) {
+  if (in == nullptr) return false;
+  grpc::ByteBuffer copy(*in);  // Deserialize consumes its buffer; copies share the slices
+  return grpc::SerializationTraits<Msg>::Deserialize(&copy, out).ok();
+}
+
+template <typename Msg>
+grpc::Status serializeMessage(const Msg& msg, grpc::ByteBuffer* out) {
+  bool own = false;
+  return grpc::SerializationTraits<Msg>::Serialize(msg, out, &own);
+}
+
+// Runs `fn(request, &response) -> grpc::Status` for a raw unary call.
+template <typename Req, typename Resp, typename Fn>
+grpc::ServerUnaryReactor* unaryCall(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                    grpc::ByteBuffer* out, const char* method, Fn fn) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  grpc::Status status;
+  try {
+    Req req;
+    if (!parseMessage(in, &req)) {
+      status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string(method) + ": the request is not a valid " +
+                                Req::descriptor()->full_name() + " message");
+    } else {
+      Resp resp;
+      status = fn(req, &resp);
+      if (status.ok()) status = serializeMessage(resp, out);
+    }
+  } catch (const std::exception& e) {  // nothing may escape into gRPC's threads
+    status = grpc::Status(grpc::StatusCode::INTERNAL, std::string(method) + ": " + e.what());
+  }
+  if (!status.ok()) {
+    TQ_LOG(kDebug, "%s from %s: %d %s", method, ctx->peer().c_str(),
+           static_cast<int>(status.error_code()), status.error_message().c_str());
+  }
+  reactor->Finish(status);
+  return reactor;
+}
+
+void fillApplyResponse(const ApplyResult& r, v1::ApplyPolicyResponse* resp) {
+  resp->set_version(r.version);
+  resp->set_changed(r.changed);
+  resp->set_dry_run(r.dry_run);
+  toProto(r.diff, resp);
+}
+
+}  // namespace
+
+grpc::Status toGrpcStatus(const Status& s) {
+  using C = grpc::StatusCode;
+  C c = C::UNKNOWN;
+  switch (s.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kInvalidArgument: c = C::INVALID_ARGUMENT; break;
+    case StatusCode::kNotFound: c = C::NOT_FOUND; break;
+    case StatusCode::kAlreadyExists: c = C::ALREADY_EXISTS; break;
+    case StatusCode::kFailedPrecondition: c = C::FAILED_PRECONDITION; break;
+    case StatusCode::kOutOfRange: c = C::OUT_OF_RANGE; break;
+    case StatusCode::kResourceExhausted: c = C::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kPermissionDenied: c = C::PERMISSION_DENIED; break;
+    case StatusCode::kUnavailable: c = C::UNAVAILABLE; break;
+    case StatusCode::kDeadlineExceeded: c = C::DEADLINE_EXCEEDED; break;
+    case StatusCode::kAborted: c = C::ABORTED; break;
+    case StatusCode::kUnimplemented: c = C::UNIMPLEMENTED; break;
+    case StatusCode::kDataLoss: c = C::DATA_LOSS; break;
+    case StatusCode::kInternal: c = C::INTERNAL; break;
+  }
+  return grpc::Status(c, capMessage(s.message()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Watch streams
+
+struct EncodedSnapshot {
+  uint64_t version = 0;
+  grpc::ByteBuffer bytes;  // a serialised tenantqos.v1.PolicySnapshot (no source_yaml)
+};
+
+class WatchReactor;
+
+// The set of open watch streams and the latest snapshot. Calls into reactors are made outside
+// the hub's mutex, because a reactor's OnDone (which may run on any gRPC thread) takes it.
+class WatchHub {
+ public:
+  explicit WatchHub(PolicydMetrics* metrics) : metrics_(metrics) {}
+  ~WatchHub();
+
+  void add(std::shared_ptr<WatchReactor> reactor, uint64_t known_version);
+  void remove(WatchReactor* reactor);
+  void publish(std::shared_ptr<const EncodedSnapshot> snapshot);
+  void close(const grpc::Status& status);
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reactors_.size();
+  }
+
+ private:
+  PolicydMetrics* metrics_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const EncodedSnapshot> latest_;
+  std::unordered_map<WatchReactor*, std::shared_ptr<WatchReactor>> reactors_;
+  std::optional<grpc::Status> closed_;
+};
+
+class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  WatchReactor(WatchHub* hub, std::string peer) : hub_(hub), peer_(std::move(peer)) {}
+
+  void setWatcher(std::string node, uint64_t known_version) {
+    std::lock_guard<std::mutex> lock(mu_);
+    node_ = std::move(node);
+    newest_ = known_version;
+  }
+
+  // Queues `s` unless the watcher already has it or something newer. Any thread.
+  void offer(const std::shared_ptr<const EncodedSnapshot>& s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finishing_ || s->version <= newest_) return;
+    newest_ = s->version;
+    if (writing_) {
+      pending_ = s;  // replaces an older pending one: intermediate versions are skipped
+      return;
+    }
+    writing_ = true;
+    in_flight_ = s->bytes;
+    lock.unlock();
+    StartWrite(&in_flight_);
+  }
+
+  // Ends the stream with `status` (after the write in flight, if any). Idempotent.
+  void close(const grpc::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finishing_) return;
+    finishing_ = true;
+    final_ = status;
+    pending_.reset();
+    if (writing_) return;  // OnWriteDone finishes
+    lock.unlock();
+    Finish(status);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    writing_ = false;
+    in_flight_.Clear();
+    if (!ok && !finishing_) {
+      finishing_ = true;
+      final_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch stream write failed");
+      pending_.reset();
+    }
+    if (finishing_) {
+      grpc::Status st = final_;
+      lock.unlock();
+      Finish(st);
+      return;
+    }
+    if (pending_) {
+      writing_ = true;
+      in_flight_ = pending_->bytes;
+      pending_.reset();
+      lock.unlock();
+      StartWrite(&in_flight_);
+    }
+  }
+
+  void OnCancel() override { close(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    TQ_LOG(kDebug, "watch from %s (node %s) ended", peer_.c_str(), node_.c_str());
+    // Drops the hub's reference: `this` may be deleted inside, so nothing may follow.
+    hub_->remove(this);
+  }
+
+  const std::string& peer() const { return peer_; }
+
+ private:
+  WatchHub* const hub_;
+  const std::string peer_;
+  std::mutex mu_;
+  std::string node_;
+  uint64_t newest_ = 0;  // newest version written or pending (or known to the client)
+  std::shared_ptr<const EncodedSnapshot> pending_;
+  grpc::ByteBuffer in_flight_;  // stays untouched while writing_
+  bool writing_ = false;
+  bool finishing_ = false;
+  grpc::Status final_;
+};
+
+WatchHub::~WatchHub() {
+  // Normally empty: grpc::Server::Shutdown waits for every reactor's OnDone.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!reactors_.empty()) {
+    TQ_LOG(kWarn, "policy service destroyed with %zu watch streams still open", reactors_.size());
+  }
+}
+
+void WatchHub::add(std::shared_ptr<WatchReactor> reactor, uint64_t known_version) {
+  WatchReactor* raw = reactor.get();
+  std::shared_ptr<const EncodedSnapshot> latest;
+  std::optional<grpc::Status> closed;
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reactors_.emplace(raw, std::move(reactor));
+    latest = latest_;
+    closed = closed_;
+    n = reactors_.size();
+  }
+  if (metrics_ != nullptr) metrics_->setWatchers(static_cast<int64_t>(n));
+  if (closed) {
+    raw->close(*closed);
+    return;
+  }
+  (void)known_version;  // the reactor already knows it; offer() skips what is not newer
+  if (latest) raw->offer(latest);
+}
+
+void WatchHub::remove(WatchReactor* reactor) {
+  std::shared_ptr<WatchReactor> keep;
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = reactors_.find(reactor);
+    if (it != reactors_.end()) {
+      keep = std::move(it->second);
+      reactors_.erase(it);
+    }
+    n = reactors_.size();
+  }
+  if (metrics_ != nullptr) metrics_->setWatchers(static_cast<int64_t>(n));
+  // `keep` is released here, possibly deleting the reactor.
+}
+
+void WatchHub::publish(std::shared_ptr<const EncodedSnapshot> snapshot) {
+  std::vector<std::shared_ptr<WatchReactor>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (latest_ && latest_->version >= snapshot->version) return;
+    latest_ = snapshot;
+    targets.reserve(reactors_.size());
+    for (auto& [raw, r] : reactors_) targets.push_back(r);
+  }
+  for (auto& r : targets) r->offer(snapshot);
+}
+
+void WatchHub::close(const grpc::Status& status) {
+  std::vector<std::shared_ptr<WatchReactor>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = status;
+    for (auto& [raw, r] : reactors_) targets.push_back(r);
+  }
+  for (auto& r : targets) r->close(status);
+}
+
+namespace {
+
+std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record) {
+  auto s = std::make_shared<EncodedSnapshot>();
+  s->version = record.version;
+  grpc::Status st = serializeMessage(toSnapshot(record, /*with_source=*/false), &s->bytes);
+  if (!st.ok()) {
+    TQ_LOG(kError, "cannot serialise policy version %" PRIu64 " for watchers: %s", record.version,
+           st.error_message().c_str());
+    return nullptr;
+  }
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+PolicyGrpcService::PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics)
+    : core_(core), metrics_(metrics), hub_(std::make_unique<WatchHub>(metrics)) {
+  WatchHub* hub = hub_.get();
+  core_.setPublisher([hub](const std::shared_ptr<const PolicyRecord>& record) {
+    if (auto s = encodeForWatch(*record)) hub->publish(std::move(s));
+  });
+  // publish() ignores versions it already has, so an apply racing with this line is harmless.
+  if (auto latest = core_.latest()) {
+    if (auto s = encodeForWatch(*latest)) hub->publish(std::move(s));
+  }
+}
+
+PolicyGrpcService::~PolicyGrpcService() { core_.setPublisher(nullptr); }
+
+void PolicyGrpcService::closeWatchers(const std::string& reason) {
+  hub_->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
+}
+
+size_t PolicyGrpcService::watcherCount() const { return hub_->size(); }
+
+grpc::ServerUnaryReactor* PolicyGrpcService::ApplyPolicy(grpc::CallbackServerContext* ctx,
+                                                         const grpc::ByteBuffer* in,
+                                                         grpc::ByteBuffer* out) {
+  return unaryCall<v1::ApplyPolicyRequest, v1::ApplyPolicyResponse>(
+      ctx, in, out, "ApplyPolicy", [&](const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
+        ApplyRequest a;
+        a.yaml = req.policy_yaml();
+        if (!req.source_name().empty()) a.source_name = req.source_name();
+        a.dry_run = req.dry_run();
+        if (req.has_expected_version()) a.expected_version = req.expected_version();
+        a.applied_by = req.applied_by().empty() ? ctx->peer() : req.applied_by();
+        Result<ApplyResult> r = core_.apply(a);
+        if (!r.ok()) return toGrpcStatus(r.status());
+        fillApplyResponse(*r, resp);
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* PolicyGrpcService::GetPolicy(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out) {
+  return unaryCall<v1::GetPolicyRequest, v1::PolicySnapshot>(
+      ctx, in, out, "GetPolicy", [&](const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
+        Result<PolicyRecord> r = core_.get(req.version());
+        if (!r.ok()) return toGrpcStatus(r.status());
+        *resp = toSnapshot(*r);
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* PolicyGrpcService::ListVersions(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* in,
+                                                          grpc::ByteBuffer* out) {
+  return unaryCall<v1::ListVersionsRequest, v1::ListVersionsResponse>(
+      ctx, in, out, "ListVersions", [&](const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
+        for (const VersionSummary& s : core_.list()) *resp->add_versions() = toVersionInfo(s);
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* PolicyGrpcService::Rollback(grpc::CallbackServerContext* ctx,
+                                                      const grpc::ByteBuffer* in,
+                                                      grpc::ByteBuffer* out) {
+  return unaryCall<v1::RollbackRequest, v1::ApplyPolicyResponse>(
+      ctx, in, out, "Rollback", [&](const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
+        std::optional<uint64_t> expected;
+        if (req.has_expected_version()) expected = req.expected_version();
+        Result<ApplyResult> r = core_.rollback(
+            req.version(), expected, req.applied_by().empty() ? ctx->peer() : req.applied_by());
+        if (!r.ok()) return toGrpcStatus(r.status());
+        fillApplyResponse(*r, resp);
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) {
+  auto reactor = std::make_shared<WatchReactor>(hub_.get(), ctx->peer());
+  WatchReactor* raw = reactor.get();
+  v1::WatchPolicyRequest req;
+  if (!parseMessage(in, &req)) {
+    raw->setWatcher("", UINT64_MAX);   // nothing is newer: no snapshot is offered
+    hub_->add(std::move(reactor), 0);  // the hub owns every reactor until its OnDone
+    raw->close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message"));
+    return raw;
+  }
+  TQ_LOG(kDebug, "watch from %s (node %s), known version %" PRIu64, ctx->peer().c_str(),
+         req.node().c_str(), req.known_version());
+  raw->setWatcher(req.node(), req.known_version());
+  hub_->add(std::move(reactor), req.known_version());
+  return raw;
+}
+
+grpc::ServerUnaryReactor* PolicyGrpcService::ReportUsage(grpc::CallbackServerContext* ctx,
+                                                         const grpc::ByteBuffer* in,
+                                                         grpc::ByteBuffer* out) {
+  return unaryCall<v1::ReportUsageRequest, v1::ReportUsageResponse>(
+      ctx, in, out, "ReportUsage", [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
+        return toGrpcStatus(core_.reportUsage(proto::fromReportUsageRequest(req)));
+      });
+}
+
+grpc::ServerUnaryReactor* PolicyGrpcService::GetUsage(grpc::CallbackServerContext* ctx,
+                                                      const grpc::ByteBuffer* in,
+                                                      grpc::ByteBuffer* out) {
+  return unaryCall<v1::GetUsageRequest, v1::GetUsageResponse>(
+      ctx, in, out, "GetUsage", [&](const v1::GetUsageRequest&, v1::GetUsageResponse* resp) {
+        ClusterUsage u = core_.usage();
+        for (const NodeUsageEntry& n : u.nodes) *resp->add_nodes() = proto::toNodeUsage(n.report, n.received_unix_ms);
+        for (const TenantUsageReport& t : u.totals) *resp->add_tenants() = proto::toProto(t);
+        resp->set_latest_version(u.latest_version);
+        return grpc::Status::OK;
+      });
+}
+
+}  // namespace tq::policy

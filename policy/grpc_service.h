@@ -1,0 +1,69 @@
+// tenantqos.v1.PolicyService over gRPC's callback API, on top of PolicyCore.
+//
+// Every method is registered "raw" (grpc::ByteBuffer in and out) so that this layer parses the
+// request itself: bytes that are not a valid message get INVALID_ARGUMENT (the generated typed
+// handler would answer INTERNAL, which blames the server), and a new policy snapshot is
+// serialised once and shared by every watch stream instead of once per watcher.
+//
+// WatchPolicy: one ServerWriteReactor per watcher. Each holds at most one write in flight and
+// one pending snapshot (the newest not yet written): a slow watcher skips intermediate versions
+// but never receives an older version after a newer one, and memory per watcher is bounded.
+// Thread-safety: the service is used by gRPC's threads concurrently; closeWatchers() may be
+// called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "policy/service.h"
+#include "tenantqos/v1/policy.grpc.pb.h"
+
+namespace tq::policy {
+
+class WatchHub;
+
+using RawPolicyServiceBase = tenantqos::v1::PolicyService::WithRawCallbackMethod_ApplyPolicy<
+    tenantqos::v1::PolicyService::WithRawCallbackMethod_GetPolicy<
+        tenantqos::v1::PolicyService::WithRawCallbackMethod_ListVersions<
+            tenantqos::v1::PolicyService::WithRawCallbackMethod_Rollback<
+                tenantqos::v1::PolicyService::WithRawCallbackMethod_WatchPolicy<
+                    tenantqos::v1::PolicyService::WithRawCallbackMethod_ReportUsage<
+                        tenantqos::v1::PolicyService::WithRawCallbackMethod_GetUsage<
+                            tenantqos::v1::PolicyService::Service>>>>>>>;
+
+class PolicyGrpcService final : public RawPolicyServiceBase {
+ public:
+  // Installs itself as `core`'s publisher. `core` and `metrics` (may be null) outlive this.
+  PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics);
+  ~PolicyGrpcService() override;
+
+  // Ends every open watch stream with UNAVAILABLE("<reason>") and refuses new ones. Call before
+  // grpc::Server::Shutdown so that shutdown does not wait for streams that never end.
+  void closeWatchers(const std::string& reason);
+  size_t watcherCount() const;
+
+  grpc::ServerUnaryReactor* ApplyPolicy(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                        grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ListVersions(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Rollback(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchPolicy(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* req) override;
+  grpc::ServerUnaryReactor* ReportUsage(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                        grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+
+ private:
+  PolicyCore& core_;
+  PolicydMetrics* metrics_;
+  std::unique_ptr<WatchHub> hub_;
+};
+
+// tq::Status -> grpc::Status with the matching code.
+grpc::Status toGrpcStatus(const Status& status);
+
+}  // namespace tq::policy

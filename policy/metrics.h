@@ -1,0 +1,49 @@
+// Prometheus metrics of tenantqos-policyd (prometheus-cpp). The registry always exists (tests
+// read it through serialize()); the HTTP endpoint is started by policyd only with --metrics.
+//
+//   tenantqos_policyd_policy_version                 gauge    latest served version (0: none)
+//   tenantqos_policyd_applies_total{op,result}       counter  op=apply|rollback,
+//                                                             result=applied|unchanged|dry_run|
+//                                                             invalid|conflict|not_found|error
+//   tenantqos_policyd_apply_duration_seconds         histogram  validation + durable store
+//   tenantqos_policyd_watchers                       gauge    open WatchPolicy streams
+//   tenantqos_policyd_store_corrupt_records          gauge    records that failed verification
+//   tenantqos_policyd_usage_nodes                    gauge    nodes with a usage report
+// Thread-safety: all methods are safe from any thread (prometheus-cpp metrics are atomic).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace prometheus {
+class Registry;
+}
+
+namespace tq::policy {
+
+class PolicydMetrics {
+ public:
+  PolicydMetrics();
+  ~PolicydMetrics();
+  PolicydMetrics(const PolicydMetrics&) = delete;
+  PolicydMetrics& operator=(const PolicydMetrics&) = delete;
+
+  void setPolicyVersion(uint64_t version);
+  void countApply(std::string_view op, std::string_view result);
+  void observeApplySeconds(double seconds);
+  void setWatchers(int64_t n);
+  void setStoreCorruptRecords(uint64_t n);
+  void setUsageNodes(uint64_t n);
+
+  std::shared_ptr<prometheus::Registry> registry() const;
+  // The text exposition format, as a scrape would return it.
+  std::string serialize() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tq::policy

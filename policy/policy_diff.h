@@ -1,0 +1,41 @@
+// Per-object difference between two policies, for `tenantqosctl apply` and ApplyPolicy.
+//
+// Order-insensitive: moving a tenant within the file, or reordering its trafficClasses, is not a
+// change. Details read "field: old -> new" with rates shown by formatRate ("limit: 40Gbps ->
+// 60Gbps"); an added object gets one detail line summarising its settings.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/policy.h"
+
+namespace tq::policy {
+
+enum class ChangeKind { kAdded, kRemoved, kChanged, kUnchanged };
+
+std::string_view changeKindName(ChangeKind kind);  // "added", "removed", "changed", "unchanged"
+
+struct ObjectChange {
+  std::string name;
+  ChangeKind kind = ChangeKind::kUnchanged;
+  std::vector<std::string> details;
+  friend bool operator==(const ObjectChange&, const ObjectChange&) = default;
+};
+
+struct PolicyDiff {
+  // New objects in the new policy's order, then removed ones in the old policy's order.
+  std::vector<ObjectChange> links;
+  std::vector<ObjectChange> tenants;
+
+  // True if any link or tenant was added, removed or changed.
+  bool hasChanges() const;
+};
+
+PolicyDiff diffPolicies(const PolicySpec& before, const PolicySpec& after);
+
+// One line per setting, for an added tenant ("link fabric, guarantee 40Gbps, limit 60Gbps, ...").
+std::string describeTenant(const TenantSpec& t);
+
+}  // namespace tq::policy

@@ -1,0 +1,728 @@
+#include "policy/policy_file.h"
+
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <span>
+#include <unordered_map>
+
+#include "common/file_util.h"
+#include "common/tenant_shm.h"
+#include "common/units.h"
+
+namespace tq::policy {
+namespace {
+
+struct Pos {
+  int line = 0;  // 1-based, 0 = unknown
+  int column = 0;
+};
+
+Pos posOf(const YAML::Mark& m) {
+  if (m.is_null() || m.line < 0 || m.column < 0) return {};
+  return {m.line + 1, m.column + 1};
+}
+
+// Where each field of the document sits, and which fields failed to parse (semantic rules skip
+// those, so one mistake is reported once). Empty for structured (non-YAML) input.
+struct FieldIndex {
+  std::unordered_map<std::string, Pos> pos;
+  std::set<std::string> invalid;
+
+  bool usable(const std::string& path) const { return invalid.count(path) == 0; }
+
+  // The position of `path`, else of its nearest recorded parent ("tenants[1].x" -> "tenants[1]").
+  Pos find(std::string path) const {
+    for (;;) {
+      auto it = pos.find(path);
+      if (it != pos.end()) return it->second;
+      size_t cut = path.find_last_of(".[");
+      if (cut == std::string::npos || cut == 0) return {};
+      path.resize(cut);
+    }
+  }
+};
+
+class ErrorList {
+ public:
+  explicit ErrorList(std::string_view file) : file_(file) {}
+  void add(Pos p, std::string field, std::string reason) {
+    errors_.push_back({file_, p.line, p.column, std::move(field), std::move(reason)});
+  }
+  std::vector<PolicyError> take() {
+    std::stable_sort(errors_.begin(), errors_.end(), [](const PolicyError& a, const PolicyError& b) {
+      return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+    });
+    return std::move(errors_);
+  }
+  bool empty() const { return errors_.empty(); }
+
+ private:
+  std::string file_;
+  std::vector<PolicyError> errors_;
+};
+
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += '?';
+      continue;
+    }
+    out += c;
+  }
+  if (out.size() > 66) out = out.substr(0, 60) + "...";
+  return out + "\"";
+}
+
+std::string rangeReason(uint64_t min, uint64_t max, std::string_view got) {
+  return "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " +
+         std::string(got);
+}
+
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      char x = static_cast<char>(std::tolower(static_cast<unsigned char>(a[i - 1])));
+      char y = static_cast<char>(std::tolower(static_cast<unsigned char>(b[j - 1])));
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x == y ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string unknownFieldReason(std::string_view key, std::span<const std::string_view> known) {
+  std::string_view best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (std::string_view k : known) {
+    size_t d = editDistance(key, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  std::string r = "unknown field " + quote(key);
+  if (!best.empty() && best_d <= std::max<size_t>(2, best.size() / 3)) {
+    return r + " (did you mean \"" + std::string(best) + "\"?)";
+  }
+  r += " (known fields: ";
+  for (size_t i = 0; i < known.size(); ++i) r += (i ? ", " : "") + std::string(known[i]);
+  return r + ")";
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Null: return "an empty value";
+    case YAML::NodeType::Scalar: return quote(n.Scalar());
+    case YAML::NodeType::Undefined: break;
+  }
+  return "nothing";
+}
+
+constexpr std::string_view kRootFields[] = {"apiVersion", "kind", "links", "tenants"};
+constexpr std::string_view kLinkFields[] = {"name", "capacity", "headroom"};
+constexpr std::string_view kTenantFields[] = {"name",         "link",  "guarantee",
+                                              "limit",        "weight", "serviceLevel",
+                                              "dscp",         "trafficClasses", "shareClass"};
+
+// Walks the YAML tree along the schema. Never descends into unknown fields, so the work is
+// bounded by the schema and the size limits, whatever aliases the document uses.
+class YamlReader {
+ public:
+  YamlReader(ErrorList& errors, FieldIndex& index) : errors_(errors), index_(index) {}
+
+  struct Entry {
+    YAML::Node key;
+    YAML::Node value;
+    Pos pos;  // of the value, or of the key when the value is empty
+  };
+  using Fields = std::map<std::string, Entry, std::less<>>;
+
+  void readRoot(const YAML::Node& root, PolicySpec* out) {
+    Fields f;
+    if (!readMapping(root, {1, 1}, "", kRootFields, &f)) return;
+    std::string api, kind;
+    if (requireField(f, "", "apiVersion", {1, 1}) && readString(f["apiVersion"], "apiVersion", &api) &&
+        api != kApiVersion) {
+      bad("apiVersion", f["apiVersion"].pos,
+          "unsupported apiVersion " + quote(api) + " (expected \"" + std::string(kApiVersion) + "\")");
+    }
+    if (requireField(f, "", "kind", {1, 1}) && readString(f["kind"], "kind", &kind) && kind != kKind) {
+      bad("kind", f["kind"].pos,
+          "unsupported kind " + quote(kind) + " (expected \"" + std::string(kKind) + "\")");
+    }
+    if (requireField(f, "", "links", {1, 1})) {
+      forEachItem(f["links"], "links", kMaxLinks, [&](const YAML::Node& item, const std::string& path) {
+        out->links.push_back(readLink(item, path));
+      });
+    }
+    if (requireField(f, "", "tenants", {1, 1})) {
+      forEachItem(f["tenants"], "tenants", kMaxTenants,
+                  [&](const YAML::Node& item, const std::string& path) {
+                    out->tenants.push_back(readTenant(item, path));
+                  });
+    }
+  }
+
+ private:
+  LinkSpec readLink(const YAML::Node& node, const std::string& path) {
+    LinkSpec l;
+    Fields f;
+    Pos at = posOf(node.Mark());
+    if (!readMapping(node, at, path, kLinkFields, &f)) {
+      for (auto k : kLinkFields) index_.invalid.insert(path + "." + std::string(k));
+      return l;
+    }
+    if (requireField(f, path, "name", at)) readName(f["name"], path + ".name", &l.name);
+    if (requireField(f, path, "capacity", at)) readRate(f["capacity"], path + ".capacity", &l.capacity_bytes_per_second);
+    if (f.count("headroom")) readPercent(f["headroom"], path + ".headroom", &l.headroom_percent);
+    return l;
+  }
+
+  TenantSpec readTenant(const YAML::Node& node, const std::string& path) {
+    TenantSpec t;
+    Fields f;
+    Pos at = posOf(node.Mark());
+    if (!readMapping(node, at, path, kTenantFields, &f)) {
+      for (auto k : kTenantFields) index_.invalid.insert(path + "." + std::string(k));
+      return t;
+    }
+    auto field = [&](std::string_view k) { return path + "." + std::string(k); };
+    if (requireField(f, path, "name", at)) readName(f["name"], field("name"), &t.name);
+    if (requireField(f, path, "link", at)) readName(f["link"], field("link"), &t.link);
+    if (requireField(f, path, "guarantee", at)) {
+      readRate(f["guarantee"], field("guarantee"), &t.guarantee_bytes_per_second);
+    }
+    if (requireField(f, path, "limit", at)) readRate(f["limit"], field("limit"), &t.limit_bytes_per_second);
+    if (f.count("weight")) readUint(f["weight"], field("weight"), 1, kMaxWeight, &t.weight);
+    if (requireField(f, path, "serviceLevel", at)) {
+      readUint(f["serviceLevel"], field("serviceLevel"), 0, kMaxServiceLevel, &t.service_level);
+    }
+    if (requireField(f, path, "dscp", at)) readUint(f["dscp"], field("dscp"), 0, kMaxDscp, &t.dscp);
+    if (f.count("shareClass")) readBool(f["shareClass"], field("shareClass"), &t.share_class);
+    if (f.count("trafficClasses")) {
+      const std::string tcs = field("trafficClasses");
+      forEachItem(f["trafficClasses"], tcs, kMaxTrafficClasses,
+                  [&](const YAML::Node& item, const std::string& p) {
+                    uint32_t v = 0;
+                    Entry e{YAML::Node(), item, posOf(item.Mark())};
+                    if (readUint(e, p, 0, std::numeric_limits<int32_t>::max(), &v)) {
+                      t.traffic_classes.push_back(static_cast<int32_t>(v));
+                    } else {
+                      t.traffic_classes.push_back(-1);  // keeps indexes aligned; skipped later
+                    }
+                  });
+    }
+    return t;
+  }
+
+  void bad(const std::string& path, Pos p, std::string reason) {
+    index_.invalid.insert(path);
+    errors_.add(p, path, std::move(reason));
+  }
+
+  bool readMapping(const YAML::Node& node, Pos at, const std::string& path,
+                   std::span<const std::string_view> known, Fields* out) {
+    if (!node.IsMap()) {
+      bad(path.empty() ? "(document)" : path, at, "expected a mapping, got " + describe(node));
+      return false;
+    }
+    if (!path.empty()) index_.pos[path] = at;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
+      Pos kp = posOf(key.Mark());
+      if (!key.IsScalar()) {
+        errors_.add(kp, path.empty() ? "(document)" : path,
+                    "keys must be plain names, got " + describe(key));
+        continue;
+      }
+      const std::string& name = key.Scalar();
+      const std::string fpath = path.empty() ? name : path + "." + name;
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        errors_.add(kp, fpath, unknownFieldReason(name, known));
+        continue;
+      }
+      auto [pos, inserted] = out->try_emplace(name);
+      if (!inserted) {
+        bad(fpath, kp,
+            "duplicate key " + quote(name) + " (first at line " + std::to_string(pos->second.key.Mark().line + 1) +
+                ", column " + std::to_string(pos->second.key.Mark().column + 1) + ")");
+        continue;
+      }
+      Pos vp = value.IsNull() ? kp : posOf(value.Mark());
+      if (vp.line == 0) vp = kp;
+      pos->second = Entry{key, value, vp};
+      index_.pos[fpath] = vp;
+    }
+    return true;
+  }
+
+  bool requireField(Fields& f, const std::string& path, std::string_view key, Pos at) {
+    if (f.count(key)) return true;
+    const std::string fpath = path.empty() ? std::string(key) : path + "." + std::string(key);
+    bad(fpath, at, "required field missing");
+    return false;
+  }
+
+  template <typename Fn>
+  void forEachItem(const Entry& e, const std::string& path, size_t max_items, Fn fn) {
+    if (!e.value.IsSequence()) {
+      bad(path, e.pos,
+          "expected a sequence" + std::string(e.value.IsNull() ? " (write [] for none)" : "") +
+              ", got " + describe(e.value));
+      return;
+    }
+    if (e.value.size() > max_items) {
+      bad(path, e.pos, "too many items: " + std::to_string(e.value.size()) + " (at most " +
+                           std::to_string(max_items) + ")");
+      return;
+    }
+    size_t i = 0;
+    for (auto it = e.value.begin(); it != e.value.end(); ++it, ++i) {
+      const std::string p = path + "[" + std::to_string(i) + "]";
+      const YAML::Node item = *it;
+      Pos ip = posOf(item.Mark());
+      if (ip.line == 0) ip = e.pos;
+      index_.pos[p] = ip;
+      fn(item, p);
+    }
+  }
+
+  bool scalar(const Entry& e, const std::string& path, std::string_view expected) {
+    if (e.value.IsScalar()) return true;
+    bad(path, e.pos, "expected " + std::string(expected) + ", got " + describe(e.value));
+    return false;
+  }
+
+  bool readString(const Entry& e, const std::string& path, std::string* out) {
+    if (!scalar(e, path, "a string")) return false;
+    *out = e.value.Scalar();
+    return true;
+  }
+
+  bool readName(const Entry& e, const std::string& path, std::string* out) {
+    if (!readString(e, path, out)) return false;
+    if (!isDns1123Label(*out)) {
+      bad(path, e.pos,
+          quote(*out) + " is not a DNS-1123 label (1-63 characters of a-z, 0-9 and '-', "
+                        "starting and ending with a letter or digit)");
+      return false;
+    }
+    return true;
+  }
+
+  bool readRate(const Entry& e, const std::string& path, uint64_t* out) {
+    if (!scalar(e, path, "a rate such as \"40Gbps\"")) return false;
+    auto r = parseRate(e.value.Scalar());
+    if (!r.ok()) {
+      bad(path, e.pos, r.status().message());
+      return false;
+    }
+    *out = *r;
+    return true;
+  }
+
+  bool readPercent(const Entry& e, const std::string& path, double* out) {
+    if (!scalar(e, path, "a percentage such as \"5%\"")) return false;
+    auto r = parsePercent(e.value.Scalar());
+    if (!r.ok()) {
+      bad(path, e.pos, r.status().message());
+      return false;
+    }
+    *out = *r;
+    return true;
+  }
+
+  // A plain (unquoted) decimal integer in [min, max].
+  bool readUint(const Entry& e, const std::string& path, uint64_t min, uint64_t max, uint32_t* out) {
+    if (!scalar(e, path, "an integer")) return false;
+    const std::string& s = e.value.Scalar();
+    if (e.value.Tag() == "!") {
+      bad(path, e.pos, "expected an integer, got the quoted string " + quote(s) + " (remove the quotes)");
+      return false;
+    }
+    std::string_view digits = s;
+    bool negative = false;
+    if (!digits.empty() && (digits.front() == '+' || digits.front() == '-')) {
+      negative = digits.front() == '-';
+      digits.remove_prefix(1);
+    }
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(),
+                                                     [](char c) { return c >= '0' && c <= '9'; });
+    if (!all_digits) {
+      bad(path, e.pos, "expected an integer, got " + quote(s));
+      return false;
+    }
+    if (negative || ec != std::errc() || end != digits.data() + digits.size() || v < min || v > max) {
+      bad(path, e.pos, rangeReason(min, max, s));
+      return false;
+    }
+    *out = static_cast<uint32_t>(v);
+    return true;
+  }
+
+  bool readBool(const Entry& e, const std::string& path, bool* out) {
+    if (!scalar(e, path, "true or false")) return false;
+    const std::string& s = e.value.Scalar();
+    if (e.value.Tag() != "!") {
+      if (s == "true" || s == "True" || s == "TRUE") return *out = true, true;
+      if (s == "false" || s == "False" || s == "FALSE") return *out = false, true;
+    }
+    bad(path, e.pos, "expected true or false, got " + quote(s));
+    return false;
+  }
+
+  ErrorList& errors_;
+  FieldIndex& index_;
+};
+
+// Admissible guarantee total of a link: floor(capacity * (1 - headroom/100)).
+bool admits(uint64_t capacity, double headroom_percent, unsigned __int128 total) {
+  if (headroom_percent == std::floor(headroom_percent)) {
+    auto h = static_cast<unsigned __int128>(headroom_percent);
+    return total * 100 <= static_cast<unsigned __int128>(capacity) * (100 - h);
+  }
+  long double allowed = static_cast<long double>(capacity) * (100.0L - headroom_percent) / 100.0L;
+  return static_cast<long double>(total) <= allowed * (1 + 1e-15L);
+}
+
+uint64_t admissible(uint64_t capacity, double headroom_percent) {
+  long double allowed = static_cast<long double>(capacity) * (100.0L - headroom_percent) / 100.0L;
+  return static_cast<uint64_t>(std::floor(allowed + 1e-6L));
+}
+
+std::string percentText(double p) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, p);
+  return std::string(buf, ec == std::errc() ? end : buf) + "%";
+}
+
+// The semantic rules. Fields in index.invalid failed to parse and are skipped.
+void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& errors) {
+  auto err = [&](const std::string& path, std::string reason) {
+    errors.add(index.find(path), path, std::move(reason));
+  };
+  auto at = [](std::string_view list, size_t i, std::string_view f = {}) {
+    std::string s = std::string(list) + "[" + std::to_string(i) + "]";
+    if (!f.empty()) s += "." + std::string(f);
+    return s;
+  };
+  auto where = [&](std::string_view list, size_t i) {
+    std::string s = at(list, i);
+    Pos ps = index.find(s);
+    if (ps.line > 0) s += ", line " + std::to_string(ps.line);
+    return s;
+  };
+
+  std::map<std::string, size_t, std::less<>> links;
+  bool all_link_names_known = true;  // else "unknown link" could be a consequence, not a cause
+  for (size_t i = 0; i < p.links.size(); ++i) {
+    if (!index.usable(at("links", i, "name"))) all_link_names_known = false;
+    const LinkSpec& l = p.links[i];
+    if (index.usable(at("links", i, "name"))) {
+      if (!isDns1123Label(l.name)) {
+        err(at("links", i, "name"), quote(l.name) + " is not a DNS-1123 label");
+      } else if (auto [it, fresh] = links.emplace(l.name, i); !fresh) {
+        err(at("links", i, "name"), "duplicate link name " + quote(l.name) + " (also " +
+                                        where("links", it->second) + ")");
+      }
+    }
+    if (index.usable(at("links", i, "capacity")) && l.capacity_bytes_per_second == 0) {
+      err(at("links", i, "capacity"), "must be greater than 0");
+    }
+    if (index.usable(at("links", i, "headroom")) &&
+        !(l.headroom_percent >= 0 && l.headroom_percent < 100)) {
+      err(at("links", i, "headroom"), "must be at least 0% and less than 100%, got " +
+                                          percentText(l.headroom_percent));
+    }
+  }
+
+  struct ClassUse {
+    size_t first = SIZE_MAX;           // first tenant using the value
+    size_t first_exclusive = SIZE_MAX;  // first tenant using it without shareClass
+  };
+  std::map<uint32_t, ClassUse> sl_use, dscp_use;
+  std::map<int32_t, size_t> tc_owner;
+  std::map<std::string, size_t, std::less<>> names;
+  std::map<std::string, unsigned __int128, std::less<>> guarantee_sum;
+  std::set<std::string, std::less<>> over_admitted;
+
+  auto checkShared = [&](std::map<uint32_t, ClassUse>& use, uint32_t value, size_t j,
+                         std::string_view field, std::string_view what) {
+    const TenantSpec& t = p.tenants[j];
+    const std::string path = at("tenants", j, field);
+    const bool share_ok = index.usable(at("tenants", j, "shareClass"));
+    ClassUse& u = use[value];
+    size_t other = SIZE_MAX;
+    if (u.first != SIZE_MAX) other = (t.share_class && share_ok) ? u.first_exclusive : u.first;
+    if (other != SIZE_MAX) {
+      err(path, std::string(what) + " " + std::to_string(value) + " is also used by tenant " +
+                    quote(p.tenants[other].name) + " (" + where("tenants", other) +
+                    "); tenants may share it only if both set shareClass: true");
+    }
+    if (u.first == SIZE_MAX) u.first = j;
+    if (u.first_exclusive == SIZE_MAX && !(t.share_class && share_ok)) u.first_exclusive = j;
+  };
+
+  for (size_t j = 0; j < p.tenants.size(); ++j) {
+    const TenantSpec& t = p.tenants[j];
+    auto f = [&](std::string_view field) { return at("tenants", j, field); };
+    if (index.usable(f("name"))) {
+      if (!isDns1123Label(t.name)) {
+        err(f("name"), quote(t.name) + " is not a DNS-1123 label");
+      } else if (auto [it, fresh] = names.emplace(t.name, j); !fresh) {
+        err(f("name"), "duplicate tenant name " + quote(t.name) + " (also " +
+                           where("tenants", it->second) + ")");
+      }
+    }
+    const LinkSpec* link = nullptr;
+    if (index.usable(f("link"))) {
+      auto it = links.find(t.link);
+      if (it == links.end() && all_link_names_known) {
+        std::string known;
+        for (const auto& [name, i] : links) known += (known.empty() ? "" : ", ") + name;
+        err(f("link"), "unknown link " + quote(t.link) +
+                           (known.empty() ? " (no links are defined)" : " (defined: " + known + ")"));
+      } else if (it != links.end()) {
+        link = &p.links[it->second];
+        if (!index.usable(at("links", it->second, "capacity")) ||
+            !index.usable(at("links", it->second, "headroom")) || link->capacity_bytes_per_second == 0 ||
+            !(link->headroom_percent >= 0 && link->headroom_percent < 100)) {
+          link = nullptr;  // its numbers are wrong (reported there): skip the checks that need them
+        }
+      }
+    }
+    const bool g_ok = index.usable(f("guarantee"));
+    const bool l_ok = index.usable(f("limit"));
+    if (l_ok && t.limit_bytes_per_second == 0) err(f("limit"), "must be greater than 0");
+    if (g_ok && l_ok && t.limit_bytes_per_second < t.guarantee_bytes_per_second) {
+      err(f("limit"), "must be >= guarantee (limit " + formatRate(t.limit_bytes_per_second) +
+                          " < guarantee " + formatRate(t.guarantee_bytes_per_second) + ")");
+    }
+    if (link != nullptr && l_ok && t.limit_bytes_per_second > link->capacity_bytes_per_second) {
+      err(f("limit"), formatRate(t.limit_bytes_per_second) + " exceeds the capacity of link " +
+                          quote(link->name) + " (" + formatRate(link->capacity_bytes_per_second) + ")");
+    }
+    if (link != nullptr && g_ok && !over_admitted.count(link->name)) {
+      unsigned __int128& sum = guarantee_sum[link->name];
+      sum += t.guarantee_bytes_per_second;
+      if (!admits(link->capacity_bytes_per_second, link->headroom_percent, sum)) {
+        over_admitted.insert(link->name);
+        unsigned __int128 total = 0;
+        for (const TenantSpec& o : p.tenants) {
+          if (o.link == link->name) total += o.guarantee_bytes_per_second;
+        }
+        std::string total_text = total > std::numeric_limits<uint64_t>::max()
+                                     ? std::string("more than 2^64 B/s")
+                                     : formatRate(static_cast<uint64_t>(total));
+        err(f("guarantee"),
+            "admission: guarantees on link " + quote(link->name) + " add up to " + total_text +
+                ", more than the " +
+                formatRate(admissible(link->capacity_bytes_per_second, link->headroom_percent)) +
+                " it admits (capacity " + formatRate(link->capacity_bytes_per_second) + " minus " +
+                percentText(link->headroom_percent) + " headroom); the sum first exceeds it here");
+      }
+    }
+    if (index.usable(f("weight")) && (t.weight < 1 || t.weight > kMaxWeight)) {
+      err(f("weight"), rangeReason(1, kMaxWeight, std::to_string(t.weight)));
+    }
+    if (index.usable(f("serviceLevel"))) {
+      if (t.service_level > kMaxServiceLevel) {
+        err(f("serviceLevel"), rangeReason(0, kMaxServiceLevel, std::to_string(t.service_level)));
+      } else {
+        checkShared(sl_use, t.service_level, j, "serviceLevel", "serviceLevel");
+      }
+    }
+    if (index.usable(f("dscp"))) {
+      if (t.dscp > kMaxDscp) {
+        err(f("dscp"), rangeReason(0, kMaxDscp, std::to_string(t.dscp)));
+      } else {
+        checkShared(dscp_use, t.dscp, j, "dscp", "dscp");
+      }
+    }
+    if (index.usable(f("trafficClasses"))) {
+      if (t.traffic_classes.size() > kMaxTrafficClasses) {
+        err(f("trafficClasses"), "too many items: " + std::to_string(t.traffic_classes.size()) +
+                                     " (at most " + std::to_string(kMaxTrafficClasses) + ")");
+      }
+      for (size_t k = 0; k < t.traffic_classes.size(); ++k) {
+        const std::string path = f("trafficClasses") + "[" + std::to_string(k) + "]";
+        if (!index.usable(path)) continue;
+        int32_t tc = t.traffic_classes[k];
+        if (tc < 0) {
+          err(path, rangeReason(0, std::numeric_limits<int32_t>::max(), std::to_string(tc)));
+          continue;
+        }
+        auto [it, fresh] = tc_owner.emplace(tc, j);
+        if (!fresh) {
+          err(path, it->second == j
+                        ? "trafficClass " + std::to_string(tc) + " is listed twice"
+                        : "trafficClass " + std::to_string(tc) + " already maps to tenant " +
+                              quote(p.tenants[it->second].name) + " (" +
+                              where("tenants", it->second) + "); a value must mean one tenant");
+        }
+      }
+    }
+  }
+}
+
+// Marks the trafficClasses entries that failed to parse (stored as -1 placeholders) invalid.
+void markUnparsedTrafficClasses(const PolicySpec& p, FieldIndex& index) {
+  for (size_t j = 0; j < p.tenants.size(); ++j) {
+    for (size_t k = 0; k < p.tenants[j].traffic_classes.size(); ++k) {
+      if (p.tenants[j].traffic_classes[k] < 0) {
+        index.invalid.insert("tenants[" + std::to_string(j) + "].trafficClasses[" +
+                             std::to_string(k) + "]");
+      }
+    }
+  }
+}
+
+std::string yamlExceptionReason(const YAML::Exception& e) {
+  if (dynamic_cast<const YAML::DeepRecursion*>(&e) != nullptr) {
+    return "syntax error: nesting is too deep";
+  }
+  return "syntax error: " + (e.msg.empty() ? std::string(e.what()) : e.msg);
+}
+
+}  // namespace
+
+std::string PolicyError::toString() const {
+  std::string s = file;
+  if (line > 0) s += ":" + std::to_string(line) + ":" + std::to_string(column);
+  s += ": ";
+  if (!field.empty()) s += field + ": ";
+  return s + reason;
+}
+
+Status errorsToStatus(const std::vector<PolicyError>& errors) {
+  if (errors.empty()) return okStatus();
+  std::string m = std::to_string(errors.size()) + (errors.size() == 1 ? " error" : " errors") +
+                  " in policy:";
+  for (const PolicyError& e : errors) m += "\n" + e.toString();
+  return invalidArgument(std::move(m));
+}
+
+Status ParsedPolicy::status() const { return errorsToStatus(errors); }
+
+ParsedPolicy parsePolicyYaml(std::string_view text, std::string_view source_name) {
+  ParsedPolicy out;
+  ErrorList errors(source_name);
+  if (text.size() > kMaxPolicyBytes) {
+    errors.add({1, 1}, "(file)",
+               "policy is " + std::to_string(text.size()) + " bytes, more than the limit of " +
+                   std::to_string(kMaxPolicyBytes) + " bytes (4 MiB)");
+    out.errors = errors.take();
+    return out;
+  }
+  FieldIndex index;
+  // yaml-cpp reports errors by exception; nothing escapes this block.
+  try {
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    if (docs.size() > 1) {
+      errors.add(posOf(docs[1].Mark()), "(yaml)",
+                 "the file holds " + std::to_string(docs.size()) +
+                     " YAML documents; a policy is exactly one");
+    } else if (docs.empty() || docs[0].IsNull()) {
+      errors.add({1, 1}, "(document)", "the policy is empty");
+    } else {
+      YamlReader reader(errors, index);
+      reader.readRoot(docs[0], &out.policy);
+    }
+  } catch (const YAML::Exception& e) {
+    errors.add(posOf(e.mark).line > 0 ? posOf(e.mark) : Pos{1, 1}, "(yaml)", yamlExceptionReason(e));
+  } catch (const std::exception& e) {
+    errors.add({1, 1}, "(yaml)", std::string("cannot parse: ") + e.what());
+  }
+  // Semantic rules run even after structural errors, so one pass reports everything; fields
+  // that failed to parse are skipped by them.
+  markUnparsedTrafficClasses(out.policy, index);
+  validateSpec(out.policy, index, errors);
+  out.errors = errors.take();
+  if (!out.ok()) out.policy = PolicySpec{};
+  return out;
+}
+
+ParsedPolicy loadPolicyFile(const std::string& path) {
+  auto text = readFile(path, kMaxPolicyBytes);
+  if (!text.ok()) {
+    ParsedPolicy out;
+    out.errors.push_back({path, 1, 1, "(file)", text.status().message()});
+    return out;
+  }
+  return parsePolicyYaml(*text, path);
+}
+
+std::vector<PolicyError> validatePolicy(const PolicySpec& policy, std::string_view source_name) {
+  ErrorList errors(source_name);
+  FieldIndex index;
+  if (policy.links.size() > kMaxLinks) {
+    errors.add({}, "links", "too many items: " + std::to_string(policy.links.size()));
+  }
+  if (policy.tenants.size() > kMaxTenants) {
+    errors.add({}, "tenants", "too many items: " + std::to_string(policy.tenants.size()));
+  }
+  validateSpec(policy, index, errors);
+  return errors.take();
+}
+
+std::string exactRateText(uint64_t bytes_per_second) {
+  std::string text = formatRate(bytes_per_second);
+  auto back = parseRate(text);
+  if (back.ok() && *back == bytes_per_second) return text;
+  return std::to_string(bytes_per_second) + "B/s";
+}
+
+std::string toYaml(const PolicySpec& policy, std::string_view header_comment) {
+  std::string y;
+  size_t start = 0;
+  while (start < header_comment.size()) {
+    size_t nl = header_comment.find('\n', start);
+    if (nl == std::string_view::npos) nl = header_comment.size();
+    y += "# " + std::string(header_comment.substr(start, nl - start)) + "\n";
+    start = nl + 1;
+  }
+  y += "apiVersion: " + std::string(kApiVersion) + "\n";
+  y += "kind: " + std::string(kKind) + "\n";
+  // Names are DNS-1123 labels (validated), so they never need quoting.
+  y += policy.links.empty() ? "links: []\n" : "links:\n";
+  for (const LinkSpec& l : policy.links) {
+    y += "  - name: " + l.name + "\n";
+    y += "    capacity: " + exactRateText(l.capacity_bytes_per_second) + "\n";
+    y += "    headroom: " + percentText(l.headroom_percent) + "\n";
+  }
+  y += policy.tenants.empty() ? "tenants: []\n" : "tenants:\n";
+  for (const TenantSpec& t : policy.tenants) {
+    y += "  - name: " + t.name + "\n";
+    y += "    link: " + t.link + "\n";
+    y += "    guarantee: " + exactRateText(t.guarantee_bytes_per_second) + "\n";
+    y += "    limit: " + exactRateText(t.limit_bytes_per_second) + "\n";
+    y += "    weight: " + std::to_string(t.weight) + "\n";
+    y += "    serviceLevel: " + std::to_string(t.service_level) + "\n";
+    y += "    dscp: " + std::to_string(t.dscp) + "\n";
+    if (!t.traffic_classes.empty()) {
+      y += "    trafficClasses: [";
+      for (size_t i = 0; i < t.traffic_classes.size(); ++i) {
+        y += (i ? ", " : "") + std::to_string(t.traffic_classes[i]);
+      }
+      y += "]\n";
+    }
+    if (t.share_class) y += "    shareClass: true\n";
+  }
+  return y;
+}
+
+}  // namespace tq::policy

@@ -1,0 +1,211 @@
+#include "policy/policyd.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+#include <signal.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <iostream>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "policy/grpc_service.h"
+#include "policy/metrics.h"
+#include "policy/service.h"
+
+namespace tq::policy {
+namespace {
+
+// "HOST:PORT" -> host part ("[::1]:7400" -> "[::1]").
+std::string hostOf(const std::string& listen) {
+  size_t colon = listen.rfind(':');
+  return colon == std::string::npos ? listen : listen.substr(0, colon);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, Clock& clock) {
+  std::unique_ptr<Policyd> d(new Policyd());
+  d->options_ = options;
+  d->metrics_ = std::make_unique<PolicydMetrics>();
+
+  TQ_ASSIGN_OR_RETURN(d->store_, openFileStore(options.data_dir, options.store));
+  d->core_ = std::make_unique<PolicyCore>(*d->store_, clock, d->metrics_.get());
+  d->service_ = std::make_unique<PolicyGrpcService>(*d->core_, d->metrics_.get());
+
+  if (!options.metrics_listen.empty()) {
+    // prometheus-cpp (civetweb) throws when it cannot bind: convert at this boundary.
+    try {
+      d->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_listen);
+      d->exposer_->RegisterCollectable(d->metrics_->registry());
+      auto ports = d->exposer_->GetListeningPorts();
+      d->metrics_port_ = ports.empty() ? 0 : ports.front();
+    } catch (const std::exception& e) {
+      return unavailable("cannot serve metrics on " + options.metrics_listen + ": " + e.what());
+    }
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &d->port_);
+  builder.RegisterService(d->service_.get());
+  builder.SetMaxReceiveMessageSize(options.max_request_bytes);
+  // gRPC sets SO_REUSEPORT by default, which would let a second policyd bind the same port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Find dead watchers (agents that vanished) within about a minute; accept agents' pings.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  d->server_ = builder.BuildAndStart();
+  if (!d->server_ || d->port_ == 0) {
+    d->server_.reset();
+    return unavailable("cannot listen on " + options.listen +
+                       " (address in use, not a local address, or malformed HOST:PORT)");
+  }
+  d->address_ = hostOf(options.listen) + ":" + std::to_string(d->port_);
+  if (!options.port_file.empty()) {
+    Status st = writeFileAtomic(options.port_file, std::to_string(d->port_) + "\n");
+    if (!st.ok()) {
+      d->shutdown();
+      return st.withContext("write --port-file");
+    }
+  }
+  auto latest = d->core_->latest();
+  TQ_LOG(kInfo, "tenantqos-policyd listening on %s (data dir %s, policy version %" PRIu64 ")",
+         d->address_.c_str(), options.data_dir.c_str(), latest ? latest->version : 0);
+  if (d->exposer_) {
+    TQ_LOG(kInfo, "metrics on http://%s:%d/metrics", hostOf(options.metrics_listen).c_str(),
+           d->metrics_port_);
+  }
+  return d;
+}
+
+size_t Policyd::watcherCount() const { return service_ ? service_->watcherCount() : 0; }
+
+void Policyd::shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_) {
+    if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+    service_->closeWatchers("tenantqos-policyd is shutting down");
+    server_->Shutdown(std::chrono::system_clock::now() + options_.shutdown_grace);
+    server_->Wait();
+    server_.reset();
+  }
+  exposer_.reset();
+}
+
+Policyd::~Policyd() { shutdown(); }
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kUsage =
+    R"(Usage: tenantqos-policyd [flags]
+
+The tenantqos policy service: stores versioned tenant policies durably and streams them to
+node agents (gRPC tenantqos.v1.PolicyService, plus grpc.health.v1 and server reflection).
+
+Flags:
+  --listen HOST:PORT     gRPC address (default 127.0.0.1:7400; port 0 picks a free port;
+                         use 0.0.0.0:7400 to serve agents on other nodes)
+  --data-dir DIR         where policy versions are stored (default /var/lib/tenantqos/policyd)
+  --port-file FILE       write the bound gRPC port to FILE (atomically) once listening
+  --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics (default: off)
+  --log-level LEVEL      error, warn, info (default), debug or trace
+  -h, --help             show this help
+
+The bound address is logged as "listening on HOST:PORT". SIGTERM or SIGINT shut down cleanly
+(watch streams end with UNAVAILABLE, in-flight calls finish) and the exit code is 0.
+Exit codes: 0 clean shutdown, 1 startup failed, 2 usage error.
+)";
+
+struct FlagParser {
+  int argc;
+  char** argv;
+  int i = 1;
+  std::string error;
+
+  // Matches "--name value" or "--name=value" at argv[i]; advances past it.
+  bool take(const char* name, std::string* value) {
+    std::string a = argv[i];
+    std::string n = name;
+    if (a == n) {
+      if (i + 1 >= argc) {
+        error = n + " needs a value";
+        return true;
+      }
+      *value = argv[i + 1];
+      i += 2;
+      return true;
+    }
+    if (a.rfind(n + "=", 0) == 0) {
+      *value = a.substr(n.size() + 1);
+      ++i;
+      return true;
+    }
+    return false;
+  }
+};
+
+}  // namespace
+
+int policydMain(int argc, char** argv) {
+  PolicydOptions opt;
+  std::string level = "info";
+  FlagParser p{argc, argv};
+  while (p.i < argc && p.error.empty()) {
+    std::string a = argv[p.i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (p.take("--listen", &opt.listen) || p.take("--data-dir", &opt.data_dir) ||
+        p.take("--port-file", &opt.port_file) || p.take("--metrics", &opt.metrics_listen) ||
+        p.take("--log-level", &level)) {
+      continue;
+    }
+    p.error = "unknown argument \"" + a + "\"";
+  }
+  if (p.error.empty() && opt.listen.find(':') == std::string::npos) {
+    p.error = "--listen wants HOST:PORT, got \"" + opt.listen + "\"";
+  }
+  auto lvl = parseLogLevel(level);
+  if (p.error.empty() && !lvl.ok()) p.error = lvl.status().message();
+  if (!p.error.empty()) {
+    std::cerr << "tenantqos-policyd: " << p.error << "\n(see tenantqos-policyd --help)\n";
+    return 2;
+  }
+  setLogLevel(*lvl);
+
+  // Block the shutdown signals before any thread exists, so every gRPC thread inherits the
+  // mask and this thread alone receives them through sigwait.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto d = Policyd::start(opt);
+  if (!d.ok()) {
+    TQ_LOG(kError, "tenantqos-policyd cannot start: %s", d.status().message().c_str());
+    return 1;
+  }
+  int sig = 0;
+  while (sigwait(&sigs, &sig) != 0) {
+  }
+  TQ_LOG(kInfo, "received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*d)->shutdown();
+  TQ_LOG(kInfo, "tenantqos-policyd stopped");
+  return 0;
+}
+
+}  // namespace tq::policy

@@ -1,0 +1,133 @@
+#include "policy/store.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "common/file_util.h"
+#include "policy/wire.h"
+
+namespace tq::policy {
+namespace {
+
+constexpr char kMagic[8] = {'T', 'Q', 'P', 'O', 'L', 'R', 'E', 'C'};
+constexpr uint32_t kFormat = 1;
+constexpr size_t kHeaderBytes = 28;
+constexpr size_t kTrailerBytes = 4;
+
+template <typename T>
+void putLe(std::string& out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+T getLe(std::string_view in, size_t off) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    v |= static_cast<T>(static_cast<unsigned char>(in[off + i])) << (8 * i);
+  }
+  return v;
+}
+
+class MemoryStore final : public PolicyStore {
+ public:
+  Result<PolicyRecord> append(PolicyRecord record) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (record.version != next_) {
+      return failedPrecondition("append version " + std::to_string(record.version) +
+                                ": the store expects version " + std::to_string(next_));
+    }
+    // Same checksum as a durable backend would report: the CRC trailer of the encoding.
+    std::string bytes = encodeRecord(record);
+    record.checksum = getLe<uint32_t>(bytes, bytes.size() - kTrailerBytes);
+    records_[record.version] = record;
+    ++next_;
+    return record;
+  }
+  std::optional<PolicyRecord> latest() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (records_.empty()) return std::nullopt;
+    return records_.rbegin()->second;
+  }
+  Result<PolicyRecord> get(uint64_t version) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = records_.find(version);
+    if (it == records_.end()) return notFound("policy version " + std::to_string(version) + " does not exist");
+    return it->second;
+  }
+  std::vector<VersionSummary> list() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<VersionSummary> out;
+    for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
+      const PolicyRecord& r = it->second;
+      out.push_back({r.version, r.applied_at_unix_ms, r.applied_by,
+                     static_cast<uint32_t>(r.policy.tenants.size()), r.rollback_of, r.checksum, true, ""});
+    }
+    return out;
+  }
+  uint64_t nextVersion() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_;
+  }
+  uint64_t corruptRecords() const override { return 0; }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint64_t, PolicyRecord> records_;
+  uint64_t next_ = 1;
+};
+
+}  // namespace
+
+std::string encodeRecord(const PolicyRecord& record) {
+  tenantqos::v1::PolicySnapshot snap = toSnapshot(record);
+  snap.clear_checksum();
+  std::string payload;
+  snap.SerializeToString(&payload);
+  std::string out;
+  out.reserve(kHeaderBytes + payload.size() + kTrailerBytes);
+  out.append(kMagic, sizeof kMagic);
+  putLe<uint32_t>(out, kFormat);
+  putLe<uint64_t>(out, record.version);
+  putLe<uint64_t>(out, payload.size());
+  out += payload;
+  putLe<uint32_t>(out, crc32c(out));
+  return out;
+}
+
+Result<PolicyRecord> decodeRecord(std::string_view bytes) {
+  if (bytes.size() < kHeaderBytes + kTrailerBytes) {
+    return dataLoss("record is truncated (" + std::to_string(bytes.size()) + " bytes)");
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return dataLoss("bad magic");
+  uint32_t format = getLe<uint32_t>(bytes, 8);
+  if (format != kFormat) return dataLoss("unknown record format " + std::to_string(format));
+  uint64_t version = getLe<uint64_t>(bytes, 12);
+  uint64_t length = getLe<uint64_t>(bytes, 20);
+  if (length != bytes.size() - kHeaderBytes - kTrailerBytes) {
+    return dataLoss("payload length " + std::to_string(length) + " does not match the record size " +
+                    std::to_string(bytes.size()));
+  }
+  uint32_t stored = getLe<uint32_t>(bytes, bytes.size() - kTrailerBytes);
+  uint32_t actual = crc32c(bytes.substr(0, bytes.size() - kTrailerBytes));
+  if (stored != actual) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "checksum mismatch (stored %08x, computed %08x)", stored, actual);
+    return dataLoss(buf);
+  }
+  tenantqos::v1::PolicySnapshot snap;
+  if (!snap.ParseFromArray(bytes.data() + kHeaderBytes, static_cast<int>(length))) {
+    return dataLoss("payload is not a valid tenantqos.v1.PolicySnapshot");
+  }
+  if (snap.version() != version) {
+    return dataLoss("payload version " + std::to_string(snap.version()) +
+                    " differs from the header's " + std::to_string(version));
+  }
+  PolicyRecord r = fromSnapshot(snap);
+  r.checksum = stored;
+  return r;
+}
+
+std::unique_ptr<PolicyStore> makeMemoryStore() { return std::make_unique<MemoryStore>(); }
+
+}  // namespace tq::policy

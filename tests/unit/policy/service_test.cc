@@ -1,0 +1,267 @@
+#include "policy/service.h"
+
+#include <stdlib.h>
+
+#include <atomic>
+
+#include <gtest/gtest.h>
+
+#include "policy/file_store.h"
+
+namespace tq::policy {
+namespace {
+
+const char* const kPolicy = R"(apiVersion: tenantqos/v1
+kind: TenantPolicy
+links:
+  - name: fabric
+    capacity: 100Gbps
+    headroom: 5%
+tenants:
+  - name: tenant-a
+    link: fabric
+    guarantee: 40Gbps
+    limit: 60Gbps
+    weight: 2
+    serviceLevel: 1
+    dscp: 26
+    trafficClasses: [1]
+  - name: tenant-b
+    link: fabric
+    guarantee: 20Gbps
+    limit: 40Gbps
+    serviceLevel: 2
+    dscp: 18
+    trafficClasses: [2]
+)";
+
+// kPolicy with tenant-a's limit set to `limit` (a distinct valid policy per value).
+std::string policyWithLimit(const std::string& limit) {
+  std::string s = kPolicy;
+  s.replace(s.find("limit: 60Gbps"), 13, "limit: " + limit);
+  return s;
+}
+
+ApplyRequest req(std::string yaml) {
+  ApplyRequest r;
+  r.yaml = std::move(yaml);
+  r.source_name = "p.yaml";
+  r.applied_by = "alice@host";
+  return r;
+}
+
+class CoreTest : public ::testing::Test {
+ protected:
+  CoreTest() : store_(makeMemoryStore()), core_(*store_, clock_, &metrics_) {
+    core_.setPublisher([this](const std::shared_ptr<const PolicyRecord>& r) { published_.push_back(r->version); });
+  }
+  FakeClock clock_{1'700'000'000'000'000'000};
+  PolicydMetrics metrics_;
+  std::unique_ptr<PolicyStore> store_;
+  PolicyCore core_;
+  std::vector<uint64_t> published_;
+};
+
+TEST_F(CoreTest, ApplyGetAndPublish) {
+  EXPECT_EQ(core_.get(0).status().code(), StatusCode::kNotFound);
+  auto r = core_.apply(req(kPolicy));
+  ASSERT_TRUE(r.ok()) << r.status().toString();
+  EXPECT_EQ(r->version, 1u);
+  EXPECT_TRUE(r->changed);
+  EXPECT_FALSE(r->dry_run);
+  ASSERT_EQ(r->diff.tenants.size(), 2u);
+  EXPECT_EQ(r->diff.tenants[0].kind, ChangeKind::kAdded);
+  auto got = core_.get(0);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->version, 1u);
+  EXPECT_EQ(got->source_yaml, kPolicy);
+  EXPECT_EQ(got->applied_by, "alice@host");
+  EXPECT_EQ(got->applied_at_unix_ms, 1'700'000'000'000);
+  EXPECT_EQ(got->policy.tenants[1].weight, 1u);  // default
+  EXPECT_EQ(published_, std::vector<uint64_t>{1});
+  EXPECT_EQ(core_.get(1)->version, 1u);
+}
+
+TEST_F(CoreTest, IdenticalPolicyStoresNothing) {
+  ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
+  // Same content with other comments, formatting and order: still identical.
+  std::string reformatted = std::string("# a comment\n") + kPolicy;
+  auto r = core_.apply(req(reformatted));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->changed);
+  EXPECT_EQ(r->version, 1u);
+  EXPECT_FALSE(r->diff.hasChanges());
+  EXPECT_EQ(store_->list().size(), 1u);
+  EXPECT_EQ(published_.size(), 1u);
+  EXPECT_EQ(core_.get(0)->source_yaml, kPolicy);  // the stored source is untouched
+}
+
+TEST_F(CoreTest, DryRunStoresNothing) {
+  ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
+  ApplyRequest a = req(policyWithLimit("70Gbps"));
+  a.dry_run = true;
+  auto r = core_.apply(a);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->dry_run);
+  EXPECT_TRUE(r->changed);
+  EXPECT_EQ(r->version, 2u);  // what it would get
+  EXPECT_EQ(r->diff.tenants[0].details, std::vector<std::string>{"limit: 60Gbps -> 70Gbps"});
+  EXPECT_EQ(core_.get(0)->version, 1u);
+  EXPECT_EQ(store_->list().size(), 1u);
+  EXPECT_EQ(published_.size(), 1u);
+}
+
+TEST_F(CoreTest, ExpectedVersion) {
+  ApplyRequest first = req(kPolicy);
+  first.expected_version = 0;  // "only if nothing was applied yet"
+  ASSERT_TRUE(core_.apply(first).ok());
+  ApplyRequest stale = req(policyWithLimit("70Gbps"));
+  stale.expected_version = 0;
+  auto r = core_.apply(stale);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("expected_version 0 is stale: the latest version is 1"), std::string::npos);
+  EXPECT_EQ(core_.get(0)->version, 1u);
+  stale.expected_version = 1;
+  auto ok = core_.apply(stale);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->version, 2u);
+}
+
+TEST_F(CoreTest, InvalidPolicyChangesNothingAndListsEveryError) {
+  ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
+  std::string bad = policyWithLimit("30Gbps");
+  bad.replace(bad.find("dscp: 18"), 8, "dscp: 99");
+  auto r = core_.apply(req(bad));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("2 errors in policy:"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("p.yaml:11:12: tenants[0].limit:"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("p.yaml:21:11: tenants[1].dscp:"), std::string::npos) << r.status().message();
+  EXPECT_EQ(core_.get(0)->version, 1u);
+  EXPECT_EQ(core_.get(0)->source_yaml, kPolicy);
+  EXPECT_EQ(published_.size(), 1u);
+}
+
+TEST_F(CoreTest, Rollback) {
+  ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
+  ASSERT_TRUE(core_.apply(req(policyWithLimit("70Gbps"))).ok());
+  auto r = core_.rollback(1, std::nullopt, "bob@host");
+  ASSERT_TRUE(r.ok()) << r.status().toString();
+  EXPECT_EQ(r->version, 3u);
+  EXPECT_TRUE(r->changed);
+  EXPECT_EQ(r->diff.tenants[0].details, std::vector<std::string>{"limit: 70Gbps -> 60Gbps"});
+  auto latest = core_.get(0);
+  EXPECT_EQ(latest->rollback_of, 1u);
+  EXPECT_EQ(latest->policy, core_.get(1)->policy);
+  EXPECT_EQ(latest->applied_by, "bob@host");
+  EXPECT_EQ(published_, (std::vector<uint64_t>{1, 2, 3}));
+  // Rolling back to what is already the content: no new version.
+  auto same = core_.rollback(1, std::nullopt, "bob@host");
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->changed);
+  EXPECT_EQ(same->version, 3u);
+  EXPECT_EQ(core_.rollback(9, std::nullopt, "x").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(core_.rollback(0, std::nullopt, "x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.rollback(2, 1, "x").status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoreTest, VersionsArePublishedInOrder) {
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(core_.apply(req(policyWithLimit(std::to_string(41 + i) + "Gbps"))).ok());
+  }
+  ASSERT_EQ(published_.size(), 20u);
+  for (size_t i = 0; i < published_.size(); ++i) EXPECT_EQ(published_[i], i + 1);
+  auto list = core_.list();
+  ASSERT_EQ(list.size(), 20u);
+  EXPECT_EQ(list.front().version, 20u);
+  EXPECT_EQ(list.back().version, 1u);
+}
+
+TEST_F(CoreTest, Usage) {
+  ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
+  NodeUsageReport n1{"node1", 1, 123, {}, {}};
+  n1.tenants.push_back({"tenant-a", 100, 10, 5'000'000'000, 5'000'000'000, 5'000'000'000, 7'500'000'000, 0.5, 2});
+  NodeUsageReport n2{"node2", 1, 124, {}, {"tc: something failed"}};
+  n2.tenants.push_back({"tenant-a", 50, 5, 1'000'000'000, 2'000'000'000, 5'000'000'000, 7'500'000'000, 0.25, 1});
+  n2.tenants.push_back({"tenant-b", 7, 7, 7, 7, 7, 7, 0, 1});
+  ASSERT_TRUE(core_.reportUsage(n1).ok());
+  ASSERT_TRUE(core_.reportUsage(n2).ok());
+  ClusterUsage u = core_.usage();
+  ASSERT_EQ(u.nodes.size(), 2u);
+  EXPECT_EQ(u.latest_version, 1u);
+  EXPECT_EQ(u.nodes[0].received_unix_ms, 1'700'000'000'000);
+  ASSERT_EQ(u.totals.size(), 2u);
+  EXPECT_EQ(u.totals[0].tenant, "tenant-a");
+  EXPECT_EQ(u.totals[0].transmit_bytes_total, 150u);
+  EXPECT_EQ(u.totals[0].transmit_rate_bytes_per_second, 6'000'000'000u);
+  EXPECT_DOUBLE_EQ(u.totals[0].throttled_seconds_total, 0.75);
+  EXPECT_EQ(u.totals[0].processes, 3u);
+  // A newer report replaces the node's previous one.
+  n1.tenants.clear();
+  ASSERT_TRUE(core_.reportUsage(n1).ok());
+  u = core_.usage();
+  EXPECT_EQ(u.totals[0].transmit_bytes_total, 50u);
+  EXPECT_EQ(core_.reportUsage(NodeUsageReport{}).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(metrics_.serialize().find("tenantqos_policyd_usage_nodes 2"), std::string::npos);
+}
+
+TEST_F(CoreTest, Metrics) {
+  ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
+  ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
+  ASSERT_FALSE(core_.apply(req("nope: 1")).ok());
+  std::string m = metrics_.serialize();
+  EXPECT_NE(m.find("tenantqos_policyd_policy_version 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"applied\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"unchanged\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"invalid\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("tenantqos_policyd_store_corrupt_records 0"), std::string::npos) << m;
+}
+
+std::atomic<bool> g_fail{false};
+Status failHook(const std::string&, const std::string&) {
+  return g_fail ? internalError("injected crash between write and rename") : okStatus();
+}
+
+TEST(CoreWithFileStore, StoreFailureLeavesTheServiceUnchanged) {
+  char tmpl[] = "/tmp/tqpol-core-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  {
+    FileStoreOptions o;
+    o.before_rename = &failHook;
+    auto store = openFileStore(dir, o);
+    ASSERT_TRUE(store.ok());
+    FakeClock clock;
+    PolicyCore core(**store, clock);
+    std::vector<uint64_t> published;
+    core.setPublisher([&](const std::shared_ptr<const PolicyRecord>& r) { published.push_back(r->version); });
+    ASSERT_TRUE(core.apply(req(kPolicy)).ok());
+    g_fail = true;
+    auto r = core.apply(req(policyWithLimit("70Gbps")));
+    g_fail = false;
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInternal);  // the server's fault, not the client's
+    EXPECT_NE(r.status().message().find("injected crash"), std::string::npos);
+    EXPECT_EQ(core.get(0)->version, 1u);
+    EXPECT_EQ(core.get(0)->source_yaml, kPolicy);
+    EXPECT_EQ(core.list().size(), 1u);
+    EXPECT_EQ(published, std::vector<uint64_t>{1});
+    // And it recovers: the same change then gets version 2.
+    auto again = core.apply(req(policyWithLimit("70Gbps")));
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->version, 2u);
+  }
+  {
+    auto store = openFileStore(dir);
+    ASSERT_TRUE(store.ok());
+    FakeClock clock;
+    PolicyCore core(**store, clock);
+    EXPECT_EQ(core.get(0)->version, 2u);
+    EXPECT_EQ(core.list().size(), 2u);
+  }
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+}  // namespace
+}  // namespace tq::policy
