@@ -8,16 +8,16 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "proto/convert.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
 namespace tq::agent {
 
-tenantqos::v1::ReportUsageRequest buildUsageReport(const AgentState& now, const AgentState* prev,
-                                                   int64_t wall_ms) {
-  tenantqos::v1::ReportUsageRequest req;
-  req.set_node(now.node);
-  req.set_policy_version(now.policy_version);
-  req.set_timestamp_unix_ms(wall_ms);
+NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, int64_t wall_ms) {
+  NodeUsageReport r;
+  r.node = now.node;
+  r.policy_version = now.policy_version;
+  r.timestamp_unix_ms = wall_ms;
   std::map<std::string, uint64_t> prev_tx;
   double dt = 0;
   if (prev != nullptr) {
@@ -25,24 +25,24 @@ tenantqos::v1::ReportUsageRequest buildUsageReport(const AgentState& now, const 
     dt = static_cast<double>(now.published_at_ns - prev->published_at_ns) / 1e9;
   }
   for (const TenantStatus& t : now.tenants) {
-    auto* u = req.add_tenants();
-    u->set_tenant(t.name);
-    u->set_transmit_bytes_total(t.transmit_bytes);
-    u->set_receive_bytes_total(t.receive_bytes);
-    uint64_t rate = 0;
+    TenantUsageReport u;
+    u.tenant = t.name;
+    u.transmit_bytes_total = t.transmit_bytes;
+    u.receive_bytes_total = t.receive_bytes;
     auto it = prev_tx.find(t.name);
     if (it != prev_tx.end() && dt > 0 && t.transmit_bytes >= it->second) {
-      rate = static_cast<uint64_t>(static_cast<double>(t.transmit_bytes - it->second) / dt);
+      u.transmit_rate_bytes_per_second =
+          static_cast<uint64_t>(static_cast<double>(t.transmit_bytes - it->second) / dt);
     }
-    u->set_transmit_rate_bytes_per_second(rate);
-    u->set_allocated_rate_bytes_per_second(t.allocated_bytes_per_second);
-    u->set_guarantee_bytes_per_second(t.guarantee_bytes_per_second);
-    u->set_limit_bytes_per_second(t.limit_bytes_per_second);
-    u->set_throttled_seconds_total(static_cast<double>(t.throttled_ns) / 1e9);
-    u->set_processes(t.processes);
+    u.allocated_rate_bytes_per_second = t.allocated_bytes_per_second;
+    u.guarantee_bytes_per_second = t.guarantee_bytes_per_second;
+    u.limit_bytes_per_second = t.limit_bytes_per_second;
+    u.throttled_seconds_total = static_cast<double>(t.throttled_ns) / 1e9;
+    u.processes = t.processes;
+    r.tenants.push_back(std::move(u));
   }
-  for (const std::string& e : now.errors) req.add_errors(e);
-  return req;
+  r.errors = now.errors;
+  return r;
 }
 
 UsageReporter::UsageReporter(std::shared_ptr<grpc::Channel> channel, const StateBoard& board,
@@ -83,7 +83,8 @@ void UsageReporter::run() {
     }
     AgentState now = board_.snapshot();
     if (now.published_at_ns == 0) continue;  // the reconcile thread has not published yet
-    auto req = buildUsageReport(now, prev ? &*prev : nullptr, realClock().wallNs() / 1'000'000);
+    const auto req = proto::toReportUsageRequest(
+        buildUsageReport(now, prev ? &*prev : nullptr, realClock().wallNs() / 1'000'000));
     prev = std::move(now);
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(false);

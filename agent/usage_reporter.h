@@ -14,14 +14,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include "agent/agent_state.h"
-#include "tenantqos/v1/policy.pb.h"
+#include "common/policy.h"
 
 namespace tq::agent {
 
-// Pure: the request for `now`, with per-tenant transmit rates over the interval since `prev`
+// Pure: the report for `now`, with per-tenant transmit rates over the interval since `prev`
 // (nullptr: rates 0). A tenant whose counter went backwards (file recreated) reports rate 0.
-tenantqos::v1::ReportUsageRequest buildUsageReport(const AgentState& now, const AgentState* prev,
-                                                   int64_t wall_ms);
+NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, int64_t wall_ms);
 
 class UsageReporter {
  public:

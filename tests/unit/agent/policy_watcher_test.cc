@@ -226,28 +226,29 @@ TEST(UsageReportTest, BuildsTotalsRatesAndErrors) {
   now.tenants.push_back(b);
   now.errors = {"apply policy v10: device ghost0 (link x) does not exist on this node"};
 
-  auto r = buildUsageReport(now, &prev, 1234);
-  EXPECT_EQ(r.node(), "n1");
-  EXPECT_EQ(r.policy_version(), 9u);
-  EXPECT_EQ(r.timestamp_unix_ms(), 1234);
-  ASSERT_EQ(r.tenants_size(), 2);
-  EXPECT_EQ(r.tenants(0).tenant(), "tenant-a");
-  EXPECT_EQ(r.tenants(0).transmit_bytes_total(), 5000u);
-  EXPECT_EQ(r.tenants(0).transmit_rate_bytes_per_second(), 2000u);
-  EXPECT_EQ(r.tenants(0).receive_bytes_total(), 7u);
-  EXPECT_EQ(r.tenants(0).allocated_rate_bytes_per_second(), 11u);
-  EXPECT_EQ(r.tenants(0).guarantee_bytes_per_second(), 12u);
-  EXPECT_EQ(r.tenants(0).limit_bytes_per_second(), 13u);
-  EXPECT_DOUBLE_EQ(r.tenants(0).throttled_seconds_total(), 2.5);
-  EXPECT_EQ(r.tenants(0).processes(), 4u);
-  EXPECT_EQ(r.tenants(1).transmit_rate_bytes_per_second(), 0u);
-  ASSERT_EQ(r.errors_size(), 1);
-  EXPECT_NE(r.errors(0).find("ghost0"), std::string::npos);
+  NodeUsageReport r = buildUsageReport(now, &prev, 1234);
+  EXPECT_EQ(r.node, "n1");
+  EXPECT_EQ(r.policy_version, 9u);
+  EXPECT_EQ(r.timestamp_unix_ms, 1234);
+  ASSERT_EQ(r.tenants.size(), 2u);
+  const TenantUsageReport& ta = r.tenants[0];
+  EXPECT_EQ(ta.tenant, "tenant-a");
+  EXPECT_EQ(ta.transmit_bytes_total, 5000u);
+  EXPECT_EQ(ta.transmit_rate_bytes_per_second, 2000u);
+  EXPECT_EQ(ta.receive_bytes_total, 7u);
+  EXPECT_EQ(ta.allocated_rate_bytes_per_second, 11u);
+  EXPECT_EQ(ta.guarantee_bytes_per_second, 12u);
+  EXPECT_EQ(ta.limit_bytes_per_second, 13u);
+  EXPECT_DOUBLE_EQ(ta.throttled_seconds_total, 2.5);
+  EXPECT_EQ(ta.processes, 4u);
+  EXPECT_EQ(r.tenants[1].transmit_rate_bytes_per_second, 0u);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(r.errors[0].find("ghost0"), std::string::npos);
 
   // A counter going backwards (tenant file recreated) gives rate 0, not a huge number.
   prev.tenants[0].transmit_bytes = 1'000'000;
-  EXPECT_EQ(buildUsageReport(now, &prev, 0).tenants(0).transmit_rate_bytes_per_second(), 0u);
-  EXPECT_EQ(buildUsageReport(now, nullptr, 0).tenants(0).transmit_rate_bytes_per_second(), 0u);
+  EXPECT_EQ(buildUsageReport(now, &prev, 0).tenants[0].transmit_rate_bytes_per_second, 0u);
+  EXPECT_EQ(buildUsageReport(now, nullptr, 0).tenants[0].transmit_rate_bytes_per_second, 0u);
 }
 
 TEST(UsageReporterTest, SendsPeriodicallyAndSurvivesPolicydOutage) {
