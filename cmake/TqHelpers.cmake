@@ -3,9 +3,11 @@
 #   tq_library(NAME SRCS a.cc b.cc DEPS tq_common yaml-cpp [PRIVATE_DEPS ...])
 #       A static library whose include root is the repository root, so code includes
 #       "common/status.h", "tc/plan.h", ...
-#   tq_test(NAME SRCS x_test.cc DEPS lib... [LABELS privileged;slow] [TIMEOUT seconds])
+#   tq_test(NAME SRCS x_test.cc DEPS lib... [LABELS privileged;slow] [TIMEOUT seconds] [SERIAL])
 #       A GoogleTest executable registered with ctest (one ctest test per TEST()).
 #       Label `privileged` marks tests that need root and create network namespaces.
+#       SERIAL: ctest runs these alone (RUN_SERIAL), e.g. throughput measurements that other
+#       tests' CPU load would disturb.
 
 set(TQ_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 if(TQ_WERROR)
@@ -38,7 +40,7 @@ endfunction()
 
 include(GoogleTest)
 function(tq_test name)
-  cmake_parse_arguments(A "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "SERIAL" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${A_SRCS})
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   tq_apply_warnings(${name})
@@ -49,7 +51,11 @@ function(tq_test name)
   if(A_LABELS)
     set(labels ${A_LABELS})
   endif()
+  set(serial FALSE)
+  if(A_SERIAL)
+    set(serial TRUE)
+  endif()
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT})
+    PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT} RUN_SERIAL ${serial})
 endfunction()

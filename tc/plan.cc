@@ -167,12 +167,15 @@ Result<DevicePlan> makeDevicePlan(const DevicePolicy& policy, const ClassMinorMa
     if (t.limit < t.guarantee)
       return fail("limit " + formatRate(t.limit) + " below guarantee " + formatRate(t.guarantee));
     if (t.weight == 0) return fail("weight is 0 (must be >= 1)");
-    if (t.dscp == 0) return fail("dscp 0 is untagged traffic and cannot identify a tenant");
-    if (t.dscp > 63) return fail("dscp " + std::to_string(t.dscp) + " above 63");
-    auto [it, inserted] = dscps.emplace(t.dscp, t.name);
-    if (!inserted)
-      return fail("dscp " + std::to_string(t.dscp) + " already used by tenant \"" +
-                  std::string(it->second) + "\" (a DSCP steers to one class)");
+    if (t.dscp) {
+      const uint8_t dscp = *t.dscp;
+      if (dscp == 0) return fail("dscp 0 is untagged traffic and cannot identify a tenant");
+      if (dscp > 63) return fail("dscp " + std::to_string(dscp) + " above 63");
+      auto [it, inserted] = dscps.emplace(dscp, t.name);
+      if (!inserted)
+        return fail("dscp " + std::to_string(dscp) + " already used by tenant \"" +
+                    std::string(it->second) + "\" (a DSCP steers to one class)");
+    }
     sum_rates += std::max(std::min(t.guarantee, policy.capacity), kMinClassRate);
     if (t.guarantee > policy.capacity)
       return fail("guarantee " + formatRate(t.guarantee) + " above link capacity " +
@@ -210,8 +213,10 @@ Result<DevicePlan> makeDevicePlan(const DevicePolicy& policy, const ClassMinorMa
     tenant_classes.push_back({HtbClass{classid, link, rate, ceil, burstForRate(rate),
                                        burstForRate(ceil), quantumForWeight(t.weight), kTenantPrio},
                               t.name});
-    plan.filters.push_back({ipv4DscpFilter(t.dscp, classid), t.name});
-    plan.filters.push_back({ipv6DscpFilter(t.dscp, classid), t.name});
+    if (t.dscp) {
+      plan.filters.push_back({ipv4DscpFilter(*t.dscp, classid), t.name});
+      plan.filters.push_back({ipv6DscpFilter(*t.dscp, classid), t.name});
+    }
   }
   std::sort(tenant_classes.begin(), tenant_classes.end(),
             [](const PlannedClass& a, const PlannedClass& b) {

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -162,7 +163,11 @@ struct TenantClassSpec {
   uint64_t guarantee = 0;  // bytes/s; 0 = no guarantee (class rate kMinClassRate)
   uint64_t limit = 0;      // bytes/s; >= guarantee, > 0; above capacity it is clamped to capacity
   uint32_t weight = 1;     // >= 1; share of spare capacity
-  uint8_t dscp = 0;        // 1..63; 0 is untagged traffic and cannot identify a tenant
+  // 1..63 (0 is untagged traffic and cannot identify a tenant). No value: the tenant gets its
+  // class but no filter (there are only 63 usable DSCPs per device; RDMA-only tenants need
+  // none). Its packets then reach the class only if skb->priority equals the classid (HTB
+  // checks that before any filter; SO_PRIORITY > 6 needs CAP_NET_ADMIN), else the default class.
+  std::optional<uint8_t> dscp;
   // 0 = derive a stable minor from the name; otherwise this class minor is used as is (it must
   // lie in [kFirstTenantMinor, kLastTenantMinor]). For callers that keep ids in their own store.
   uint16_t class_minor = 0;

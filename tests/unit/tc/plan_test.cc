@@ -162,6 +162,18 @@ TEST(MakeDevicePlan, LimitAboveCapacityIsClampedAndZeroGuaranteeGetsNominalRate)
   EXPECT_EQ(n->htb.ceil, kGbit);
 }
 
+TEST(MakeDevicePlan, TenantWithoutDscpHasAClassButNoFilters) {
+  DevicePolicy p = twoTenants();
+  TenantClassSpec rdma = tenant("rdma-only", 100 * kMbit, kGbit, 1, 0);
+  rdma.dscp.reset();
+  p.tenants.push_back(rdma);
+  auto plan = makeDevicePlan(p);
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  EXPECT_NE(plan->findClass(makeHandle(1, plan->tenant_minors.at("rdma-only"))), nullptr);
+  EXPECT_EQ(plan->filters.size(), 4u);
+  for (const PlannedFilter& f : plan->filters) EXPECT_NE(f.label, "rdma-only");
+}
+
 TEST(MakeDevicePlan, DefaultRateNeverEatsGuarantees) {
   DevicePolicy p;
   p.device = "eth0";
