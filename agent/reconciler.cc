@@ -1,6 +1,7 @@
 #include "agent/reconciler.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/log.h"
 #include "common/units.h"
@@ -162,7 +163,10 @@ TenantParams Reconciler::paramsFor(const TenantSpec& spec, uint64_t version,
                                    uint64_t rate) const {
   TenantParams p;
   p.policy_version = version;
-  p.rate_bytes_per_second = std::min(rate, spec.limit_bytes_per_second);
+  // The allocator never refills a bucket below the guarantee nor above the limit; a new policy
+  // moves the rate into that band at once (the next allocation pass refines it).
+  const uint64_t floor = std::min(spec.guarantee_bytes_per_second, spec.limit_bytes_per_second);
+  p.rate_bytes_per_second = std::clamp(rate, floor, spec.limit_bytes_per_second);
   p.burst_bytes = options_.burst_bytes;
   p.guarantee_bytes_per_second = spec.guarantee_bytes_per_second;
   p.limit_bytes_per_second = spec.limit_bytes_per_second;
@@ -193,15 +197,16 @@ Status Reconciler::syncShm(const DesiredNode& desired) {
         }
         e.writer = std::move(w).value();
       }
-      // A file that survived an agent restart keeps its allocated rate (running jobs see no
-      // change); a new tenant starts at its limit until the allocator has seen its demand.
-      // TODO(agent): replace with the allocator's initial rate once tq_allocator is merged.
+      // A file that survived an agent restart keeps its rate (running jobs see no change until
+      // the allocator has measured them); a new tenant starts at its guarantee, the bucket rate
+      // the allocator gives a tenant without processes.
       const TenantParams existing = e.writer->published();
       const bool reuse = existing.policy_version != 0 && !existing.deleted;
       const uint64_t initial =
-          reuse ? existing.rate_bytes_per_second : spec.limit_bytes_per_second;
+          reuse ? existing.rate_bytes_per_second : spec.guarantee_bytes_per_second;
       e.spec = spec;
       e.link_capacity = desired.links.at(spec.link).capacity_bytes_per_second;
+      e.estimator = DemandEstimator(options_.demand);
       e.params = paramsFor(spec, desired.version, initial);
       if (!(e.params == existing)) e.writer->publish(e.params);
       e.writer->heartbeat(clock_.nowNs());
@@ -268,14 +273,46 @@ void Reconciler::adoptOrphanFiles(const DesiredNode& desired) {
 
 void Reconciler::allocate(int64_t now) {
   const int64_t start = clock_.nowNs();
+  // Per link: the tenants sharing it, as allocator inputs.
+  std::map<std::string, std::vector<TenantEntry*>> by_link;
   for (auto& [name, e] : tenants_) {
     e.writer->reclaimDeadSlots();
-    e.usage = e.writer->usage(now);
+    TenantUsage u = e.writer->usage(now);
+    DemandSignals sig;
+    if (e.usage_at_ns != 0) {
+      sig.bytes_sent = u.tx_bytes >= e.usage.tx_bytes ? u.tx_bytes - e.usage.tx_bytes : 0;
+      sig.throttled_ns =
+          u.throttled_ns >= e.usage.throttled_ns ? u.throttled_ns - e.usage.throttled_ns : 0;
+    }
+    sig.backlog_bytes = u.backlog_bytes;
+    if (u.processes == 0) {
+      e.estimator.reset();
+      e.demand = 0;
+    } else {
+      e.demand = e.estimator.update(sig, e.usage_at_ns != 0 ? now - e.usage_at_ns : 0);
+    }
+    e.usage = std::move(u);
     e.usage_at_ns = now;
     e.writer->heartbeat(now);
+    by_link[e.spec.link].push_back(&e);
   }
-  // TODO(agent): feed tq_allocator (branch tc) with per-tenant demand; until then every tenant
-  // runs at its limit (set in syncShm), i.e. plugin pacing enforces the limit only.
+  for (auto& [link, entries] : by_link) {
+    std::vector<TenantInput> in;
+    in.reserve(entries.size());
+    for (const TenantEntry* e : entries) {
+      in.push_back({e->spec.guarantee_bytes_per_second, e->spec.limit_bytes_per_second,
+                    e->spec.weight, e->demand, e->usage.processes > 0});
+    }
+    const std::vector<Allocation> out = tq::agent::allocate(entries.front()->link_capacity, in);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      TenantEntry& e = *entries[i];
+      e.allocation = out[i].rate;
+      if (out[i].bucket_rate != e.params.rate_bytes_per_second) {
+        e.params.rate_bytes_per_second = out[i].bucket_rate;
+        e.writer->publish(e.params);
+      }
+    }
+  }
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     auto removed = it->second->removeIfUnused();
     if (removed.ok() && *removed) {

@@ -10,7 +10,9 @@
 // is marked deleted and its file removed once no live process uses it). A failure is counted,
 // logged, kept as an unresolved error (reported to policyd) and retried with backoff.
 // tick(): whatever is due — the retry, the allocation pass (every period: read usage, heartbeat,
-// reclaim dead slots, compute and publish rates when they change), a periodic tc resync (drift
+// reclaim dead slots; per link, estimate each tenant's demand from its counters (DemandEstimator)
+// and split the link's capacity (allocate(), work-conserving water-filling); publish a tenant's
+// bucket rate only when it changed, to keep the seqlock quiet), a periodic tc resync (drift
 // repair; zero writes when nothing drifted), tc statistics (~1 s), and publishing AgentState for
 // the metrics and report threads (~100 ms).
 #pragma once
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "agent/agent_state.h"
+#include "agent/allocator.h"
 #include "agent/backoff.h"
 #include "agent/config.h"
 #include "agent/desired_state.h"
@@ -43,6 +46,7 @@ struct ReconcilerOptions {
   int64_t period_ns = 10'000'000;
   uint64_t burst_bytes = 256 * 1024;
   int64_t publish_interval_ns = 100'000'000;   // AgentState for metrics/reports
+  DemandEstimatorOptions demand;
   int64_t stats_interval_ns = 1'000'000'000;   // tc class counters
   int64_t resync_interval_ns = 30'000'000'000; // re-assert tc trees (drift repair)
   BackoffOptions retry{100'000'000, 30'000'000'000, 2.0, 0.2};
@@ -89,7 +93,10 @@ class Reconciler {
     std::unique_ptr<TenantShmWriter> writer;
     TenantParams params;  // as last published
     TenantUsage usage;    // as last read
-    int64_t usage_at_ns = 0;
+    int64_t usage_at_ns = 0;  // 0: not read yet
+    DemandEstimator estimator;
+    uint64_t demand = 0;     // bytes/s or kUnboundedDemand, from the last allocation pass
+    uint64_t allocation = 0; // the allocator's share (the bucket may be refilled faster)
   };
 
   void attempt(const VersionedPolicy& policy);

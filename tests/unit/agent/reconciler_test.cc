@@ -65,7 +65,7 @@ TEST_F(ReconcilerTest, AppliesTcTreesAndShmFiles) {
   EXPECT_EQ(a.policy_version, 1u);
   EXPECT_EQ(a.guarantee_bytes_per_second, 500'000'000u);
   EXPECT_EQ(a.limit_bytes_per_second, 750'000'000u);
-  EXPECT_EQ(a.rate_bytes_per_second, 750'000'000u);
+  EXPECT_EQ(a.rate_bytes_per_second, 500'000'000u) << "a new tenant starts at its guarantee";
   EXPECT_EQ(a.weight, 2u);
   EXPECT_EQ(a.dscp, 26u);
   EXPECT_EQ(a.service_level, 26u % 16);
@@ -283,7 +283,7 @@ TEST_F(ReconcilerTest, AllocationPassHeartbeatsReclaimsAndPublishes) {
   EXPECT_EQ(s.tenants[0].transmit_bytes, 1000u) << "retired counters must be kept";
   EXPECT_EQ(s.tenants[0].receive_bytes, 500u);
   EXPECT_EQ(s.tenants[0].processes, 0u) << "dead slot not reclaimed";
-  EXPECT_EQ(s.tenants[0].allocated_bytes_per_second, 750'000'000u);
+  EXPECT_EQ(s.tenants[0].allocated_bytes_per_second, 500'000'000u) << "idle: bucket at guarantee";
   EXPECT_EQ(s.node, "node1");
   EXPECT_EQ(s.policy_version, 1u);
   EXPECT_TRUE(s.ready);
@@ -311,6 +311,86 @@ TEST_F(ReconcilerTest, AllocationRunsEveryPeriod) {
   // 50 due-time ticks cover >= 40 periods of 10 ms whatever else was due in between.
   EXPECT_GE(n1 - n0, 40u);
   EXPECT_LE(r->nextDueNs() - clock_.nowNs(), 10'000'000);
+}
+
+// A plugin process of `tenant` in this process (own open file description and slot lock).
+struct FakeProcess {
+  std::unique_ptr<TenantShmReader> reader;
+  shm::Slot* slot = nullptr;
+};
+FakeProcess attachProcess(const std::string& run_dir, const std::string& tenant) {
+  FakeProcess p;
+  auto r = TenantShmReader::attach(run_dir, tenant);
+  EXPECT_TRUE(r.ok()) << r.status().toString();
+  if (!r.ok()) return p;
+  p.reader = std::move(r).value();
+  p.slot = p.reader->claimSlot();
+  EXPECT_NE(p.slot, nullptr);
+  return p;
+}
+
+TEST_F(ReconcilerTest, AllocatorSplitsEachLinkByDemandGuaranteeWeightAndLimit) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);  // fabric 1.25 GB/s: a 500/750 w2, b 250/500 w1
+  auto rate = [&](const std::string& t) { return r->tenantParams(t)->rate_bytes_per_second; };
+  auto period = [&](int n = 1) {
+    for (int i = 0; i < n; ++i) {
+      clock_.advanceNs(10'000'000);
+      r->tick();
+    }
+  };
+  period();
+  EXPECT_EQ(rate("tenant-a"), 500'000'000u) << "no process: bucket at the guarantee";
+  EXPECT_EQ(rate("tenant-b"), 250'000'000u);
+
+  // Both backlogged (throttled the whole period): guarantees, then spare 2:1 up to the limits.
+  FakeProcess a = attachProcess(dir_.path(), "tenant-a");
+  FakeProcess b = attachProcess(dir_.path(), "tenant-b");
+  a.slot->throttled_since_ns.store(clock_.nowNs());
+  b.slot->throttled_since_ns.store(clock_.nowNs());
+  period(2);
+  EXPECT_EQ(rate("tenant-a"), 750'000'000u);
+  EXPECT_EQ(rate("tenant-b"), 500'000'000u);
+
+  // tenant-b drops to a steady 100 MB/s (1 MB per 10 ms, never throttled): its allocation
+  // follows its demand, its bucket stays at its guarantee, tenant-a takes the rest (limit 750).
+  b.slot->throttled_since_ns.store(0);
+  for (int i = 0; i < 3; ++i) {
+    b.slot->tx_bytes.fetch_add(1'000'000);
+    period();
+  }
+  EXPECT_EQ(rate("tenant-b"), 250'000'000u);
+  EXPECT_EQ(rate("tenant-a"), 750'000'000u);
+  AgentState st = board_.snapshot();
+  EXPECT_EQ(st.tenants[1].allocated_bytes_per_second, 250'000'000u);
+
+  // tenant-s is alone on its link: backlogged, it gets its limit.
+  FakeProcess s = attachProcess(dir_.path(), "tenant-s");
+  s.slot->throttled_since_ns.store(clock_.nowNs());
+  period(2);
+  EXPECT_EQ(rate("tenant-s"), 100'000'000u);
+  // tenant-a's processes exit: back to its guarantee, ready for the next job.
+  a.reader.reset();
+  period();
+  EXPECT_EQ(rate("tenant-a"), 500'000'000u);
+}
+
+TEST_F(ReconcilerTest, RatesArePublishedOnlyWhenTheyChange) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  FakeProcess a = attachProcess(dir_.path(), "tenant-a");
+  a.slot->throttled_since_ns.store(clock_.nowNs());
+  for (int i = 0; i < 3; ++i) {
+    clock_.advanceNs(10'000'000);
+    r->tick();
+  }
+  uint64_t seq = 0;
+  a.reader->readParams(&seq);
+  for (int i = 0; i < 20; ++i) {
+    clock_.advanceNs(10'000'000);
+    r->tick();
+  }
+  EXPECT_FALSE(a.reader->paramsChanged(seq)) << "steady allocation rewrote the params";
 }
 
 TEST_F(ReconcilerTest, StaleFilesOfAPreviousRunAreRemoved) {
