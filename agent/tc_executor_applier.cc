@@ -123,7 +123,8 @@ Result<tc::DevicePlan> TcExecutorApplier::planFor(const DesiredDevice& d) const 
     c.guarantee = t.guarantee_bytes_per_second;
     c.limit = t.limit_bytes_per_second;
     c.weight = t.weight;
-    c.dscp = static_cast<uint8_t>(t.dscp);
+    // DSCP 0 is untagged traffic: such a tenant gets its class but no filter (plan.h).
+    if (t.dscp != 0) c.dscp = static_cast<uint8_t>(t.dscp);
     p.tenants.push_back(std::move(c));
   }
   return tc::makeDevicePlan(p, minors(d.device));

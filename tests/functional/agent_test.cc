@@ -4,6 +4,7 @@
 
 #include "agent_harness.h"
 #include "common/units.h"
+#include "tests/support/tiny_json.h"
 
 namespace tq::agent::functional {
 namespace {
@@ -340,6 +341,93 @@ TEST_F(PrivilegedAgentTest, UsageErrorsExitTwo) {
   r = runCommand({TQ_AGENT_BIN, "--help"}, 10'000);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 0);
+}
+
+}  // namespace
+}  // namespace tq::agent::functional
+
+namespace tq::agent::functional {
+namespace {
+
+// A real Prometheus (Debian's) scraping the agent inside the test's namespace, and promtool's
+// lint of the exposition.
+class PrivilegedAgentPrometheusTest : public PrivilegedAgentTest {
+ protected:
+  // Number of series Prometheus returns for an instant query (-1 on any error).
+  int promSeries(int port, const std::string& query) {
+    auto r = runCommand(ns_->exec({"curl", "-s", "-m", "5", "-G",
+                                   "http://127.0.0.1:" + std::to_string(port) + "/api/v1/query",
+                                   "--data-urlencode", "query=" + query}),
+                        10'000);
+    if (!r.ok() || r->exit_code != 0) return -1;
+    auto j = tq::testing::Json::parse(r->output);
+    if (!j.ok()) return -1;
+    const tq::testing::Json* status = j->get("status");
+    const tq::testing::Json* result = j->path("data.result");
+    if (status == nullptr || status->str() != "success" || result == nullptr) return -1;
+    last_prom_answer_ = r->output;
+    return static_cast<int>(result->items().size());
+  }
+  std::string last_prom_answer_;
+};
+
+TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccepts) {
+  startPolicyd();
+  startAgent();
+  apply(v1());
+  ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200; }, 2000));
+  auto proc = TenantShmReader::attach(run_dir_, "tenant-a");
+  ASSERT_TRUE(proc.ok());
+  shm::Slot* slot = (*proc)->claimSlot();
+  ASSERT_NE(slot, nullptr);
+  slot->tx_bytes.store(4242);
+  ASSERT_TRUE(eventually([&] {
+    return metric(R"(tenantqos_tc_class_bytes_total{class="1:1",device=")" + dev0_ +
+                  R"(",tenant=""})")
+        .has_value();
+  }, 3000));
+
+  // promtool: 0 = clean (3 would be lint warnings, 1 a parse error).
+  const std::string exposition = tmp_ + "/metrics.txt";
+  ASSERT_TRUE(writeFileAtomic(exposition, get("/metrics").body).ok());
+  auto lint = runCommand({"sh", "-c", "promtool check metrics < '" + exposition + "'"}, 20'000);
+  ASSERT_TRUE(lint.ok()) << lint.status().toString();
+  EXPECT_EQ(lint->exit_code, 0) << lint->output;
+
+  // Prometheus on a port of the test's own namespace, 1 s scrape interval.
+  const int prom_port = 19090;
+  const std::string config = tmp_ + "/prometheus.yml";
+  ASSERT_TRUE(writeFileAtomic(config,
+                              "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                              "scrape_configs:\n  - job_name: tenantqos-agent\n"
+                              "    static_configs:\n      - targets: ['127.0.0.1:" +
+                                  std::to_string(metrics_port_) + "']\n")
+                  .ok());
+  auto p = Subprocess::start(
+      ns_->exec({"prometheus", "--config.file=" + config, "--storage.tsdb.path=" + tmp_ + "/prom",
+                 "--web.listen-address=127.0.0.1:" + std::to_string(prom_port),
+                 "--log.level=warn"}),
+      tmp_ + "/prometheus.log");
+  ASSERT_TRUE(p.ok()) << p.status().toString();
+  prometheus_ = std::make_unique<Subprocess>(std::move(*p));
+  ASSERT_TRUE(eventually([&] { return get("/-/ready", prom_port).status == 200; }, 10'000))
+      << readText(tmp_ + "/prometheus.log");
+
+  // The first scrape comes ~6 s after start (a fixed 5 s target-sync delay).
+  EXPECT_TRUE(eventually([&] {
+    return promSeries(prom_port, R"(tenantqos_tenant_transmit_bytes_total{tenant="tenant-a"} == 4242)") == 1;
+  }, 20'000)) << last_prom_answer_ << readText(tmp_ + "/prometheus.log");
+  EXPECT_EQ(promSeries(prom_port, R"(tenantqos_tenant_transmit_bytes_total)"), 2);
+  // link, default and two tenant classes on dev0
+  EXPECT_EQ(promSeries(prom_port, R"(tenantqos_tc_class_bytes_total{device=")" + dev0_ + R"("})"),
+            4)
+      << last_prom_answer_;
+  EXPECT_EQ(promSeries(prom_port, R"(up{job="tenantqos-agent"} == 1)"), 1);
+  EXPECT_EQ(promSeries(prom_port, R"(tenantqos_policy_version == 1)"), 1);
+
+  ASSERT_EQ(::kill(prometheus_->pid(), SIGTERM), 0);
+  EXPECT_TRUE(prometheus_->wait(10'000).ok());
+  prometheus_.reset();
 }
 
 }  // namespace

@@ -2,11 +2,16 @@
 // run directory, no kernel objects, no sleeping.
 #include "agent/reconciler.h"
 
+#include "agent/reconcile_loop.h"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 
 #include "test_util.h"
 
@@ -466,6 +471,42 @@ TEST_F(ReconcilerTest, LinkDroppedFromPolicyRemovesThatTree) {
   EXPECT_EQ(r->appliedVersion(), 2u);
   EXPECT_EQ(tc_.trees.count("eth1"), 0u);
   EXPECT_EQ(tc_.trees.count("eth0"), 1u);
+}
+
+TEST(ReconcileLoopTest, RunsPostedWorkInOrderOnItsThreadAndStopsCleanly) {
+  TempDir dir;
+  FakeTc tc;
+  StateBoard board;
+  ReconcilerOptions o;
+  o.node = "n";
+  o.devices = {{"eth0", "fabric"}};
+  o.run_dir = dir.path();
+  o.device_exists = [](const std::string&) { return true; };
+  Reconciler r(o, &tc, realClock(), &board);
+  ReconcileLoop loop(r);
+  loop.start();
+  ASSERT_TRUE(loop.postPolicy(samplePolicy(1), PolicySource::kPersisted));
+  ASSERT_TRUE(loop.postPolicy(samplePolicy(2), PolicySource::kPolicyd));
+  uint64_t version = 0;
+  std::thread::id where;
+  ASSERT_TRUE(loop.runSync([&](Reconciler& rr) {
+    version = rr.appliedVersion();
+    where = std::this_thread::get_id();
+  }));
+  EXPECT_EQ(version, 2u) << "posted snapshots run in order before later work";
+  EXPECT_NE(where, std::this_thread::get_id());
+  // The loop keeps publishing (ticks) on its own.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (board.snapshot().allocation_duration.count() < 5 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(board.snapshot().allocation_duration.count(), 5u);
+  EXPECT_TRUE(board.snapshot().ready);
+  loop.stop();
+  EXPECT_FALSE(loop.postPolicy(samplePolicy(3), PolicySource::kPolicyd));
+  EXPECT_FALSE(loop.runSync([](Reconciler&) {}));
+  loop.stop();  // idempotent
 }
 
 }  // namespace
