@@ -2,6 +2,8 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <optional>
 #include <unordered_map>
@@ -43,11 +45,28 @@ grpc::Status serializeMessage(const Msg& msg, grpc::ByteBuffer* out) {
   return grpc::SerializationTraits<Msg>::Serialize(msg, out, &own);
 }
 
+// A unary call's reactor that counts itself in flight until gRPC is done with it (status
+// sent), so shutdown can wait for exactly that.
+class CountedUnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit CountedUnaryReactor(std::atomic<int>* in_flight) : in_flight_(in_flight) {
+    in_flight_->fetch_add(1, std::memory_order_relaxed);
+  }
+  void OnDone() override {
+    in_flight_->fetch_sub(1, std::memory_order_release);
+    delete this;
+  }
+
+ private:
+  std::atomic<int>* in_flight_;
+};
+
 // Runs `fn(request, &response) -> grpc::Status` for a raw unary call.
 template <typename Req, typename Resp, typename Fn>
 grpc::ServerUnaryReactor* unaryCall(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-                                    grpc::ByteBuffer* out, const char* method, Fn fn) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+                                    grpc::ByteBuffer* out, std::atomic<int>* in_flight,
+                                    const char* method, Fn fn) {
+  grpc::ServerUnaryReactor* reactor = new CountedUnaryReactor(in_flight);
   grpc::Status status;
   try {
     Req req;
@@ -325,11 +344,15 @@ void PolicyGrpcService::closeWatchers(const std::string& reason) {
 
 size_t PolicyGrpcService::watcherCount() const { return hub_->size(); }
 
+size_t PolicyGrpcService::callsInFlight() const {
+  return static_cast<size_t>(std::max(0, in_flight_.load(std::memory_order_acquire))) + hub_->size();
+}
+
 grpc::ServerUnaryReactor* PolicyGrpcService::ApplyPolicy(grpc::CallbackServerContext* ctx,
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ApplyPolicyRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, "ApplyPolicy", [&](const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
+      ctx, in, out, &in_flight_, "ApplyPolicy", [&](const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
         ApplyRequest a;
         a.yaml = req.policy_yaml();
         if (!req.source_name().empty()) a.source_name = req.source_name();
@@ -347,7 +370,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetPolicy(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* in,
                                                        grpc::ByteBuffer* out) {
   return unaryCall<v1::GetPolicyRequest, v1::PolicySnapshot>(
-      ctx, in, out, "GetPolicy", [&](const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
+      ctx, in, out, &in_flight_, "GetPolicy", [&](const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
         Result<PolicyRecord> r = core_.get(req.version());
         if (!r.ok()) return toGrpcStatus(r.status());
         *resp = toSnapshot(*r);
@@ -359,7 +382,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ListVersions(grpc::CallbackServerCo
                                                           const grpc::ByteBuffer* in,
                                                           grpc::ByteBuffer* out) {
   return unaryCall<v1::ListVersionsRequest, v1::ListVersionsResponse>(
-      ctx, in, out, "ListVersions", [&](const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
+      ctx, in, out, &in_flight_, "ListVersions", [&](const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
         for (const VersionSummary& s : core_.list()) *resp->add_versions() = toVersionInfo(s);
         return grpc::Status::OK;
       });
@@ -369,7 +392,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::Rollback(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::RollbackRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, "Rollback", [&](const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
+      ctx, in, out, &in_flight_, "Rollback", [&](const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
         std::optional<uint64_t> expected;
         if (req.has_expected_version()) expected = req.expected_version();
         Result<ApplyResult> r = core_.rollback(
@@ -403,7 +426,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ReportUsage(grpc::CallbackServerCon
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ReportUsageRequest, v1::ReportUsageResponse>(
-      ctx, in, out, "ReportUsage", [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
+      ctx, in, out, &in_flight_, "ReportUsage", [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
         return toGrpcStatus(core_.reportUsage(proto::fromReportUsageRequest(req)));
       });
 }
@@ -412,7 +435,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetUsage(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::GetUsageRequest, v1::GetUsageResponse>(
-      ctx, in, out, "GetUsage", [&](const v1::GetUsageRequest&, v1::GetUsageResponse* resp) {
+      ctx, in, out, &in_flight_, "GetUsage", [&](const v1::GetUsageRequest&, v1::GetUsageResponse* resp) {
         ClusterUsage u = core_.usage();
         for (const NodeUsageEntry& n : u.nodes) *resp->add_nodes() = proto::toNodeUsage(n.report, n.received_unix_ms);
         for (const TenantUsageReport& t : u.totals) *resp->add_tenants() = proto::toProto(t);

@@ -12,6 +12,7 @@
 // called from any thread.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,8 @@ class PolicyGrpcService final : public RawPolicyServiceBase {
   // grpc::Server::Shutdown so that shutdown does not wait for streams that never end.
   void closeWatchers(const std::string& reason);
   size_t watcherCount() const;
+  // Unary calls whose status is not yet sent, plus open watch streams.
+  size_t callsInFlight() const;
 
   grpc::ServerUnaryReactor* ApplyPolicy(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                         grpc::ByteBuffer* resp) override;
@@ -61,6 +64,7 @@ class PolicyGrpcService final : public RawPolicyServiceBase {
   PolicyCore& core_;
   PolicydMetrics* metrics_;
   std::unique_ptr<WatchHub> hub_;
+  std::atomic<int> in_flight_{0};
 };
 
 // tq::Status -> grpc::Status with the matching code.

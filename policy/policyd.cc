@@ -6,10 +6,12 @@
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cinttypes>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -69,19 +71,20 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
                        " (address in use, not a local address, or malformed HOST:PORT)");
   }
   d->address_ = hostOf(options.listen) + ":" + std::to_string(d->port_);
-  if (!options.port_file.empty()) {
-    Status st = writeFileAtomic(options.port_file, std::to_string(d->port_) + "\n");
-    if (!st.ok()) {
-      d->shutdown();
-      return st.withContext("write --port-file");
-    }
-  }
+  // Logged before the port file appears, so a script that waited for the file finds the line.
   auto latest = d->core_->latest();
   TQ_LOG(kInfo, "tenantqos-policyd listening on %s (data dir %s, policy version %" PRIu64 ")",
          d->address_.c_str(), options.data_dir.c_str(), latest ? latest->version : 0);
   if (d->exposer_) {
     TQ_LOG(kInfo, "metrics on http://%s:%d/metrics", hostOf(options.metrics_listen).c_str(),
            d->metrics_port_);
+  }
+  if (!options.port_file.empty()) {
+    Status st = writeFileAtomic(options.port_file, std::to_string(d->port_) + "\n");
+    if (!st.ok()) {
+      d->shutdown();
+      return st.withContext("write --port-file");
+    }
   }
   return d;
 }
@@ -94,7 +97,18 @@ void Policyd::shutdown() {
   if (server_) {
     if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
     service_->closeWatchers("tenantqos-policyd is shutting down");
-    server_->Shutdown(std::chrono::system_clock::now() + options_.shutdown_grace);
+    // Drain: let calls in flight finish (bounded by the grace period). grpc::Server::Shutdown
+    // would also wait for connected clients to hang up, which idle agents never do, so the
+    // drain is ours and Shutdown's own deadline is "now": whatever is left is cancelled.
+    auto deadline = std::chrono::steady_clock::now() + options_.shutdown_grace;
+    while (service_->callsInFlight() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (size_t left = service_->callsInFlight()) {
+      TQ_LOG(kWarn, "shutdown: cancelling %zu calls still in flight after %lld ms", left,
+             static_cast<long long>(options_.shutdown_grace.count()));
+    }
+    server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
     server_.reset();
   }
@@ -193,6 +207,12 @@ int policydMain(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Every watching agent holds a connection (a file descriptor): use the hard limit.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) TQ_LOG(kWarn, "cannot raise the open-file limit");
+  }
 
   auto d = Policyd::start(opt);
   if (!d.ok()) {

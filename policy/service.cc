@@ -42,6 +42,7 @@ Result<ApplyResult> PolicyCore::apply(const ApplyRequest& request) {
     return commitLocked(std::move(parsed.policy), request.yaml, request.dry_run,
                         request.expected_version, request.applied_by, 0);
   }();
+  publishLatest();
   if (metrics_ != nullptr) {
     metrics_->countApply("apply", r.ok() ? (r->dry_run ? "dry_run" : r->changed ? "applied" : "unchanged")
                                          : resultOf(r.status()));
@@ -68,6 +69,7 @@ Result<ApplyResult> PolicyCore::rollback(uint64_t version, std::optional<uint64_
     return commitLocked(std::move(target->policy), std::move(target->source_yaml), false,
                         expected_version, applied_by, version);
   }();
+  publishLatest();
   if (metrics_ != nullptr) {
     metrics_->countApply("rollback", r.ok() ? (r->changed ? "applied" : "unchanged") : resultOf(r.status()));
   }
@@ -118,8 +120,24 @@ Result<ApplyResult> PolicyCore::commitLocked(PolicySpec policy, std::string sour
          latest_->policy.tenants.size(), applied_by.empty() ? "?" : applied_by.c_str(),
          rollback_of ? (", rollback of " + std::to_string(rollback_of)).c_str() : "");
   if (metrics_ != nullptr) metrics_->setPolicyVersion(latest_->version);
-  if (publisher_) publisher_(latest_);
   return out;
+}
+
+void PolicyCore::publishLatest() {
+  // Outside mu_: fanning a snapshot out to many watchers takes a while and must not block
+  // readers and usage reports. Two applies may race to here; the older one then arrives second
+  // and the publisher drops it (it never sends a version older than one already sent), so
+  // watchers still see versions in order and end on the latest.
+  std::shared_ptr<const PolicyRecord> latest;
+  Publisher publisher;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!latest_ || !publisher_ || latest_->version <= published_version_) return;
+    latest = latest_;
+    publisher = publisher_;
+    published_version_ = latest->version;
+  }
+  publisher(latest);
 }
 
 Result<PolicyRecord> PolicyCore::get(uint64_t version) const {

@@ -10,8 +10,8 @@
 //     new version is durable in the store before apply returns, then published.
 //   - rollback(N): the content of version N becomes a new version (rollback_of = N).
 //   - usage: the latest report per node, in memory only.
-// Thread-safety: all methods are safe from any thread. One mutex serialises applies, so
-// versions are published strictly in order; reads take the same mutex briefly.
+// Thread-safety: all methods are safe from any thread. One mutex serialises applies and is held
+// only for the decision and the durable store; publishing happens after it is released.
 #pragma once
 
 #include <cstdint>
@@ -63,13 +63,16 @@ inline constexpr size_t kMaxUsageTenantsPerNode = 10000;
 
 class PolicyCore {
  public:
-  // Receives each new version exactly once, in version order, while the core's lock is held:
-  // it must be quick and must not call back into the core.
+  // Receives new versions, each at most once, on the thread that applied them, after the
+  // core's lock is released (so it may take its time, e.g. start a write to every watcher).
+  // Concurrent applies may deliver out of order or skip a version that was superseded before
+  // it was delivered: the publisher must drop a version older than one it already has.
   using Publisher = std::function<void(const std::shared_ptr<const PolicyRecord>&)>;
 
   // `store`, `clock` and `metrics` (may be null) must outlive the core.
   PolicyCore(PolicyStore& store, Clock& clock, PolicydMetrics* metrics = nullptr);
 
+  // Installs the publisher; it is not called for versions that exist already (read latest()).
   void setPublisher(Publisher publisher);
 
   Result<ApplyResult> apply(const ApplyRequest& request);
@@ -89,6 +92,7 @@ class PolicyCore {
   Result<ApplyResult> commitLocked(PolicySpec policy, std::string source_yaml, bool dry_run,
                                    std::optional<uint64_t> expected_version,
                                    const std::string& applied_by, uint64_t rollback_of);
+  void publishLatest();
 
   PolicyStore& store_;
   Clock& clock_;
@@ -96,6 +100,7 @@ class PolicyCore {
   mutable std::mutex mu_;
   std::shared_ptr<const PolicyRecord> latest_;
   Publisher publisher_;
+  uint64_t published_version_ = 0;  // newest version handed to the publisher
   std::map<std::string, NodeUsageEntry> usage_;
 };
 

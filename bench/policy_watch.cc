@@ -1,0 +1,422 @@
+// Benchmark: policy fan-out and apply latency of tenantqos-policyd (prints figures).
+//
+// Starts a real tenantqos-policyd (child process, 127.0.0.1:0, fresh data dir) and, in this one
+// process, opens W watch streams (default 1000, each on its own TCP connection, like 1000 node
+// agents). Then:
+//   1. fan-out: A applies (default 20) of a small policy, one after another; for each, the time
+//      from ApplyPolicy returning to the moment the LAST watcher holds that version (or a newer
+//      one). Baseline in the same run: the same with a single watcher.
+//   2. apply latency of a generated T-tenant file (default 1000), with the watchers connected
+//      (ApplyPolicy round trip: parse, validate, durable store, publish), and its fan-out.
+// Target on the 2-core development machine: fan-out p99 <= 500 ms.
+//
+//   policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N] [--policyd BIN]
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tenantqos/v1/policy.grpc.pb.h"
+
+extern char** environ;
+
+namespace {
+
+namespace v1 = tenantqos::v1;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxVersions = 512;
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+std::string readAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Records, per watcher, when it first held each version, and how many watchers hold it.
+class Tracker {
+ public:
+  explicit Tracker(size_t watchers) : first_ns_(watchers, std::vector<int64_t>(kMaxVersions, 0)), held_(watchers) {
+    for (auto& r : reached_) r = 0;
+  }
+
+  // Called from a watcher's reactor (sequential per watcher).
+  void holds(size_t w, uint64_t version) {
+    if (version >= kMaxVersions) return;
+    int64_t t = nowNs();
+    uint64_t prev = held_[w];
+    if (version <= prev) return;
+    for (uint64_t k = prev + 1; k <= version; ++k) first_ns_[w][k] = t;
+    held_[w] = version;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t k = prev + 1; k <= version; ++k) ++reached_[k];
+    cv_.notify_all();
+  }
+
+  // Waits until `n` watchers hold `version`; false on timeout.
+  bool waitAll(uint64_t version, size_t n, std::chrono::seconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return reached_[version] >= n; });
+  }
+
+  // Latest first-hold time of `version` over watchers [0, n).
+  int64_t lastNs(uint64_t version, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);  // orders after the watchers' writes
+    int64_t m = 0;
+    for (size_t w = 0; w < n; ++w) m = std::max(m, first_ns_[w][version]);
+    return m;
+  }
+
+ private:
+  std::vector<std::vector<int64_t>> first_ns_;
+  std::vector<uint64_t> held_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t reached_[kMaxVersions];
+};
+
+class Watcher final : public grpc::ClientReadReactor<v1::PolicySnapshot> {
+ public:
+  Watcher(v1::PolicyService::Stub* stub, Tracker* tracker, size_t id) : tracker_(tracker), id_(id) {
+    req_.set_node("tqpol-bench-" + std::to_string(id));
+    stub->async()->WatchPolicy(&ctx_, &req_, this);
+    StartRead(&snap_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    tracker_->holds(id_, snap_.version());
+    StartRead(&snap_);
+  }
+  void OnDone(const grpc::Status&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void cancelAndWait() {
+    ctx_.TryCancel();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return done_; });
+  }
+
+ private:
+  Tracker* tracker_;
+  size_t id_;
+  grpc::ClientContext ctx_;
+  v1::WatchPolicyRequest req_;
+  v1::PolicySnapshot snap_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+struct Stats {
+  double p50, p99, max, mean;
+};
+
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto rank = [&](double q) {
+    size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+    return v[std::min(i, v.size() - 1)];
+  };
+  double sum = 0;
+  for (double x : v) sum += x;
+  return {rank(0.50), rank(0.99), v.back(), sum / static_cast<double>(v.size())};
+}
+
+std::string smallPolicy(int limit_gbps) {
+  return "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n  - name: fabric\n    capacity: 100Gbps\n"
+         "    headroom: 5%\ntenants:\n  - name: tenant-a\n    link: fabric\n    guarantee: 40Gbps\n"
+         "    limit: " + std::to_string(limit_gbps) + "Gbps\n    weight: 2\n    serviceLevel: 1\n    dscp: 26\n"
+         "    trafficClasses: [1]\n  - name: tenant-b\n    link: fabric\n    guarantee: 20Gbps\n"
+         "    limit: 40Gbps\n    serviceLevel: 2\n    dscp: 18\n    trafficClasses: [2]\n";
+}
+
+// T tenants sharing SL/DSCP values (shareClass), 50Mbps guaranteed each on a 100Gbps link;
+// `round` changes the first tenant's limit so every round is a new version.
+std::string bigPolicy(int tenants, int round) {
+  std::string y = "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n  - name: fabric\n"
+                  "    capacity: 100Gbps\n    headroom: 5%\ntenants:\n";
+  for (int i = 0; i < tenants; ++i) {
+    y += "  - name: tenant-" + std::to_string(i) + "\n    link: fabric\n    guarantee: 50Mbps\n";
+    y += "    limit: " + std::to_string(i == 0 ? 1000 + round : 1000) + "Mbps\n";
+    y += "    weight: " + std::to_string(1 + i % 4) + "\n    serviceLevel: " + std::to_string(i % 16) +
+         "\n    dscp: " + std::to_string(i % 64) + "\n    trafficClasses: [" + std::to_string(i) +
+         "]\n    shareClass: true\n";
+  }
+  return y;
+}
+
+struct Args {
+  size_t watchers = 1000;
+  int applies = 20;
+  int tenants = 1000;
+  size_t connections = 0;  // 0 = one per watcher
+  std::string policyd = TQ_POLICYD_BIN;
+};
+
+class Bench {
+ public:
+  explicit Bench(Args a) : args_(std::move(a)) {}
+  ~Bench() { stopServer(); }
+
+  bool startServer() {
+    char tmpl[] = "/tmp/tqpol-bench-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return false;
+    dir_ = tmpl;
+    const std::string port_file = dir_ + "/port", log = dir_ + "/policyd.log";
+    std::vector<std::string> argv = {args_.policyd, "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/data",
+                                     "--port-file", port_file, "--log-level", "warn"};
+    std::vector<char*> cargv;
+    for (auto& s : argv) cargv.push_back(s.data());
+    cargv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    int rc = posix_spawn(&pid_, cargv[0], &fa, nullptr, cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+      std::cerr << "cannot start " << args_.policyd << ": " << std::strerror(rc) << "\n";
+      return false;
+    }
+    auto deadline = Clock::now() + std::chrono::seconds(15);
+    while (readAll(port_file).empty()) {
+      if (Clock::now() > deadline || waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        std::cerr << "policyd did not start:\n" << readAll(log);
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    address_ = "127.0.0.1:" + std::to_string(std::atoi(readAll(port_file).c_str()));
+    return true;
+  }
+
+  void stopServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    if (!dir_.empty()) {
+      std::string cmd = "rm -rf " + dir_;
+      if (system(cmd.c_str()) != 0) std::cerr << "cleanup of " << dir_ << " failed\n";
+      dir_.clear();
+    }
+  }
+
+  std::shared_ptr<grpc::Channel> channel(bool own) {
+    grpc::ChannelArguments ca;
+    ca.SetMaxReceiveMessageSize(16 << 20);
+    if (own) ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), ca);
+  }
+
+  // ApplyPolicy round trip in ms; the version in *version.
+  double apply(const std::string& yaml, uint64_t* version) {
+    static auto stub = v1::PolicyService::NewStub(channel(true));
+    v1::ApplyPolicyRequest req;
+    req.set_policy_yaml(yaml);
+    req.set_applied_by("tqpol-bench");
+    v1::ApplyPolicyResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto t0 = Clock::now();
+    last_start_ns_ = nowNs();
+    grpc::Status s = stub->ApplyPolicy(&ctx, req, &resp);
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!s.ok()) {
+      std::cerr << "ApplyPolicy failed: " << s.error_message() << "\n";
+      std::exit(1);
+    }
+    *version = resp.version();
+    last_return_ns_ = nowNs();
+    return ms;
+  }
+
+  // Opens n watchers; waits until all hold `version`.
+  bool openWatchers(size_t n, uint64_t version) {
+    size_t conns = args_.connections == 0 ? n : std::min(args_.connections, n);
+    tracker_ = std::make_unique<Tracker>(n);
+    for (size_t c = 0; c < conns; ++c) stubs_.push_back(v1::PolicyService::NewStub(channel(true)));
+    for (size_t i = 0; i < n; ++i) {
+      watchers_.push_back(std::make_unique<Watcher>(stubs_[i % conns].get(), tracker_.get(), i));
+    }
+    return tracker_->waitAll(version, n, std::chrono::seconds(120));
+  }
+
+  void closeWatchers() {
+    for (auto& w : watchers_) w->cancelAndWait();
+    watchers_.clear();
+    stubs_.clear();
+  }
+
+  // Fan-out of `version` (just applied) to the n open watchers, in ms: from ApplyPolicy
+  // returning (0 when every watcher had it before the response arrived), and end to end from
+  // the ApplyPolicy call.
+  struct Fanout {
+    double from_return_ms, from_call_ms;
+  };
+  Fanout fanout(uint64_t version, size_t n) {
+    if (!tracker_->waitAll(version, n, std::chrono::seconds(60))) {
+      std::cerr << "watchers did not all receive version " << version << " within 60 s\n";
+      std::exit(1);
+    }
+    int64_t last = tracker_->lastNs(version, n);
+    return {std::max<double>(0, static_cast<double>(last - last_return_ns_) / 1e6),
+            static_cast<double>(last - last_start_ns_) / 1e6};
+  }
+
+  const Args& args() const { return args_; }
+
+ private:
+  Args args_;
+  pid_t pid_ = -1;
+  std::string dir_, address_;
+  std::unique_ptr<Tracker> tracker_;
+  std::vector<std::unique_ptr<v1::PolicyService::Stub>> stubs_;
+  std::vector<std::unique_ptr<Watcher>> watchers_;
+  int64_t last_return_ns_ = 0;
+  int64_t last_start_ns_ = 0;
+};
+
+void print(const char* what, const Stats& s) {
+  std::printf("  %-50s p50 %8.2f ms   p99 %8.2f ms   max %8.2f ms   mean %8.2f ms\n", what, s.p50, s.p99, s.max,
+              s.mean);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << f << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (f == "--watchers") a.watchers = std::stoul(next());
+    else if (f == "--applies") a.applies = std::stoi(next());
+    else if (f == "--tenants") a.tenants = std::stoi(next());
+    else if (f == "--connections") a.connections = std::stoul(next());
+    else if (f == "--policyd") a.policyd = next();
+    else {
+      std::cerr << "usage: policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N] [--policyd BIN]\n";
+      return 2;
+    }
+  }
+  if (a.applies < 1 || a.applies > 100 || a.watchers < 1 || a.tenants < 1) {
+    std::cerr << "--applies must be 1..100, --watchers and --tenants >= 1\n";
+    return 2;
+  }
+  // Each watcher holds a TCP connection: make room for them (here and in the child policyd).
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  signal(SIGPIPE, SIG_IGN);
+
+  Bench b(a);
+  if (!b.startServer()) return 1;
+  std::printf("policy_watch: tenantqos-policyd fan-out and apply latency (%u cores)\n",
+              std::thread::hardware_concurrency());
+  uint64_t v = 0;
+  int limit = 41;
+  b.apply(smallPolicy(limit++), &v);
+
+  // Baseline: one watcher.
+  std::vector<double> base_e2e, base_apply;
+  if (!b.openWatchers(1, v)) return 1;
+  for (int i = 0; i < a.applies; ++i) {
+    base_apply.push_back(b.apply(smallPolicy(limit++), &v));
+    base_e2e.push_back(b.fanout(v, 1).from_call_ms);
+  }
+  b.closeWatchers();
+
+  // 1. Fan-out of the 2-tenant policy to W watchers.
+  auto t_open = Clock::now();
+  if (!b.openWatchers(a.watchers, v)) {
+    std::cerr << "not all " << a.watchers << " watchers received the current version\n";
+    return 1;
+  }
+  double open_s = std::chrono::duration<double>(Clock::now() - t_open).count();
+  std::vector<double> fan, e2e;
+  for (int i = 0; i < a.applies; ++i) {
+    b.apply(smallPolicy(limit++), &v);
+    auto f = b.fanout(v, a.watchers);
+    fan.push_back(f.from_return_ms);
+    e2e.push_back(f.from_call_ms);
+  }
+  // 3. (extra) the T-tenant policy to the same watchers.
+  std::vector<double> big_fan, big_e2e, big_apply_w;
+  for (int r = 0; r < a.applies; ++r) {
+    big_apply_w.push_back(b.apply(bigPolicy(a.tenants, r), &v));
+    auto f = b.fanout(v, a.watchers);
+    big_fan.push_back(f.from_return_ms);
+    big_e2e.push_back(f.from_call_ms);
+  }
+  b.closeWatchers();
+
+  // 2. Apply latency of the T-tenant file alone.
+  std::vector<double> big_apply;
+  std::string big0 = bigPolicy(a.tenants, 0);
+  for (int r = 0; r < a.applies; ++r) big_apply.push_back(b.apply(bigPolicy(a.tenants, 1000 + r), &v));
+
+  const std::string w = std::to_string(a.watchers), t = std::to_string(a.tenants);
+  Stats sf = stats(fan), se = stats(e2e), sb = stats(base_e2e), sbf = stats(big_fan), sbe = stats(big_e2e),
+        sa = stats(big_apply), saw = stats(big_apply_w), sba = stats(base_apply);
+  std::printf("  %zu watchers opened (%s) and synced in %.2f s\n", a.watchers,
+              a.connections == 0 ? "one TCP connection each" : (std::to_string(a.connections) + " connections").c_str(),
+              open_s);
+  std::printf("1. fan-out: ApplyPolicy returned -> the last of %s watchers holds the new version (%d applies)\n",
+              w.c_str(), a.applies);
+  print("2-tenant policy", sf);
+  std::printf("   same, measured from the ApplyPolicy call (includes the apply itself):\n");
+  print("1 watcher (baseline)", sb);
+  print((w + " watchers").c_str(), se);
+  std::printf("   ratio p50 %s watchers / 1 watcher: %.1fx\n", w.c_str(), se.p50 / std::max(sb.p50, 1e-3));
+  std::printf("2. apply latency (ApplyPolicy round trip: parse, validate, fsync'd store, publish), %d applies\n",
+              a.applies);
+  print("2-tenant file, 1 watcher (baseline)", sba);
+  print((t + "-tenant file (" + std::to_string(big0.size() / 1024) + " KiB), no watchers").c_str(), sa);
+  std::printf("   ratio p50 %s-tenant / 2-tenant: %.1fx\n", t.c_str(), sa.p50 / std::max(sba.p50, 1e-3));
+  std::printf("3. (extra) %s-tenant policy with %s watchers connected\n", t.c_str(), w.c_str());
+  print("apply latency", saw);
+  print("fan-out from return", sbf);
+  print("fan-out from call", sbe);
+  bool met = sf.p99 <= 500 && sa.p99 <= 500;
+  std::printf("target p99 <= 500 ms (1. fan-out to %s watchers, 2. %s-tenant apply): %s\n", w.c_str(), t.c_str(),
+              met ? "met" : "MISSED");
+  return 0;
+}

@@ -1,0 +1,657 @@
+// Functional tests of tenantqos-policyd and tenantqosctl: the real binaries as child processes,
+// listening on 127.0.0.1 port 0, talked to over gRPC (C++ here; Python in policyd_python_test.py).
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "policy/file_store.h"
+#include "policy/policy_file.h"
+#include "tenantqos/v1/policy.grpc.pb.h"
+#include "tests/functional/subprocess.h"
+
+namespace tq::test {
+namespace {
+
+namespace v1 = tenantqos::v1;
+using namespace std::chrono_literals;
+
+const std::string kPolicyd = TQ_POLICYD_BIN;
+const std::string kCtl = TQ_CTL_BIN;
+const std::string kExample = std::string(TQ_SOURCE_DIR) + "/examples/policy.yaml";
+
+std::string examplePolicy() { return readWholeFile(kExample); }
+
+// The example with tenant-a's limit changed: a distinct valid policy per value (41..100 Gbps).
+std::string policyWithLimit(int gbps) {
+  std::string s = examplePolicy();
+  s.replace(s.find("limit: 60Gbps"), 13, "limit: " + std::to_string(gbps) + "Gbps");
+  return s;
+}
+
+class Watcher {
+ public:
+  Watcher(std::shared_ptr<grpc::Channel> channel, uint64_t known_version, std::string node = "test-node") {
+    ctx_.set_deadline(std::chrono::system_clock::now() + 120s);  // bounds the test even if it goes wrong
+    thread_ = std::thread([this, channel, known_version, node] {
+      auto stub = v1::PolicyService::NewStub(channel);
+      v1::WatchPolicyRequest req;
+      req.set_node(node);
+      req.set_known_version(known_version);
+      auto reader = stub->WatchPolicy(&ctx_, req);
+      started_ = true;
+      v1::PolicySnapshot s;
+      while (reader->Read(&s)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        versions_.push_back(s.version());
+        last_ = s;
+      }
+      grpc::Status st = reader->Finish();
+      std::lock_guard<std::mutex> lock(mu_);
+      status_ = st;
+      done_ = true;
+    });
+  }
+  ~Watcher() {
+    pollUntil([&] { return started_.load(); }, 10s);
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  std::vector<uint64_t> versions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return versions_;
+  }
+  v1::PolicySnapshot last() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_;
+  }
+  bool waitForVersion(uint64_t v, std::chrono::milliseconds timeout = 10s) {
+    return pollUntil([&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return !versions_.empty() && versions_.back() >= v;
+    }, timeout);
+  }
+  bool waitDone(std::chrono::milliseconds timeout) {
+    return pollUntil([&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return done_;
+    }, timeout);
+  }
+  grpc::Status status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::thread thread_;
+  std::atomic<bool> started_{false};
+  std::mutex mu_;
+  std::vector<uint64_t> versions_;
+  v1::PolicySnapshot last_;
+  grpc::Status status_;
+  bool done_ = false;
+};
+
+class PolicydTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = "/tmp/tqpol-" + std::to_string(getpid()) + "-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    data_ = dir_ + "/data";
+    log_ = dir_ + "/policyd.log";
+  }
+  void TearDown() override {
+    proc_.reset();
+    if (HasFailure()) std::cerr << "--- policyd log:\n" << readWholeFile(log_) << "---\n";
+    ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
+  }
+
+  // Starts policyd on 127.0.0.1:0 and returns the port it bound.
+  int start(const std::vector<std::string>& extra = {}) {
+    const std::string port_file = dir_ + "/port" + std::to_string(++starts_);
+    std::vector<std::string> argv = {kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", data_,
+                                     "--port-file", port_file};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc_ = std::make_unique<ChildProcess>(argv, log_);
+    bool up = pollUntil([&] { return !readWholeFile(port_file).empty() || !proc_->running(); }, 15s);
+    EXPECT_TRUE(up) << "policyd did not write its port file";
+    port_ = std::atoi(readWholeFile(port_file).c_str());
+    EXPECT_GT(port_, 0);
+    // Scripts parse this line.
+    EXPECT_NE(readWholeFile(log_).find("listening on 127.0.0.1:" + std::to_string(port_)), std::string::npos);
+    return port_;
+  }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  // A channel; `own_connection` gives it a TCP connection of its own (not shared with others).
+  std::shared_ptr<grpc::Channel> channel(bool own_connection = false) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(16 << 20);
+    if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+  }
+  std::unique_ptr<v1::PolicyService::Stub> stub() { return v1::PolicyService::NewStub(channel()); }
+
+  grpc::Status apply(const std::string& yaml, v1::ApplyPolicyResponse* resp = nullptr,
+                     std::optional<uint64_t> expected = std::nullopt, bool dry_run = false) {
+    v1::ApplyPolicyRequest req;
+    req.set_policy_yaml(yaml);
+    req.set_source_name("p.yaml");
+    req.set_applied_by("functional-test");
+    req.set_dry_run(dry_run);
+    if (expected) req.set_expected_version(*expected);
+    v1::ApplyPolicyResponse local;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    return stub()->ApplyPolicy(&ctx, req, resp ? resp : &local);
+  }
+
+  grpc::Status get(uint64_t version, v1::PolicySnapshot* out) {
+    v1::GetPolicyRequest req;
+    req.set_version(version);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    return stub()->GetPolicy(&ctx, req, out);
+  }
+
+  v1::ListVersionsResponse list() {
+    v1::ListVersionsResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    EXPECT_TRUE(stub()->ListVersions(&ctx, v1::ListVersionsRequest(), &resp).ok());
+    return resp;
+  }
+
+  // Raw bytes to a method (for garbage and hand-encoded standard services).
+  grpc::Status rawCall(const std::string& method, const std::string& bytes, std::string* response = nullptr) {
+    grpc::GenericStub generic(channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer req(&slice, 1), resp;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp,
+                      [&](grpc::Status s) { done.set_value(s); });
+    grpc::Status s = done.get_future().get();
+    if (s.ok() && response != nullptr) {
+      std::vector<grpc::Slice> slices;
+      (void)resp.Dump(&slices);
+      response->clear();
+      for (auto& sl : slices) response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
+    return s;
+  }
+
+  ProcessResult ctl(const std::vector<std::string>& args, const std::string& input = "") {
+    std::vector<std::string> argv = {kCtl};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return runProcess(argv, {"TENANTQOS_SERVER=" + address()}, input, 30s);
+  }
+
+  std::string writeFile(const std::string& name, const std::string& content) {
+    std::string p = dir_ + "/" + name;
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+
+  std::string dir_, data_, log_;
+  std::unique_ptr<ChildProcess> proc_;
+  int port_ = 0;
+  int starts_ = 0;
+};
+
+TEST_F(PolicydTest, ApplyGetAndAWatcherReceivesTheVersion) {
+  start();
+  v1::PolicySnapshot snap;
+  EXPECT_EQ(get(0, &snap).error_code(), grpc::StatusCode::NOT_FOUND);
+  Watcher w(channel(true), 0);
+  v1::ApplyPolicyResponse resp;
+  ASSERT_TRUE(apply(examplePolicy(), &resp).ok());
+  EXPECT_EQ(resp.version(), 1u);
+  EXPECT_TRUE(resp.changed());
+  ASSERT_EQ(resp.diff_size(), 2);
+  EXPECT_EQ(resp.diff(0).tenant(), "tenant-a");
+  EXPECT_EQ(resp.diff(0).kind(), v1::TenantChange::ADDED);
+
+  ASSERT_TRUE(get(0, &snap).ok());
+  EXPECT_EQ(snap.version(), 1u);
+  EXPECT_EQ(snap.source_yaml(), examplePolicy());
+  ASSERT_EQ(snap.policy().tenants_size(), 2);
+  EXPECT_EQ(snap.policy().tenants(0).guarantee_bytes_per_second(), 5'000'000'000u);
+  EXPECT_NE(snap.checksum(), 0u);
+
+  ASSERT_TRUE(w.waitForVersion(1));
+  EXPECT_EQ(w.versions(), std::vector<uint64_t>{1});
+  EXPECT_EQ(w.last().policy().SerializeAsString(), snap.policy().SerializeAsString());
+  EXPECT_TRUE(w.last().source_yaml().empty());  // watch snapshots stay small
+
+  ASSERT_TRUE(apply(policyWithLimit(70)).ok());
+  ASSERT_TRUE(w.waitForVersion(2));
+  EXPECT_EQ(w.versions(), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(w.last().policy().tenants(0).limit_bytes_per_second(), 8'750'000'000u);
+
+  // A watcher that knows the latest gets nothing until the next version; one that knows an
+  // older version gets the latest at once.
+  Watcher current(channel(), 2), behind(channel(), 1);
+  ASSERT_TRUE(behind.waitForVersion(2));
+  ASSERT_TRUE(apply(policyWithLimit(75)).ok());
+  ASSERT_TRUE(current.waitForVersion(3));
+  EXPECT_EQ(current.versions(), std::vector<uint64_t>{3});
+  ASSERT_TRUE(behind.waitForVersion(3));
+  EXPECT_EQ(behind.versions(), (std::vector<uint64_t>{2, 3}));
+}
+
+TEST_F(PolicydTest, ABadFileIsRejectedAndNothingChanges) {
+  start();
+  ASSERT_TRUE(apply(examplePolicy()).ok());
+  Watcher w(channel(), 0);
+  ASSERT_TRUE(w.waitForVersion(1));
+  v1::PolicySnapshot before;
+  ASSERT_TRUE(get(0, &before).ok());
+
+  std::string bad = policyWithLimit(30);                  // limit < guarantee (line 37)
+  bad.replace(bad.find("dscp: 18"), 8, "dscp: 99");      // out of range
+  bad.replace(bad.find("weight: 2"), 9, "wieght: 2");    // typo
+  grpc::Status s = apply(bad);
+  ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("3 errors in policy:"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("tenants[0].limit: must be >= guarantee"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("tenants[1].dscp: must be between 0 and 63, got 99"), std::string::npos);
+  EXPECT_NE(s.error_message().find("did you mean \"weight\"?"), std::string::npos);
+  for (const std::string& junk : {std::string("limit: [oops\n"), std::string("{{{"), std::string("")}) {
+    EXPECT_EQ(apply(junk).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << junk;
+  }
+
+  v1::PolicySnapshot after;
+  ASSERT_TRUE(get(0, &after).ok());
+  EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString());  // version and content
+  EXPECT_EQ(list().versions_size(), 1);
+  // Nothing was published either: the next message is the next good version.
+  ASSERT_TRUE(apply(policyWithLimit(70)).ok());
+  ASSERT_TRUE(w.waitForVersion(2));
+  EXPECT_EQ(w.versions(), (std::vector<uint64_t>{1, 2}));
+}
+
+TEST_F(PolicydTest, StaleExpectedVersionFailsWithFailedPrecondition) {
+  start();
+  ASSERT_TRUE(apply(examplePolicy(), nullptr, 0).ok());
+  ASSERT_TRUE(apply(policyWithLimit(70), nullptr, 1).ok());
+  grpc::Status s = apply(policyWithLimit(80), nullptr, 1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("the latest version is 2"), std::string::npos) << s.error_message();
+  v1::PolicySnapshot snap;
+  ASSERT_TRUE(get(0, &snap).ok());
+  EXPECT_EQ(snap.version(), 2u);
+  // Identical content stores nothing; a dry run stores nothing.
+  v1::ApplyPolicyResponse same, dry;
+  ASSERT_TRUE(apply(policyWithLimit(70), &same).ok());
+  EXPECT_FALSE(same.changed());
+  EXPECT_EQ(same.version(), 2u);
+  ASSERT_TRUE(apply(policyWithLimit(90), &dry, std::nullopt, true).ok());
+  EXPECT_TRUE(dry.dry_run());
+  EXPECT_EQ(dry.version(), 3u);
+  EXPECT_EQ(list().versions_size(), 2);
+}
+
+TEST_F(PolicydTest, Kill9AndRestartServeTheSameVersionAndHistory) {
+  start();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(apply(policyWithLimit(61 + i)).ok());
+  v1::PolicySnapshot before;
+  ASSERT_TRUE(get(0, &before).ok());
+  v1::ListVersionsResponse history_before = list();
+  proc_->signal(SIGKILL);
+  ASSERT_TRUE(proc_->wait(10s).has_value());
+  start();
+  v1::PolicySnapshot after;
+  ASSERT_TRUE(get(0, &after).ok());
+  EXPECT_EQ(after.version(), 3u);
+  EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString());
+  EXPECT_EQ(list().SerializeAsString(), history_before.SerializeAsString());
+  // And it continues the sequence.
+  v1::ApplyPolicyResponse resp;
+  ASSERT_TRUE(apply(policyWithLimit(80), &resp).ok());
+  EXPECT_EQ(resp.version(), 4u);
+}
+
+TEST_F(PolicydTest, CorruptLatestRecordFallsBackToTheNewestIntact) {
+  start({"--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(apply(policyWithLimit(61)).ok());
+  ASSERT_TRUE(apply(policyWithLimit(62)).ok());
+  proc_->signal(SIGTERM);
+  ASSERT_TRUE(proc_->wait(10s).has_value());
+  std::string rec = data_ + "/versions/" + tq::policy::recordFileName(2);
+  std::string bytes = readWholeFile(rec);
+  bytes[bytes.size() / 2] ^= 0x40;
+  std::ofstream(rec, std::ios::binary | std::ios::trunc) << bytes;
+  start({"--metrics", "127.0.0.1:0"});
+  EXPECT_NE(readWholeFile(log_).find("version 2 is corrupt"), std::string::npos);
+  v1::PolicySnapshot snap;
+  ASSERT_TRUE(get(0, &snap).ok());
+  EXPECT_EQ(snap.version(), 1u);
+  auto versions = list();
+  ASSERT_EQ(versions.versions_size(), 2);
+  EXPECT_FALSE(versions.versions(0).intact());
+  EXPECT_NE(versions.versions(0).problem().find("checksum"), std::string::npos);
+  EXPECT_EQ(get(2, &snap).error_code(), grpc::StatusCode::DATA_LOSS);
+  // The metric says so.
+  std::string log = readWholeFile(log_);
+  size_t at = log.rfind("metrics on http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos);
+  int mport = std::atoi(log.c_str() + at + std::strlen("metrics on http://127.0.0.1:"));
+  auto scrape = runProcess({"/usr/bin/curl", "-sf", "http://127.0.0.1:" + std::to_string(mport) + "/metrics"});
+  ASSERT_EQ(scrape.exit_code, 0) << scrape.err;
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_store_corrupt_records 1"), std::string::npos) << scrape.out;
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_policy_version 1"), std::string::npos);
+  // Version numbers move on past the corrupt one.
+  v1::ApplyPolicyResponse resp;
+  ASSERT_TRUE(apply(policyWithLimit(70), &resp).ok());
+  EXPECT_EQ(resp.version(), 3u);
+}
+
+// 100 watchers, 20 versions applied back to back: every watcher sees strictly increasing
+// versions (skipping some if it lagged, never going back) and ends on the latest.
+TEST_F(PolicydTest, HundredWatchersSeeTwentyRapidVersionsInOrder) {
+  start();
+  ASSERT_TRUE(apply(policyWithLimit(41)).ok());
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < 10; ++i) channels.push_back(channel(true));
+  std::vector<std::unique_ptr<Watcher>> watchers;
+  for (int i = 0; i < 100; ++i) watchers.push_back(std::make_unique<Watcher>(channels[i % 10], 0));
+  for (auto& w : watchers) ASSERT_TRUE(w->waitForVersion(1, 20s));
+  for (int v = 2; v <= 20; ++v) ASSERT_TRUE(apply(policyWithLimit(40 + v)).ok());
+  size_t complete = 0;
+  for (auto& w : watchers) {
+    ASSERT_TRUE(w->waitForVersion(20, 30s)) << "a watcher never reached version 20";
+    std::vector<uint64_t> seen = w->versions();
+    EXPECT_EQ(seen.front(), 1u);
+    EXPECT_EQ(seen.back(), 20u);
+    for (size_t i = 1; i < seen.size(); ++i) ASSERT_LT(seen[i - 1], seen[i]) << "out of order";
+    EXPECT_EQ(w->last().policy().tenants(0).limit_bytes_per_second(), 60'000'000'000u / 8);
+    complete += seen.size() == 20;
+  }
+  std::cout << "[ info ] " << complete << " of 100 watchers received all 20 versions; the rest "
+            << "skipped intermediate ones\n";
+}
+
+TEST_F(PolicydTest, OversizedAndGarbageMessagesGetCleanStatuses) {
+  start();
+  ASSERT_TRUE(apply(examplePolicy()).ok());
+  // Over the 8 MiB receive limit.
+  EXPECT_EQ(apply(std::string(9 << 20, '#')).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Within the message limit but over the 4 MiB policy limit.
+  grpc::Status big = apply(std::string(5 << 20, '#'));
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(big.error_message().find("more than the limit of 4194304 bytes"), std::string::npos);
+  // Bytes that are not a protobuf message.
+  const std::string garbage("\xff\xff\xff\xff\x0f garbage \x00\x01", 20);
+  for (const char* method : {"ApplyPolicy", "GetPolicy", "Rollback", "ReportUsage", "WatchPolicy"}) {
+    grpc::Status s = rawCall(std::string("/tenantqos.v1.PolicyService/") + method, garbage);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("not a valid tenantqos.v1."), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(rawCall("/tenantqos.v1.PolicyService/NoSuchMethod", "").error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  // Still serving.
+  v1::PolicySnapshot snap;
+  ASSERT_TRUE(get(0, &snap).ok());
+  EXPECT_EQ(snap.version(), 1u);
+}
+
+TEST_F(PolicydTest, HealthReflectionAndUsage) {
+  start();
+  // grpc.health.v1.Health/Check with an empty request -> HealthCheckResponse{status: SERVING}.
+  std::string resp;
+  ASSERT_TRUE(rawCall("/grpc.health.v1.Health/Check", "", &resp).ok());
+  EXPECT_EQ(resp, std::string("\x08\x01", 2));
+  // Reflection (v1alpha): list_services (field 7, empty string) on the bidi stream.
+  {
+    grpc::GenericStub generic(channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    grpc::CompletionQueue cq;
+    auto call = generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+    void* tag;
+    bool ok;
+    call->StartCall(reinterpret_cast<void*>(1));
+    ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+    grpc::Slice slice(std::string("\x3a\x00", 2));
+    grpc::ByteBuffer req(&slice, 1), out;
+    call->Write(req, reinterpret_cast<void*>(2));
+    ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+    call->Read(&out, reinterpret_cast<void*>(3));
+    ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+    std::vector<grpc::Slice> slices;
+    (void)out.Dump(&slices);
+    std::string bytes;
+    for (auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    EXPECT_NE(bytes.find("tenantqos.v1.PolicyService"), std::string::npos);
+    EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+    ctx.TryCancel();
+    grpc::Status st;
+    call->Finish(&st, reinterpret_cast<void*>(4));
+    while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+    }
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+  // ReportUsage / GetUsage: latest report per node.
+  for (int n = 1; n <= 2; ++n) {
+    v1::ReportUsageRequest r;
+    r.set_node("node" + std::to_string(n));
+    r.set_policy_version(1);
+    auto* t = r.add_tenants();
+    t->set_tenant("tenant-a");
+    t->set_transmit_bytes_total(1000 * n);
+    t->set_transmit_rate_bytes_per_second(5'000'000'000);
+    v1::ReportUsageResponse rr;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub()->ReportUsage(&ctx, r, &rr).ok());
+  }
+  v1::GetUsageResponse u;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub()->GetUsage(&ctx, v1::GetUsageRequest(), &u).ok());
+  ASSERT_EQ(u.nodes_size(), 2);
+  ASSERT_EQ(u.tenants_size(), 1);
+  EXPECT_EQ(u.tenants(0).transmit_bytes_total(), 3000u);
+  EXPECT_GT(u.nodes(0).last_report_unix_ms(), 0);
+  auto top = ctl({"top"});
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_NE(top.out.find("node1"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("40Gbps"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("TOTAL"), std::string::npos) << top.out;
+}
+
+TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
+  start();
+  const std::string good = kExample;
+  std::string bad_text = examplePolicy();
+  bad_text.replace(bad_text.find("dscp: 18"), 8, "dscp: 64");
+  bad_text.replace(bad_text.find("limit: 40Gbps"), 13, "limit: 10Gbps");
+  const std::string bad = writeFile("bad.yaml", bad_text);
+
+  // validate: offline, every error on stderr with FILE:LINE:COL.
+  auto v = runProcess({kCtl, "--server", "127.0.0.1:1", "validate", good});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_NE(v.out.find("valid (1 link, 2 tenants)"), std::string::npos) << v.out;
+  v = ctl({"validate", bad});
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_NE(v.err.find(bad + ":40:12: tenants[1].limit: must be >= guarantee"), std::string::npos) << v.err;
+  EXPECT_NE(v.err.find(bad + ":43:11: tenants[1].dscp: must be between 0 and 63, got 64"), std::string::npos) << v.err;
+  EXPECT_NE(v.err.find("invalid (2 errors)"), std::string::npos) << v.err;
+
+  // apply: diff and version; then unchanged; invalid; stale.
+  auto a = ctl({"apply", "-f", good});
+  EXPECT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("+ tenant tenant-a: added (link fabric, guarantee 40Gbps, limit 60Gbps, weight 2"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("applied: version 1"), std::string::npos) << a.out;
+  a = ctl({"apply", "-f", good});
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_NE(a.out.find("no change: the policy equals version 1"), std::string::npos) << a.out;
+  a = ctl({"apply", "-f", bad});
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_NE(a.err.find("INVALID_ARGUMENT"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find(bad + ":43:11: tenants[1].dscp"), std::string::npos) << a.err;
+  const std::string p70 = writeFile("p70.yaml", policyWithLimit(70));
+  a = ctl({"apply", "-f", p70, "--dry-run"});
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_NE(a.out.find("~ tenant tenant-a: changed\n    limit: 60Gbps -> 70Gbps"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("dry run: would become version 2 (nothing stored)"), std::string::npos) << a.out;
+  a = ctl({"apply", "-f", p70, "--expected-version", "0"});
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_NE(a.err.find("FAILED_PRECONDITION"), std::string::npos) << a.err;
+  a = ctl({"apply", "--expected-version=1", "-f", p70});
+  EXPECT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("applied: version 2"), std::string::npos) << a.out;
+  a = ctl({"apply", "-f", "-"}, policyWithLimit(71));  // stdin
+  EXPECT_EQ(a.exit_code, 0) << a.err;
+  a = ctl({"apply", "-f", dir_ + "/missing.yaml"});
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_NE(a.err.find("missing.yaml"), std::string::npos);
+
+  // get: YAML re-applies as "no change"; JSON has integer bytes/s.
+  auto g = ctl({"get"});
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.out.rfind("# tenantqos policy version 3, applied ", 0), 0u) << g.out;
+  auto reparsed = tq::policy::parsePolicyYaml(g.out, "get");
+  EXPECT_TRUE(reparsed.ok());
+  a = ctl({"apply", "-f", "-"}, g.out);
+  EXPECT_NE(a.out.find("no change"), std::string::npos) << a.out;
+  g = ctl({"get", "-o", "json", "--version", "1"});
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_NE(g.out.find("\"version\": 1,"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("\"guaranteeBytesPerSecond\": 5000000000"), std::string::npos) << g.out;
+  EXPECT_EQ(ctl({"get", "--version", "99"}).exit_code, 1);
+
+  // history and rollback.
+  auto h = ctl({"history"});
+  EXPECT_EQ(h.exit_code, 0);
+  EXPECT_NE(h.out.find("VERSION"), std::string::npos);
+  EXPECT_NE(h.out.find("latest"), std::string::npos) << h.out;
+  auto r = ctl({"rollback", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rolled back: version 4"), std::string::npos) << r.out;
+  h = ctl({"history"});
+  EXPECT_NE(h.out.find("rollback of 1"), std::string::npos) << h.out;
+  EXPECT_EQ(ctl({"rollback", "42"}).exit_code, 1);
+
+  // Usage errors: 2.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{}, {"bogus"}, {"apply"}, {"apply", "-f"}, {"get", "-o", "xml"},
+                                             {"get", "--nope"}, {"rollback"}, {"rollback", "x"}, {"validate"},
+                                             {"history", "extra"}, {"--timeout", "-1", "get"}}) {
+    auto u = ctl(args);
+    EXPECT_EQ(u.exit_code, 2) << ::testing::PrintToString(args) << ": " << u.err;
+    EXPECT_NE(u.err.find("Usage: tenantqosctl"), std::string::npos);
+  }
+  // Help: 0, per command.
+  for (const char* c : {"apply", "get", "history", "rollback", "validate", "top"}) {
+    auto hp = ctl({c, "--help"});
+    EXPECT_EQ(hp.exit_code, 0);
+    EXPECT_NE(hp.out.find(std::string("Usage: tenantqosctl ") + c), std::string::npos) << hp.out;
+  }
+  EXPECT_EQ(ctl({"--help"}).exit_code, 0);
+
+  // Unreachable: 3, naming the address; a bound-but-not-listening port refuses connections.
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  socklen_t len = sizeof sa;
+  getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len);
+  const std::string dead = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"get"}, {"history"}, {"top"}, {"rollback", "1"}, {"apply", "-f", good}}) {
+    std::vector<std::string> argv = {kCtl};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto t0 = std::chrono::steady_clock::now();
+    auto u = runProcess(argv, {"TENANTQOS_SERVER=" + dead});
+    EXPECT_EQ(u.exit_code, 3) << u.err;
+    EXPECT_NE(u.err.find("cannot reach tenantqos-policyd at " + dead), std::string::npos) << u.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  }
+  // --server wins over the environment.
+  auto w = runProcess({kCtl, "--server", address(), "get"}, {"TENANTQOS_SERVER=" + dead});
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  close(s);
+}
+
+TEST_F(PolicydTest, SigtermClosesWatchStreamsAndExitsZeroPromptly) {
+  start();
+  ASSERT_TRUE(apply(examplePolicy()).ok());
+  Watcher w(channel(), 0);
+  ASSERT_TRUE(w.waitForVersion(1));
+  auto t0 = std::chrono::steady_clock::now();
+  proc_->signal(SIGTERM);
+  auto status = proc_->wait(10s);
+  ASSERT_TRUE(status.has_value()) << "policyd did not exit after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  ASSERT_TRUE(w.waitDone(5s));
+  EXPECT_EQ(w.status().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(w.status().error_message().find("shutting down"), std::string::npos) << w.status().error_message();
+  EXPECT_NE(readWholeFile(log_).find("tenantqos-policyd stopped"), std::string::npos);
+}
+
+TEST_F(PolicydTest, StartupFailuresAreClear) {
+  // Data dir is a regular file.
+  std::string file = writeFile("not-a-dir", "x");
+  auto r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", file});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("data directory " + file + " exists and is not a directory"), std::string::npos) << r.err;
+  // Data dir cannot be created (even root cannot mkdir under /proc).
+  r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", "/proc/self/tqpol-data"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/proc/self/tqpol-data"), std::string::npos) << r.err;
+  // Port already taken by another policyd.
+  start();
+  r = runProcess({kPolicyd, "--listen", address(), "--data-dir", dir_ + "/data2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot listen on " + address()), std::string::npos) << r.err;
+  // Usage errors.
+  EXPECT_EQ(runProcess({kPolicyd, "--bogus"}).exit_code, 2);
+  EXPECT_EQ(runProcess({kPolicyd, "--log-level", "loud"}).exit_code, 2);
+  EXPECT_EQ(runProcess({kPolicyd, "--listen", "nocolon"}).exit_code, 2);
+  auto help = runProcess({kPolicyd, "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--data-dir DIR"), std::string::npos);
+}
+
+TEST_F(PolicydTest, MetricsEndpointPassesPromtool) {
+  start({"--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(apply(examplePolicy()).ok());
+  Watcher w(channel(), 0);
+  ASSERT_TRUE(w.waitForVersion(1));
+  std::string log = readWholeFile(log_);
+  size_t at = log.rfind("metrics on http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << log;
+  int mport = std::atoi(log.c_str() + at + std::strlen("metrics on http://127.0.0.1:"));
+  auto scrape = runProcess({"/usr/bin/curl", "-sf", "http://127.0.0.1:" + std::to_string(mport) + "/metrics"});
+  ASSERT_EQ(scrape.exit_code, 0) << scrape.err;
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_policy_version 1"), std::string::npos) << scrape.out;
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_watchers 1"), std::string::npos) << scrape.out;
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"applied\"} 1"), std::string::npos);
+  if (access("/usr/bin/promtool", X_OK) == 0) {
+    auto check = runProcess({"/usr/bin/promtool", "check", "metrics"}, {}, scrape.out);
+    EXPECT_EQ(check.exit_code, 0) << check.out << check.err;  // 0 = clean, 3 = lint, 1 = parse error
+  }
+}
+
+}  // namespace
+}  // namespace tq::test
