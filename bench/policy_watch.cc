@@ -11,6 +11,7 @@
 // Target on the 2-core development machine: fan-out p99 <= 500 ms.
 //
 //   policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N] [--policyd BIN]
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -18,8 +19,6 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,7 +48,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxVersions = 512;
 
 int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 std::string readAll(const std::string& path) {
@@ -62,7 +62,8 @@ std::string readAll(const std::string& path) {
 // Records, per watcher, when it first held each version, and how many watchers hold it.
 class Tracker {
  public:
-  explicit Tracker(size_t watchers) : first_ns_(watchers, std::vector<int64_t>(kMaxVersions, 0)), held_(watchers) {
+  explicit Tracker(size_t watchers)
+      : first_ns_(watchers, std::vector<int64_t>(kMaxVersions, 0)), held_(watchers) {
     for (auto& r : reached_) r = 0;
   }
 
@@ -152,9 +153,12 @@ Stats stats(std::vector<double> v) {
 }
 
 std::string smallPolicy(int limit_gbps) {
-  return "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n  - name: fabric\n    capacity: 100Gbps\n"
+  return "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n  - name: fabric\n    capacity: "
+         "100Gbps\n"
          "    headroom: 5%\ntenants:\n  - name: tenant-a\n    link: fabric\n    guarantee: 40Gbps\n"
-         "    limit: " + std::to_string(limit_gbps) + "Gbps\n    weight: 2\n    serviceLevel: 1\n    dscp: 26\n"
+         "    limit: " +
+         std::to_string(limit_gbps) +
+         "Gbps\n    weight: 2\n    serviceLevel: 1\n    dscp: 26\n"
          "    trafficClasses: [1]\n  - name: tenant-b\n    link: fabric\n    guarantee: 20Gbps\n"
          "    limit: 40Gbps\n    serviceLevel: 2\n    dscp: 18\n    trafficClasses: [2]\n";
 }
@@ -162,14 +166,15 @@ std::string smallPolicy(int limit_gbps) {
 // T tenants sharing SL/DSCP values (shareClass), 50Mbps guaranteed each on a 100Gbps link;
 // `round` changes the first tenant's limit so every round is a new version.
 std::string bigPolicy(int tenants, int round) {
-  std::string y = "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n  - name: fabric\n"
-                  "    capacity: 100Gbps\n    headroom: 5%\ntenants:\n";
+  std::string y =
+      "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n  - name: fabric\n"
+      "    capacity: 100Gbps\n    headroom: 5%\ntenants:\n";
   for (int i = 0; i < tenants; ++i) {
     y += "  - name: tenant-" + std::to_string(i) + "\n    link: fabric\n    guarantee: 50Mbps\n";
     y += "    limit: " + std::to_string(i == 0 ? 1000 + round : 1000) + "Mbps\n";
-    y += "    weight: " + std::to_string(1 + i % 4) + "\n    serviceLevel: " + std::to_string(i % 16) +
-         "\n    dscp: " + std::to_string(i % 64) + "\n    trafficClasses: [" + std::to_string(i) +
-         "]\n    shareClass: true\n";
+    y += "    weight: " + std::to_string(1 + i % 4) +
+         "\n    serviceLevel: " + std::to_string(i % 16) + "\n    dscp: " + std::to_string(i % 64) +
+         "\n    trafficClasses: [" + std::to_string(i) + "]\n    shareClass: true\n";
   }
   return y;
 }
@@ -192,8 +197,9 @@ class Bench {
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
     const std::string port_file = dir_ + "/port", log = dir_ + "/policyd.log";
-    std::vector<std::string> argv = {args_.policyd, "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/data",
-                                     "--port-file", port_file, "--log-level", "warn"};
+    std::vector<std::string> argv = {args_.policyd, "--listen",     "127.0.0.1:0",
+                                     "--data-dir",  dir_ + "/data", "--port-file",
+                                     port_file,     "--log-level",  "warn"};
     std::vector<char*> cargv;
     for (auto& s : argv) cargv.push_back(s.data());
     cargv.push_back(nullptr);
@@ -308,8 +314,8 @@ class Bench {
 };
 
 void print(const char* what, const Stats& s) {
-  std::printf("  %-50s p50 %8.2f ms   p99 %8.2f ms   max %8.2f ms   mean %8.2f ms\n", what, s.p50, s.p99, s.max,
-              s.mean);
+  std::printf("  %-50s p50 %8.2f ms   p99 %8.2f ms   max %8.2f ms   mean %8.2f ms\n", what, s.p50,
+              s.p99, s.max, s.mean);
 }
 
 }  // namespace
@@ -325,13 +331,19 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (f == "--watchers") a.watchers = std::stoul(next());
-    else if (f == "--applies") a.applies = std::stoi(next());
-    else if (f == "--tenants") a.tenants = std::stoi(next());
-    else if (f == "--connections") a.connections = std::stoul(next());
-    else if (f == "--policyd") a.policyd = next();
+    if (f == "--watchers")
+      a.watchers = std::stoul(next());
+    else if (f == "--applies")
+      a.applies = std::stoi(next());
+    else if (f == "--tenants")
+      a.tenants = std::stoi(next());
+    else if (f == "--connections")
+      a.connections = std::stoul(next());
+    else if (f == "--policyd")
+      a.policyd = next();
     else {
-      std::cerr << "usage: policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N] [--policyd BIN]\n";
+      std::cerr << "usage: policy_watch [--watchers N] [--applies N] [--tenants N] [--connections "
+                   "N] [--policyd BIN]\n";
       return 2;
     }
   }
@@ -391,32 +403,42 @@ int main(int argc, char** argv) {
   // 2. Apply latency of the T-tenant file alone.
   std::vector<double> big_apply;
   std::string big0 = bigPolicy(a.tenants, 0);
-  for (int r = 0; r < a.applies; ++r) big_apply.push_back(b.apply(bigPolicy(a.tenants, 1000 + r), &v));
+  for (int r = 0; r < a.applies; ++r)
+    big_apply.push_back(b.apply(bigPolicy(a.tenants, 1000 + r), &v));
 
   const std::string w = std::to_string(a.watchers), t = std::to_string(a.tenants);
-  Stats sf = stats(fan), se = stats(e2e), sb = stats(base_e2e), sbf = stats(big_fan), sbe = stats(big_e2e),
-        sa = stats(big_apply), saw = stats(big_apply_w), sba = stats(base_apply);
+  Stats sf = stats(fan), se = stats(e2e), sb = stats(base_e2e), sbf = stats(big_fan),
+        sbe = stats(big_e2e), sa = stats(big_apply), saw = stats(big_apply_w),
+        sba = stats(base_apply);
   std::printf("  %zu watchers opened (%s) and synced in %.2f s\n", a.watchers,
-              a.connections == 0 ? "one TCP connection each" : (std::to_string(a.connections) + " connections").c_str(),
+              a.connections == 0 ? "one TCP connection each"
+                                 : (std::to_string(a.connections) + " connections").c_str(),
               open_s);
-  std::printf("1. fan-out: ApplyPolicy returned -> the last of %s watchers holds the new version (%d applies)\n",
-              w.c_str(), a.applies);
+  std::printf(
+      "1. fan-out: ApplyPolicy returned -> the last of %s watchers holds the new version (%d "
+      "applies)\n",
+      w.c_str(), a.applies);
   print("2-tenant policy", sf);
   std::printf("   same, measured from the ApplyPolicy call (includes the apply itself):\n");
   print("1 watcher (baseline)", sb);
   print((w + " watchers").c_str(), se);
-  std::printf("   ratio p50 %s watchers / 1 watcher: %.1fx\n", w.c_str(), se.p50 / std::max(sb.p50, 1e-3));
-  std::printf("2. apply latency (ApplyPolicy round trip: parse, validate, fsync'd store, publish), %d applies\n",
-              a.applies);
+  std::printf("   ratio p50 %s watchers / 1 watcher: %.1fx\n", w.c_str(),
+              se.p50 / std::max(sb.p50, 1e-3));
+  std::printf(
+      "2. apply latency (ApplyPolicy round trip: parse, validate, fsync'd store, publish), %d "
+      "applies\n",
+      a.applies);
   print("2-tenant file, 1 watcher (baseline)", sba);
-  print((t + "-tenant file (" + std::to_string(big0.size() / 1024) + " KiB), no watchers").c_str(), sa);
-  std::printf("   ratio p50 %s-tenant / 2-tenant: %.1fx\n", t.c_str(), sa.p50 / std::max(sba.p50, 1e-3));
+  print((t + "-tenant file (" + std::to_string(big0.size() / 1024) + " KiB), no watchers").c_str(),
+        sa);
+  std::printf("   ratio p50 %s-tenant / 2-tenant: %.1fx\n", t.c_str(),
+              sa.p50 / std::max(sba.p50, 1e-3));
   std::printf("3. (extra) %s-tenant policy with %s watchers connected\n", t.c_str(), w.c_str());
   print("apply latency", saw);
   print("fan-out from return", sbf);
   print("fan-out from call", sbe);
   bool met = sf.p99 <= 500 && sa.p99 <= 500;
-  std::printf("target p99 <= 500 ms (1. fan-out to %s watchers, 2. %s-tenant apply): %s\n", w.c_str(), t.c_str(),
-              met ? "met" : "MISSED");
+  std::printf("target p99 <= 500 ms (1. fan-out to %s watchers, 2. %s-tenant apply): %s\n",
+              w.c_str(), t.c_str(), met ? "met" : "MISSED");
   return 0;
 }

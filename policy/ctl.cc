@@ -33,7 +33,8 @@ constexpr const char* kDefaultServer = "127.0.0.1:7400";
 constexpr auto kConnectTimeout = std::chrono::seconds(3);
 constexpr int kMaxResponseBytes = 16 << 20;
 
-constexpr const char* kMainHelp = R"(Usage: tenantqosctl [--server HOST:PORT] [--timeout SECONDS] COMMAND [flags]
+constexpr const char* kMainHelp =
+    R"(Usage: tenantqosctl [--server HOST:PORT] [--timeout SECONDS] COMMAND [flags]
 
 Manage tenantqos policies on tenantqos-policyd.
 
@@ -74,7 +75,10 @@ An identical policy stores nothing ("no change").
   --dry-run                 validate and diff only; store nothing
   --expected-version N      apply only if the latest version is still N (else exit 1)
 )",
-       {"-f", "--filename", "--expected-version"}, {"--dry-run"}, 0, 0},
+       {"-f", "--filename", "--expected-version"},
+       {"--dry-run"},
+       0,
+       0},
       {"get",
        R"(Usage: tenantqosctl get [-o yaml|json] [--version N]
 
@@ -83,34 +87,49 @@ changes nothing); JSON carries rates as integer bytes per second.
   -o, --output FORMAT   yaml (default) or json
   --version N           a stored version instead of the latest
 )",
-       {"-o", "--output", "--version"}, {}, 0, 0},
+       {"-o", "--output", "--version"},
+       {},
+       0,
+       0},
       {"history",
        R"(Usage: tenantqosctl history
 
 Lists stored versions, newest first, with who applied them and when. A version whose stored
 record failed its checksum is shown as CORRUPT and is never served.
 )",
-       {}, {}, 0, 0},
+       {},
+       {},
+       0,
+       0},
       {"rollback",
        R"(Usage: tenantqosctl rollback N [--expected-version M]
 
 Stores the content of version N as a new version (history is never rewritten).
   --expected-version M   roll back only if the latest version is still M (else exit 1)
 )",
-       {"--expected-version"}, {}, 1, 1},
+       {"--expected-version"},
+       {},
+       1,
+       1},
       {"validate",
        R"(Usage: tenantqosctl validate FILE
 
 Checks FILE against every policy rule without contacting a server. Prints every error as
 FILE:LINE:COL: FIELD: reason (on stderr) and exits 1 if there is any.
 )",
-       {"-f", "--filename"}, {}, 0, 1},
+       {"-f", "--filename"},
+       {},
+       0,
+       1},
       {"top",
        R"(Usage: tenantqosctl top
 
 Prints per-tenant usage per node as last reported by the node agents, and cluster totals.
 )",
-       {}, {}, 0, 0},
+       {},
+       {},
+       0,
+       0},
   };
   return kCommands;
 }
@@ -143,7 +162,6 @@ std::string canonical(const std::string& flag) {
   if (flag == "-o") return "--output";
   return flag;
 }
-
 
 std::optional<uint64_t> parseU64(const std::string& s) {
   uint64_t v = 0;
@@ -297,11 +315,14 @@ std::string toJson(const PolicyRecord& r) {
   o << "  \"tenants\": [";
   for (size_t i = 0; i < r.policy.tenants.size(); ++i) {
     const TenantSpec& t = r.policy.tenants[i];
-    o << (i ? "," : "") << "\n    {\"name\": " << jsonString(t.name) << ", \"link\": " << jsonString(t.link)
+    o << (i ? "," : "") << "\n    {\"name\": " << jsonString(t.name)
+      << ", \"link\": " << jsonString(t.link)
       << ", \"guaranteeBytesPerSecond\": " << t.guarantee_bytes_per_second
       << ", \"limitBytesPerSecond\": " << t.limit_bytes_per_second << ", \"weight\": " << t.weight
-      << ", \"serviceLevel\": " << t.service_level << ", \"dscp\": " << t.dscp << ", \"trafficClasses\": [";
-    for (size_t k = 0; k < t.traffic_classes.size(); ++k) o << (k ? ", " : "") << t.traffic_classes[k];
+      << ", \"serviceLevel\": " << t.service_level << ", \"dscp\": " << t.dscp
+      << ", \"trafficClasses\": [";
+    for (size_t k = 0; k < t.traffic_classes.size(); ++k)
+      o << (k ? ", " : "") << t.traffic_classes[k];
     o << "], \"shareClass\": " << (t.share_class ? "true" : "false") << "}";
   }
   o << (r.policy.tenants.empty() ? "]\n" : "\n  ]\n");
@@ -332,7 +353,8 @@ std::string appliedBy(CtlContext& ctx) {
     passwd pw{};
     passwd* found = nullptr;
     char buf[1024];
-    if (::getpwuid_r(::getuid(), &pw, buf, sizeof buf, &found) == 0 && found != nullptr) user = pw.pw_name;
+    if (::getpwuid_r(::getuid(), &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
+      user = pw.pw_name;
   }
   if (user.empty()) user = "unknown";
   char host[256] = {};
@@ -383,8 +405,9 @@ class Client {
         return false;
       }
       if (!channel_->WaitForStateChange(state, deadline)) {
-        err << "tenantqosctl: cannot reach tenantqos-policyd at " << server_ << ": no connection within "
-            << kConnectTimeout.count() << "s (is it running? set --server or TENANTQOS_SERVER)\n";
+        err << "tenantqosctl: cannot reach tenantqos-policyd at " << server_
+            << ": no connection within " << kConnectTimeout.count()
+            << "s (is it running? set --server or TENANTQOS_SERVER)\n";
         return false;
       }
       state = channel_->GetState(false);
@@ -426,7 +449,9 @@ void printDiff(std::ostream& out, const PolicyDiff& diff) {
       if (std::string_view(kind) == "tenant") ++unchanged;
       return;
     }
-    const char* mark = c.kind == ChangeKind::kAdded ? "+" : c.kind == ChangeKind::kRemoved ? "-" : "~";
+    const char* mark = c.kind == ChangeKind::kAdded     ? "+"
+                       : c.kind == ChangeKind::kRemoved ? "-"
+                                                        : "~";
     out << mark << " " << kind << " " << c.name << ": " << changeKindName(c.kind);
     if (c.kind == ChangeKind::kAdded && !c.details.empty()) {
       out << " (" << c.details.front() << ")\n";
@@ -439,7 +464,8 @@ void printDiff(std::ostream& out, const PolicyDiff& diff) {
   };
   for (const ObjectChange& c : diff.links) print("link", c);
   for (const ObjectChange& c : diff.tenants) print("tenant", c);
-  if (unchanged > 0) out << "  (" << unchanged << (unchanged == 1 ? " tenant" : " tenants") << " unchanged)\n";
+  if (unchanged > 0)
+    out << "  (" << unchanged << (unchanged == 1 ? " tenant" : " tenants") << " unchanged)\n";
 }
 
 int printApplyResponse(std::ostream& out, const v1::ApplyPolicyResponse& r, const char* verb) {
@@ -458,8 +484,9 @@ int printApplyResponse(std::ostream& out, const v1::ApplyPolicyResponse& r, cons
 }
 
 int cmdValidate(const Args& a, CtlContext& ctx) {
-  std::string file = !a.positional.empty() ? a.positional[0]
-                     : a.values.count("--filename") ? a.values.at("--filename") : "";
+  std::string file = !a.positional.empty()          ? a.positional[0]
+                     : a.values.count("--filename") ? a.values.at("--filename")
+                                                    : "";
   if (file.empty()) return usageError(a, ctx, "validate needs FILE");
   ParsedPolicy p;
   if (file == "-") {
@@ -470,8 +497,8 @@ int cmdValidate(const Args& a, CtlContext& ctx) {
   }
   if (!p.ok()) {
     for (const PolicyError& e : p.errors) ctx.err << e.toString() << "\n";
-    ctx.err << file << ": invalid (" << p.errors.size() << (p.errors.size() == 1 ? " error" : " errors")
-            << ")\n";
+    ctx.err << file << ": invalid (" << p.errors.size()
+            << (p.errors.size() == 1 ? " error" : " errors") << ")\n";
     return kExitRejected;
   }
   ctx.out << file << ": valid (" << p.policy.links.size()
@@ -516,7 +543,8 @@ int cmdApply(const Args& a, CtlContext& ctx, Client& client) {
 
 int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
   std::string format = a.values.count("--output") ? a.values.at("--output") : "yaml";
-  if (format != "yaml" && format != "json") return usageError(a, ctx, "-o wants yaml or json, got \"" + format + "\"");
+  if (format != "yaml" && format != "json")
+    return usageError(a, ctx, "-o wants yaml or json, got \"" + format + "\"");
   v1::GetPolicyRequest req;
   if (a.values.count("--version")) {
     auto v = parseU64(a.values.at("--version"));
@@ -535,7 +563,8 @@ int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
     return kExitOk;
   }
   std::string header = "tenantqos policy version " + std::to_string(r.version) + ", applied " +
-                       timeText(r.applied_at_unix_ms) + " by " + (r.applied_by.empty() ? "?" : r.applied_by);
+                       timeText(r.applied_at_unix_ms) + " by " +
+                       (r.applied_by.empty() ? "?" : r.applied_by);
   if (r.rollback_of) header += " (rollback of version " + std::to_string(r.rollback_of) + ")";
   ctx.out << toYaml(r.policy, header);
   return kExitOk;
@@ -552,7 +581,8 @@ int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
     ctx.out << "no policy has been applied yet\n";
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {{"VERSION", "APPLIED (UTC)", "BY", "TENANTS", "NOTE"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"VERSION", "APPLIED (UTC)", "BY", "TENANTS", "NOTE"}};
   bool latest_marked = false;
   for (const auto& m : resp.versions()) {
     VersionSummary v = fromVersionInfo(m);
@@ -561,10 +591,13 @@ int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
       note = "CORRUPT, not served: " + v.problem;
     } else {
       if (!latest_marked) note = "latest", latest_marked = true;
-      if (v.rollback_of) note += std::string(note.empty() ? "" : ", ") + "rollback of " + std::to_string(v.rollback_of);
+      if (v.rollback_of)
+        note +=
+            std::string(note.empty() ? "" : ", ") + "rollback of " + std::to_string(v.rollback_of);
     }
     rows.push_back({std::to_string(v.version), v.intact ? timeText(v.applied_at_unix_ms) : "-",
-                    v.intact ? v.applied_by : "-", v.intact ? std::to_string(v.tenants) : "-", note});
+                    v.intact ? v.applied_by : "-", v.intact ? std::to_string(v.tenants) : "-",
+                    note});
   }
   printTable(ctx.out, rows);
   return kExitOk;
@@ -603,9 +636,9 @@ int cmdTop(const Args&, CtlContext& ctx, Client& client) {
   }
   ctx.out << "policy version " << resp.latest_version() << ", " << resp.nodes_size()
           << (resp.nodes_size() == 1 ? " node" : " nodes") << " reporting\n";
-  std::vector<std::vector<std::string>> rows = {{"NODE", "VERSION", "AGE", "TENANT", "TX RATE", "ALLOCATED",
-                                                 "GUARANTEE", "LIMIT", "TX TOTAL", "RX TOTAL", "THROTTLED",
-                                                 "PROCS"}};
+  std::vector<std::vector<std::string>> rows = {{"NODE", "VERSION", "AGE", "TENANT", "TX RATE",
+                                                 "ALLOCATED", "GUARANTEE", "LIMIT", "TX TOTAL",
+                                                 "RX TOTAL", "THROTTLED", "PROCS"}};
   auto row = [](const std::string& node, const std::string& version, const std::string& age,
                 const TenantUsageReport& t) {
     char throttled[32];

@@ -20,7 +20,8 @@ constexpr size_t kDigits = 20;
 
 // "00000000000000000007.tqrec" -> 7; nullopt for anything else.
 std::optional<uint64_t> versionOfName(std::string_view name) {
-  if (name.size() != kDigits + kSuffix.size() || name.substr(kDigits) != kSuffix) return std::nullopt;
+  if (name.size() != kDigits + kSuffix.size() || name.substr(kDigits) != kSuffix)
+    return std::nullopt;
   uint64_t v = 0;
   for (size_t i = 0; i < kDigits; ++i) {
     char c = name[i];
@@ -32,8 +33,10 @@ std::optional<uint64_t> versionOfName(std::string_view name) {
 }
 
 VersionSummary summarize(const PolicyRecord& r) {
-  return {r.version, r.applied_at_unix_ms, r.applied_by,
-          static_cast<uint32_t>(r.policy.tenants.size()), r.rollback_of, r.checksum, true, ""};
+  return {r.version,     r.applied_at_unix_ms,
+          r.applied_by,  static_cast<uint32_t>(r.policy.tenants.size()),
+          r.rollback_of, r.checksum,
+          true,          ""};
 }
 
 class FileStore final : public PolicyStore {
@@ -86,8 +89,8 @@ class FileStore final : public PolicyStore {
                dir_.c_str(), newest);
       } else if (latest_->version != newest) {
         TQ_LOG(kError,
-               "policy store %s: the newest version %" PRIu64 " is corrupt; serving version %" PRIu64
-               ", the newest intact one",
+               "policy store %s: the newest version %" PRIu64
+               " is corrupt; serving version %" PRIu64 ", the newest intact one",
                dir_.c_str(), newest, latest_->version);
       }
     }
@@ -127,7 +130,8 @@ class FileStore final : public PolicyStore {
       return notFound("policy version " + std::to_string(version) + " does not exist");
     }
     if (!it->second.intact) {
-      return dataLoss("policy version " + std::to_string(version) + " is corrupt: " + it->second.problem);
+      return dataLoss("policy version " + std::to_string(version) +
+                      " is corrupt: " + it->second.problem);
     }
     return readRecord(dir_ + "/" + recordFileName(version), version);
   }
@@ -182,7 +186,7 @@ std::string recordFileName(uint64_t version) {
 Result<std::unique_ptr<PolicyStore>> openFileStore(const std::string& data_dir,
                                                    FileStoreOptions options) {
   if (data_dir.empty()) return invalidArgument("policy store: empty data directory");
-  struct stat st{};
+  struct stat st {};
   if (::stat(data_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
     return failedPrecondition("data directory " + data_dir + " exists and is not a directory");
   }

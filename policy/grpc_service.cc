@@ -138,7 +138,9 @@ class WatchHub {
   explicit WatchHub(PolicydMetrics* metrics) : metrics_(metrics) {}
   ~WatchHub();
 
-  void add(std::shared_ptr<WatchReactor> reactor, uint64_t known_version);
+  // Registers a reactor (the hub owns it until its OnDone) and offers it the latest snapshot,
+  // which it takes only if newer than what its watcher knows.
+  void add(std::shared_ptr<WatchReactor> reactor);
   void remove(WatchReactor* reactor);
   void publish(std::shared_ptr<const EncodedSnapshot> snapshot);
   void close(const grpc::Status& status);
@@ -247,7 +249,7 @@ WatchHub::~WatchHub() {
   }
 }
 
-void WatchHub::add(std::shared_ptr<WatchReactor> reactor, uint64_t known_version) {
+void WatchHub::add(std::shared_ptr<WatchReactor> reactor) {
   WatchReactor* raw = reactor.get();
   std::shared_ptr<const EncodedSnapshot> latest;
   std::optional<grpc::Status> closed;
@@ -264,7 +266,6 @@ void WatchHub::add(std::shared_ptr<WatchReactor> reactor, uint64_t known_version
     raw->close(*closed);
     return;
   }
-  (void)known_version;  // the reactor already knows it; offer() skips what is not newer
   if (latest) raw->offer(latest);
 }
 
@@ -345,14 +346,16 @@ void PolicyGrpcService::closeWatchers(const std::string& reason) {
 size_t PolicyGrpcService::watcherCount() const { return hub_->size(); }
 
 size_t PolicyGrpcService::callsInFlight() const {
-  return static_cast<size_t>(std::max(0, in_flight_.load(std::memory_order_acquire))) + hub_->size();
+  return static_cast<size_t>(std::max(0, in_flight_.load(std::memory_order_acquire))) +
+         hub_->size();
 }
 
 grpc::ServerUnaryReactor* PolicyGrpcService::ApplyPolicy(grpc::CallbackServerContext* ctx,
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ApplyPolicyRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, &in_flight_, "ApplyPolicy", [&](const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
+      ctx, in, out, &in_flight_, "ApplyPolicy",
+      [&](const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
         ApplyRequest a;
         a.yaml = req.policy_yaml();
         if (!req.source_name().empty()) a.source_name = req.source_name();
@@ -370,7 +373,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetPolicy(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* in,
                                                        grpc::ByteBuffer* out) {
   return unaryCall<v1::GetPolicyRequest, v1::PolicySnapshot>(
-      ctx, in, out, &in_flight_, "GetPolicy", [&](const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
+      ctx, in, out, &in_flight_, "GetPolicy",
+      [&](const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
         Result<PolicyRecord> r = core_.get(req.version());
         if (!r.ok()) return toGrpcStatus(r.status());
         *resp = toSnapshot(*r);
@@ -382,7 +386,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ListVersions(grpc::CallbackServerCo
                                                           const grpc::ByteBuffer* in,
                                                           grpc::ByteBuffer* out) {
   return unaryCall<v1::ListVersionsRequest, v1::ListVersionsResponse>(
-      ctx, in, out, &in_flight_, "ListVersions", [&](const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
+      ctx, in, out, &in_flight_, "ListVersions",
+      [&](const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
         for (const VersionSummary& s : core_.list()) *resp->add_versions() = toVersionInfo(s);
         return grpc::Status::OK;
       });
@@ -392,7 +397,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::Rollback(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::RollbackRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, &in_flight_, "Rollback", [&](const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
+      ctx, in, out, &in_flight_, "Rollback",
+      [&](const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
         std::optional<uint64_t> expected;
         if (req.has_expected_version()) expected = req.expected_version();
         Result<ApplyResult> r = core_.rollback(
@@ -410,15 +416,16 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
   v1::WatchPolicyRequest req;
   if (!parseMessage(in, &req)) {
     raw->setWatcher("", UINT64_MAX);   // nothing is newer: no snapshot is offered
-    hub_->add(std::move(reactor), 0);  // the hub owns every reactor until its OnDone
-    raw->close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message"));
+    hub_->add(std::move(reactor));
+    raw->close(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message"));
     return raw;
   }
   TQ_LOG(kDebug, "watch from %s (node %s), known version %" PRIu64, ctx->peer().c_str(),
          req.node().c_str(), req.known_version());
   raw->setWatcher(req.node(), req.known_version());
-  hub_->add(std::move(reactor), req.known_version());
+  hub_->add(std::move(reactor));
   return raw;
 }
 
@@ -426,7 +433,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ReportUsage(grpc::CallbackServerCon
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ReportUsageRequest, v1::ReportUsageResponse>(
-      ctx, in, out, &in_flight_, "ReportUsage", [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
+      ctx, in, out, &in_flight_, "ReportUsage",
+      [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
         return toGrpcStatus(core_.reportUsage(proto::fromReportUsageRequest(req)));
       });
 }
@@ -435,9 +443,11 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetUsage(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::GetUsageRequest, v1::GetUsageResponse>(
-      ctx, in, out, &in_flight_, "GetUsage", [&](const v1::GetUsageRequest&, v1::GetUsageResponse* resp) {
+      ctx, in, out, &in_flight_, "GetUsage",
+      [&](const v1::GetUsageRequest&, v1::GetUsageResponse* resp) {
         ClusterUsage u = core_.usage();
-        for (const NodeUsageEntry& n : u.nodes) *resp->add_nodes() = proto::toNodeUsage(n.report, n.received_unix_ms);
+        for (const NodeUsageEntry& n : u.nodes)
+          *resp->add_nodes() = proto::toNodeUsage(n.report, n.received_unix_ms);
         for (const TenantUsageReport& t : u.totals) *resp->add_tenants() = proto::toProto(t);
         resp->set_latest_version(u.latest_version);
         return grpc::Status::OK;

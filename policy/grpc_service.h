@@ -45,17 +45,20 @@ class PolicyGrpcService final : public RawPolicyServiceBase {
   // Unary calls whose status is not yet sent, plus open watch streams.
   size_t callsInFlight() const;
 
-  grpc::ServerUnaryReactor* ApplyPolicy(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+  grpc::ServerUnaryReactor* ApplyPolicy(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* req,
                                         grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                       grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* ListVersions(grpc::CallbackServerContext* ctx,
-                                         const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
+                                         const grpc::ByteBuffer* req,
+                                         grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Rollback(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                      grpc::ByteBuffer* resp) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchPolicy(grpc::CallbackServerContext* ctx,
                                                           const grpc::ByteBuffer* req) override;
-  grpc::ServerUnaryReactor* ReportUsage(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+  grpc::ServerUnaryReactor* ReportUsage(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* req,
                                         grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                      grpc::ByteBuffer* resp) override;

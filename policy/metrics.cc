@@ -6,7 +6,6 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
-
 namespace tq::policy {
 
 struct PolicydMetrics::Impl {
@@ -54,7 +53,9 @@ void PolicydMetrics::countApply(std::string_view op, std::string_view result) {
 }
 void PolicydMetrics::observeApplySeconds(double s) { impl_->apply_seconds.Observe(s); }
 void PolicydMetrics::setWatchers(int64_t n) { impl_->watchers.Set(static_cast<double>(n)); }
-void PolicydMetrics::setStoreCorruptRecords(uint64_t n) { impl_->corrupt.Set(static_cast<double>(n)); }
+void PolicydMetrics::setStoreCorruptRecords(uint64_t n) {
+  impl_->corrupt.Set(static_cast<double>(n));
+}
 void PolicydMetrics::setUsageNodes(uint64_t n) { impl_->nodes.Set(static_cast<double>(n)); }
 
 std::shared_ptr<prometheus::Registry> PolicydMetrics::registry() const { return impl_->registry; }

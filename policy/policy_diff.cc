@@ -68,7 +68,8 @@ std::vector<ObjectChange> diffList(const std::vector<T>& before, const std::vect
       continue;
     }
     auto d = details(*it->second, x);
-    out.push_back({x.name, d.empty() ? ChangeKind::kUnchanged : ChangeKind::kChanged, std::move(d)});
+    out.push_back(
+        {x.name, d.empty() ? ChangeKind::kUnchanged : ChangeKind::kChanged, std::move(d)});
   }
   for (const T& x : before) {
     if (!new_by_name.count(x.name)) out.push_back({x.name, ChangeKind::kRemoved, {}});

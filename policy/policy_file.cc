@@ -56,9 +56,10 @@ class ErrorList {
     errors_.push_back({file_, p.line, p.column, std::move(field), std::move(reason)});
   }
   std::vector<PolicyError> take() {
-    std::stable_sort(errors_.begin(), errors_.end(), [](const PolicyError& a, const PolicyError& b) {
-      return std::tie(a.line, a.column) < std::tie(b.line, b.column);
-    });
+    std::stable_sort(errors_.begin(), errors_.end(),
+                     [](const PolicyError& a, const PolicyError& b) {
+                       return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+                     });
     return std::move(errors_);
   }
   bool empty() const { return errors_.empty(); }
@@ -109,6 +110,7 @@ std::string unknownFieldReason(std::string_view key, std::span<const std::string
     size_t d = editDistance(key, k);
     if (d < best_d) best_d = d, best = k;
   }
+  if (key == "<<") return "YAML merge keys (<<) are not supported: write the fields out";
   std::string r = "unknown field " + quote(key);
   if (!best.empty() && best_d <= std::max<size_t>(2, best.size() / 3)) {
     return r + " (did you mean \"" + std::string(best) + "\"?)";
@@ -131,9 +133,9 @@ std::string describe(const YAML::Node& n) {
 
 constexpr std::string_view kRootFields[] = {"apiVersion", "kind", "links", "tenants"};
 constexpr std::string_view kLinkFields[] = {"name", "capacity", "headroom"};
-constexpr std::string_view kTenantFields[] = {"name",         "link",  "guarantee",
-                                              "limit",        "weight", "serviceLevel",
-                                              "dscp",         "trafficClasses", "shareClass"};
+constexpr std::string_view kTenantFields[] = {"name",  "link",           "guarantee",
+                                              "limit", "weight",         "serviceLevel",
+                                              "dscp",  "trafficClasses", "shareClass"};
 
 // Walks the YAML tree along the schema. Never descends into unknown fields, so the work is
 // bounded by the schema and the size limits, whatever aliases the document uses.
@@ -152,19 +154,22 @@ class YamlReader {
     Fields f;
     if (!readMapping(root, {1, 1}, "", kRootFields, &f)) return;
     std::string api, kind;
-    if (requireField(f, "", "apiVersion", {1, 1}) && readString(f["apiVersion"], "apiVersion", &api) &&
-        api != kApiVersion) {
+    if (requireField(f, "", "apiVersion", {1, 1}) &&
+        readString(f["apiVersion"], "apiVersion", &api) && api != kApiVersion) {
       bad("apiVersion", f["apiVersion"].pos,
-          "unsupported apiVersion " + quote(api) + " (expected \"" + std::string(kApiVersion) + "\")");
+          "unsupported apiVersion " + quote(api) + " (expected \"" + std::string(kApiVersion) +
+              "\")");
     }
-    if (requireField(f, "", "kind", {1, 1}) && readString(f["kind"], "kind", &kind) && kind != kKind) {
+    if (requireField(f, "", "kind", {1, 1}) && readString(f["kind"], "kind", &kind) &&
+        kind != kKind) {
       bad("kind", f["kind"].pos,
           "unsupported kind " + quote(kind) + " (expected \"" + std::string(kKind) + "\")");
     }
     if (requireField(f, "", "links", {1, 1})) {
-      forEachItem(f["links"], "links", kMaxLinks, [&](const YAML::Node& item, const std::string& path) {
-        out->links.push_back(readLink(item, path));
-      });
+      forEachItem(f["links"], "links", kMaxLinks,
+                  [&](const YAML::Node& item, const std::string& path) {
+                    out->links.push_back(readLink(item, path));
+                  });
     }
     if (requireField(f, "", "tenants", {1, 1})) {
       forEachItem(f["tenants"], "tenants", kMaxTenants,
@@ -184,7 +189,8 @@ class YamlReader {
       return l;
     }
     if (requireField(f, path, "name", at)) readName(f["name"], path + ".name", &l.name);
-    if (requireField(f, path, "capacity", at)) readRate(f["capacity"], path + ".capacity", &l.capacity_bytes_per_second);
+    if (requireField(f, path, "capacity", at))
+      readRate(f["capacity"], path + ".capacity", &l.capacity_bytes_per_second);
     if (f.count("headroom")) readPercent(f["headroom"], path + ".headroom", &l.headroom_percent);
     return l;
   }
@@ -203,7 +209,8 @@ class YamlReader {
     if (requireField(f, path, "guarantee", at)) {
       readRate(f["guarantee"], field("guarantee"), &t.guarantee_bytes_per_second);
     }
-    if (requireField(f, path, "limit", at)) readRate(f["limit"], field("limit"), &t.limit_bytes_per_second);
+    if (requireField(f, path, "limit", at))
+      readRate(f["limit"], field("limit"), &t.limit_bytes_per_second);
     if (f.count("weight")) readUint(f["weight"], field("weight"), 1, kMaxWeight, &t.weight);
     if (requireField(f, path, "serviceLevel", at)) {
       readUint(f["serviceLevel"], field("serviceLevel"), 0, kMaxServiceLevel, &t.service_level);
@@ -256,8 +263,9 @@ class YamlReader {
       auto [pos, inserted] = out->try_emplace(name);
       if (!inserted) {
         bad(fpath, kp,
-            "duplicate key " + quote(name) + " (first at line " + std::to_string(pos->second.key.Mark().line + 1) +
-                ", column " + std::to_string(pos->second.key.Mark().column + 1) + ")");
+            "duplicate key " + quote(name) + " (first at line " +
+                std::to_string(pos->second.key.Mark().line + 1) + ", column " +
+                std::to_string(pos->second.key.Mark().column + 1) + ")");
         continue;
       }
       Pos vp = value.IsNull() ? kp : posOf(value.Mark());
@@ -284,8 +292,9 @@ class YamlReader {
       return;
     }
     if (e.value.size() > max_items) {
-      bad(path, e.pos, "too many items: " + std::to_string(e.value.size()) + " (at most " +
-                           std::to_string(max_items) + ")");
+      bad(path, e.pos,
+          "too many items: " + std::to_string(e.value.size()) + " (at most " +
+              std::to_string(max_items) + ")");
       return;
     }
     size_t i = 0;
@@ -315,8 +324,9 @@ class YamlReader {
     if (!readString(e, path, out)) return false;
     if (!isDns1123Label(*out)) {
       bad(path, e.pos,
-          quote(*out) + " is not a DNS-1123 label (1-63 characters of a-z, 0-9 and '-', "
-                        "starting and ending with a letter or digit)");
+          quote(*out) +
+              " is not a DNS-1123 label (1-63 characters of a-z, 0-9 and '-', "
+              "starting and ending with a letter or digit)");
       return false;
     }
     return true;
@@ -345,11 +355,13 @@ class YamlReader {
   }
 
   // A plain (unquoted) decimal integer in [min, max].
-  bool readUint(const Entry& e, const std::string& path, uint64_t min, uint64_t max, uint32_t* out) {
+  bool readUint(const Entry& e, const std::string& path, uint64_t min, uint64_t max,
+                uint32_t* out) {
     if (!scalar(e, path, "an integer")) return false;
     const std::string& s = e.value.Scalar();
     if (e.value.Tag() == "!") {
-      bad(path, e.pos, "expected an integer, got the quoted string " + quote(s) + " (remove the quotes)");
+      bad(path, e.pos,
+          "expected an integer, got the quoted string " + quote(s) + " (remove the quotes)");
       return false;
     }
     std::string_view digits = s;
@@ -366,7 +378,8 @@ class YamlReader {
       bad(path, e.pos, "expected an integer, got " + quote(s));
       return false;
     }
-    if (negative || ec != std::errc() || end != digits.data() + digits.size() || v < min || v > max) {
+    if (negative || ec != std::errc() || end != digits.data() + digits.size() || v < min ||
+        v > max) {
       bad(path, e.pos, rangeReason(min, max, s));
       return false;
     }
@@ -436,8 +449,8 @@ void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& error
       if (!isDns1123Label(l.name)) {
         err(at("links", i, "name"), quote(l.name) + " is not a DNS-1123 label");
       } else if (auto [it, fresh] = links.emplace(l.name, i); !fresh) {
-        err(at("links", i, "name"), "duplicate link name " + quote(l.name) + " (also " +
-                                        where("links", it->second) + ")");
+        err(at("links", i, "name"),
+            "duplicate link name " + quote(l.name) + " (also " + where("links", it->second) + ")");
       }
     }
     if (index.usable(at("links", i, "capacity")) && l.capacity_bytes_per_second == 0) {
@@ -445,13 +458,13 @@ void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& error
     }
     if (index.usable(at("links", i, "headroom")) &&
         !(l.headroom_percent >= 0 && l.headroom_percent < 100)) {
-      err(at("links", i, "headroom"), "must be at least 0% and less than 100%, got " +
-                                          percentText(l.headroom_percent));
+      err(at("links", i, "headroom"),
+          "must be at least 0% and less than 100%, got " + percentText(l.headroom_percent));
     }
   }
 
   struct ClassUse {
-    size_t first = SIZE_MAX;           // first tenant using the value
+    size_t first = SIZE_MAX;            // first tenant using the value
     size_t first_exclusive = SIZE_MAX;  // first tenant using it without shareClass
   };
   std::map<uint32_t, ClassUse> sl_use, dscp_use;
@@ -494,12 +507,14 @@ void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& error
       if (it == links.end() && all_link_names_known) {
         std::string known;
         for (const auto& [name, i] : links) known += (known.empty() ? "" : ", ") + name;
-        err(f("link"), "unknown link " + quote(t.link) +
-                           (known.empty() ? " (no links are defined)" : " (defined: " + known + ")"));
+        err(f("link"),
+            "unknown link " + quote(t.link) +
+                (known.empty() ? " (no links are defined)" : " (defined: " + known + ")"));
       } else if (it != links.end()) {
         link = &p.links[it->second];
         if (!index.usable(at("links", it->second, "capacity")) ||
-            !index.usable(at("links", it->second, "headroom")) || link->capacity_bytes_per_second == 0 ||
+            !index.usable(at("links", it->second, "headroom")) ||
+            link->capacity_bytes_per_second == 0 ||
             !(link->headroom_percent >= 0 && link->headroom_percent < 100)) {
           link = nullptr;  // its numbers are wrong (reported there): skip the checks that need them
         }
@@ -514,7 +529,8 @@ void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& error
     }
     if (link != nullptr && l_ok && t.limit_bytes_per_second > link->capacity_bytes_per_second) {
       err(f("limit"), formatRate(t.limit_bytes_per_second) + " exceeds the capacity of link " +
-                          quote(link->name) + " (" + formatRate(link->capacity_bytes_per_second) + ")");
+                          quote(link->name) + " (" + formatRate(link->capacity_bytes_per_second) +
+                          ")");
     }
     if (link != nullptr && g_ok && !over_admitted.count(link->name)) {
       unsigned __int128& sum = guarantee_sum[link->name];
@@ -610,8 +626,8 @@ std::string PolicyError::toString() const {
 
 Status errorsToStatus(const std::vector<PolicyError>& errors) {
   if (errors.empty()) return okStatus();
-  std::string m = std::to_string(errors.size()) + (errors.size() == 1 ? " error" : " errors") +
-                  " in policy:";
+  std::string m =
+      std::to_string(errors.size()) + (errors.size() == 1 ? " error" : " errors") + " in policy:";
   for (const PolicyError& e : errors) m += "\n" + e.toString();
   return invalidArgument(std::move(m));
 }
@@ -643,7 +659,8 @@ ParsedPolicy parsePolicyYaml(std::string_view text, std::string_view source_name
       reader.readRoot(docs[0], &out.policy);
     }
   } catch (const YAML::Exception& e) {
-    errors.add(posOf(e.mark).line > 0 ? posOf(e.mark) : Pos{1, 1}, "(yaml)", yamlExceptionReason(e));
+    errors.add(posOf(e.mark).line > 0 ? posOf(e.mark) : Pos{1, 1}, "(yaml)",
+               yamlExceptionReason(e));
   } catch (const std::exception& e) {
     errors.add({1, 1}, "(yaml)", std::string("cannot parse: ") + e.what());
   }

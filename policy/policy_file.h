@@ -44,8 +44,8 @@ inline constexpr uint32_t kMaxDscp = 63;
 
 struct PolicyError {
   std::string file;
-  int line = 0;    // 1-based; 0 when the error has no position (structured input)
-  int column = 0;  // 1-based
+  int line = 0;       // 1-based; 0 when the error has no position (structured input)
+  int column = 0;     // 1-based
   std::string field;  // "tenants[1].limit"; "(yaml)" for syntax errors, "(file)" for the file
   std::string reason;
 

@@ -44,7 +44,9 @@ Result<ApplyResult> PolicyCore::apply(const ApplyRequest& request) {
   }();
   publishLatest();
   if (metrics_ != nullptr) {
-    metrics_->countApply("apply", r.ok() ? (r->dry_run ? "dry_run" : r->changed ? "applied" : "unchanged")
+    metrics_->countApply("apply", r.ok() ? (r->dry_run   ? "dry_run"
+                                            : r->changed ? "applied"
+                                                         : "unchanged")
                                          : resultOf(r.status()));
     if (r.ok() && r->changed && !r->dry_run) {
       metrics_->observeApplySeconds(static_cast<double>(clock_.nowNs() - start) / 1e9);
@@ -58,12 +60,14 @@ Result<ApplyResult> PolicyCore::rollback(uint64_t version, std::optional<uint64_
   Result<ApplyResult> r = [&]() -> Result<ApplyResult> {
     if (version == 0) return invalidArgument("rollback: version must be >= 1");
     Result<PolicyRecord> target = store_.get(version);
-    if (!target.ok()) return target.status().withContext("rollback to version " + std::to_string(version));
+    if (!target.ok())
+      return target.status().withContext("rollback to version " + std::to_string(version));
     // Rules may have tightened since that version was applied: it must still be valid.
     auto errors = validatePolicy(target->policy, "version " + std::to_string(version));
     if (!errors.empty()) {
       return failedPrecondition("rollback to version " + std::to_string(version) +
-                                ": it no longer passes validation:\n" + errorsToStatus(errors).message());
+                                ": it no longer passes validation:\n" +
+                                errorsToStatus(errors).message());
     }
     std::lock_guard<std::mutex> lock(mu_);
     return commitLocked(std::move(target->policy), std::move(target->source_yaml), false,
@@ -71,13 +75,14 @@ Result<ApplyResult> PolicyCore::rollback(uint64_t version, std::optional<uint64_
   }();
   publishLatest();
   if (metrics_ != nullptr) {
-    metrics_->countApply("rollback", r.ok() ? (r->changed ? "applied" : "unchanged") : resultOf(r.status()));
+    metrics_->countApply("rollback",
+                         r.ok() ? (r->changed ? "applied" : "unchanged") : resultOf(r.status()));
   }
   return r;
 }
 
-Result<ApplyResult> PolicyCore::commitLocked(PolicySpec policy, std::string source_yaml, bool dry_run,
-                                             std::optional<uint64_t> expected_version,
+Result<ApplyResult> PolicyCore::commitLocked(PolicySpec policy, std::string source_yaml,
+                                             bool dry_run, std::optional<uint64_t> expected_version,
                                              const std::string& applied_by, uint64_t rollback_of) {
   const uint64_t current = latest_ ? latest_->version : 0;
   if (expected_version && *expected_version != current) {
@@ -107,7 +112,8 @@ Result<ApplyResult> PolicyCore::commitLocked(PolicySpec policy, std::string sour
   Result<PolicyRecord> stored = store_.append(std::move(rec));
   if (!stored.ok()) {
     const Status& st = stored.status();
-    TQ_LOG(kError, "policy version %" PRIu64 " was not stored: %s", out.version, st.message().c_str());
+    TQ_LOG(kError, "policy version %" PRIu64 " was not stored: %s", out.version,
+           st.message().c_str());
     // A store failure is the server's problem, whatever errno said (EACCES on the data dir is
     // not the client's permission). Out of space stays visible as such; a lost compare-and-append
     // race (another replica appended first) is a retryable conflict.

@@ -53,8 +53,8 @@ struct NodeUsageEntry {
 };
 
 struct ClusterUsage {
-  std::vector<NodeUsageEntry> nodes;        // by node name
-  std::vector<TenantUsageReport> totals;    // per tenant, summed over nodes, by tenant name
+  std::vector<NodeUsageEntry> nodes;      // by node name
+  std::vector<TenantUsageReport> totals;  // per tenant, summed over nodes, by tenant name
   uint64_t latest_version = 0;
 };
 

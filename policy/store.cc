@@ -52,7 +52,8 @@ class MemoryStore final : public PolicyStore {
   Result<PolicyRecord> get(uint64_t version) const override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = records_.find(version);
-    if (it == records_.end()) return notFound("policy version " + std::to_string(version) + " does not exist");
+    if (it == records_.end())
+      return notFound("policy version " + std::to_string(version) + " does not exist");
     return it->second;
   }
   std::vector<VersionSummary> list() const override {
@@ -61,7 +62,8 @@ class MemoryStore final : public PolicyStore {
     for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
       const PolicyRecord& r = it->second;
       out.push_back({r.version, r.applied_at_unix_ms, r.applied_by,
-                     static_cast<uint32_t>(r.policy.tenants.size()), r.rollback_of, r.checksum, true, ""});
+                     static_cast<uint32_t>(r.policy.tenants.size()), r.rollback_of, r.checksum,
+                     true, ""});
     }
     return out;
   }
@@ -105,14 +107,15 @@ Result<PolicyRecord> decodeRecord(std::string_view bytes) {
   uint64_t version = getLe<uint64_t>(bytes, 12);
   uint64_t length = getLe<uint64_t>(bytes, 20);
   if (length != bytes.size() - kHeaderBytes - kTrailerBytes) {
-    return dataLoss("payload length " + std::to_string(length) + " does not match the record size " +
-                    std::to_string(bytes.size()));
+    return dataLoss("payload length " + std::to_string(length) +
+                    " does not match the record size " + std::to_string(bytes.size()));
   }
   uint32_t stored = getLe<uint32_t>(bytes, bytes.size() - kTrailerBytes);
   uint32_t actual = crc32c(bytes.substr(0, bytes.size() - kTrailerBytes));
   if (stored != actual) {
     char buf[96];
-    std::snprintf(buf, sizeof buf, "checksum mismatch (stored %08x, computed %08x)", stored, actual);
+    std::snprintf(buf, sizeof buf, "checksum mismatch (stored %08x, computed %08x)", stored,
+                  actual);
     return dataLoss(buf);
   }
   tenantqos::v1::PolicySnapshot snap;

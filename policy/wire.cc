@@ -98,10 +98,12 @@ void toProto(const PolicyDiff& diff, tenantqos::v1::ApplyPolicyResponse* out) {
 PolicyDiff diffFromProto(const tenantqos::v1::ApplyPolicyResponse& response) {
   PolicyDiff d;
   for (const auto& m : response.diff()) {
-    d.tenants.push_back({m.tenant(), kindFromProto(m.kind()), {m.details().begin(), m.details().end()}});
+    d.tenants.push_back(
+        {m.tenant(), kindFromProto(m.kind()), {m.details().begin(), m.details().end()}});
   }
   for (const auto& m : response.link_diff()) {
-    d.links.push_back({m.link(), kindFromProto(m.kind()), {m.details().begin(), m.details().end()}});
+    d.links.push_back(
+        {m.link(), kindFromProto(m.kind()), {m.details().begin(), m.details().end()}});
   }
   return d;
 }

@@ -46,6 +46,10 @@ PolicySpec fromProto(const tenantqos::v1::Policy& policy) {
   return out;
 }
 
+VersionedPolicy fromSnapshot(const tenantqos::v1::PolicySnapshot& snapshot) {
+  return VersionedPolicy{snapshot.version(), fromProto(snapshot.policy())};
+}
+
 tenantqos::v1::TenantUsage toProto(const TenantUsageReport& u) {
   tenantqos::v1::TenantUsage m;
   m.set_tenant(u.tenant);

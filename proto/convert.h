@@ -10,6 +10,9 @@ namespace tq::proto {
 tenantqos::v1::Policy toProto(const PolicySpec& policy);
 PolicySpec fromProto(const tenantqos::v1::Policy& policy);
 
+// WatchPolicy / GetPolicy snapshot -> what the agent holds (version + policy).
+VersionedPolicy fromSnapshot(const tenantqos::v1::PolicySnapshot& snapshot);
+
 tenantqos::v1::TenantUsage toProto(const TenantUsageReport& usage);
 TenantUsageReport fromProto(const tenantqos::v1::TenantUsage& usage);
 

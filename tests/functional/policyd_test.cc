@@ -2,6 +2,7 @@
 // listening on 127.0.0.1 port 0, talked to over gRPC (C++ here; Python in policyd_python_test.py).
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -14,8 +15,6 @@
 #include <future>
 #include <mutex>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "policy/file_store.h"
 #include "policy/policy_file.h"
@@ -43,8 +42,10 @@ std::string policyWithLimit(int gbps) {
 
 class Watcher {
  public:
-  Watcher(std::shared_ptr<grpc::Channel> channel, uint64_t known_version, std::string node = "test-node") {
-    ctx_.set_deadline(std::chrono::system_clock::now() + 120s);  // bounds the test even if it goes wrong
+  Watcher(std::shared_ptr<grpc::Channel> channel, uint64_t known_version,
+          std::string node = "test-node") {
+    ctx_.set_deadline(std::chrono::system_clock::now() +
+                      120s);  // bounds the test even if it goes wrong
     thread_ = std::thread([this, channel, known_version, node] {
       auto stub = v1::PolicyService::NewStub(channel);
       v1::WatchPolicyRequest req;
@@ -78,16 +79,20 @@ class Watcher {
     return last_;
   }
   bool waitForVersion(uint64_t v, std::chrono::milliseconds timeout = 10s) {
-    return pollUntil([&] {
-      std::lock_guard<std::mutex> lock(mu_);
-      return !versions_.empty() && versions_.back() >= v;
-    }, timeout);
+    return pollUntil(
+        [&] {
+          std::lock_guard<std::mutex> lock(mu_);
+          return !versions_.empty() && versions_.back() >= v;
+        },
+        timeout);
   }
   bool waitDone(std::chrono::milliseconds timeout) {
-    return pollUntil([&] {
-      std::lock_guard<std::mutex> lock(mu_);
-      return done_;
-    }, timeout);
+    return pollUntil(
+        [&] {
+          std::lock_guard<std::mutex> lock(mu_);
+          return done_;
+        },
+        timeout);
   }
   grpc::Status status() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -123,16 +128,18 @@ class PolicydTest : public ::testing::Test {
   // Starts policyd on 127.0.0.1:0 and returns the port it bound.
   int start(const std::vector<std::string>& extra = {}) {
     const std::string port_file = dir_ + "/port" + std::to_string(++starts_);
-    std::vector<std::string> argv = {kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", data_,
-                                     "--port-file", port_file};
+    std::vector<std::string> argv = {kPolicyd, "--listen",    "127.0.0.1:0", "--data-dir",
+                                     data_,    "--port-file", port_file};
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc_ = std::make_unique<ChildProcess>(argv, log_);
-    bool up = pollUntil([&] { return !readWholeFile(port_file).empty() || !proc_->running(); }, 15s);
+    bool up =
+        pollUntil([&] { return !readWholeFile(port_file).empty() || !proc_->running(); }, 15s);
     EXPECT_TRUE(up) << "policyd did not write its port file";
     port_ = std::atoi(readWholeFile(port_file).c_str());
     EXPECT_GT(port_, 0);
     // Scripts parse this line.
-    EXPECT_NE(readWholeFile(log_).find("listening on 127.0.0.1:" + std::to_string(port_)), std::string::npos);
+    EXPECT_NE(readWholeFile(log_).find("listening on 127.0.0.1:" + std::to_string(port_)),
+              std::string::npos);
     return port_;
   }
 
@@ -178,7 +185,8 @@ class PolicydTest : public ::testing::Test {
   }
 
   // Raw bytes to a method (for garbage and hand-encoded standard services).
-  grpc::Status rawCall(const std::string& method, const std::string& bytes, std::string* response = nullptr) {
+  grpc::Status rawCall(const std::string& method, const std::string& bytes,
+                       std::string* response = nullptr) {
     grpc::GenericStub generic(channel());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
@@ -192,7 +200,8 @@ class PolicydTest : public ::testing::Test {
       std::vector<grpc::Slice> slices;
       (void)resp.Dump(&slices);
       response->clear();
-      for (auto& sl : slices) response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      for (auto& sl : slices)
+        response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
     }
     return s;
   }
@@ -264,16 +273,19 @@ TEST_F(PolicydTest, ABadFileIsRejectedAndNothingChanges) {
   v1::PolicySnapshot before;
   ASSERT_TRUE(get(0, &before).ok());
 
-  std::string bad = policyWithLimit(30);                  // limit < guarantee (line 37)
-  bad.replace(bad.find("dscp: 18"), 8, "dscp: 99");      // out of range
-  bad.replace(bad.find("weight: 2"), 9, "wieght: 2");    // typo
+  std::string bad = policyWithLimit(30);               // limit < guarantee (line 37)
+  bad.replace(bad.find("dscp: 18"), 8, "dscp: 99");    // out of range
+  bad.replace(bad.find("weight: 2"), 9, "wieght: 2");  // typo
   grpc::Status s = apply(bad);
   ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("3 errors in policy:"), std::string::npos) << s.error_message();
-  EXPECT_NE(s.error_message().find("tenants[0].limit: must be >= guarantee"), std::string::npos) << s.error_message();
-  EXPECT_NE(s.error_message().find("tenants[1].dscp: must be between 0 and 63, got 99"), std::string::npos);
+  EXPECT_NE(s.error_message().find("tenants[0].limit: must be >= guarantee"), std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("tenants[1].dscp: must be between 0 and 63, got 99"),
+            std::string::npos);
   EXPECT_NE(s.error_message().find("did you mean \"weight\"?"), std::string::npos);
-  for (const std::string& junk : {std::string("limit: [oops\n"), std::string("{{{"), std::string("")}) {
+  for (const std::string& junk :
+       {std::string("limit: [oops\n"), std::string("{{{"), std::string("")}) {
     EXPECT_EQ(apply(junk).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << junk;
   }
 
@@ -293,7 +305,8 @@ TEST_F(PolicydTest, StaleExpectedVersionFailsWithFailedPrecondition) {
   ASSERT_TRUE(apply(policyWithLimit(70), nullptr, 1).ok());
   grpc::Status s = apply(policyWithLimit(80), nullptr, 1);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(s.error_message().find("the latest version is 2"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("the latest version is 2"), std::string::npos)
+      << s.error_message();
   v1::PolicySnapshot snap;
   ASSERT_TRUE(get(0, &snap).ok());
   EXPECT_EQ(snap.version(), 2u);
@@ -353,9 +366,11 @@ TEST_F(PolicydTest, CorruptLatestRecordFallsBackToTheNewestIntact) {
   size_t at = log.rfind("metrics on http://127.0.0.1:");
   ASSERT_NE(at, std::string::npos);
   int mport = std::atoi(log.c_str() + at + std::strlen("metrics on http://127.0.0.1:"));
-  auto scrape = runProcess({"/usr/bin/curl", "-sf", "http://127.0.0.1:" + std::to_string(mport) + "/metrics"});
+  auto scrape = runProcess(
+      {"/usr/bin/curl", "-sf", "http://127.0.0.1:" + std::to_string(mport) + "/metrics"});
   ASSERT_EQ(scrape.exit_code, 0) << scrape.err;
-  EXPECT_NE(scrape.out.find("tenantqos_policyd_store_corrupt_records 1"), std::string::npos) << scrape.out;
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_store_corrupt_records 1"), std::string::npos)
+      << scrape.out;
   EXPECT_NE(scrape.out.find("tenantqos_policyd_policy_version 1"), std::string::npos);
   // Version numbers move on past the corrupt one.
   v1::ApplyPolicyResponse resp;
@@ -398,13 +413,18 @@ TEST_F(PolicydTest, OversizedAndGarbageMessagesGetCleanStatuses) {
   EXPECT_EQ(big.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(big.error_message().find("more than the limit of 4194304 bytes"), std::string::npos);
   // Bytes that are not a protobuf message.
-  const std::string garbage("\xff\xff\xff\xff\x0f garbage \x00\x01", 20);
-  for (const char* method : {"ApplyPolicy", "GetPolicy", "Rollback", "ReportUsage", "WatchPolicy"}) {
+  static const char kGarbage[] = "\xff\xff\xff\xff\x0f garbage \x00\x01";
+  const std::string garbage(kGarbage, sizeof kGarbage - 1);
+  for (const char* method :
+       {"ApplyPolicy", "GetPolicy", "Rollback", "ReportUsage", "WatchPolicy"}) {
     grpc::Status s = rawCall(std::string("/tenantqos.v1.PolicyService/") + method, garbage);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << s.error_message();
-    EXPECT_NE(s.error_message().find("not a valid tenantqos.v1."), std::string::npos) << s.error_message();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("not a valid tenantqos.v1."), std::string::npos)
+        << s.error_message();
   }
-  EXPECT_EQ(rawCall("/tenantqos.v1.PolicyService/NoSuchMethod", "").error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(rawCall("/tenantqos.v1.PolicyService/NoSuchMethod", "").error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
   // Still serving.
   v1::PolicySnapshot snap;
   ASSERT_TRUE(get(0, &snap).ok());
@@ -423,7 +443,8 @@ TEST_F(PolicydTest, HealthReflectionAndUsage) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
     grpc::CompletionQueue cq;
-    auto call = generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+    auto call = generic.PrepareCall(
+        &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
     void* tag;
     bool ok;
     call->StartCall(reinterpret_cast<void*>(1));
@@ -490,14 +511,20 @@ TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
   EXPECT_NE(v.out.find("valid (1 link, 2 tenants)"), std::string::npos) << v.out;
   v = ctl({"validate", bad});
   EXPECT_EQ(v.exit_code, 1);
-  EXPECT_NE(v.err.find(bad + ":40:12: tenants[1].limit: must be >= guarantee"), std::string::npos) << v.err;
-  EXPECT_NE(v.err.find(bad + ":43:11: tenants[1].dscp: must be between 0 and 63, got 64"), std::string::npos) << v.err;
+  EXPECT_NE(v.err.find(bad + ":40:12: tenants[1].limit: must be >= guarantee"), std::string::npos)
+      << v.err;
+  EXPECT_NE(v.err.find(bad + ":43:11: tenants[1].dscp: must be between 0 and 63, got 64"),
+            std::string::npos)
+      << v.err;
   EXPECT_NE(v.err.find("invalid (2 errors)"), std::string::npos) << v.err;
 
   // apply: diff and version; then unchanged; invalid; stale.
   auto a = ctl({"apply", "-f", good});
   EXPECT_EQ(a.exit_code, 0) << a.err;
-  EXPECT_NE(a.out.find("+ tenant tenant-a: added (link fabric, guarantee 40Gbps, limit 60Gbps, weight 2"), std::string::npos) << a.out;
+  EXPECT_NE(
+      a.out.find("+ tenant tenant-a: added (link fabric, guarantee 40Gbps, limit 60Gbps, weight 2"),
+      std::string::npos)
+      << a.out;
   EXPECT_NE(a.out.find("applied: version 1"), std::string::npos) << a.out;
   a = ctl({"apply", "-f", good});
   EXPECT_EQ(a.exit_code, 0);
@@ -509,8 +536,11 @@ TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
   const std::string p70 = writeFile("p70.yaml", policyWithLimit(70));
   a = ctl({"apply", "-f", p70, "--dry-run"});
   EXPECT_EQ(a.exit_code, 0);
-  EXPECT_NE(a.out.find("~ tenant tenant-a: changed\n    limit: 60Gbps -> 70Gbps"), std::string::npos) << a.out;
-  EXPECT_NE(a.out.find("dry run: would become version 2 (nothing stored)"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("~ tenant tenant-a: changed\n    limit: 60Gbps -> 70Gbps"),
+            std::string::npos)
+      << a.out;
+  EXPECT_NE(a.out.find("dry run: would become version 2 (nothing stored)"), std::string::npos)
+      << a.out;
   a = ctl({"apply", "-f", p70, "--expected-version", "0"});
   EXPECT_EQ(a.exit_code, 1);
   EXPECT_NE(a.err.find("FAILED_PRECONDITION"), std::string::npos) << a.err;
@@ -551,9 +581,17 @@ TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
 
   // Usage errors: 2.
   for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{}, {"bogus"}, {"apply"}, {"apply", "-f"}, {"get", "-o", "xml"},
-                                             {"get", "--nope"}, {"rollback"}, {"rollback", "x"}, {"validate"},
-                                             {"history", "extra"}, {"--timeout", "-1", "get"}}) {
+       std::vector<std::vector<std::string>>{{},
+                                             {"bogus"},
+                                             {"apply"},
+                                             {"apply", "-f"},
+                                             {"get", "-o", "xml"},
+                                             {"get", "--nope"},
+                                             {"rollback"},
+                                             {"rollback", "x"},
+                                             {"validate"},
+                                             {"history", "extra"},
+                                             {"--timeout", "-1", "get"}}) {
     auto u = ctl(args);
     EXPECT_EQ(u.exit_code, 2) << ::testing::PrintToString(args) << ": " << u.err;
     EXPECT_NE(u.err.find("Usage: tenantqosctl"), std::string::npos);
@@ -605,7 +643,8 @@ TEST_F(PolicydTest, SigtermClosesWatchStreamsAndExitsZeroPromptly) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   ASSERT_TRUE(w.waitDone(5s));
   EXPECT_EQ(w.status().error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_NE(w.status().error_message().find("shutting down"), std::string::npos) << w.status().error_message();
+  EXPECT_NE(w.status().error_message().find("shutting down"), std::string::npos)
+      << w.status().error_message();
   EXPECT_NE(readWholeFile(log_).find("tenantqos-policyd stopped"), std::string::npos);
 }
 
@@ -614,7 +653,9 @@ TEST_F(PolicydTest, StartupFailuresAreClear) {
   std::string file = writeFile("not-a-dir", "x");
   auto r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", file});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("data directory " + file + " exists and is not a directory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("data directory " + file + " exists and is not a directory"),
+            std::string::npos)
+      << r.err;
   // Data dir cannot be created (even root cannot mkdir under /proc).
   r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", "/proc/self/tqpol-data"});
   EXPECT_EQ(r.exit_code, 1);
@@ -642,14 +683,17 @@ TEST_F(PolicydTest, MetricsEndpointPassesPromtool) {
   size_t at = log.rfind("metrics on http://127.0.0.1:");
   ASSERT_NE(at, std::string::npos) << log;
   int mport = std::atoi(log.c_str() + at + std::strlen("metrics on http://127.0.0.1:"));
-  auto scrape = runProcess({"/usr/bin/curl", "-sf", "http://127.0.0.1:" + std::to_string(mport) + "/metrics"});
+  auto scrape = runProcess(
+      {"/usr/bin/curl", "-sf", "http://127.0.0.1:" + std::to_string(mport) + "/metrics"});
   ASSERT_EQ(scrape.exit_code, 0) << scrape.err;
   EXPECT_NE(scrape.out.find("tenantqos_policyd_policy_version 1"), std::string::npos) << scrape.out;
   EXPECT_NE(scrape.out.find("tenantqos_policyd_watchers 1"), std::string::npos) << scrape.out;
-  EXPECT_NE(scrape.out.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"applied\"} 1"), std::string::npos);
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"applied\"} 1"),
+            std::string::npos);
   if (access("/usr/bin/promtool", X_OK) == 0) {
     auto check = runProcess({"/usr/bin/promtool", "check", "metrics"}, {}, scrape.out);
-    EXPECT_EQ(check.exit_code, 0) << check.out << check.err;  // 0 = clean, 3 = lint, 1 = parse error
+    EXPECT_EQ(check.exit_code, 0) << check.out
+                                  << check.err;  // 0 = clean, 3 = lint, 1 = parse error
   }
 }
 

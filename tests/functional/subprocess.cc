@@ -18,7 +18,8 @@ namespace {
 // argv/envp arrays built before fork(): the child of a multi-threaded parent (gRPC threads)
 // may only call async-signal-safe functions, so no allocation happens after fork.
 struct ExecArgs {
-  ExecArgs(const std::vector<std::string>& argv, const std::vector<std::string>& env) : strings(argv) {
+  ExecArgs(const std::vector<std::string>& argv, const std::vector<std::string>& env)
+      : strings(argv) {
     for (char** e = environ; *e != nullptr; ++e) envs.push_back(*e);
     envs.insert(envs.end(), env.begin(), env.end());
     for (std::string& a : strings) args.push_back(a.data());

@@ -13,7 +13,7 @@
 namespace tq::test {
 
 struct ProcessResult {
-  int exit_code = -1;    // -1 if killed by a signal or timed out
+  int exit_code = -1;  // -1 if killed by a signal or timed out
   int term_signal = 0;
   bool timed_out = false;
   std::string out;
@@ -21,8 +21,8 @@ struct ProcessResult {
 };
 
 // Runs argv[0] with argv, extra "NAME=VALUE" environment entries, and `input` on stdin.
-ProcessResult runProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
-                         const std::string& input = "",
+ProcessResult runProcess(const std::vector<std::string>& argv,
+                         const std::vector<std::string>& env = {}, const std::string& input = "",
                          std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 // A long-running child whose stdout+stderr go to `log_path`.
@@ -53,7 +53,9 @@ bool pollUntil(Pred pred, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!pred()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
-    struct timespec ts{0, 5'000'000};
+    struct timespec ts {
+      0, 5'000'000
+    };
     nanosleep(&ts, nullptr);
   }
   return true;

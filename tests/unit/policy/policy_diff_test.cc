@@ -59,9 +59,10 @@ TEST(PolicyDiff, ChangedFieldsShowOldAndNewWithFormattedRates) {
   ASSERT_EQ(d.tenants.size(), 2u);
   EXPECT_EQ(d.tenants[0].name, "tenant-a");
   EXPECT_EQ(d.tenants[0].kind, ChangeKind::kChanged);
-  EXPECT_EQ(d.tenants[0].details,
-            (std::vector<std::string>{"limit: 60Gbps -> 70Gbps", "weight: 2 -> 3", "trafficClasses: [1] -> [1, 5]",
-                                      "shareClass: false -> true"}));
+  EXPECT_EQ(
+      d.tenants[0].details,
+      (std::vector<std::string>{"limit: 60Gbps -> 70Gbps", "weight: 2 -> 3",
+                                "trafficClasses: [1] -> [1, 5]", "shareClass: false -> true"}));
   EXPECT_EQ(d.tenants[1].kind, ChangeKind::kUnchanged);
 }
 
@@ -77,7 +78,8 @@ TEST(PolicyDiff, AddedAndRemovedAndLinks) {
   EXPECT_EQ(d.tenants[1].name, "tenant-c");
   EXPECT_EQ(d.tenants[1].kind, ChangeKind::kAdded);
   EXPECT_EQ(d.tenants[1].details,
-            std::vector<std::string>{"link fabric, guarantee 10Gbps, limit 20Gbps, weight 1, serviceLevel 3, dscp 10"});
+            std::vector<std::string>{
+                "link fabric, guarantee 10Gbps, limit 20Gbps, weight 1, serviceLevel 3, dscp 10"});
   EXPECT_EQ(d.tenants[2].name, "tenant-b");
   EXPECT_EQ(d.tenants[2].kind, ChangeKind::kRemoved);
   ASSERT_EQ(d.links.size(), 2u);

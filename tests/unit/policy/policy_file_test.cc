@@ -1,12 +1,11 @@
 #include "policy/policy_file.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 namespace tq::policy {
 namespace {
@@ -126,8 +125,9 @@ TEST(PolicyFile, ErrorFormat) {
   ParsedPolicy p = parse(withLine(11, "    limit: 30Gbps"));
   Status s = p.status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("1 error in policy:\np.yaml:11:12: tenants[0].limit: must be >= guarantee"),
-            std::string::npos)
+  EXPECT_NE(
+      s.message().find("1 error in policy:\np.yaml:11:12: tenants[0].limit: must be >= guarantee"),
+      std::string::npos)
       << s.message();
 }
 
@@ -146,13 +146,14 @@ TEST(PolicyFile, UnknownFieldsAreErrorsWithSuggestions) {
   expectError(typo, 8, 5, "tenants[0].guarantee", "required field missing");
   expectError(typo, 10, 5, "tenants[0].gurantee", "did you mean \"guarantee\"?");
   auto p = parse(withLine(10, "    guarantee: 40Gbps\n    gurantee: 40Gbps"));
-  expectOnlyError(p, 11, 5, "tenants[0].gurantee", "unknown field \"gurantee\" (did you mean \"guarantee\"?)");
+  expectOnlyError(p, 11, 5, "tenants[0].gurantee",
+                  "unknown field \"gurantee\" (did you mean \"guarantee\"?)");
   expectOnlyError(parse(withLine(13, "    serviceLevel: 1\n    servicelevel: 1")), 14, 5,
                   "tenants[0].servicelevel", "did you mean \"serviceLevel\"?");
   expectOnlyError(parse(withLine(15, "    trafficClasses: [1]\n    trafficClass: [1]")), 16, 5,
                   "tenants[0].trafficClass", "did you mean \"trafficClasses\"?");
-  expectOnlyError(parse(withLine(6, "    headroom: 5%\n    capacty: 1Gbps")), 7, 5, "links[0].capacty",
-                  "did you mean \"capacity\"?");
+  expectOnlyError(parse(withLine(6, "    headroom: 5%\n    capacty: 1Gbps")), 7, 5,
+                  "links[0].capacty", "did you mean \"capacity\"?");
   // Far from every known name: list them.
   expectOnlyError(parse(withLine(2, "kind: TenantPolicy\nmetadata: {}")), 3, 1, "metadata",
                   "unknown field \"metadata\" (known fields: apiVersion, kind, links, tenants)");
@@ -160,6 +161,16 @@ TEST(PolicyFile, UnknownFieldsAreErrorsWithSuggestions) {
   EXPECT_EQ(root_typo.errors.size(), 2u) << allErrors(root_typo);
   expectError(root_typo, 7, 1, "tenant", "did you mean \"tenants\"?");
   expectError(root_typo, 1, 1, "tenants", "required field missing");
+}
+
+TEST(PolicyFile, AliasesWorkMergeKeysDoNot) {
+  std::string y = withLine(10, "    guarantee: &g 40Gbps");
+  y.replace(y.find("    guarantee: 20Gbps"), 21, "    guarantee: *g");
+  auto p = parse(y);
+  ASSERT_TRUE(p.ok()) << allErrors(p);
+  EXPECT_EQ(p.policy.tenants[1].guarantee_bytes_per_second, 5'000'000'000u);
+  auto m = parse(withLine(12, "    <<: {weight: 2}"));
+  expectOnlyError(m, 12, 5, "tenants[0].<<", "YAML merge keys (<<) are not supported");
 }
 
 TEST(PolicyFile, DuplicateKeysAreErrors) {
@@ -177,7 +188,8 @@ TEST(PolicyFile, WrongTypes) {
                   "expected an integer, got \"two\"");
   expectOnlyError(parse(withLine(12, "    weight: \"2\"")), 12, 13, "tenants[0].weight",
                   "expected an integer, got the quoted string \"2\"");
-  expectOnlyError(parse(withLine(12, "    weight: 2.5")), 12, 13, "tenants[0].weight", "expected an integer");
+  expectOnlyError(parse(withLine(12, "    weight: 2.5")), 12, 13, "tenants[0].weight",
+                  "expected an integer");
   expectOnlyError(parse(withLine(10, "    guarantee: [40Gbps]")), 10, 16, "tenants[0].guarantee",
                   "expected a rate such as \"40Gbps\", got a sequence");
   expectOnlyError(parse(withLine(9, "    link: {name: fabric}")), 9, 11, "tenants[0].link",
@@ -188,8 +200,9 @@ TEST(PolicyFile, WrongTypes) {
                   "expected a sequence (write [] for none), got an empty value");
   expectOnlyError(parse(withLine(15, "    trafficClasses: [1]\n    shareClass: yes")), 16, 17,
                   "tenants[0].shareClass", "expected true or false, got \"yes\"");
-  expectOnlyError(parse(std::string("apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks: {}\ntenants: []\n")),
-                  3, 8, "links", "expected a sequence, got a mapping");
+  expectOnlyError(
+      parse(std::string("apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks: {}\ntenants: []\n")),
+      3, 8, "links", "expected a sequence, got a mapping");
   expectOnlyError(parse(withLine(16, "  - tenant-b\n  - name: tenant-c")), 16, 5, "tenants[1]",
                   "expected a mapping, got \"tenant-b\"");
   expectOnlyError(parse("- 1\n- 2\n"), 1, 1, "(document)", "expected a mapping, got a sequence");
@@ -199,7 +212,8 @@ TEST(PolicyFile, TrafficClassesWithBadItemsReportEachItem) {
   auto p = parse(withLine(15, "    trafficClasses: [1, x, -3, 2147483648]"));
   EXPECT_EQ(p.errors.size(), 3u) << allErrors(p);
   expectError(p, 15, 25, "tenants[0].trafficClasses[1]", "expected an integer, got \"x\"");
-  expectError(p, 15, 28, "tenants[0].trafficClasses[2]", "must be between 0 and 2147483647, got -3");
+  expectError(p, 15, 28, "tenants[0].trafficClasses[2]",
+              "must be between 0 and 2147483647, got -3");
   expectError(p, 15, 32, "tenants[0].trafficClasses[3]", "must be between 0 and 2147483647");
 }
 
@@ -257,10 +271,12 @@ TEST(PolicyFile, MissingFileIsOneError) {
 TEST(PolicyFile, Rates) {
   expectOnlyError(parse(withLine(10, "    guarantee: -40Gbps")), 10, 16, "tenants[0].guarantee",
                   "must not be negative");
-  expectOnlyError(parse(withLine(11, "    limit: 99999999999999999999999Tbps")), 11, 12, "tenants[0].limit",
-                  "too large");
-  expectOnlyError(parse(withLine(11, "    limit: 60Gbs")), 11, 12, "tenants[0].limit", "unknown unit \"Gbs\"");
-  expectOnlyError(parse(withLine(5, "    capacity: 0Gbps")), 5, 15, "links[0].capacity", "must be greater than 0");
+  expectOnlyError(parse(withLine(11, "    limit: 99999999999999999999999Tbps")), 11, 12,
+                  "tenants[0].limit", "too large");
+  expectOnlyError(parse(withLine(11, "    limit: 60Gbs")), 11, 12, "tenants[0].limit",
+                  "unknown unit \"Gbs\"");
+  expectOnlyError(parse(withLine(5, "    capacity: 0Gbps")), 5, 15, "links[0].capacity",
+                  "must be greater than 0");
   std::string zero = withLine(10, "    guarantee: 0");
   zero = zero.replace(zero.find("    limit: 60Gbps"), 17, "    limit: 0");
   auto zero_limit = parse(zero);
@@ -292,9 +308,10 @@ TEST(PolicyFile, ServiceLevelAndDscpRanges) {
                   "must be between 0 and 15, got -1");
   expectOk(parse(withLine(13, "    serviceLevel: 15")));
   expectOk(parse(withLine(13, "    serviceLevel: 0")));
-  expectOnlyError(parse(withLine(14, "    dscp: 64")), 14, 11, "tenants[0].dscp", "must be between 0 and 63, got 64");
-  expectOnlyError(parse(withLine(14, "    dscp: 99999999999999999999999")), 14, 11, "tenants[0].dscp",
-                  "must be between 0 and 63");
+  expectOnlyError(parse(withLine(14, "    dscp: 64")), 14, 11, "tenants[0].dscp",
+                  "must be between 0 and 63, got 64");
+  expectOnlyError(parse(withLine(14, "    dscp: 99999999999999999999999")), 14, 11,
+                  "tenants[0].dscp", "must be between 0 and 63");
   expectOk(parse(withLine(14, "    dscp: 63")));
 }
 
@@ -302,15 +319,20 @@ TEST(PolicyFile, WeightDefaultAndRange) {
   auto p = parse(withLine(12, ""));
   expectOk(p);
   EXPECT_EQ(p.policy.tenants[0].weight, 1u);
-  expectOnlyError(parse(withLine(12, "    weight: 0")), 12, 13, "tenants[0].weight", "must be between 1 and 10000, got 0");
-  expectOnlyError(parse(withLine(12, "    weight: 10001")), 12, 13, "tenants[0].weight", "must be between 1 and 10000");
+  expectOnlyError(parse(withLine(12, "    weight: 0")), 12, 13, "tenants[0].weight",
+                  "must be between 1 and 10000, got 0");
+  expectOnlyError(parse(withLine(12, "    weight: 10001")), 12, 13, "tenants[0].weight",
+                  "must be between 1 and 10000");
   expectOk(parse(withLine(12, "    weight: 10000")));
 }
 
 TEST(PolicyFile, Dns1123Names) {
-  expectOnlyError(parse(withLine(8, "  - name: Tenant-A")), 8, 11, "tenants[0].name", "is not a DNS-1123 label");
-  expectOnlyError(parse(withLine(8, "  - name: tenant_a")), 8, 11, "tenants[0].name", "is not a DNS-1123 label");
-  expectOnlyError(parse(withLine(8, "  - name: -a")), 8, 11, "tenants[0].name", "is not a DNS-1123 label");
+  expectOnlyError(parse(withLine(8, "  - name: Tenant-A")), 8, 11, "tenants[0].name",
+                  "is not a DNS-1123 label");
+  expectOnlyError(parse(withLine(8, "  - name: tenant_a")), 8, 11, "tenants[0].name",
+                  "is not a DNS-1123 label");
+  expectOnlyError(parse(withLine(8, "  - name: -a")), 8, 11, "tenants[0].name",
+                  "is not a DNS-1123 label");
   expectOnlyError(parse(withLine(8, "  - name: " + std::string(64, 'a'))), 8, 11, "tenants[0].name",
                   "is not a DNS-1123 label");
   expectOk(parse(withLine(8, "  - name: " + std::string(63, 'a'))));
@@ -323,7 +345,8 @@ TEST(PolicyFile, UniqueNames) {
   expectOnlyError(parse(withLine(16, "  - name: tenant-a")), 16, 11, "tenants[1].name",
                   "duplicate tenant name \"tenant-a\" (also tenants[0], line 8)");
   auto p = parse(withLine(6, "    headroom: 5%\n  - name: fabric\n    capacity: 10Gbps"));
-  expectOnlyError(p, 7, 11, "links[1].name", "duplicate link name \"fabric\" (also links[0], line 4)");
+  expectOnlyError(p, 7, 11, "links[1].name",
+                  "duplicate link name \"fabric\" (also links[0], line 4)");
 }
 
 TEST(PolicyFile, TenantLinkMustExist) {
@@ -346,9 +369,10 @@ TEST(PolicyFile, AdmissionPerLink) {
   // 40 + 60 = 100 > 95 (5% headroom): reported at the tenant where the sum first exceeds it.
   std::string over = withLine(18, "    guarantee: 60Gbps");
   over = over.replace(over.find("    limit: 40Gbps"), 17, "    limit: 60Gbps");
-  expectOnlyError(parse(over), 18, 16, "tenants[1].guarantee",
-                  "admission: guarantees on link \"fabric\" add up to 100Gbps, more than the 95Gbps it "
-                  "admits (capacity 100Gbps minus 5% headroom)");
+  expectOnlyError(
+      parse(over), 18, 16, "tenants[1].guarantee",
+      "admission: guarantees on link \"fabric\" add up to 100Gbps, more than the 95Gbps it "
+      "admits (capacity 100Gbps minus 5% headroom)");
   // Exactly the admissible amount is fine: 40 + 55 = 95.
   std::string exact = withLine(18, "    guarantee: 55Gbps");
   exact = exact.replace(exact.find("    limit: 40Gbps"), 17, "    limit: 60Gbps");
@@ -361,42 +385,51 @@ TEST(PolicyFile, AdmissionPerLink) {
   frac = frac.replace(frac.find("57.5Gbps"), 8, "57.6Gbps");
   expectOnlyError(parse(frac), 18, 16, "tenants[1].guarantee", "more than the 97.5Gbps it admits");
   // Headroom bounds.
-  expectOnlyError(parse(withLine(6, "    headroom: 100%")), 6, 15, "links[0].headroom", "less than 100%");
-  expectOnlyError(parse(withLine(6, "    headroom: lots")), 6, 15, "links[0].headroom", "expected a number");
+  expectOnlyError(parse(withLine(6, "    headroom: 100%")), 6, 15, "links[0].headroom",
+                  "less than 100%");
+  expectOnlyError(parse(withLine(6, "    headroom: lots")), 6, 15, "links[0].headroom",
+                  "expected a number");
 }
 
 TEST(PolicyFile, ServiceLevelAndDscpSharing) {
   // Same SL without shareClass: error at the second tenant.
-  expectOnlyError(parse(withLine(21, "    serviceLevel: 1")), 21, 19, "tenants[1].serviceLevel",
-                  "serviceLevel 1 is also used by tenant \"tenant-a\" (tenants[0], line 8); tenants may "
-                  "share it only if both set shareClass: true");
-  expectOnlyError(parse(withLine(22, "    dscp: 26")), 22, 11, "tenants[1].dscp", "dscp 26 is also used by tenant");
+  expectOnlyError(
+      parse(withLine(21, "    serviceLevel: 1")), 21, 19, "tenants[1].serviceLevel",
+      "serviceLevel 1 is also used by tenant \"tenant-a\" (tenants[0], line 8); tenants may "
+      "share it only if both set shareClass: true");
+  expectOnlyError(parse(withLine(22, "    dscp: 26")), 22, 11, "tenants[1].dscp",
+                  "dscp 26 is also used by tenant");
   // Only one of them shares: still an error.
   expectOnlyError(parse(withLine(21, "    serviceLevel: 1\n    shareClass: true")), 21, 19,
                   "tenants[1].serviceLevel", "is also used by");
   // Both share: fine, for SL and DSCP alike.
-  std::string both = withLine(21, "    serviceLevel: 1\n    dscp: 26\n    trafficClasses: [2]\n    shareClass: true");
+  std::string both = withLine(
+      21, "    serviceLevel: 1\n    dscp: 26\n    trafficClasses: [2]\n    shareClass: true");
   both = both.replace(both.find("    dscp: 18\n    trafficClasses: [2]\n"), 36, "");
-  both = both.replace(both.find("    trafficClasses: [1]\n"), 24, "    trafficClasses: [1]\n    shareClass: true\n");
+  both = both.replace(both.find("    trafficClasses: [1]\n"), 24,
+                      "    trafficClasses: [1]\n    shareClass: true\n");
   expectOk(parse(both));
 }
 
 TEST(PolicyFile, TrafficClassMapsToOneTenant) {
-  expectOnlyError(parse(withLine(23, "    trafficClasses: [3, 1]")), 23, 25, "tenants[1].trafficClasses[1]",
+  expectOnlyError(parse(withLine(23, "    trafficClasses: [3, 1]")), 23, 25,
+                  "tenants[1].trafficClasses[1]",
                   "trafficClass 1 already maps to tenant \"tenant-a\" (tenants[0], line 8)");
-  expectOnlyError(parse(withLine(15, "    trafficClasses: [1, 1]")), 15, 25, "tenants[0].trafficClasses[1]",
-                  "trafficClass 1 is listed twice");
+  expectOnlyError(parse(withLine(15, "    trafficClasses: [1, 1]")), 15, 25,
+                  "tenants[0].trafficClasses[1]", "trafficClass 1 is listed twice");
   expectOk(parse(withLine(15, "    trafficClasses: [1, 3, 4]")));
   expectOk(parse(withLine(15, "    trafficClasses: []")));
   std::string many = "    trafficClasses: [";
-  for (int i = 100; i < 100 + static_cast<int>(kMaxTrafficClasses) + 1; ++i) many += std::to_string(i) + ",";
+  for (int i = 100; i < 100 + static_cast<int>(kMaxTrafficClasses) + 1; ++i)
+    many += std::to_string(i) + ",";
   many.back() = ']';
-  expectOnlyError(parse(withLine(15, many)), 15, 21, "tenants[0].trafficClasses", "too many items: 257");
+  expectOnlyError(parse(withLine(15, many)), 15, 21, "tenants[0].trafficClasses",
+                  "too many items: 257");
 }
 
 TEST(PolicyFile, EveryErrorIsReportedSorted) {
-  std::string y = withLine(11, "    limit: 30Gbps");       // limit < guarantee
-  y = y.replace(y.find("    dscp: 18"), 12, "    dscp: 99");  // line 22
+  std::string y = withLine(11, "    limit: 30Gbps");              // limit < guarantee
+  y = y.replace(y.find("    dscp: 18"), 12, "    dscp: 99");      // line 22
   y = y.replace(y.find("kind: TenantPolicy"), 18, "kind: Nope");  // line 2
   auto p = parse(y);
   ASSERT_EQ(p.errors.size(), 3u) << allErrors(p);
@@ -466,8 +499,12 @@ TEST(PolicyFile, StructuredValidationHasNoPositions) {
   std::string all;
   for (auto& e : errors) all += e.toString() + "\n";
   EXPECT_NE(all.find("<policy>: tenants[0].link: unknown link \"nope\""), std::string::npos) << all;
-  EXPECT_NE(all.find("<policy>: tenants[1].dscp: must be between 0 and 63, got 64"), std::string::npos) << all;
-  EXPECT_NE(all.find("<policy>: tenants[1].weight: must be between 1 and 10000, got 0"), std::string::npos) << all;
+  EXPECT_NE(all.find("<policy>: tenants[1].dscp: must be between 0 and 63, got 64"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("<policy>: tenants[1].weight: must be between 1 and 10000, got 0"),
+            std::string::npos)
+      << all;
   PolicySpec many;
   many.tenants.resize(kMaxTenants + 1);
   auto too_many = validatePolicy(many);
@@ -478,8 +515,8 @@ TEST(PolicyFile, StructuredValidationHasNoPositions) {
 TEST(PolicyFile, EmptyTenantListIsAValidPolicy) {
   auto p = parse("apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks: []\ntenants: []\n");
   expectOk(p);
-  expectOnlyError(parse("apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks: []\n"), 1, 1, "tenants",
-                  "required field missing");
+  expectOnlyError(parse("apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks: []\n"), 1, 1,
+                  "tenants", "required field missing");
 }
 
 }  // namespace

@@ -1,10 +1,9 @@
 #include "policy/service.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <atomic>
-
-#include <gtest/gtest.h>
 
 #include "policy/file_store.h"
 
@@ -53,7 +52,8 @@ ApplyRequest req(std::string yaml) {
 class CoreTest : public ::testing::Test {
  protected:
   CoreTest() : store_(makeMemoryStore()), core_(*store_, clock_, &metrics_) {
-    core_.setPublisher([this](const std::shared_ptr<const PolicyRecord>& r) { published_.push_back(r->version); });
+    core_.setPublisher(
+        [this](const std::shared_ptr<const PolicyRecord>& r) { published_.push_back(r->version); });
   }
   FakeClock clock_{1'700'000'000'000'000'000};
   PolicydMetrics metrics_;
@@ -120,7 +120,8 @@ TEST_F(CoreTest, ExpectedVersion) {
   auto r = core_.apply(stale);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(r.status().message().find("expected_version 0 is stale: the latest version is 1"), std::string::npos);
+  EXPECT_NE(r.status().message().find("expected_version 0 is stale: the latest version is 1"),
+            std::string::npos);
   EXPECT_EQ(core_.get(0)->version, 1u);
   stale.expected_version = 1;
   auto ok = core_.apply(stale);
@@ -135,9 +136,12 @@ TEST_F(CoreTest, InvalidPolicyChangesNothingAndListsEveryError) {
   auto r = core_.apply(req(bad));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("2 errors in policy:"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("p.yaml:11:12: tenants[0].limit:"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("p.yaml:21:11: tenants[1].dscp:"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("2 errors in policy:"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("p.yaml:11:12: tenants[0].limit:"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("p.yaml:21:11: tenants[1].dscp:"), std::string::npos)
+      << r.status().message();
   EXPECT_EQ(core_.get(0)->version, 1u);
   EXPECT_EQ(core_.get(0)->source_yaml, kPolicy);
   EXPECT_EQ(published_.size(), 1u);
@@ -181,9 +185,11 @@ TEST_F(CoreTest, VersionsArePublishedInOrder) {
 TEST_F(CoreTest, Usage) {
   ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
   NodeUsageReport n1{"node1", 1, 123, {}, {}};
-  n1.tenants.push_back({"tenant-a", 100, 10, 5'000'000'000, 5'000'000'000, 5'000'000'000, 7'500'000'000, 0.5, 2});
+  n1.tenants.push_back(
+      {"tenant-a", 100, 10, 5'000'000'000, 5'000'000'000, 5'000'000'000, 7'500'000'000, 0.5, 2});
   NodeUsageReport n2{"node2", 1, 124, {}, {"tc: something failed"}};
-  n2.tenants.push_back({"tenant-a", 50, 5, 1'000'000'000, 2'000'000'000, 5'000'000'000, 7'500'000'000, 0.25, 1});
+  n2.tenants.push_back(
+      {"tenant-a", 50, 5, 1'000'000'000, 2'000'000'000, 5'000'000'000, 7'500'000'000, 0.25, 1});
   n2.tenants.push_back({"tenant-b", 7, 7, 7, 7, 7, 7, 0, 1});
   ASSERT_TRUE(core_.reportUsage(n1).ok());
   ASSERT_TRUE(core_.reportUsage(n2).ok());
@@ -212,9 +218,15 @@ TEST_F(CoreTest, Metrics) {
   ASSERT_FALSE(core_.apply(req("nope: 1")).ok());
   std::string m = metrics_.serialize();
   EXPECT_NE(m.find("tenantqos_policyd_policy_version 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"applied\"} 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"unchanged\"} 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"invalid\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"applied\"} 1"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"unchanged\"} 1"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("tenantqos_policyd_applies_total{op=\"apply\",result=\"invalid\"} 1"),
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("tenantqos_policyd_store_corrupt_records 0"), std::string::npos) << m;
 }
 
@@ -235,7 +247,8 @@ TEST(CoreWithFileStore, StoreFailureLeavesTheServiceUnchanged) {
     FakeClock clock;
     PolicyCore core(**store, clock);
     std::vector<uint64_t> published;
-    core.setPublisher([&](const std::shared_ptr<const PolicyRecord>& r) { published.push_back(r->version); });
+    core.setPublisher(
+        [&](const std::shared_ptr<const PolicyRecord>& r) { published.push_back(r->version); });
     ASSERT_TRUE(core.apply(req(kPolicy)).ok());
     g_fail = true;
     auto r = core.apply(req(policyWithLimit("70Gbps")));

@@ -1,13 +1,12 @@
 #include "policy/store.h"
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "common/file_util.h"
 #include "policy/file_store.h"
@@ -214,7 +213,7 @@ TEST_F(FileStoreTest, TruncatedAndForeignFiles) {
   EXPECT_EQ(s->latest()->version, 1u);
   auto f = files();
   EXPECT_EQ(std::count(f.begin(), f.end(), recordFileName(3) + ".tmp.12345"), 0);  // removed
-  EXPECT_EQ(std::count(f.begin(), f.end(), "README"), 1);                         // left alone
+  EXPECT_EQ(std::count(f.begin(), f.end(), "README"), 1);                          // left alone
   // A record renamed to another version's name is caught too.
   ASSERT_EQ(rename(path(1).c_str(), path(7).c_str()), 0);
   auto s2 = open();
@@ -237,10 +236,12 @@ TEST_F(FileStoreTest, BadDataDirectories) {
   std::ofstream(file) << "x";
   auto r = openFileStore(file);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("is not a directory"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("is not a directory"), std::string::npos)
+      << r.status().message();
   auto r2 = openFileStore("/proc/self/tqpol-data");
   ASSERT_FALSE(r2.ok());
-  EXPECT_NE(r2.status().message().find("/proc/self/tqpol-data"), std::string::npos) << r2.status().message();
+  EXPECT_NE(r2.status().message().find("/proc/self/tqpol-data"), std::string::npos)
+      << r2.status().message();
   EXPECT_FALSE(openFileStore("").ok());
 }
 

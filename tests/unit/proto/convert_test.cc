@@ -28,6 +28,18 @@ TEST(Convert, RoundTripKeepsEveryField) {
   EXPECT_EQ(fromProto(parsed), p);
 }
 
+TEST(Convert, SnapshotToVersionedPolicy) {
+  PolicySpec p;
+  p.links.push_back({"fabric", 12'500'000'000, 5});
+  tenantqos::v1::PolicySnapshot s;
+  s.set_version(42);
+  *s.mutable_policy() = toProto(p);
+  s.set_source_yaml("ignored");
+  VersionedPolicy v = fromSnapshot(s);
+  EXPECT_EQ(v.version, 42u);
+  EXPECT_EQ(v.policy, p);
+}
+
 TEST(Convert, UsageRoundTrip) {
   NodeUsageReport r;
   r.node = "node1";
