@@ -37,14 +37,14 @@ Status Agent::start() {
       return HttpResponse{200, "text/plain; charset=utf-8",
                           "ready: enforcing policy v" + std::to_string(s.policy_version) + "\n"};
     }
-    return HttpResponse{503, "text/plain; charset=utf-8",
-                        "not ready: " + (s.not_ready_reason.empty() ? std::string("starting")
-                                                                    : s.not_ready_reason) +
-                            "\n"};
+    return HttpResponse{
+        503, "text/plain; charset=utf-8",
+        "not ready: " +
+            (s.not_ready_reason.empty() ? std::string("starting") : s.not_ready_reason) + "\n"};
   };
   TQ_ASSIGN_OR_RETURN(http_, HttpServer::start(config_.metrics_address, std::move(routes)));
-  TQ_LOG(kInfo, "metrics on http://%s:%d/metrics (also /healthz, /readyz)",
-         http_->host().c_str(), http_->port());
+  TQ_LOG(kInfo, "metrics on http://%s:%d/metrics (also /healthz, /readyz)", http_->host().c_str(),
+         http_->port());
   if (!config_.metrics_port_file.empty()) {
     TQ_RETURN_IF_ERROR_CTX(
         writeFileAtomic(config_.metrics_port_file, std::to_string(http_->port()) + "\n"),
@@ -68,8 +68,8 @@ Status Agent::start() {
     TQ_LOG(kWarn, "ignoring the persisted policy: %s; waiting for policyd at %s",
            persisted.status().message().c_str(), config_.policyd.c_str());
   } else if (!persisted->has_value()) {
-    TQ_LOG(kInfo, "no persisted policy in %s; waiting for policyd at %s",
-           config_.state_dir.c_str(), config_.policyd.c_str());
+    TQ_LOG(kInfo, "no persisted policy in %s; waiting for policyd at %s", config_.state_dir.c_str(),
+           config_.policyd.c_str());
   } else {
     known_version = (*persisted)->version;
     TQ_LOG(kInfo, "enforcing persisted policy v%llu from %s before contacting policyd",
@@ -85,9 +85,8 @@ Status Agent::start() {
   wo.known_version = known_version;
   wo.backoff = backoff;
   watcher_ = std::make_unique<PolicyWatcher>(
-      channel_, wo, &store_, &board_, [this](VersionedPolicy p) {
-        loop_->postPolicy(std::move(p), PolicySource::kPolicyd);
-      });
+      channel_, wo, &store_, &board_,
+      [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); });
   watcher_->start();
   reporter_ = std::make_unique<UsageReporter>(channel_, board_, config_.report_interval_ns);
   reporter_->start();

@@ -33,9 +33,9 @@ struct TenantStatus {
 // thread-safe (the reconcile thread observes into its own copy and publishes copies).
 class DurationHistogram {
  public:
-  static constexpr std::array<double, 14> kBounds = {
-      0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-      0.005,   0.01,    0.025,  0.05,    0.1,    0.5,   2.5};
+  static constexpr std::array<double, 14> kBounds = {0.00001, 0.00005, 0.0001, 0.00025, 0.0005,
+                                                     0.001,   0.0025,  0.005,  0.01,    0.025,
+                                                     0.05,    0.1,     0.5,    2.5};
   void observe(double seconds);
   // counts()[i] = observations <= kBounds[i] (cumulative); count() includes +Inf.
   const std::array<uint64_t, kBounds.size()>& cumulative() const { return cumulative_; }
@@ -53,15 +53,15 @@ struct AgentState {
   std::string tc_mode;
   bool ready = false;  // a policy (persisted or received) has been applied
   std::string not_ready_reason = "no policy yet";
-  uint64_t policy_version = 0;          // the version enforced (0 = none)
-  uint64_t latest_seen_version = 0;     // the newest version received (may be failing)
-  std::vector<TenantStatus> tenants;    // sorted by name
-  std::vector<ClassStat> classes;       // refreshed about every second
-  std::vector<std::string> errors;      // unresolved reconcile errors (empty when healthy)
+  uint64_t policy_version = 0;        // the version enforced (0 = none)
+  uint64_t latest_seen_version = 0;   // the newest version received (may be failing)
+  std::vector<TenantStatus> tenants;  // sorted by name
+  std::vector<ClassStat> classes;     // refreshed about every second
+  std::vector<std::string> errors;    // unresolved reconcile errors (empty when healthy)
   uint64_t reconcile_errors_total = 0;
   DurationHistogram reconcile_duration;
   DurationHistogram allocation_duration;
-  int64_t published_at_ns = 0;          // monotonic
+  int64_t published_at_ns = 0;  // monotonic
 };
 
 class StateBoard {

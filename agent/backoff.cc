@@ -13,9 +13,9 @@ Backoff::Backoff(BackoffOptions options, uint64_t seed) : options_(options), rng
 }
 
 int64_t Backoff::nextDelayNs() {
-  const double base = std::min(static_cast<double>(options_.max_ns),
-                               static_cast<double>(options_.initial_ns) *
-                                   std::pow(options_.multiplier, exponent_));
+  const double base =
+      std::min(static_cast<double>(options_.max_ns),
+               static_cast<double>(options_.initial_ns) * std::pow(options_.multiplier, exponent_));
   // Stop growing the exponent once the cap is reached (keeps pow() finite forever).
   if (base < static_cast<double>(options_.max_ns)) ++exponent_;
   ++failures_;

@@ -18,8 +18,8 @@ Result<int64_t> parseMillis(const std::string& flag, const std::string& text, in
     return invalidArgument(flag + ": \"" + text + "\" is not an integer number of milliseconds");
   }
   if (v < min_ms || v > max_ms) {
-    return invalidArgument(flag + ": " + text + " ms is outside [" + std::to_string(min_ms) +
-                           ", " + std::to_string(max_ms) + "]");
+    return invalidArgument(flag + ": " + text + " ms is outside [" + std::to_string(min_ms) + ", " +
+                           std::to_string(max_ms) + "]");
   }
   return v * 1'000'000;
 }
@@ -57,8 +57,7 @@ Result<std::pair<std::string, int>> splitHostPort(const std::string& text) {
   }
   int p = -1;
   auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || p < 0 ||
-      p > 65535) {
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || p < 0 || p > 65535) {
     return invalidArgument("\"" + text + "\": port \"" + port + "\" is not 0..65535");
   }
   return std::make_pair(host, p);

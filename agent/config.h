@@ -13,7 +13,7 @@ namespace tq::agent {
 
 // How per-tenant enforcement reaches the wire.
 enum class TcMode {
-  kHtb,   // HTB tree per managed device: a class per tenant, DSCP filters (TCP/IPoIB/rxe path)
+  kHtb,  // HTB tree per managed device: a class per tenant, DSCP filters (TCP/IPoIB/rxe path)
   // "RDMA-like": no per-tenant classes; the device gets only a link-rate shaper (HTB class at
   // the link capacity over a FIFO, standing in for the NIC's line rate). Tenants are separated
   // by plugin pacing + the allocator alone, as on an RDMA NIC where tc sees nothing.
@@ -37,7 +37,7 @@ struct AgentConfig {
   std::string metrics_address = "127.0.0.1:9464";  // HOST:PORT; port 0 picks a free port
   std::string metrics_port_file;                   // if set, the bound port is written here
   LogLevel log_level = LogLevel::kInfo;
-  int64_t period_ns = 10'000'000;           // allocation period
+  int64_t period_ns = 10'000'000;              // allocation period
   int64_t report_interval_ns = 1'000'000'000;  // usage reports to policyd
   TcMode tc_mode = TcMode::kHtb;
   uint64_t burst_bytes = 256 * 1024;  // token-bucket depth published to the plugin

@@ -11,9 +11,7 @@
 
 namespace tq::agent {
 
-bool kernelDeviceExists(const std::string& device) {
-  return ::if_nametoindex(device.c_str()) != 0;
-}
+bool kernelDeviceExists(const std::string& device) { return ::if_nametoindex(device.c_str()) != 0; }
 
 Result<DesiredNode> computeDesired(const VersionedPolicy& vp,
                                    const std::vector<DeviceMapping>& devices,

@@ -31,7 +31,7 @@ struct DesiredDevice {
 
 struct DesiredNode {
   uint64_t version = 0;
-  std::vector<DesiredDevice> devices;         // managed, in --device order
+  std::vector<DesiredDevice> devices;          // managed, in --device order
   std::vector<std::string> unmanaged_devices;  // link not in this policy version
   std::map<std::string, TenantSpec> tenants;   // this node's tenants by name
   std::map<std::string, LinkSpec> links;       // this node's links (defined by the policy)

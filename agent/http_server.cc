@@ -13,12 +13,18 @@ namespace {
 
 const char* reasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
@@ -62,11 +68,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host_po
   const std::string listen = hp.first.find(':') != std::string::npos
                                  ? "[" + hp.first + "]:" + std::to_string(hp.second)
                                  : hp.first + ":" + std::to_string(hp.second);
+  // clang-format off
   const char* options[] = {"listening_ports", listen.c_str(),
                            "num_threads", "2",
                            "request_timeout_ms", "10000",
                            "enable_keep_alive", "no",
                            nullptr};
+  // clang-format on
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof callbacks);
   // civetweb prints its own errors through log_message; route them to our log.
@@ -80,8 +88,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host_po
                        " for metrics: civetweb could not start (address in use or invalid?)");
   }
   for (const auto& [path, handler] : server->routes_) {
-    mg_set_request_handler(server->ctx_, path.c_str(), &HttpServer::dispatch,
-                           server.get());
+    mg_set_request_handler(server->ctx_, path.c_str(), &HttpServer::dispatch, server.get());
   }
   mg_server_port ports[4];
   const int n = mg_get_server_ports(server->ctx_, 4, ports);

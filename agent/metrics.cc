@@ -1,9 +1,9 @@
 #include "agent/metrics.h"
 
+#include <prometheus/text_serializer.h>
+
 #include <limits>
 #include <sstream>
-
-#include <prometheus/text_serializer.h>
 
 namespace tq::agent {
 namespace {
@@ -127,8 +127,8 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, bool policyd_conne
   scalar("tenantqos_agent_ready", "1 once a policy (persisted or received) has been applied.",
          MetricType::Gauge, s.ready ? 1 : 0);
   scalar("tenantqos_reconcile_errors_total",
-         "Reconcile attempts that failed (the node kept its last good state).",
-         MetricType::Counter, double(s.reconcile_errors_total));
+         "Reconcile attempts that failed (the node kept its last good state).", MetricType::Counter,
+         double(s.reconcile_errors_total));
   scalar("tenantqos_reconcile_unresolved_errors",
          "Reconcile errors not yet resolved by a later successful attempt.", MetricType::Gauge,
          double(s.errors.size()));

@@ -3,10 +3,10 @@
 // Names carry units; see docs/agent.md for the table.
 #pragma once
 
+#include <prometheus/metric_family.h>
+
 #include <string>
 #include <vector>
-
-#include <prometheus/metric_family.h>
 
 #include "agent/agent_state.h"
 

@@ -135,9 +135,7 @@ void PolicyWatcher::run() {
     tenantqos::v1::PolicySnapshot msg;
     while (reader->Read(&msg)) {
       got_any = true;
-      VersionedPolicy vp;
-      vp.version = msg.version();
-      vp.policy = proto::fromProto(msg.policy());
+      VersionedPolicy vp = proto::fromSnapshot(msg);
       Status s = store_->save(vp);
       if (!s.ok()) {
         // Enforcing the new policy matters more than surviving a restart with it.
@@ -161,8 +159,9 @@ void PolicyWatcher::run() {
     // A stream that lived or delivered counts as a successful connection.
     if (got_any || realClock().nowNs() - opened_at > 1'000'000'000) backoff_.reset();
     const int64_t delay = backoff_.nextDelayNs();
-    TQ_LOG(kWarn, "policy watch ended: %s (grpc code %d); enforcement unchanged, reconnecting "
-                  "in %lld ms",
+    TQ_LOG(kWarn,
+           "policy watch ended: %s (grpc code %d); enforcement unchanged, reconnecting "
+           "in %lld ms",
            st.error_message().c_str(), static_cast<int>(st.error_code()),
            static_cast<long long>(delay / 1'000'000));
     sleepInterruptible(delay);

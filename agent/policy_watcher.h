@@ -13,6 +13,8 @@
 // tenantqos_policyd_connected (StateBoard) is 1 while the channel is READY and the stream open.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -20,8 +22,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "agent/agent_state.h"
 #include "agent/backoff.h"

@@ -55,8 +55,9 @@ void Reconciler::onPolicy(const VersionedPolicy& policy, PolicySource source) {
     return;
   }
   if (applied_policy_ && policy.version < applied_policy_->version) {
-    TQ_LOG(kWarn, "policy v%llu from %s is older than the enforced v%llu; applying it anyway "
-                  "(policyd is the authority)",
+    TQ_LOG(kWarn,
+           "policy v%llu from %s is older than the enforced v%llu; applying it anyway "
+           "(policyd is the authority)",
            static_cast<unsigned long long>(policy.version), from,
            static_cast<unsigned long long>(applied_policy_->version));
   }
@@ -88,8 +89,7 @@ void Reconciler::attempt(const VersionedPolicy& policy) {
 
   if (!s.ok()) {
     errors_total_++;
-    const std::string msg =
-        "apply policy v" + std::to_string(policy.version) + ": " + s.message();
+    const std::string msg = "apply policy v" + std::to_string(policy.version) + ": " + s.message();
     errors_ = {msg};
     pending_ = policy;
     const int64_t delay = retry_backoff_.nextDelayNs();
@@ -159,8 +159,7 @@ void Reconciler::rollbackTc(const std::vector<const DesiredDevice*>& changed) {
   }
 }
 
-TenantParams Reconciler::paramsFor(const TenantSpec& spec, uint64_t version,
-                                   uint64_t rate) const {
+TenantParams Reconciler::paramsFor(const TenantSpec& spec, uint64_t version, uint64_t rate) const {
   TenantParams p;
   p.policy_version = version;
   // The allocator never refills a bucket below the guarantee nor above the limit; a new policy
@@ -248,8 +247,9 @@ void Reconciler::retireTenant(const std::string& name, std::unique_ptr<TenantShm
   if (!removed.ok()) {
     TQ_LOG(kWarn, "tenant %s: %s", name.c_str(), removed.status().message().c_str());
   } else if (retiring_.count(name) == 0) {
-    TQ_LOG(kInfo, "tenant %s: left the policy; file kept (marked deleted) until its %d "
-                  "process(es) exit",
+    TQ_LOG(kInfo,
+           "tenant %s: left the policy; file kept (marked deleted) until its %d "
+           "process(es) exit",
            name.c_str(), writer->liveProcesses());
   }
   retiring_[name] = std::move(writer);

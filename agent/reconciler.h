@@ -45,10 +45,10 @@ struct ReconcilerOptions {
   TcMode tc_mode = TcMode::kHtb;
   int64_t period_ns = 10'000'000;
   uint64_t burst_bytes = 256 * 1024;
-  int64_t publish_interval_ns = 100'000'000;   // AgentState for metrics/reports
+  int64_t publish_interval_ns = 100'000'000;  // AgentState for metrics/reports
   DemandEstimatorOptions demand;
-  int64_t stats_interval_ns = 1'000'000'000;   // tc class counters
-  int64_t resync_interval_ns = 30'000'000'000; // re-assert tc trees (drift repair)
+  int64_t stats_interval_ns = 1'000'000'000;    // tc class counters
+  int64_t resync_interval_ns = 30'000'000'000;  // re-assert tc trees (drift repair)
   BackoffOptions retry{100'000'000, 30'000'000'000, 2.0, 0.2};
   DeviceExistsFn device_exists = kernelDeviceExists;
   uint64_t backoff_seed = 0;  // 0: random
@@ -91,12 +91,12 @@ class Reconciler {
     TenantSpec spec;
     uint64_t link_capacity = 0;
     std::unique_ptr<TenantShmWriter> writer;
-    TenantParams params;  // as last published
-    TenantUsage usage;    // as last read
+    TenantParams params;      // as last published
+    TenantUsage usage;        // as last read
     int64_t usage_at_ns = 0;  // 0: not read yet
     DemandEstimator estimator;
-    uint64_t demand = 0;     // bytes/s or kUnboundedDemand, from the last allocation pass
-    uint64_t allocation = 0; // the allocator's share (the bucket may be refilled faster)
+    uint64_t demand = 0;      // bytes/s or kUnboundedDemand, from the last allocation pass
+    uint64_t allocation = 0;  // the allocator's share (the bucket may be refilled faster)
   };
 
   void attempt(const VersionedPolicy& policy);
@@ -116,9 +116,9 @@ class Reconciler {
   Clock& clock_;
   StateBoard* board_;
 
-  std::optional<DesiredNode> applied_;          // last good desired state
+  std::optional<DesiredNode> applied_;  // last good desired state
   std::optional<VersionedPolicy> applied_policy_;
-  std::optional<VersionedPolicy> pending_;      // failed, retried with backoff
+  std::optional<VersionedPolicy> pending_;  // failed, retried with backoff
   uint64_t latest_seen_version_ = 0;
   Backoff retry_backoff_;
   int64_t retry_due_ns_ = 0;

@@ -56,10 +56,7 @@ Result<VersionedPolicy> SnapshotStore::decode(const std::string& data, const std
   if (crc32c(body) != crc) return dataLoss(what + ": checksum mismatch");
   tenantqos::v1::PolicySnapshot msg;
   if (!msg.ParseFromString(body)) return dataLoss(what + ": protobuf body does not parse");
-  VersionedPolicy out;
-  out.version = msg.version();
-  out.policy = proto::fromProto(msg.policy());
-  return out;
+  return proto::fromSnapshot(msg);
 }
 
 Status SnapshotStore::save(const VersionedPolicy& snapshot, BeforeRenameHook hook) {

@@ -4,8 +4,8 @@
 
 #include <cerrno>
 #include <cinttypes>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "agent/agent.h"
@@ -41,8 +41,7 @@ TcExecutorApplier::TcExecutorApplier(std::unique_ptr<tc::TcNetlink> nl, std::str
   auto text = readFile(path_, 16u << 20);
   if (!text.ok()) {
     if (text.status().code() != StatusCode::kNotFound) {
-      TQ_LOG(kWarn, "tc class ids: %s; starting from name hashes",
-             text.status().message().c_str());
+      TQ_LOG(kWarn, "tc class ids: %s; starting from name hashes", text.status().message().c_str());
     }
     return;
   }

@@ -51,9 +51,9 @@ class TcExecutorApplier final : public TcApplier {
 
   std::unique_ptr<tc::TcNetlink> nl_;
   tc::Executor executor_;
-  std::string path_;  // "" = not persisted
-  std::map<std::string, tc::ClassMinorMap> minors_;                   // device -> tenant -> minor
-  std::map<std::string, std::map<uint32_t, std::string>> labels_;    // device -> classid -> label
+  std::string path_;                                               // "" = not persisted
+  std::map<std::string, tc::ClassMinorMap> minors_;                // device -> tenant -> minor
+  std::map<std::string, std::map<uint32_t, std::string>> labels_;  // device -> classid -> label
 };
 
 }  // namespace tq::agent

@@ -77,7 +77,8 @@ void UsageReporter::run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::nanoseconds(interval_ns_), [this] { return stopping_; })) {
+      if (cv_.wait_for(lock, std::chrono::nanoseconds(interval_ns_),
+                       [this] { return stopping_; })) {
         return;
       }
     }

@@ -3,6 +3,8 @@
 // next interval simply sends fresh totals (reports carry totals, so nothing is lost).
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -10,8 +12,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "agent/agent_state.h"
 #include "common/policy.h"

@@ -163,25 +163,26 @@ int main(int argc, char** argv) {
     }
   }
 
-  Stats e = summarize(empty), c = summarize(change), b = summarize(baseline),
-        a = summarize(alloc);
-  std::printf("agent_reconcile: %d tenants x 2 devices (veth in netns %s), Reconciler::onPolicy "
-              "(desired state + tc plan + libnl executor + shm files)\n",
-              kTenants, (*ns)->name().c_str());
+  Stats e = summarize(empty), c = summarize(change), b = summarize(baseline), a = summarize(alloc);
+  std::printf(
+      "agent_reconcile: %d tenants x 2 devices (veth in netns %s), Reconciler::onPolicy "
+      "(desired state + tc plan + libnl executor + shm files)\n",
+      kTenants, (*ns)->name().c_str());
   std::printf("%-44s %6s %9s %9s %9s %9s\n", "scenario", "runs", "p50 ms", "p99 ms", "max ms",
               "p50/base");
   auto row = [&](const std::string& name, size_t count, const Stats& st) {
-    std::printf("%-44s %6zu %9.3f %9.3f %9.3f %9.1f\n", name.c_str(), count, st.p50_ms,
-                st.p99_ms, st.max_ms, st.p50_ms / b.p50_ms);
+    std::printf("%-44s %6zu %9.3f %9.3f %9.3f %9.1f\n", name.c_str(), count, st.p50_ms, st.p99_ms,
+                st.max_ms, st.p50_ms / b.p50_ms);
   };
   row("version-only (read+diff, " + std::to_string(baseline_writes) + " tc writes, 64 shm)",
       baseline.size(), b);
   row("one-tenant change (" + std::to_string(change_writes) + " tc writes)", change.size(), c);
   row("from empty (2 trees + 64 shm files)", empty.size(), e);
   row("allocation pass (tick, 64 tenants)", alloc.size(), a);
-  std::printf("target: one-tenant change <= 10 ms: %s (p50 %.3f ms, p99 %.3f ms)\n",
-              c.p99_ms <= 10.0 ? "met" : (c.p50_ms <= 10.0 ? "met at p50, MISSED at p99" : "MISSED"),
-              c.p50_ms, c.p99_ms);
+  std::printf(
+      "target: one-tenant change <= 10 ms: %s (p50 %.3f ms, p99 %.3f ms)\n",
+      c.p99_ms <= 10.0 ? "met" : (c.p50_ms <= 10.0 ? "met at p50, MISSED at p99" : "MISSED"),
+      c.p50_ms, c.p99_ms);
   for (const std::string& d : devs) (void)(*tc)->remove(d);
   return 0;
 }

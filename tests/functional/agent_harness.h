@@ -5,10 +5,9 @@
 // processes are killed by PID, the namespace (and its veths) deleted, the temp dir removed.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -58,10 +57,14 @@ inline uint64_t parseTcRate(const std::string& s) {
   double v = std::stod(s, &i);
   const std::string unit = s.substr(i);
   double mult = 1;
-  if (unit == "Kbit") mult = 1e3;
-  else if (unit == "Mbit") mult = 1e6;
-  else if (unit == "Gbit") mult = 1e9;
-  else if (unit == "Tbit") mult = 1e12;
+  if (unit == "Kbit")
+    mult = 1e3;
+  else if (unit == "Mbit")
+    mult = 1e6;
+  else if (unit == "Gbit")
+    mult = 1e9;
+  else if (unit == "Tbit")
+    mult = 1e12;
   return static_cast<uint64_t>(v * mult + 0.5);
 }
 
@@ -190,15 +193,24 @@ class AgentHarness : public ::testing::Test {
 
   std::vector<std::string> agentArgs() {
     std::vector<std::string> a = {TQ_AGENT_BIN,
-                                  "--policyd", "127.0.0.1:" + std::to_string(policyd_port_),
-                                  "--node", "node1",
-                                  "--device", dev0_ + "=fabric",
-                                  "--run-dir", run_dir_,
-                                  "--state-dir", state_dir_,
-                                  "--metrics", "127.0.0.1:0",
-                                  "--metrics-port-file", tmp_ + "/agent.port",
-                                  "--report-interval-ms", "200",
-                                  "--log-level", "debug"};
+                                  "--policyd",
+                                  "127.0.0.1:" + std::to_string(policyd_port_),
+                                  "--node",
+                                  "node1",
+                                  "--device",
+                                  dev0_ + "=fabric",
+                                  "--run-dir",
+                                  run_dir_,
+                                  "--state-dir",
+                                  state_dir_,
+                                  "--metrics",
+                                  "127.0.0.1:0",
+                                  "--metrics-port-file",
+                                  tmp_ + "/agent.port",
+                                  "--report-interval-ms",
+                                  "200",
+                                  "--log-level",
+                                  "debug"};
     a.insert(a.end(), extra_agent_args_.begin(), extra_agent_args_.end());
     return a;
   }

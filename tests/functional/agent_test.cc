@@ -62,8 +62,10 @@ TEST_F(PrivilegedAgentTest, AppliesV1ThenV2WithinOneSecond) {
 
   apply(v1());
   ASSERT_TRUE(eventually(
-      [&] { return enforces(1, {{"tenant-a", {400 * kMbit, 600 * kMbit}},
-                                {"tenant-b", {200 * kMbit, 400 * kMbit}}}); },
+      [&] {
+        return enforces(1, {{"tenant-a", {400 * kMbit, 600 * kMbit}},
+                            {"tenant-b", {200 * kMbit, 400 * kMbit}}});
+      },
       1000))
       << describe();
   auto a = shmParams("tenant-a");
@@ -83,9 +85,11 @@ TEST_F(PrivilegedAgentTest, AppliesV1ThenV2WithinOneSecond) {
 
   apply(v2());
   ASSERT_TRUE(eventually(
-      [&] { return enforces(2, {{"tenant-a", {400 * kMbit, 600 * kMbit}},
-                                {"tenant-b", {200 * kMbit, 500 * kMbit}},
-                                {"tenant-c", {100 * kMbit, 900 * kMbit}}}); },
+      [&] {
+        return enforces(2, {{"tenant-a", {400 * kMbit, 600 * kMbit}},
+                            {"tenant-b", {200 * kMbit, 500 * kMbit}},
+                            {"tenant-c", {100 * kMbit, 900 * kMbit}}});
+      },
       1000))
       << describe();
   EXPECT_EQ(tenantClass(dev0_, "tenant-a"), class_a) << "an unchanged tenant kept its class";
@@ -93,8 +97,9 @@ TEST_F(PrivilegedAgentTest, AppliesV1ThenV2WithinOneSecond) {
   // v3 removes tenant-b: its class, filters and (unused) shm file go.
   apply(policyYaml(kFabric, {kA}));
   ASSERT_TRUE(eventually(
-      [&] { return enforces(3, {{"tenant-a", {400 * kMbit, 600 * kMbit}}}) &&
-                   !shmExists("tenant-b"); },
+      [&] {
+        return enforces(3, {{"tenant-a", {400 * kMbit, 600 * kMbit}}}) && !shmExists("tenant-b");
+      },
       1000))
       << describe();
   auto filters = ns_->run({"tc", "filter", "show", "dev", dev0_});
@@ -108,16 +113,22 @@ TEST_F(PrivilegedAgentTest, AppliesV1ThenV2WithinOneSecond) {
     shm::Slot* slot = (*r)->claimSlot();
     ASSERT_NE(slot, nullptr);
     slot->tx_bytes.store(123'456'789);
-    EXPECT_TRUE(eventually([&] {
-      auto top = ctl({"top"});
-      return top.output.find("node1") != std::string::npos &&
-             top.output.find("tenant-a") != std::string::npos &&
-             top.output.find(formatSize(123'456'789)) != std::string::npos;
-    }, 5000)) << ctl({"top"}).output;
-    EXPECT_TRUE(eventually([&] {
-      return metric(R"(tenantqos_tenant_transmit_bytes_total{node="node1",tenant="tenant-a"})") ==
-             123456789.0;
-    }, 2000));
+    EXPECT_TRUE(eventually(
+        [&] {
+          auto top = ctl({"top"});
+          return top.output.find("node1") != std::string::npos &&
+                 top.output.find("tenant-a") != std::string::npos &&
+                 top.output.find(formatSize(123'456'789)) != std::string::npos;
+        },
+        5000))
+        << ctl({"top"}).output;
+    EXPECT_TRUE(eventually(
+        [&] {
+          return metric(
+                     R"(tenantqos_tenant_transmit_bytes_total{node="node1",tenant="tenant-a"})") ==
+                 123456789.0;
+        },
+        2000));
     EXPECT_EQ(metric(R"(tenantqos_tenant_processes{node="node1",tenant="tenant-a"})"), 1.0);
   }
   stopAgent();
@@ -190,9 +201,12 @@ TEST_F(PrivilegedAgentTest, CorruptedSnapshotIsIgnoredAndAgentWaitsForPolicyd) {
   ASSERT_EQ(std::system(("rm -f " + run_dir_ + "/tenants/*").c_str()), 0);
 
   startAgent();
-  EXPECT_TRUE(eventually([&] {
-    return readText(agent_log_).find("ignoring the persisted policy") != std::string::npos;
-  }, 2000)) << readText(agent_log_);
+  EXPECT_TRUE(eventually(
+      [&] {
+        return readText(agent_log_).find("ignoring the persisted policy") != std::string::npos;
+      },
+      2000))
+      << readText(agent_log_);
   EXPECT_NE(readText(agent_log_).find("checksum mismatch"), std::string::npos);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto ready = get("/readyz");
@@ -224,21 +238,27 @@ TEST_F(PrivilegedAgentTest, UnknownDeviceKeepsLastGoodStateCountsReportsAndRetri
   a.limit = "700Mbps";
   YamlTenant s = {"tenant-s", "storage", "10Mbps", "50Mbps", 1, 4, 12, 4};
   apply(policyYaml({{"fabric", "1Gbps"}, {"storage", "100Mbps"}}, {a, kB, s}));
-  EXPECT_TRUE(eventually([&] {
-    auto e = metric("tenantqos_reconcile_errors_total");
-    return e && *e >= 2;  // the first attempt and at least one retry
-  }, 3000)) << readText(agent_log_);
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto e = metric("tenantqos_reconcile_errors_total");
+        return e && *e >= 2;  // the first attempt and at least one retry
+      },
+      3000))
+      << readText(agent_log_);
   EXPECT_TRUE(enforces(1, want)) << "last good state must be kept\n" << describe();
   EXPECT_FALSE(shmExists("tenant-s"));
   EXPECT_EQ(metric("tenantqos_policy_version"), 1.0);
   EXPECT_EQ(metric("tenantqos_reconcile_unresolved_errors"), 1.0);
   EXPECT_EQ(get("/readyz").status, 200) << "still enforcing v1";
   // Reported to policyd.
-  EXPECT_TRUE(eventually([&] {
-    auto top = ctl({"top"});
-    return top.output.find("node1: apply policy v2: ") != std::string::npos &&
-           top.output.find(ghost) != std::string::npos;
-  }, 3000)) << ctl({"top"}).output;
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto top = ctl({"top"});
+        return top.output.find("node1: apply policy v2: ") != std::string::npos &&
+               top.output.find(ghost) != std::string::npos;
+      },
+      3000))
+      << ctl({"top"}).output;
 
   // The device appears: the next retry (backoff <= 30 s; early retries are sub-second) applies.
   ASSERT_TRUE(tq::testing::addVethPair(*ns_, ghost, *ns_, prefix_ + "h").ok());
@@ -248,9 +268,8 @@ TEST_F(PrivilegedAgentTest, UnknownDeviceKeepsLastGoodStateCountsReportsAndRetri
   EXPECT_TRUE(shmExists("tenant-s"));
   EXPECT_EQ(tcClasses(ghost).count(tenantClass(ghost, "tenant-s")), 1u) << describe();
   EXPECT_EQ(tcClasses(dev0_)[tenantClass(dev0_, "tenant-a")].ceil_bits, 700 * kMbit);
-  EXPECT_TRUE(eventually([&] {
-    return ctl({"top"}).output.find("node errors:") == std::string::npos;
-  }, 3000));
+  EXPECT_TRUE(eventually(
+      [&] { return ctl({"top"}).output.find("node errors:") == std::string::npos; }, 3000));
 }
 
 TEST_F(PrivilegedAgentTest, ForeignQdiscRefusedRollsBackOtherDevicesAndRetries) {
@@ -263,23 +282,26 @@ TEST_F(PrivilegedAgentTest, ForeignQdiscRefusedRollsBackOtherDevicesAndRetries) 
   ASSERT_TRUE(eventually([&] { return enforces(1, want); }, 1000)) << describe();
 
   // Someone else's root qdisc on dev1: the node cannot apply a policy that manages dev1.
-  ASSERT_TRUE(ns_->run({"tc", "qdisc", "add", "dev", dev1_, "root", "handle", "5:", "tbf",
-                        "rate", "10mbit", "burst", "10kb", "latency", "50ms"})
+  ASSERT_TRUE(ns_->run({"tc", "qdisc", "add", "dev", dev1_, "root", "handle", "5:", "tbf", "rate",
+                        "10mbit", "burst", "10kb", "latency", "50ms"})
                   .ok());
   YamlTenant a = kA;
   a.limit = "800Mbps";  // dev0 changes first (applied, then rolled back when dev1 fails)
   YamlTenant s = {"tenant-s", "storage", "10Mbps", "50Mbps", 1, 4, 12, 4};
   apply(policyYaml({{"fabric", "1Gbps"}, {"storage", "100Mbps"}}, {a, kB, s}));
-  EXPECT_TRUE(eventually([&] {
-    auto e = metric("tenantqos_reconcile_errors_total");
-    return e && *e >= 2;
-  }, 3000)) << readText(agent_log_);
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto e = metric("tenantqos_reconcile_errors_total");
+        return e && *e >= 2;
+      },
+      3000))
+      << readText(agent_log_);
   EXPECT_TRUE(enforces(1, want)) << "dev0 must be back on v1\n" << describe();
   EXPECT_NE(tcQdisc(dev1_).find("tbf 5:"), std::string::npos) << "foreign qdisc touched";
   EXPECT_NE(readText(agent_log_).find("root qdisc tbf"), std::string::npos);
-  EXPECT_TRUE(eventually([&] {
-    return ctl({"top"}).output.find("node1: apply policy v2: ") != std::string::npos;
-  }, 3000));
+  EXPECT_TRUE(eventually(
+      [&] { return ctl({"top"}).output.find("node1: apply policy v2: ") != std::string::npos; },
+      3000));
 
   // The operator removes the foreign qdisc: a retry applies v2 on both devices.
   ASSERT_TRUE(ns_->run({"tc", "qdisc", "del", "dev", dev1_, "root"}).ok());
@@ -309,18 +331,18 @@ TEST_F(PrivilegedAgentTest, CleanupRemovesEverythingItCreated) {
   startPolicyd();
   startAgent();
   apply(v1());
-  ASSERT_TRUE(eventually([&] { return tcClasses(dev0_).size() == 4 && shmExists("tenant-a"); },
-                         1000))
+  ASSERT_TRUE(
+      eventually([&] { return tcClasses(dev0_).size() == 4 && shmExists("tenant-a"); }, 1000))
       << describe();
   stopAgent();
   // An unrelated device keeps its own qdisc.
-  ASSERT_TRUE(ns_->run({"tc", "qdisc", "add", "dev", dev1_, "root", "handle", "5:", "tbf",
-                        "rate", "10mbit", "burst", "10kb", "latency", "50ms"})
+  ASSERT_TRUE(ns_->run({"tc", "qdisc", "add", "dev", dev1_, "root", "handle", "5:", "tbf", "rate",
+                        "10mbit", "burst", "10kb", "latency", "50ms"})
                   .ok());
-  auto r = runCommand(ns_->exec({TQ_AGENT_BIN, "--cleanup", "--device", dev0_ + "=fabric",
-                                 "--device", dev1_ + "=storage", "--run-dir", run_dir_,
-                                 "--state-dir", state_dir_}),
-                      20'000);
+  auto r =
+      runCommand(ns_->exec({TQ_AGENT_BIN, "--cleanup", "--device", dev0_ + "=fabric", "--device",
+                            dev1_ + "=storage", "--run-dir", run_dir_, "--state-dir", state_dir_}),
+                 20'000);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 0) << r->output;
   EXPECT_TRUE(tcClasses(dev0_).empty()) << describe();
@@ -381,11 +403,13 @@ TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccep
   shm::Slot* slot = (*proc)->claimSlot();
   ASSERT_NE(slot, nullptr);
   slot->tx_bytes.store(4242);
-  ASSERT_TRUE(eventually([&] {
-    return metric(R"(tenantqos_tc_class_bytes_total{class="1:1",device=")" + dev0_ +
-                  R"(",tenant=""})")
-        .has_value();
-  }, 3000));
+  ASSERT_TRUE(eventually(
+      [&] {
+        return metric(R"(tenantqos_tc_class_bytes_total{class="1:1",device=")" + dev0_ +
+                      R"(",tenant=""})")
+            .has_value();
+      },
+      3000));
 
   // promtool: 0 = clean (3 would be lint warnings, 1 a parse error).
   const std::string exposition = tmp_ + "/metrics.txt";
@@ -414,9 +438,14 @@ TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccep
       << readText(tmp_ + "/prometheus.log");
 
   // The first scrape comes ~6 s after start (a fixed 5 s target-sync delay).
-  EXPECT_TRUE(eventually([&] {
-    return promSeries(prom_port, R"(tenantqos_tenant_transmit_bytes_total{tenant="tenant-a"} == 4242)") == 1;
-  }, 20'000)) << last_prom_answer_ << readText(tmp_ + "/prometheus.log");
+  EXPECT_TRUE(eventually(
+      [&] {
+        return promSeries(prom_port,
+                          R"(tenantqos_tenant_transmit_bytes_total{tenant="tenant-a"} == 4242)") ==
+               1;
+      },
+      20'000))
+      << last_prom_answer_ << readText(tmp_ + "/prometheus.log");
   EXPECT_EQ(promSeries(prom_port, R"(tenantqos_tenant_transmit_bytes_total)"), 2);
   // link, default and two tenant classes on dev0
   EXPECT_EQ(promSeries(prom_port, R"(tenantqos_tc_class_bytes_total{device=")" + dev0_ + R"("})"),

@@ -28,10 +28,26 @@ TEST(AgentConfigTest, DefaultsAndRequiredFlags) {
 }
 
 TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
-  auto c = parse({"--policyd=[::1]:7000", "--device", "eth0=fabric", "--device=ib0=storage",
-                  "--run-dir", "/tmp/r", "--state-dir=/tmp/s", "--metrics", "127.0.0.1:0",
-                  "--metrics-port-file", "/tmp/p", "--log-level", "debug", "--period-ms", "5",
-                  "--tc-mode", "none", "--report-interval-ms=250", "--burst", "1MiB"});
+  auto c = parse({"--policyd=[::1]:7000",
+                  "--device",
+                  "eth0=fabric",
+                  "--device=ib0=storage",
+                  "--run-dir",
+                  "/tmp/r",
+                  "--state-dir=/tmp/s",
+                  "--metrics",
+                  "127.0.0.1:0",
+                  "--metrics-port-file",
+                  "/tmp/p",
+                  "--log-level",
+                  "debug",
+                  "--period-ms",
+                  "5",
+                  "--tc-mode",
+                  "none",
+                  "--report-interval-ms=250",
+                  "--burst",
+                  "1MiB"});
   ASSERT_TRUE(c.ok()) << c.status().toString();
   EXPECT_EQ(c->devices[1], (DeviceMapping{"ib0", "storage"}));
   EXPECT_EQ(c->run_dir, "/tmp/r");

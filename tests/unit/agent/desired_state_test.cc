@@ -49,8 +49,7 @@ TEST(DesiredStateTest, TwoDevicesSameLinkBothCarryItsTenants) {
 }
 
 TEST(DesiredStateTest, LinkNotInPolicyLeavesDeviceUnmanaged) {
-  auto d = computeDesired(samplePolicy(2), {{"eth0", "fabric"}, {"ib0", "infiniband"}},
-                          kAllExist);
+  auto d = computeDesired(samplePolicy(2), {{"eth0", "fabric"}, {"ib0", "infiniband"}}, kAllExist);
   ASSERT_TRUE(d.ok()) << d.status().toString();
   EXPECT_EQ(d->devices.size(), 1u);
   ASSERT_EQ(d->unmanaged_devices.size(), 1u);
@@ -86,8 +85,8 @@ TEST(DesiredStateTest, TenantErrors) {
        "names link \"nowhere\""},
       {"bad name", [](PolicySpec& p) { p.tenants[0].name = "Tenant_A"; }, "DNS-1123"},
       {"duplicate", [](PolicySpec& p) { p.tenants[1].name = p.tenants[0].name; }, "twice"},
-      {"limit below guarantee",
-       [](PolicySpec& p) { p.tenants[0].limit_bytes_per_second = 1; }, "below its guarantee"},
+      {"limit below guarantee", [](PolicySpec& p) { p.tenants[0].limit_bytes_per_second = 1; },
+       "below its guarantee"},
       {"too many traffic classes",
        [](PolicySpec& p) { p.tenants[0].traffic_classes = {1, 2, 3, 4, 5, 6, 7, 8, 9}; },
        "traffic classes"},

@@ -77,26 +77,36 @@ TEST(MetricsTest, NamesLabelsAndValues) {
   Parsed p = parse(renderMetrics(sampleState(), true));
   EXPECT_EQ(p.series.at(R"(tenantqos_tenant_transmit_bytes_total{node="node1",tenant="tenant-b"})"),
             2000);
-  EXPECT_EQ(p.series.at(R"(tenantqos_tenant_throttled_seconds_total{node="node1",tenant="tenant-a"})"),
-            1.5);
-  EXPECT_EQ(p.series.at(
-                R"(tenantqos_tenant_allocated_rate_bytes_per_second{node="node1",tenant="tenant-c"})"),
-            125e6);
-  EXPECT_EQ(p.series.at(R"(tenantqos_tenant_guarantee_bytes_per_second{node="node1",tenant="tenant-a"})"),
-            50e6);
-  EXPECT_EQ(p.series.at(R"(tenantqos_tenant_limit_bytes_per_second{node="node1",tenant="tenant-a"})"),
-            100e6);
+  EXPECT_EQ(
+      p.series.at(R"(tenantqos_tenant_throttled_seconds_total{node="node1",tenant="tenant-a"})"),
+      1.5);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_tenant_allocated_rate_bytes_per_second{node="node1",tenant="tenant-c"})"),
+      125e6);
+  EXPECT_EQ(
+      p.series.at(R"(tenantqos_tenant_guarantee_bytes_per_second{node="node1",tenant="tenant-a"})"),
+      50e6);
+  EXPECT_EQ(
+      p.series.at(R"(tenantqos_tenant_limit_bytes_per_second{node="node1",tenant="tenant-a"})"),
+      100e6);
   EXPECT_EQ(p.series.at(R"(tenantqos_tenant_processes{node="node1",tenant="tenant-a"})"), 2);
   EXPECT_EQ(p.series.at(R"(tenantqos_tenant_receive_bytes_total{node="node1",tenant="tenant-a"})"),
             10);
-  EXPECT_EQ(p.series.at(R"(tenantqos_tc_class_bytes_total{class="1:10",device="eth0",tenant="tenant-a"})"),
+  EXPECT_EQ(p.series.at(
+                R"(tenantqos_tc_class_bytes_total{class="1:10",device="eth0",tenant="tenant-a"})"),
             5);
-  EXPECT_EQ(p.series.at(R"(tenantqos_tc_class_packets_total{class="1:10",device="eth0",tenant="tenant-a"})"),
-            6);
-  EXPECT_EQ(p.series.at(R"(tenantqos_tc_class_drops_total{class="1:10",device="eth0",tenant="tenant-a"})"),
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_tc_class_packets_total{class="1:10",device="eth0",tenant="tenant-a"})"),
+      6);
+  EXPECT_EQ(p.series.at(
+                R"(tenantqos_tc_class_drops_total{class="1:10",device="eth0",tenant="tenant-a"})"),
             7);
-  EXPECT_EQ(p.series.at(R"(tenantqos_tc_class_overlimits_total{class="1:10",device="eth0",tenant="tenant-a"})"),
-            8);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_tc_class_overlimits_total{class="1:10",device="eth0",tenant="tenant-a"})"),
+      8);
   EXPECT_EQ(p.series.at("tenantqos_policy_version"), 7);
   EXPECT_EQ(p.series.at("tenantqos_policyd_connected"), 1);
   EXPECT_EQ(p.series.at("tenantqos_agent_ready"), 1);
@@ -118,7 +128,8 @@ TEST(MetricsTest, NamesLabelsAndValues) {
 
 TEST(MetricsTest, HistogramBucketsAreCumulativeAndMonotonic) {
   AgentState s;
-  for (double v : {1e-6, 3e-5, 2e-4, 0.004, 0.004, 0.03, 1.0, 10.0}) s.reconcile_duration.observe(v);
+  for (double v : {1e-6, 3e-5, 2e-4, 0.004, 0.004, 0.03, 1.0, 10.0})
+    s.reconcile_duration.observe(v);
   Parsed p = parse(renderMetrics(s, false));
   std::vector<std::pair<double, double>> buckets;  // le -> count
   const std::regex re(R"re(tenantqos_reconcile_duration_seconds_bucket\{le="([^"]+)"\})re");

@@ -263,16 +263,14 @@ TEST(UsageReporterTest, SendsPeriodicallyAndSurvivesPolicydOutage) {
   auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), {20'000'000, 100'000'000});
   UsageReporter reporter(ch, board, 50'000'000);
   reporter.start();
-  ASSERT_TRUE(waitFor([&] {
-    return server->service.locked([&] { return server->service.reports.size(); }) >= 2;
-  }));
+  ASSERT_TRUE(waitFor(
+      [&] { return server->service.locked([&] { return server->service.reports.size(); }) >= 2; }));
   server->stop();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // failed reports, no crash
   server = std::make_unique<FakeServer>(port);
   ASSERT_TRUE(server->server);
-  ASSERT_TRUE(waitFor([&] {
-    return server->service.locked([&] { return server->service.reports.size(); }) >= 1;
-  }));
+  ASSERT_TRUE(waitFor(
+      [&] { return server->service.locked([&] { return server->service.reports.size(); }) >= 1; }));
   reporter.stop();
   auto reports = server->service.locked([&] { return server->service.reports; });
   EXPECT_EQ(reports[0].node(), "n1");

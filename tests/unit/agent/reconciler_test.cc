@@ -2,17 +2,15 @@
 // run directory, no kernel objects, no sleeping.
 #include "agent/reconciler.h"
 
-#include "agent/reconcile_loop.h"
-
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <thread>
 
+#include "agent/reconcile_loop.h"
 #include "test_util.h"
 
 namespace tq::agent {
@@ -23,7 +21,7 @@ using testing::samplePolicy;
 using testing::TempDir;
 
 bool fileExists(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
 }
 
@@ -252,8 +250,7 @@ TEST_F(ReconcilerTest, FirstPolicyFailingLeavesAgentNotReady) {
   r2.tick();
   AgentState s = board_.snapshot();
   EXPECT_FALSE(s.ready);
-  EXPECT_NE(s.not_ready_reason.find("device eth1 (link storage) does not exist"),
-            std::string::npos)
+  EXPECT_NE(s.not_ready_reason.find("device eth1 (link storage) does not exist"), std::string::npos)
       << s.not_ready_reason;
   EXPECT_EQ(s.reconcile_errors_total, 1u);
   EXPECT_EQ(s.latest_seen_version, 1u);
@@ -336,7 +333,8 @@ FakeProcess attachProcess(const std::string& run_dir, const std::string& tenant)
 
 TEST_F(ReconcilerTest, AllocatorSplitsEachLinkByDemandGuaranteeWeightAndLimit) {
   auto r = make();
-  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);  // fabric 1.25 GB/s: a 500/750 w2, b 250/500 w1
+  r->onPolicy(samplePolicy(1),
+              PolicySource::kPolicyd);  // fabric 1.25 GB/s: a 500/750 w2, b 250/500 w1
   auto rate = [&](const std::string& t) { return r->tenantParams(t)->rate_bytes_per_second; };
   auto period = [&](int n = 1) {
     for (int i = 0; i < n; ++i) {

@@ -122,8 +122,8 @@ class FakeTc : public TcApplier {
   int writes = 0;
 };
 
-inline TenantSpec tenant(const std::string& name, const std::string& link, uint64_t g,
-                         uint64_t l, uint32_t dscp, uint32_t weight = 1) {
+inline TenantSpec tenant(const std::string& name, const std::string& link, uint64_t g, uint64_t l,
+                         uint32_t dscp, uint32_t weight = 1) {
   TenantSpec t;
   t.name = name;
   t.link = link;
