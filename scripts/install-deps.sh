@@ -15,7 +15,7 @@ pkgs=(
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libnl-3-dev libnl-route-3-dev libibverbs-dev prometheus-cpp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev libcivetweb-dev
   # test and demo tools: real tc, real Prometheus, an independent gRPC client, plots
   iproute2 iperf3 prometheus python3 python3-grpcio python3-protobuf procps psmisc curl
   gnuplot-nox tcpdump

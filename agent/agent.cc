@@ -1,0 +1,152 @@
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "agent/metrics.h"
+#include "agent/tc_executor_applier.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/tenant_shm.h"
+
+namespace tq::agent {
+
+Agent::Agent(AgentConfig config, std::unique_ptr<TcApplier> tc)
+    : config_(std::move(config)), tc_(std::move(tc)), store_(config_.state_dir) {}
+
+Agent::~Agent() { stop(); }
+
+Status Agent::start() {
+  TQ_RETURN_IF_ERROR_CTX(makeDirs(config_.run_dir, 0755), "--run-dir " + config_.run_dir);
+  TQ_RETURN_IF_ERROR_CTX(checkWritableDir(config_.run_dir), "--run-dir");
+  TQ_RETURN_IF_ERROR_CTX(makeDirs(config_.state_dir, 0755), "--state-dir " + config_.state_dir);
+  TQ_RETURN_IF_ERROR_CTX(checkWritableDir(config_.state_dir), "--state-dir");
+  if (tc_ == nullptr) return failedPrecondition("no tc executor");
+
+  // Metrics first: /healthz answers (and /readyz says why not ready) from the first moment.
+  std::map<std::string, HttpServer::Handler> routes;
+  routes["/metrics"] = [this] {
+    return HttpResponse{200, kMetricsContentType,
+                        renderMetrics(board_.snapshot(), board_.policydConnected())};
+  };
+  routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
+  routes["/readyz"] = [this] {
+    AgentState s = board_.snapshot();
+    if (s.ready) {
+      return HttpResponse{200, "text/plain; charset=utf-8",
+                          "ready: enforcing policy v" + std::to_string(s.policy_version) + "\n"};
+    }
+    return HttpResponse{
+        503, "text/plain; charset=utf-8",
+        "not ready: " +
+            (s.not_ready_reason.empty() ? std::string("starting") : s.not_ready_reason) + "\n"};
+  };
+  TQ_ASSIGN_OR_RETURN(http_, HttpServer::start(config_.metrics_address, std::move(routes)));
+  TQ_LOG(kInfo, "metrics on http://%s:%d/metrics (also /healthz, /readyz)", http_->host().c_str(),
+         http_->port());
+  if (!config_.metrics_port_file.empty()) {
+    TQ_RETURN_IF_ERROR_CTX(
+        writeFileAtomic(config_.metrics_port_file, std::to_string(http_->port()) + "\n"),
+        "--metrics-port-file");
+  }
+
+  ReconcilerOptions ro;
+  ro.node = config_.node;
+  ro.devices = config_.devices;
+  ro.run_dir = config_.run_dir;
+  ro.tc_mode = config_.tc_mode;
+  ro.period_ns = config_.period_ns;
+  ro.burst_bytes = config_.burst_bytes;
+  reconciler_ = std::make_unique<Reconciler>(ro, tc_.get(), realClock(), &board_);
+  loop_ = std::make_unique<ReconcileLoop>(*reconciler_);
+
+  // Fail-static: enforce what we last knew before talking to policyd.
+  uint64_t known_version = 0;
+  auto persisted = store_.load();
+  if (!persisted.ok()) {
+    TQ_LOG(kWarn, "ignoring the persisted policy: %s; waiting for policyd at %s",
+           persisted.status().message().c_str(), config_.policyd.c_str());
+  } else if (!persisted->has_value()) {
+    TQ_LOG(kInfo, "no persisted policy in %s; waiting for policyd at %s", config_.state_dir.c_str(),
+           config_.policyd.c_str());
+  } else {
+    known_version = (*persisted)->version;
+    TQ_LOG(kInfo, "enforcing persisted policy v%llu from %s before contacting policyd",
+           static_cast<unsigned long long>(known_version), store_.path().c_str());
+    loop_->postPolicy(**persisted, PolicySource::kPersisted);
+  }
+  loop_->start();
+
+  BackoffOptions backoff;  // 100 ms .. 5 s, x2, ±20 %
+  channel_ = makePolicydChannel(config_.policyd, backoff);
+  PolicyWatcher::Options wo;
+  wo.node = config_.node;
+  wo.known_version = known_version;
+  wo.backoff = backoff;
+  watcher_ = std::make_unique<PolicyWatcher>(
+      channel_, wo, &store_, &board_,
+      [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); });
+  watcher_->start();
+  reporter_ = std::make_unique<UsageReporter>(channel_, board_, config_.report_interval_ns);
+  reporter_->start();
+  TQ_LOG(kInfo, "tenantqos-agent started: node %s, %zu device(s), tc-mode %s, period %lld ms",
+         config_.node.c_str(), config_.devices.size(),
+         std::string(tcModeName(config_.tc_mode)).c_str(),
+         static_cast<long long>(config_.period_ns / 1'000'000));
+  return okStatus();
+}
+
+void Agent::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (watcher_) watcher_->stop();
+  if (reporter_) reporter_->stop();
+  if (loop_) loop_->stop();
+  http_.reset();
+  TQ_LOG(kInfo, "tenantqos-agent stopped; tc trees and shm files left in place (fail-static)");
+}
+
+Status runCleanup(const AgentConfig& config, TcApplier* tc) {
+  Status first;
+  auto note = [&](Status s) {
+    if (!s.ok()) {
+      TQ_LOG(kError, "cleanup: %s", s.message().c_str());
+      if (first.ok()) first = s;
+    }
+  };
+  if (tc != nullptr) {
+    for (const DeviceMapping& d : config.devices) {
+      Status s = tc->remove(d.device);
+      if (s.ok()) TQ_LOG(kInfo, "cleanup: removed the tc tree on dev %s", d.device.c_str());
+      note(s);
+    }
+  }
+  for (const std::string& tenant : listTenantFiles(config.run_dir)) {
+    const std::string path = tenantShmPath(config.run_dir, tenant);
+    // Mark it deleted first so attached plugins stop trusting it, then unlink regardless of
+    // live processes (they keep their mapping; this is an explicit operator request).
+    if (isDns1123Label(tenant)) {
+      auto w = TenantShmWriter::openOrCreate(config.run_dir, tenant);
+      if (w.ok()) {
+        TenantParams p = (*w)->published();
+        p.deleted = true;
+        (*w)->publish(p);
+      }
+    }
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      note(errnoStatus("unlink " + path));
+    } else {
+      TQ_LOG(kInfo, "cleanup: removed %s", path.c_str());
+    }
+  }
+  ::rmdir((config.run_dir + "/tenants").c_str());  // only if empty; failure is fine
+  SnapshotStore store(config.state_dir);
+  note(store.remove());
+  const std::string classes = config.state_dir + "/" + kTcClassesFileName;
+  if (::unlink(classes.c_str()) != 0 && errno != ENOENT) note(errnoStatus("unlink " + classes));
+  TQ_LOG(kInfo, "cleanup: removed %s and %s", store.path().c_str(), classes.c_str());
+  return first;
+}
+
+}  // namespace tq::agent

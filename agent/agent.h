@@ -1,0 +1,61 @@
+// tenantqos-agent wired together: metrics server, persisted snapshot (fail-static start),
+// reconcile thread, policy watch thread, usage report thread. main.cc only parses flags,
+// handles signals and calls this.
+//
+// Threads: tq-reconcile (owns all enforcement state), tq-watch (gRPC stream, persists
+// snapshots), tq-report (ReportUsage), civetweb workers (/metrics, /healthz, /readyz, reading
+// the StateBoard only).
+#pragma once
+
+#include <memory>
+
+#include "agent/agent_state.h"
+#include "agent/config.h"
+#include "agent/http_server.h"
+#include "agent/policy_watcher.h"
+#include "agent/reconcile_loop.h"
+#include "agent/reconciler.h"
+#include "agent/snapshot_store.h"
+#include "agent/tc_applier.h"
+#include "agent/usage_reporter.h"
+
+namespace tq::agent {
+
+class Agent {
+ public:
+  Agent(AgentConfig config, std::unique_ptr<TcApplier> tc);
+  ~Agent();
+
+  // Starts everything; the persisted snapshot (if intact) is queued to the reconcile thread
+  // before the watch thread starts, so it is enforced before policyd is reached.
+  Status start();
+  // Stops all threads. Enforcement (tc trees, shm files) stays in place: fail-static.
+  void stop();
+
+  int metricsPort() const { return http_ ? http_->port() : 0; }
+  StateBoard& board() { return board_; }
+  ReconcileLoop* loop() { return loop_.get(); }
+
+ private:
+  AgentConfig config_;
+  std::unique_ptr<TcApplier> tc_;
+  StateBoard board_;
+  SnapshotStore store_;
+  std::unique_ptr<Reconciler> reconciler_;
+  std::unique_ptr<ReconcileLoop> loop_;
+  std::unique_ptr<HttpServer> http_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<PolicyWatcher> watcher_;
+  std::unique_ptr<UsageReporter> reporter_;
+  bool stopped_ = false;
+};
+
+// --cleanup: removes the tc trees on the configured devices, every tenant file in the run
+// directory and the persisted snapshot. Continues past errors; returns the first one.
+Status runCleanup(const AgentConfig& config, TcApplier* tc);
+
+// The kernel TcApplier (tc/ executor over libnl, in the agent's network namespace), keeping
+// its class-id file in `state_dir`. Defined in tc_executor_applier.cc.
+Result<std::unique_ptr<TcApplier>> makeKernelTcApplier(const std::string& state_dir);
+
+}  // namespace tq::agent

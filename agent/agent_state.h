@@ -1,0 +1,88 @@
+// What the reconcile thread publishes for the other threads (metrics, usage reports): a plain
+// value copied under a mutex. The reconcile thread's own state is never read from elsewhere.
+//
+// AgentState is published at most every ~100 ms (and right after every reconcile); the
+// policyd-connected flag is owned by the watch thread and kept separately (atomic).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/tc_applier.h"
+
+namespace tq::agent {
+
+struct TenantStatus {
+  std::string name;
+  std::string link;
+  uint64_t transmit_bytes = 0;
+  uint64_t receive_bytes = 0;
+  uint64_t throttled_ns = 0;
+  uint64_t backlog_bytes = 0;
+  uint64_t allocated_bytes_per_second = 0;
+  uint64_t guarantee_bytes_per_second = 0;
+  uint64_t limit_bytes_per_second = 0;
+  uint32_t processes = 0;
+};
+
+// A cumulative-bucket duration histogram with fixed bounds (seconds). Value type; not
+// thread-safe (the reconcile thread observes into its own copy and publishes copies).
+class DurationHistogram {
+ public:
+  static constexpr std::array<double, 14> kBounds = {0.00001, 0.00005, 0.0001, 0.00025, 0.0005,
+                                                     0.001,   0.0025,  0.005,  0.01,    0.025,
+                                                     0.05,    0.1,     0.5,    2.5};
+  void observe(double seconds);
+  // counts()[i] = observations <= kBounds[i] (cumulative); count() includes +Inf.
+  const std::array<uint64_t, kBounds.size()>& cumulative() const { return cumulative_; }
+  uint64_t count() const { return count_; }
+  double sum() const { return sum_; }
+
+ private:
+  std::array<uint64_t, kBounds.size()> cumulative_{};
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+struct AgentState {
+  std::string node;
+  std::string tc_mode;
+  bool ready = false;  // a policy (persisted or received) has been applied
+  std::string not_ready_reason = "no policy yet";
+  uint64_t policy_version = 0;        // the version enforced (0 = none)
+  uint64_t latest_seen_version = 0;   // the newest version received (may be failing)
+  std::vector<TenantStatus> tenants;  // sorted by name
+  std::vector<ClassStat> classes;     // refreshed about every second
+  std::vector<std::string> errors;    // unresolved reconcile errors (empty when healthy)
+  uint64_t reconcile_errors_total = 0;
+  DurationHistogram reconcile_duration;
+  DurationHistogram allocation_duration;
+  int64_t published_at_ns = 0;  // monotonic
+};
+
+class StateBoard {
+ public:
+  void publish(AgentState state) {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = std::move(state);
+  }
+  AgentState snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return state_;
+  }
+  void setPolicydConnected(bool connected) {
+    connected_.store(connected, std::memory_order_relaxed);
+  }
+  bool policydConnected() const { return connected_.load(std::memory_order_relaxed); }
+
+ private:
+  mutable std::mutex mu_;
+  AgentState state_;
+  std::atomic<bool> connected_{false};
+};
+
+}  // namespace tq::agent

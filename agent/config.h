@@ -1,0 +1,57 @@
+// The agent's command line: a plain AgentConfig plus its parser. Pure (no I/O besides
+// gethostname for the --node default), so every flag rule is unit-tested.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "common/status.h"
+
+namespace tq::agent {
+
+// How per-tenant enforcement reaches the wire.
+enum class TcMode {
+  kHtb,  // HTB tree per managed device: a class per tenant, DSCP filters (TCP/IPoIB/rxe path)
+  // "RDMA-like": no per-tenant classes; the device gets only a link-rate shaper (HTB class at
+  // the link capacity over a FIFO, standing in for the NIC's line rate). Tenants are separated
+  // by plugin pacing + the allocator alone, as on an RDMA NIC where tc sees nothing.
+  kNone,
+};
+std::string_view tcModeName(TcMode mode);
+
+// --device DEV=LINK: the kernel device `device` carries the policy's link `link`.
+struct DeviceMapping {
+  std::string device;
+  std::string link;
+  friend bool operator==(const DeviceMapping&, const DeviceMapping&) = default;
+};
+
+struct AgentConfig {
+  std::string policyd;  // HOST:PORT of tenantqos-policyd
+  std::string node;     // this node's name (default: the host name)
+  std::vector<DeviceMapping> devices;
+  std::string run_dir = "/run/tenantqos";
+  std::string state_dir = "/var/lib/tenantqos";
+  std::string metrics_address = "127.0.0.1:9464";  // HOST:PORT; port 0 picks a free port
+  std::string metrics_port_file;                   // if set, the bound port is written here
+  LogLevel log_level = LogLevel::kInfo;
+  int64_t period_ns = 10'000'000;              // allocation period
+  int64_t report_interval_ns = 1'000'000'000;  // usage reports to policyd
+  TcMode tc_mode = TcMode::kHtb;
+  uint64_t burst_bytes = 256 * 1024;  // token-bucket depth published to the plugin
+  bool cleanup = false;
+  bool help = false;
+};
+
+// Parses argv (argv[0] is skipped). Errors are usage errors (the caller prints them with the
+// usage text and exits 2). --help sets `help` and skips the required-flag checks.
+Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv);
+
+std::string agentUsage();
+
+// "host:port" -> {host, port}; IPv6 hosts in brackets ("[::1]:0"). Port 0..65535.
+Result<std::pair<std::string, int>> splitHostPort(const std::string& text);
+
+}  // namespace tq::agent

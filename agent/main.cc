@@ -1,0 +1,56 @@
+// tenantqos-agent: the node agent. Parses flags, blocks SIGTERM/SIGINT in every thread and
+// waits for them on the main thread, then stops the Agent (leaving enforcement in place).
+#include <signal.h>
+
+#include <cstdio>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+int main(int argc, char** argv) {
+  using namespace tq::agent;
+  auto config = parseAgentArgs(argc, argv);
+  if (!config.ok()) {
+    std::fprintf(stderr, "tenantqos-agent: %s\n\n%s", config.status().message().c_str(),
+                 agentUsage().c_str());
+    return 2;
+  }
+  if (config->help) {
+    std::fputs(agentUsage().c_str(), stdout);
+    return 0;
+  }
+  tq::setLogLevel(config->log_level);
+
+  // Block the stop signals before any thread starts so only sigwait() below sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto kernel_tc = makeKernelTcApplier(config->state_dir);
+  if (!kernel_tc.ok()) {
+    TQ_LOG(kError, "tc: %s", kernel_tc.status().message().c_str());
+    return 1;
+  }
+  std::unique_ptr<TcApplier> tc = std::move(kernel_tc).value();
+
+  if (config->cleanup) {
+    tq::Status s = runCleanup(*config, tc.get());
+    return s.ok() ? 0 : 1;
+  }
+
+  Agent agent(*config, std::move(tc));
+  tq::Status s = agent.start();
+  if (!s.ok()) {
+    TQ_LOG(kError, "start: %s", s.message().c_str());
+    agent.stop();
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  TQ_LOG(kInfo, "%s received; stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  agent.stop();
+  return 0;
+}

@@ -1,0 +1,150 @@
+#include "agent/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <limits>
+#include <sstream>
+
+namespace tq::agent {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+ClientMetric sample(std::vector<ClientMetric::Label> labels, MetricType type, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  return m;
+}
+
+MetricFamily histogram(std::string name, std::string help, const DurationHistogram& h) {
+  MetricFamily f = family(std::move(name), std::move(help), MetricType::Histogram);
+  ClientMetric m;
+  m.histogram.sample_count = h.count();
+  m.histogram.sample_sum = h.sum();
+  for (size_t i = 0; i < DurationHistogram::kBounds.size(); ++i) {
+    m.histogram.bucket.push_back({h.cumulative()[i], DurationHistogram::kBounds[i]});
+  }
+  m.histogram.bucket.push_back({h.count(), std::numeric_limits<double>::infinity()});
+  f.metric.push_back(std::move(m));
+  return f;
+}
+
+}  // namespace
+
+std::vector<MetricFamily> metricFamilies(const AgentState& s, bool policyd_connected) {
+  std::vector<MetricFamily> out;
+
+  struct TenantFamily {
+    const char* name;
+    const char* help;
+    MetricType type;
+    double (*value)(const TenantStatus&);
+  };
+  static const TenantFamily kTenantFamilies[] = {
+      {"tenantqos_tenant_transmit_bytes_total",
+       "Bytes the tenant's processes on this node sent through the plugin (incl. exited ones).",
+       MetricType::Counter, [](const TenantStatus& t) { return double(t.transmit_bytes); }},
+      {"tenantqos_tenant_receive_bytes_total",
+       "Bytes the tenant's processes on this node received through the plugin.",
+       MetricType::Counter, [](const TenantStatus& t) { return double(t.receive_bytes); }},
+      {"tenantqos_tenant_throttled_seconds_total",
+       "Process-seconds the tenant's senders spent refused by the token bucket.",
+       MetricType::Counter, [](const TenantStatus& t) { return double(t.throttled_ns) / 1e9; }},
+      {"tenantqos_tenant_allocated_rate_bytes_per_second",
+       "Token-bucket rate the allocator currently gives the tenant on this node.",
+       MetricType::Gauge,
+       [](const TenantStatus& t) { return double(t.allocated_bytes_per_second); }},
+      {"tenantqos_tenant_guarantee_bytes_per_second", "The tenant's guarantee per node egress.",
+       MetricType::Gauge,
+       [](const TenantStatus& t) { return double(t.guarantee_bytes_per_second); }},
+      {"tenantqos_tenant_limit_bytes_per_second", "The tenant's limit per node egress.",
+       MetricType::Gauge, [](const TenantStatus& t) { return double(t.limit_bytes_per_second); }},
+      {"tenantqos_tenant_backlog_bytes",
+       "Bytes the tenant's senders have waiting for tokens (demand signal).", MetricType::Gauge,
+       [](const TenantStatus& t) { return double(t.backlog_bytes); }},
+      {"tenantqos_tenant_processes", "Processes of the tenant attached to its shm file.",
+       MetricType::Gauge, [](const TenantStatus& t) { return double(t.processes); }},
+  };
+  for (const TenantFamily& tf : kTenantFamilies) {
+    MetricFamily f = family(tf.name, tf.help, tf.type);
+    for (const TenantStatus& t : s.tenants) {
+      f.metric.push_back(sample({{"node", s.node}, {"tenant", t.name}}, tf.type, tf.value(t)));
+    }
+    out.push_back(std::move(f));
+  }
+
+  struct ClassFamily {
+    const char* name;
+    const char* help;
+    uint64_t ClassStat::*field;
+  };
+  static const ClassFamily kClassFamilies[] = {
+      {"tenantqos_tc_class_bytes_total", "Bytes sent by the tc class (kernel counter).",
+       &ClassStat::bytes},
+      {"tenantqos_tc_class_packets_total", "Packets sent by the tc class (kernel counter).",
+       &ClassStat::packets},
+      {"tenantqos_tc_class_drops_total", "Packets dropped by the tc class (kernel counter).",
+       &ClassStat::drops},
+      {"tenantqos_tc_class_overlimits_total",
+       "Times the tc class was over its rate (kernel counter).", &ClassStat::overlimits},
+  };
+  for (const ClassFamily& cf : kClassFamilies) {
+    MetricFamily f = family(cf.name, cf.help, MetricType::Counter);
+    for (const ClassStat& c : s.classes) {
+      f.metric.push_back(sample({{"class", c.class_id}, {"device", c.device}, {"tenant", c.tenant}},
+                                MetricType::Counter, double(c.*cf.field)));
+    }
+    out.push_back(std::move(f));
+  }
+
+  auto scalar = [&](const char* name, const char* help, MetricType type, double v) {
+    MetricFamily f = family(name, help, type);
+    f.metric.push_back(sample({}, type, v));
+    out.push_back(std::move(f));
+  };
+  scalar("tenantqos_policy_version", "Policy version this node enforces (0 = none yet).",
+         MetricType::Gauge, double(s.policy_version));
+  scalar("tenantqos_policy_latest_seen_version",
+         "Newest policy version this node has received (may differ while it fails to apply).",
+         MetricType::Gauge, double(s.latest_seen_version));
+  scalar("tenantqos_policyd_connected", "1 while the policy watch stream to policyd is up.",
+         MetricType::Gauge, policyd_connected ? 1 : 0);
+  scalar("tenantqos_agent_ready", "1 once a policy (persisted or received) has been applied.",
+         MetricType::Gauge, s.ready ? 1 : 0);
+  scalar("tenantqos_reconcile_errors_total",
+         "Reconcile attempts that failed (the node kept its last good state).", MetricType::Counter,
+         double(s.reconcile_errors_total));
+  scalar("tenantqos_reconcile_unresolved_errors",
+         "Reconcile errors not yet resolved by a later successful attempt.", MetricType::Gauge,
+         double(s.errors.size()));
+  out.push_back(histogram("tenantqos_reconcile_duration_seconds",
+                          "Time to apply one policy snapshot to tc and the shm files.",
+                          s.reconcile_duration));
+  out.push_back(histogram("tenantqos_allocation_duration_seconds",
+                          "Time of one allocation pass (read usage, compute and publish rates).",
+                          s.allocation_duration));
+  return out;
+}
+
+std::string renderMetrics(const AgentState& state, bool policyd_connected) {
+  std::ostringstream os;
+  prometheus::TextSerializer().Serialize(os, metricFamilies(state, policyd_connected));
+  return os.str();
+}
+
+}  // namespace tq::agent

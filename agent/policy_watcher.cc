@@ -1,0 +1,172 @@
+#include "agent/policy_watcher.h"
+
+#include <pthread.h>
+
+#include <chrono>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "proto/convert.h"
+#include "tenantqos/v1/policy.grpc.pb.h"
+
+namespace tq::agent {
+namespace {
+
+constexpr int64_t kStateWaitSliceNs = 250'000'000;  // bounds stop() latency while connecting
+
+gpr_timespec deadlineIn(int64_t ns) {
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_nanos(ns, GPR_TIMESPAN));
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
+                                                  const BackoffOptions& backoff) {
+  grpc::ChannelArguments args;
+  const int min_ms = static_cast<int>(backoff.initial_ns / 1'000'000);
+  const int max_ms = static_cast<int>(backoff.max_ns / 1'000'000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, min_ms);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, min_ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  // A watch stream may be silent for hours; keepalive pings notice a peer that vanished
+  // without a FIN (host down, partition); a killed policyd closes the connection and is noticed
+  // at once without them. tenantqos-policyd accepts pings every 10 s
+  // (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS); a default gRPC server would answer
+  // pings more often than every 5 min with "too_many_pings" GOAWAYs (the watch then reconnects).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+PolicyWatcher::PolicyWatcher(std::shared_ptr<grpc::Channel> channel, Options options,
+                             SnapshotStore* store, StateBoard* board, OnSnapshot on_snapshot)
+    : channel_(std::move(channel)),
+      options_(std::move(options)),
+      store_(store),
+      board_(board),
+      on_snapshot_(std::move(on_snapshot)),
+      backoff_(options_.backoff, options_.seed != 0 ? options_.seed : std::random_device{}()) {}
+
+PolicyWatcher::~PolicyWatcher() { stop(); }
+
+void PolicyWatcher::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void PolicyWatcher::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    if (active_ != nullptr) active_->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PolicyWatcher::sleepInterruptible(int64_t ns) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::nanoseconds(ns), [this] { return stopping_; });
+}
+
+// True once the channel is READY; false on TRANSIENT_FAILURE/SHUTDOWN or when stopping.
+bool PolicyWatcher::waitChannelReady() {
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) return false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return false;
+    }
+    channel_->WaitForStateChange(state, deadlineIn(kStateWaitSliceNs));
+    state = channel_->GetState(/*try_to_connect=*/true);
+  }
+  return true;
+}
+
+void PolicyWatcher::run() {
+  pthread_setname_np(pthread_self(), "tq-watch");
+  auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
+  bool was_connected = false;
+  bool logged_down = false;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+    }
+    if (!waitChannelReady()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) break;
+      }
+      const int64_t delay = backoff_.nextDelayNs();
+      if (!logged_down) {
+        TQ_LOG(kWarn, "policyd unreachable; enforcing policy v%llu as is, retrying with backoff",
+               static_cast<unsigned long long>(options_.known_version));
+        logged_down = true;
+      }
+      TQ_LOG(kDebug, "policyd not ready; next attempt in %lld ms",
+             static_cast<long long>(delay / 1'000'000));
+      sleepInterruptible(delay);
+      continue;
+    }
+
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(false);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+      active_ = &ctx;
+    }
+    tenantqos::v1::WatchPolicyRequest req;
+    req.set_node(options_.node);
+    req.set_known_version(options_.known_version);
+    auto reader = stub->WatchPolicy(&ctx, req);
+    streams_opened_++;
+    board_->setPolicydConnected(true);
+    if (!was_connected || logged_down) {
+      TQ_LOG(kInfo, "watching policyd (node %s, known version %llu)", options_.node.c_str(),
+             static_cast<unsigned long long>(options_.known_version));
+    }
+    was_connected = true;
+    logged_down = false;
+    const int64_t opened_at = realClock().nowNs();
+    bool got_any = false;
+
+    tenantqos::v1::PolicySnapshot msg;
+    while (reader->Read(&msg)) {
+      got_any = true;
+      VersionedPolicy vp = proto::fromSnapshot(msg);
+      Status s = store_->save(vp);
+      if (!s.ok()) {
+        // Enforcing the new policy matters more than surviving a restart with it.
+        TQ_LOG(kError, "%s; applying it without persisting", s.message().c_str());
+      }
+      options_.known_version = vp.version;
+      on_snapshot_(std::move(vp));
+    }
+    grpc::Status st = reader->Finish();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_ = nullptr;
+    }
+    board_->setPolicydConnected(false);
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping = stopping_;
+    }
+    if (stopping) break;
+    // A stream that lived or delivered counts as a successful connection.
+    if (got_any || realClock().nowNs() - opened_at > 1'000'000'000) backoff_.reset();
+    const int64_t delay = backoff_.nextDelayNs();
+    TQ_LOG(kWarn,
+           "policy watch ended: %s (grpc code %d); enforcement unchanged, reconnecting "
+           "in %lld ms",
+           st.error_message().c_str(), static_cast<int>(st.error_code()),
+           static_cast<long long>(delay / 1'000'000));
+    sleepInterruptible(delay);
+  }
+  board_->setPolicydConnected(false);
+}
+
+}  // namespace tq::agent

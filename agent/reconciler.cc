@@ -1,0 +1,447 @@
+#include "agent/reconciler.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/log.h"
+#include "common/units.h"
+
+namespace tq::agent {
+namespace {
+
+double secondsBetween(int64_t from_ns, int64_t to_ns) {
+  return static_cast<double>(std::max<int64_t>(0, to_ns - from_ns)) / 1e9;
+}
+
+}  // namespace
+
+void DurationHistogram::observe(double seconds) {
+  for (size_t i = 0; i < kBounds.size(); ++i) {
+    if (seconds <= kBounds[i]) cumulative_[i]++;
+  }
+  count_++;
+  sum_ += seconds;
+}
+
+Reconciler::Reconciler(ReconcilerOptions options, TcApplier* tc, Clock& clock, StateBoard* board)
+    : options_(std::move(options)),
+      tc_(tc),
+      clock_(clock),
+      board_(board),
+      retry_backoff_(options_.retry,
+                     options_.backoff_seed != 0 ? options_.backoff_seed : std::random_device{}()) {
+  const int64_t now = clock_.nowNs();
+  alloc_due_ns_ = now;
+  stats_due_ns_ = now;
+  resync_due_ns_ = now + options_.resync_interval_ns;
+  publish_due_ns_ = now;
+}
+
+Reconciler::~Reconciler() = default;
+
+void Reconciler::onPolicy(const VersionedPolicy& policy, PolicySource source) {
+  const char* from = source == PolicySource::kPersisted ? "persisted snapshot" : "policyd";
+  if (applied_policy_ && applied_policy_->version == policy.version &&
+      applied_policy_->policy == policy.policy) {
+    TQ_LOG(kDebug, "policy v%llu from %s is already enforced",
+           static_cast<unsigned long long>(policy.version), from);
+    if (pending_) {
+      // The newer version failed and policyd now sends back the enforced one (a rollback).
+      pending_.reset();
+      errors_.clear();
+      retry_backoff_.reset();
+      dirty_ = true;
+    }
+    return;
+  }
+  if (applied_policy_ && policy.version < applied_policy_->version) {
+    TQ_LOG(kWarn,
+           "policy v%llu from %s is older than the enforced v%llu; applying it anyway "
+           "(policyd is the authority)",
+           static_cast<unsigned long long>(policy.version), from,
+           static_cast<unsigned long long>(applied_policy_->version));
+  }
+  TQ_LOG(kInfo, "policy v%llu from %s: %zu tenants, %zu links",
+         static_cast<unsigned long long>(policy.version), from, policy.policy.tenants.size(),
+         policy.policy.links.size());
+  latest_seen_version_ = std::max(latest_seen_version_, policy.version);
+  retry_backoff_.reset();
+  attempt(policy);
+}
+
+void Reconciler::attempt(const VersionedPolicy& policy) {
+  const int64_t start = clock_.nowNs();
+  int writes = 0;
+  auto desired = computeDesired(policy, options_.devices, options_.device_exists);
+  if (desired.ok() && options_.tc_mode == TcMode::kNone) {
+    for (DesiredDevice& d : desired->devices) {
+      d.tenant_classes = false;
+      d.tenants.clear();  // the link shaper does not depend on them
+    }
+  }
+  Status s = desired.status();
+  if (s.ok()) s = applyTc(*desired, &writes);
+  if (s.ok()) s = syncShm(*desired);
+  const int64_t end = clock_.nowNs();
+  reconcile_hist_.observe(secondsBetween(start, end));
+  last_tc_writes_ = writes;
+  dirty_ = true;
+
+  if (!s.ok()) {
+    errors_total_++;
+    const std::string msg = "apply policy v" + std::to_string(policy.version) + ": " + s.message();
+    errors_ = {msg};
+    pending_ = policy;
+    const int64_t delay = retry_backoff_.nextDelayNs();
+    retry_due_ns_ = end + delay;
+    if (!applied_) not_ready_reason_ = msg;
+    TQ_LOG(kError, "%s; keeping %s, retry %d in %lld ms", msg.c_str(),
+           applied_ ? ("policy v" + std::to_string(applied_->version)).c_str()
+                    : "the previous kernel and shm state",
+           retry_backoff_.failures(), static_cast<long long>(delay / 1'000'000));
+    return;
+  }
+
+  const bool new_version = !applied_policy_ || applied_policy_->version != policy.version;
+  if (new_version) {
+    for (const std::string& w : desired->warnings) TQ_LOG(kWarn, "%s", w.c_str());
+  }
+  TQ_LOG(kInfo, "enforcing policy v%llu: %zu tenants on %zu devices (%s), %d tc writes, %.2f ms",
+         static_cast<unsigned long long>(policy.version), desired->tenants.size(),
+         desired->devices.size(), std::string(tcModeName(options_.tc_mode)).c_str(), writes,
+         static_cast<double>(end - start) / 1e6);
+  applied_ = std::move(desired).value();
+  applied_policy_ = policy;
+  pending_.reset();
+  errors_.clear();
+  retry_backoff_.reset();
+  not_ready_reason_.clear();
+  stats_due_ns_ = end;  // fresh class counters for the new tree
+  resync_due_ns_ = end + options_.resync_interval_ns;
+}
+
+Status Reconciler::applyTc(const DesiredNode& desired, int* writes) {
+  *writes = 0;
+  std::vector<const DesiredDevice*> changed;
+  for (const DesiredDevice& d : desired.devices) {
+    auto r = tc_->apply(d);
+    if (!r.ok()) {
+      rollbackTc(changed);
+      return r.status();
+    }
+    *writes += *r;
+    if (*r > 0) changed.push_back(&d);
+  }
+  for (const std::string& dev : desired.unmanaged_devices) {
+    Status s = tc_->remove(dev);
+    if (!s.ok()) {
+      rollbackTc(changed);
+      return s;
+    }
+  }
+  return okStatus();
+}
+
+void Reconciler::rollbackTc(const std::vector<const DesiredDevice*>& changed) {
+  if (!applied_) return;  // nothing known to be good; each device is old-or-new on its own
+  for (const DesiredDevice* d : changed) {
+    auto it = std::find_if(applied_->devices.begin(), applied_->devices.end(),
+                           [&](const DesiredDevice& o) { return o.device == d->device; });
+    // A device the last good state did not manage had no tree of ours before: remove it.
+    Status s = it != applied_->devices.end() ? tc_->apply(*it).status() : tc_->remove(d->device);
+    if (!s.ok()) {
+      TQ_LOG(kError, "roll back dev %s to policy v%llu: %s", d->device.c_str(),
+             static_cast<unsigned long long>(applied_->version), s.message().c_str());
+    } else {
+      TQ_LOG(kInfo, "rolled back dev %s to policy v%llu", d->device.c_str(),
+             static_cast<unsigned long long>(applied_->version));
+    }
+  }
+}
+
+TenantParams Reconciler::paramsFor(const TenantSpec& spec, uint64_t version, uint64_t rate) const {
+  TenantParams p;
+  p.policy_version = version;
+  // The allocator never refills a bucket below the guarantee nor above the limit; a new policy
+  // moves the rate into that band at once (the next allocation pass refines it).
+  const uint64_t floor = std::min(spec.guarantee_bytes_per_second, spec.limit_bytes_per_second);
+  p.rate_bytes_per_second = std::clamp(rate, floor, spec.limit_bytes_per_second);
+  p.burst_bytes = options_.burst_bytes;
+  p.guarantee_bytes_per_second = spec.guarantee_bytes_per_second;
+  p.limit_bytes_per_second = spec.limit_bytes_per_second;
+  p.weight = std::max<uint32_t>(1, spec.weight);
+  p.service_level = spec.service_level;
+  p.dscp = spec.dscp;
+  p.paced = true;
+  p.deleted = false;
+  p.traffic_classes = spec.traffic_classes;
+  return p;
+}
+
+Status Reconciler::syncShm(const DesiredNode& desired) {
+  Status first_error;
+  for (const auto& [name, spec] : desired.tenants) {
+    auto it = tenants_.find(name);
+    if (it == tenants_.end()) {
+      TenantEntry e;
+      auto r = retiring_.find(name);
+      if (r != retiring_.end()) {
+        e.writer = std::move(r->second);  // came back before its file went away
+        retiring_.erase(r);
+      } else {
+        auto w = TenantShmWriter::openOrCreate(options_.run_dir, name);
+        if (!w.ok()) {
+          if (first_error.ok()) first_error = w.status().withContext("tenant " + name);
+          continue;
+        }
+        e.writer = std::move(w).value();
+      }
+      // A file that survived an agent restart keeps its rate (running jobs see no change until
+      // the allocator has measured them); a new tenant starts at its guarantee, the bucket rate
+      // the allocator gives a tenant without processes.
+      const TenantParams existing = e.writer->published();
+      const bool reuse = existing.policy_version != 0 && !existing.deleted;
+      const uint64_t initial =
+          reuse ? existing.rate_bytes_per_second : spec.guarantee_bytes_per_second;
+      e.spec = spec;
+      e.link_capacity = desired.links.at(spec.link).capacity_bytes_per_second;
+      e.estimator = DemandEstimator(options_.demand);
+      e.params = paramsFor(spec, desired.version, initial);
+      if (!(e.params == existing)) e.writer->publish(e.params);
+      e.writer->heartbeat(clock_.nowNs());
+      TQ_LOG(kInfo, "tenant %s: shm file %s (rate %s, guarantee %s, limit %s)", name.c_str(),
+             e.writer->path().c_str(), formatRate(e.params.rate_bytes_per_second).c_str(),
+             formatRate(spec.guarantee_bytes_per_second).c_str(),
+             formatRate(spec.limit_bytes_per_second).c_str());
+      tenants_.emplace(name, std::move(e));
+      continue;
+    }
+    TenantEntry& e = it->second;
+    e.spec = spec;
+    e.link_capacity = desired.links.at(spec.link).capacity_bytes_per_second;
+    TenantParams p = paramsFor(spec, desired.version, e.params.rate_bytes_per_second);
+    if (!(p == e.params)) {
+      e.params = p;
+      e.writer->publish(p);
+    }
+  }
+  std::vector<std::string> gone;
+  for (const auto& [name, e] : tenants_) {
+    if (desired.tenants.count(name) == 0) gone.push_back(name);
+  }
+  for (const std::string& name : gone) {
+    auto node = tenants_.extract(name);
+    retireTenant(name, std::move(node.mapped().writer));
+  }
+  adoptOrphanFiles(desired);
+  return first_error;
+}
+
+void Reconciler::retireTenant(const std::string& name, std::unique_ptr<TenantShmWriter> writer) {
+  auto removed = writer->removeIfUnused();
+  if (removed.ok() && *removed) {
+    TQ_LOG(kInfo, "tenant %s: left the policy; file %s removed", name.c_str(),
+           writer->path().c_str());
+    return;
+  }
+  if (!removed.ok()) {
+    TQ_LOG(kWarn, "tenant %s: %s", name.c_str(), removed.status().message().c_str());
+  } else if (retiring_.count(name) == 0) {
+    TQ_LOG(kInfo,
+           "tenant %s: left the policy; file kept (marked deleted) until its %d "
+           "process(es) exit",
+           name.c_str(), writer->liveProcesses());
+  }
+  retiring_[name] = std::move(writer);
+}
+
+void Reconciler::adoptOrphanFiles(const DesiredNode& desired) {
+  if (orphans_adopted_) return;
+  orphans_adopted_ = true;
+  // Files of tenants a previous agent run created that this policy no longer has.
+  for (const std::string& name : listTenantFiles(options_.run_dir)) {
+    if (desired.tenants.count(name) != 0 || retiring_.count(name) != 0) continue;
+    if (!isDns1123Label(name)) continue;
+    auto w = TenantShmWriter::openOrCreate(options_.run_dir, name);
+    if (!w.ok()) {
+      TQ_LOG(kWarn, "stale tenant file %s: %s", name.c_str(), w.status().message().c_str());
+      continue;
+    }
+    retireTenant(name, std::move(w).value());
+  }
+}
+
+void Reconciler::allocate(int64_t now) {
+  const int64_t start = clock_.nowNs();
+  // Per link: the tenants sharing it, as allocator inputs.
+  std::map<std::string, std::vector<TenantEntry*>> by_link;
+  for (auto& [name, e] : tenants_) {
+    e.writer->reclaimDeadSlots();
+    TenantUsage u = e.writer->usage(now);
+    DemandSignals sig;
+    if (e.usage_at_ns != 0) {
+      sig.bytes_sent = u.tx_bytes >= e.usage.tx_bytes ? u.tx_bytes - e.usage.tx_bytes : 0;
+      sig.throttled_ns =
+          u.throttled_ns >= e.usage.throttled_ns ? u.throttled_ns - e.usage.throttled_ns : 0;
+    }
+    sig.backlog_bytes = u.backlog_bytes;
+    if (u.processes == 0) {
+      e.estimator.reset();
+      e.demand = 0;
+    } else {
+      e.demand = e.estimator.update(sig, e.usage_at_ns != 0 ? now - e.usage_at_ns : 0);
+    }
+    e.usage = std::move(u);
+    e.usage_at_ns = now;
+    e.writer->heartbeat(now);
+    by_link[e.spec.link].push_back(&e);
+  }
+  for (auto& [link, entries] : by_link) {
+    std::vector<TenantInput> in;
+    in.reserve(entries.size());
+    for (const TenantEntry* e : entries) {
+      in.push_back({e->spec.guarantee_bytes_per_second, e->spec.limit_bytes_per_second,
+                    e->spec.weight, e->demand, e->usage.processes > 0});
+    }
+    const std::vector<Allocation> out = tq::agent::allocate(entries.front()->link_capacity, in);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      TenantEntry& e = *entries[i];
+      e.allocation = out[i].rate;
+      if (out[i].bucket_rate != e.params.rate_bytes_per_second) {
+        e.params.rate_bytes_per_second = out[i].bucket_rate;
+        e.writer->publish(e.params);
+      }
+    }
+  }
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    auto removed = it->second->removeIfUnused();
+    if (removed.ok() && *removed) {
+      TQ_LOG(kInfo, "tenant %s: last process gone; file %s removed", it->first.c_str(),
+             it->second->path().c_str());
+      it = retiring_.erase(it);
+    } else {
+      it->second->reclaimDeadSlots();
+      ++it;
+    }
+  }
+  allocation_hist_.observe(secondsBetween(start, clock_.nowNs()));
+}
+
+void Reconciler::resync() {
+  if (!applied_ || pending_) return;
+  for (const DesiredDevice& d : applied_->devices) {
+    auto r = tc_->apply(d);
+    if (!r.ok()) {
+      errors_total_++;
+      TQ_LOG(kError, "resync dev %s: %s", d.device.c_str(), r.status().message().c_str());
+    } else if (*r > 0) {
+      TQ_LOG(kWarn, "dev %s had drifted from policy v%llu; repaired with %d tc writes",
+             d.device.c_str(), static_cast<unsigned long long>(applied_->version), *r);
+    }
+  }
+}
+
+void Reconciler::refreshClassStats() {
+  if (!applied_) {
+    class_stats_.clear();
+    return;
+  }
+  std::vector<ClassStat> all;
+  for (const DesiredDevice& d : applied_->devices) {
+    auto r = tc_->stats(d.device);
+    if (!r.ok()) {
+      TQ_LOG(kDebug, "tc stats dev %s: %s", d.device.c_str(), r.status().message().c_str());
+      continue;
+    }
+    all.insert(all.end(), r->begin(), r->end());
+  }
+  class_stats_ = std::move(all);
+}
+
+AgentState Reconciler::buildState() const {
+  AgentState s;
+  s.node = options_.node;
+  s.tc_mode = std::string(tcModeName(options_.tc_mode));
+  s.ready = applied_.has_value();
+  s.not_ready_reason = s.ready ? "" : not_ready_reason_;
+  s.policy_version = appliedVersion();
+  s.latest_seen_version = std::max(latest_seen_version_, appliedVersion());
+  for (const auto& [name, e] : tenants_) {
+    TenantStatus t;
+    t.name = name;
+    t.link = e.spec.link;
+    t.transmit_bytes = e.usage.tx_bytes;
+    t.receive_bytes = e.usage.rx_bytes;
+    t.throttled_ns = e.usage.throttled_ns;
+    t.backlog_bytes = e.usage.backlog_bytes;
+    t.allocated_bytes_per_second = e.params.rate_bytes_per_second;
+    t.guarantee_bytes_per_second = e.spec.guarantee_bytes_per_second;
+    t.limit_bytes_per_second = e.spec.limit_bytes_per_second;
+    t.processes = e.usage.processes;
+    s.tenants.push_back(std::move(t));
+  }
+  s.classes = class_stats_;
+  s.errors = errors_;
+  s.reconcile_errors_total = errors_total_;
+  s.reconcile_duration = reconcile_hist_;
+  s.allocation_duration = allocation_hist_;
+  s.published_at_ns = clock_.nowNs();
+  return s;
+}
+
+void Reconciler::publish(int64_t now) {
+  if (board_ != nullptr) board_->publish(buildState());
+  dirty_ = false;
+  publish_due_ns_ = now + options_.publish_interval_ns;
+}
+
+void Reconciler::tick() {
+  int64_t now = clock_.nowNs();
+  if (pending_ && now >= retry_due_ns_) {
+    VersionedPolicy p = *pending_;
+    TQ_LOG(kInfo, "retrying policy v%llu", static_cast<unsigned long long>(p.version));
+    attempt(p);
+    now = clock_.nowNs();
+  }
+  if (now >= resync_due_ns_) {
+    resync();
+    resync_due_ns_ = now + options_.resync_interval_ns;
+  }
+  if (now >= alloc_due_ns_) {
+    allocate(now);
+    // Keep the cadence, but never try to catch up on missed periods.
+    alloc_due_ns_ = std::max(alloc_due_ns_ + options_.period_ns, now + options_.period_ns / 2);
+  }
+  if (now >= stats_due_ns_) {
+    refreshClassStats();
+    stats_due_ns_ = now + options_.stats_interval_ns;
+    dirty_ = true;
+  }
+  if (dirty_ || now >= publish_due_ns_) publish(now);
+}
+
+int64_t Reconciler::nextDueNs() const {
+  int64_t due = std::min({alloc_due_ns_, stats_due_ns_, resync_due_ns_, publish_due_ns_});
+  if (pending_) due = std::min(due, retry_due_ns_);
+  return due;
+}
+
+std::optional<TenantParams> Reconciler::tenantParams(const std::string& tenant) const {
+  auto it = tenants_.find(tenant);
+  if (it == tenants_.end()) return std::nullopt;
+  return it->second.params;
+}
+
+std::vector<std::string> Reconciler::activeTenants() const {
+  std::vector<std::string> v;
+  for (const auto& [name, e] : tenants_) v.push_back(name);
+  return v;
+}
+
+std::vector<std::string> Reconciler::retiringTenants() const {
+  std::vector<std::string> v;
+  for (const auto& [name, w] : retiring_) v.push_back(name);
+  return v;
+}
+
+}  // namespace tq::agent

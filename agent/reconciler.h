@@ -1,0 +1,145 @@
+// The agent's state owner: turns policy snapshots into enforcement on this node and runs the
+// allocation loop. Driven by ONE thread (reconcile_loop.h): other threads never call it, they
+// post to that thread. Time comes from the injected Clock, so unit tests drive it with a
+// FakeClock and a fake TcApplier and never sleep.
+//
+// onPolicy(p): desired = p ∩ node (desired_state.h); tc trees through the TcApplier (htb mode:
+// a class per tenant; none mode: the link shaper only),
+// device by device, rolling back the devices already changed if a later one fails, so the node
+// keeps its last good state; then the per-tenant shm files (create/update; a tenant that left
+// is marked deleted and its file removed once no live process uses it). A failure is counted,
+// logged, kept as an unresolved error (reported to policyd) and retried with backoff.
+// tick(): whatever is due — the retry, the allocation pass (every period: read usage, heartbeat,
+// reclaim dead slots; per link, estimate each tenant's demand from its counters (DemandEstimator)
+// and split the link's capacity (allocate(), work-conserving water-filling); publish a tenant's
+// bucket rate only when it changed, to keep the seqlock quiet), a periodic tc resync (drift
+// repair; zero writes when nothing drifted), tc statistics (~1 s), and publishing AgentState for
+// the metrics and report threads (~100 ms).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/agent_state.h"
+#include "agent/allocator.h"
+#include "agent/backoff.h"
+#include "agent/config.h"
+#include "agent/desired_state.h"
+#include "agent/tc_applier.h"
+#include "common/clock.h"
+#include "common/policy.h"
+#include "common/tenant_shm.h"
+
+namespace tq::agent {
+
+enum class PolicySource { kPersisted, kPolicyd };
+
+struct ReconcilerOptions {
+  std::string node;
+  std::vector<DeviceMapping> devices;
+  std::string run_dir;
+  TcMode tc_mode = TcMode::kHtb;
+  int64_t period_ns = 10'000'000;
+  uint64_t burst_bytes = 256 * 1024;
+  int64_t publish_interval_ns = 100'000'000;  // AgentState for metrics/reports
+  DemandEstimatorOptions demand;
+  int64_t stats_interval_ns = 1'000'000'000;    // tc class counters
+  int64_t resync_interval_ns = 30'000'000'000;  // re-assert tc trees (drift repair)
+  BackoffOptions retry{100'000'000, 30'000'000'000, 2.0, 0.2};
+  DeviceExistsFn device_exists = kernelDeviceExists;
+  uint64_t backoff_seed = 0;  // 0: random
+};
+
+class Reconciler {
+ public:
+  // `tc` must outlive the Reconciler. `board` may be null (tests).
+  Reconciler(ReconcilerOptions options, TcApplier* tc, Clock& clock, StateBoard* board);
+  ~Reconciler();
+  Reconciler(const Reconciler&) = delete;
+  Reconciler& operator=(const Reconciler&) = delete;
+
+  // A snapshot to enforce, from the persisted file (startup) or from policyd. Applied at once;
+  // an identical re-delivery of the enforced version is a no-op.
+  void onPolicy(const VersionedPolicy& policy, PolicySource source);
+
+  // Runs everything due at clock.nowNs().
+  void tick();
+  // The earliest time at which tick() has something to do.
+  int64_t nextDueNs() const;
+
+  // ---- introspection (reconcile thread / tests / benchmarks) ----
+  bool ready() const { return applied_.has_value(); }
+  uint64_t appliedVersion() const { return applied_ ? applied_->version : 0; }
+  const std::optional<VersionedPolicy>& pendingPolicy() const { return pending_; }
+  int64_t retryDueNs() const { return retry_due_ns_; }
+  const std::vector<std::string>& unresolvedErrors() const { return errors_; }
+  uint64_t reconcileErrorsTotal() const { return errors_total_; }
+  int lastTcWrites() const { return last_tc_writes_; }
+  // Parameters currently published for a tenant (nullopt if it is not active).
+  std::optional<TenantParams> tenantParams(const std::string& tenant) const;
+  std::vector<std::string> activeTenants() const;
+  std::vector<std::string> retiringTenants() const;
+  // Builds the AgentState that would be published now.
+  AgentState buildState() const;
+
+ private:
+  struct TenantEntry {
+    TenantSpec spec;
+    uint64_t link_capacity = 0;
+    std::unique_ptr<TenantShmWriter> writer;
+    TenantParams params;      // as last published
+    TenantUsage usage;        // as last read
+    int64_t usage_at_ns = 0;  // 0: not read yet
+    DemandEstimator estimator;
+    uint64_t demand = 0;      // bytes/s or kUnboundedDemand, from the last allocation pass
+    uint64_t allocation = 0;  // the allocator's share (the bucket may be refilled faster)
+  };
+
+  void attempt(const VersionedPolicy& policy);
+  Status applyTc(const DesiredNode& desired, int* writes);
+  void rollbackTc(const std::vector<const DesiredDevice*>& changed);
+  Status syncShm(const DesiredNode& desired);
+  TenantParams paramsFor(const TenantSpec& spec, uint64_t version, uint64_t rate) const;
+  void retireTenant(const std::string& name, std::unique_ptr<TenantShmWriter> writer);
+  void adoptOrphanFiles(const DesiredNode& desired);
+  void allocate(int64_t now);
+  void resync();
+  void refreshClassStats();
+  void publish(int64_t now);
+
+  ReconcilerOptions options_;
+  TcApplier* tc_;
+  Clock& clock_;
+  StateBoard* board_;
+
+  std::optional<DesiredNode> applied_;  // last good desired state
+  std::optional<VersionedPolicy> applied_policy_;
+  std::optional<VersionedPolicy> pending_;  // failed, retried with backoff
+  uint64_t latest_seen_version_ = 0;
+  Backoff retry_backoff_;
+  int64_t retry_due_ns_ = 0;
+  std::vector<std::string> errors_;
+  uint64_t errors_total_ = 0;
+  std::string not_ready_reason_ = "no policy yet";
+  int last_tc_writes_ = 0;
+  bool orphans_adopted_ = false;
+
+  std::map<std::string, TenantEntry> tenants_;
+  std::map<std::string, std::unique_ptr<TenantShmWriter>> retiring_;
+  std::vector<ClassStat> class_stats_;
+
+  DurationHistogram reconcile_hist_;
+  DurationHistogram allocation_hist_;
+
+  int64_t alloc_due_ns_ = 0;
+  int64_t stats_due_ns_ = 0;
+  int64_t resync_due_ns_ = 0;
+  int64_t publish_due_ns_ = 0;
+  bool dirty_ = true;
+};
+
+}  // namespace tq::agent

@@ -1,0 +1,105 @@
+#include "agent/usage_reporter.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "proto/convert.h"
+#include "tenantqos/v1/policy.grpc.pb.h"
+
+namespace tq::agent {
+
+NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, int64_t wall_ms) {
+  NodeUsageReport r;
+  r.node = now.node;
+  r.policy_version = now.policy_version;
+  r.timestamp_unix_ms = wall_ms;
+  std::map<std::string, uint64_t> prev_tx;
+  double dt = 0;
+  if (prev != nullptr) {
+    for (const TenantStatus& t : prev->tenants) prev_tx[t.name] = t.transmit_bytes;
+    dt = static_cast<double>(now.published_at_ns - prev->published_at_ns) / 1e9;
+  }
+  for (const TenantStatus& t : now.tenants) {
+    TenantUsageReport u;
+    u.tenant = t.name;
+    u.transmit_bytes_total = t.transmit_bytes;
+    u.receive_bytes_total = t.receive_bytes;
+    auto it = prev_tx.find(t.name);
+    if (it != prev_tx.end() && dt > 0 && t.transmit_bytes >= it->second) {
+      u.transmit_rate_bytes_per_second =
+          static_cast<uint64_t>(static_cast<double>(t.transmit_bytes - it->second) / dt);
+    }
+    u.allocated_rate_bytes_per_second = t.allocated_bytes_per_second;
+    u.guarantee_bytes_per_second = t.guarantee_bytes_per_second;
+    u.limit_bytes_per_second = t.limit_bytes_per_second;
+    u.throttled_seconds_total = static_cast<double>(t.throttled_ns) / 1e9;
+    u.processes = t.processes;
+    r.tenants.push_back(std::move(u));
+  }
+  r.errors = now.errors;
+  return r;
+}
+
+UsageReporter::UsageReporter(std::shared_ptr<grpc::Channel> channel, const StateBoard& board,
+                             int64_t interval_ns)
+    : channel_(std::move(channel)), board_(board), interval_ns_(interval_ns) {}
+
+UsageReporter::~UsageReporter() { stop(); }
+
+void UsageReporter::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void UsageReporter::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+uint64_t UsageReporter::reportsSent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sent_;
+}
+
+void UsageReporter::run() {
+  pthread_setname_np(pthread_self(), "tq-report");
+  auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
+  std::optional<AgentState> prev;
+  const int64_t deadline_ns = std::clamp<int64_t>(interval_ns_, 200'000'000, 5'000'000'000);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::nanoseconds(interval_ns_),
+                       [this] { return stopping_; })) {
+        return;
+      }
+    }
+    AgentState now = board_.snapshot();
+    if (now.published_at_ns == 0) continue;  // the reconcile thread has not published yet
+    const auto req = proto::toReportUsageRequest(
+        buildUsageReport(now, prev ? &*prev : nullptr, realClock().wallNs() / 1'000'000));
+    prev = std::move(now);
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(false);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::nanoseconds(deadline_ns));
+    tenantqos::v1::ReportUsageResponse resp;
+    grpc::Status st = stub->ReportUsage(&ctx, req, &resp);
+    if (!st.ok()) {
+      TQ_LOG(kDebug, "ReportUsage to policyd: %s (grpc code %d); retrying next interval",
+             st.error_message().c_str(), static_cast<int>(st.error_code()));
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_++;
+  }
+}
+
+}  // namespace tq::agent

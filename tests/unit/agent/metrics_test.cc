@@ -1,0 +1,192 @@
+// The exposition (names, labels, units, histogram shape, no duplicate series) and the HTTP
+// server (/metrics, /healthz, /readyz on port 0, real sockets).
+#include "agent/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "agent/http_server.h"
+#include "test_util.h"
+
+namespace tq::agent {
+namespace {
+
+using testing::httpGet;
+
+AgentState sampleState() {
+  AgentState s;
+  s.node = "node1";
+  s.ready = true;
+  s.policy_version = 7;
+  s.latest_seen_version = 8;
+  for (int i = 0; i < 3; ++i) {
+    TenantStatus t;
+    t.name = "tenant-" + std::string(1, static_cast<char>('a' + i));
+    t.link = "fabric";
+    t.transmit_bytes = 1000u * (i + 1);
+    t.receive_bytes = 10;
+    t.throttled_ns = 1'500'000'000;
+    t.allocated_bytes_per_second = 125'000'000;
+    t.guarantee_bytes_per_second = 50'000'000;
+    t.limit_bytes_per_second = 100'000'000;
+    t.processes = 2;
+    s.tenants.push_back(t);
+  }
+  s.classes = {{"eth0", "1:1", "", 1, 2, 3, 4}, {"eth0", "1:10", "tenant-a", 5, 6, 7, 8}};
+  s.errors = {"apply policy v8: boom"};
+  s.reconcile_errors_total = 3;
+  s.reconcile_duration.observe(0.002);
+  s.reconcile_duration.observe(0.2);
+  s.allocation_duration.observe(0.00002);
+  return s;
+}
+
+// name{labels} -> value, and the TYPE of every family. Fails the test on a duplicate series.
+struct Parsed {
+  std::map<std::string, double> series;
+  std::map<std::string, std::string> types;
+};
+Parsed parse(const std::string& text) {
+  Parsed p;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream l(line.substr(7));
+      std::string name, type;
+      l >> name >> type;
+      EXPECT_EQ(p.types.count(name), 0u) << "second TYPE for " << name;
+      p.types[name] = type;
+      continue;
+    }
+    if (line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    const std::string key = line.substr(0, sp);
+    EXPECT_EQ(p.series.count(key), 0u) << "duplicate series " << key;
+    p.series[key] = std::stod(line.substr(sp + 1));
+  }
+  return p;
+}
+
+TEST(MetricsTest, NamesLabelsAndValues) {
+  Parsed p = parse(renderMetrics(sampleState(), true));
+  EXPECT_EQ(p.series.at(R"(tenantqos_tenant_transmit_bytes_total{node="node1",tenant="tenant-b"})"),
+            2000);
+  EXPECT_EQ(
+      p.series.at(R"(tenantqos_tenant_throttled_seconds_total{node="node1",tenant="tenant-a"})"),
+      1.5);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_tenant_allocated_rate_bytes_per_second{node="node1",tenant="tenant-c"})"),
+      125e6);
+  EXPECT_EQ(
+      p.series.at(R"(tenantqos_tenant_guarantee_bytes_per_second{node="node1",tenant="tenant-a"})"),
+      50e6);
+  EXPECT_EQ(
+      p.series.at(R"(tenantqos_tenant_limit_bytes_per_second{node="node1",tenant="tenant-a"})"),
+      100e6);
+  EXPECT_EQ(p.series.at(R"(tenantqos_tenant_processes{node="node1",tenant="tenant-a"})"), 2);
+  EXPECT_EQ(p.series.at(R"(tenantqos_tenant_receive_bytes_total{node="node1",tenant="tenant-a"})"),
+            10);
+  EXPECT_EQ(p.series.at(
+                R"(tenantqos_tc_class_bytes_total{class="1:10",device="eth0",tenant="tenant-a"})"),
+            5);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_tc_class_packets_total{class="1:10",device="eth0",tenant="tenant-a"})"),
+      6);
+  EXPECT_EQ(p.series.at(
+                R"(tenantqos_tc_class_drops_total{class="1:10",device="eth0",tenant="tenant-a"})"),
+            7);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_tc_class_overlimits_total{class="1:10",device="eth0",tenant="tenant-a"})"),
+      8);
+  EXPECT_EQ(p.series.at("tenantqos_policy_version"), 7);
+  EXPECT_EQ(p.series.at("tenantqos_policyd_connected"), 1);
+  EXPECT_EQ(p.series.at("tenantqos_agent_ready"), 1);
+  EXPECT_EQ(p.series.at("tenantqos_reconcile_errors_total"), 3);
+  EXPECT_EQ(p.series.at("tenantqos_reconcile_unresolved_errors"), 1);
+  EXPECT_EQ(p.series.at("tenantqos_reconcile_duration_seconds_count"), 2);
+  EXPECT_NEAR(p.series.at("tenantqos_reconcile_duration_seconds_sum"), 0.202, 1e-9);
+  EXPECT_EQ(p.series.at(R"(tenantqos_reconcile_duration_seconds_bucket{le="0.0025"})"), 1);
+  EXPECT_EQ(p.series.at(R"(tenantqos_reconcile_duration_seconds_bucket{le="+Inf"})"), 2);
+  EXPECT_EQ(p.series.at("tenantqos_allocation_duration_seconds_count"), 1);
+  EXPECT_EQ(p.types.at("tenantqos_tenant_transmit_bytes_total"), "counter");
+  EXPECT_EQ(p.types.at("tenantqos_tenant_allocated_rate_bytes_per_second"), "gauge");
+  EXPECT_EQ(p.types.at("tenantqos_reconcile_duration_seconds"), "histogram");
+
+  Parsed q = parse(renderMetrics(AgentState{}, false));
+  EXPECT_EQ(q.series.at("tenantqos_policyd_connected"), 0);
+  EXPECT_EQ(q.series.at("tenantqos_agent_ready"), 0);
+}
+
+TEST(MetricsTest, HistogramBucketsAreCumulativeAndMonotonic) {
+  AgentState s;
+  for (double v : {1e-6, 3e-5, 2e-4, 0.004, 0.004, 0.03, 1.0, 10.0})
+    s.reconcile_duration.observe(v);
+  Parsed p = parse(renderMetrics(s, false));
+  std::vector<std::pair<double, double>> buckets;  // le -> count
+  const std::regex re(R"re(tenantqos_reconcile_duration_seconds_bucket\{le="([^"]+)"\})re");
+  for (const auto& [k, v] : p.series) {
+    std::smatch m;
+    if (std::regex_match(k, m, re)) {
+      const double le = m[1] == "+Inf" ? 1e300 : std::stod(m[1]);
+      buckets.emplace_back(le, v);
+    }
+  }
+  std::sort(buckets.begin(), buckets.end());
+  ASSERT_EQ(buckets.size(), DurationHistogram::kBounds.size() + 1);
+  for (size_t i = 1; i < buckets.size(); ++i) EXPECT_GE(buckets[i].second, buckets[i - 1].second);
+  EXPECT_EQ(buckets.back().second, 8);
+  EXPECT_EQ(buckets.front().second, 1);
+}
+
+TEST(MetricsTest, EveryFamilyNameCarriesAUnitOrIsDimensionless) {
+  Parsed p = parse(renderMetrics(sampleState(), true));
+  const std::regex ok(
+      "tenantqos_[a-z_]+(_bytes_total|_packets_total|_drops_total|_overlimits_total|"
+      "_seconds_total|_bytes_per_second|_seconds|_errors_total|_bytes|_processes|_version|"
+      "_connected|_ready|_errors)");
+  for (const auto& [name, type] : p.types) EXPECT_TRUE(std::regex_match(name, ok)) << name;
+}
+
+class HttpServerTest : public ::testing::Test {};
+
+TEST_F(HttpServerTest, ServesRoutesOnPortZero) {
+  int calls = 0;
+  std::map<std::string, HttpServer::Handler> routes;
+  routes["/metrics"] = [] { return HttpResponse{200, kMetricsContentType, "x 1\n"}; };
+  routes["/readyz"] = [&calls] {
+    ++calls;
+    return HttpResponse{503, "text/plain; charset=utf-8", "not ready: no policy yet\n"};
+  };
+  auto server = HttpServer::start("127.0.0.1:0", routes);
+  ASSERT_TRUE(server.ok()) << server.status().toString();
+  const int port = (*server)->port();
+  ASSERT_GT(port, 0);
+  auto m = httpGet(port, "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.body, "x 1\n");
+  EXPECT_NE(m.headers.find("Content-Type: text/plain; version=0.0.4; charset=utf-8"),
+            std::string::npos);
+  auto r = httpGet(port, "/readyz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "not ready: no policy yet\n");
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(httpGet(port, "/nothing").status, 404);
+  EXPECT_EQ(httpGet(port, "/metrics/extra").status, 404);
+  // A second server cannot take the same port.
+  auto clash = HttpServer::start("127.0.0.1:" + std::to_string(port), routes);
+  EXPECT_FALSE(clash.ok());
+  server->reset();
+  EXPECT_EQ(httpGet(port, "/metrics").status, 0) << "still listening after destruction";
+}
+
+}  // namespace
+}  // namespace tq::agent

@@ -1,0 +1,511 @@
+// The reconcile logic against a fake TcApplier and a FakeClock: real shm files in a temporary
+// run directory, no kernel objects, no sleeping.
+#include "agent/reconciler.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "agent/reconcile_loop.h"
+#include "test_util.h"
+
+namespace tq::agent {
+namespace {
+
+using testing::FakeTc;
+using testing::samplePolicy;
+using testing::TempDir;
+
+bool fileExists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+class ReconcilerTest : public ::testing::Test {
+ protected:
+  ReconcilerOptions options(TcMode mode = TcMode::kHtb) {
+    ReconcilerOptions o;
+    o.node = "node1";
+    o.devices = {{"eth0", "fabric"}, {"eth1", "storage"}};
+    o.run_dir = dir_.path();
+    o.tc_mode = mode;
+    o.device_exists = [](const std::string&) { return true; };
+    o.backoff_seed = 1234;
+    return o;
+  }
+  std::unique_ptr<Reconciler> make(TcMode mode = TcMode::kHtb) {
+    return std::make_unique<Reconciler>(options(mode), &tc_, clock_, &board_);
+  }
+  TenantParams readParams(const std::string& tenant, uint64_t* seq = nullptr) {
+    auto r = TenantShmReader::attach(dir_.path(), tenant);
+    EXPECT_TRUE(r.ok()) << r.status().toString();
+    return r.ok() ? (*r)->readParams(seq) : TenantParams{};
+  }
+
+  TempDir dir_;
+  FakeTc tc_;
+  FakeClock clock_;
+  StateBoard board_;
+};
+
+TEST_F(ReconcilerTest, AppliesTcTreesAndShmFiles) {
+  auto r = make();
+  EXPECT_FALSE(r->ready());
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  ASSERT_TRUE(r->ready());
+  EXPECT_EQ(r->appliedVersion(), 1u);
+  EXPECT_TRUE(r->unresolvedErrors().empty());
+  ASSERT_EQ(tc_.trees.size(), 2u);
+  EXPECT_EQ(tc_.trees["eth0"].tenants.size(), 2u);
+  EXPECT_EQ(tc_.trees["eth1"].tenants.size(), 1u);
+  EXPECT_EQ(r->activeTenants(), (std::vector<std::string>{"tenant-a", "tenant-b", "tenant-s"}));
+
+  TenantParams a = readParams("tenant-a");
+  EXPECT_EQ(a.policy_version, 1u);
+  EXPECT_EQ(a.guarantee_bytes_per_second, 500'000'000u);
+  EXPECT_EQ(a.limit_bytes_per_second, 750'000'000u);
+  EXPECT_EQ(a.rate_bytes_per_second, 500'000'000u) << "a new tenant starts at its guarantee";
+  EXPECT_EQ(a.weight, 2u);
+  EXPECT_EQ(a.dscp, 26u);
+  EXPECT_EQ(a.service_level, 26u % 16);
+  EXPECT_EQ(a.traffic_classes, std::vector<int32_t>{26});
+  EXPECT_EQ(a.burst_bytes, 256u * 1024);
+  EXPECT_TRUE(a.paced);
+  EXPECT_FALSE(a.deleted);
+}
+
+TEST_F(ReconcilerTest, ReapplyingTheSamePolicyTouchesNothing) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPersisted);
+  const int applies = tc_.applies, writes = tc_.writes;
+  uint64_t seq_before = 0;
+  readParams("tenant-a", &seq_before);
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  EXPECT_EQ(tc_.applies, applies);
+  uint64_t seq_after = 0;
+  readParams("tenant-a", &seq_after);
+  EXPECT_EQ(seq_before, seq_after) << "shm params rewritten for an identical policy";
+  // A new Reconciler (agent restart) on the same kernel: the executor finds no difference.
+  auto r2 = std::make_unique<Reconciler>(options(), &tc_, clock_, &board_);
+  r2->onPolicy(samplePolicy(1), PolicySource::kPersisted);
+  EXPECT_EQ(tc_.writes, writes);
+  EXPECT_EQ(r2->lastTcWrites(), 0);
+  readParams("tenant-a", &seq_after);
+  EXPECT_EQ(seq_before, seq_after) << "restart rewrote unchanged params";
+}
+
+TEST_F(ReconcilerTest, OneTenantChangeUpdatesOnlyThatTenant) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  uint64_t seq_a = 0, seq_b = 0;
+  readParams("tenant-a", &seq_a);
+  readParams("tenant-b", &seq_b);
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants[1].limit_bytes_per_second = 600'000'000;
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_EQ(r->appliedVersion(), 2u);
+  EXPECT_EQ(tc_.trees["eth0"].tenants[1].limit_bytes_per_second, 600'000'000u);
+  uint64_t seq_a2 = 0, seq_b2 = 0;
+  TenantParams b = readParams("tenant-b", &seq_b2);
+  readParams("tenant-a", &seq_a2);
+  EXPECT_EQ(b.limit_bytes_per_second, 600'000'000u);
+  EXPECT_EQ(b.policy_version, 2u);
+  EXPECT_NE(seq_b, seq_b2);
+  // tenant-a's parameters only changed by the version number.
+  EXPECT_EQ(readParams("tenant-a").policy_version, 2u);
+}
+
+TEST_F(ReconcilerTest, LoweredLimitClampsTheRateAtOnce) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants[0].limit_bytes_per_second = 500'000'000;
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_LE(readParams("tenant-a").rate_bytes_per_second, 500'000'000u);
+}
+
+TEST_F(ReconcilerTest, DeletedTenantFileGoesWhenUnused) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  const std::string path_b = tenantShmPath(dir_.path(), "tenant-b");
+  const std::string path_s = tenantShmPath(dir_.path(), "tenant-s");
+  // A live "plugin" process of tenant-b (same process, own open file description + OFD lock).
+  auto reader = TenantShmReader::attach(dir_.path(), "tenant-b");
+  ASSERT_TRUE(reader.ok());
+  ASSERT_NE((*reader)->claimSlot(), nullptr);
+
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants.erase(v2.policy.tenants.begin() + 1);  // tenant-b
+  v2.policy.tenants.pop_back();                            // tenant-s
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_FALSE(fileExists(path_s)) << "unused file of a deleted tenant must go at once";
+  EXPECT_TRUE(fileExists(path_b)) << "a live process still uses it";
+  EXPECT_TRUE((*reader)->readParams().deleted);
+  EXPECT_EQ(r->retiringTenants(), std::vector<std::string>{"tenant-b"});
+  EXPECT_EQ(tc_.trees["eth0"].tenants.size(), 1u);
+
+  r->tick();
+  EXPECT_TRUE(fileExists(path_b));
+  reader->reset();  // the process exits
+  clock_.advanceNs(20'000'000);
+  r->tick();
+  EXPECT_FALSE(fileExists(path_b));
+  EXPECT_TRUE(r->retiringTenants().empty());
+}
+
+TEST_F(ReconcilerTest, TenantComingBackReusesItsFile) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  auto reader = TenantShmReader::attach(dir_.path(), "tenant-b");
+  ASSERT_TRUE(reader.ok());
+  ASSERT_NE((*reader)->claimSlot(), nullptr);
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants.erase(v2.policy.tenants.begin() + 1);
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_TRUE((*reader)->readParams().deleted);
+  r->onPolicy(samplePolicy(3), PolicySource::kPolicyd);
+  TenantParams b = (*reader)->readParams();  // the attached process sees it come back
+  EXPECT_FALSE(b.deleted);
+  EXPECT_EQ(b.policy_version, 3u);
+  EXPECT_TRUE(r->retiringTenants().empty());
+}
+
+TEST_F(ReconcilerTest, FailureKeepsLastGoodStateAndRetriesWithBackoff) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  const auto good_eth0 = tc_.trees["eth0"];
+  const auto good_eth1 = tc_.trees["eth1"];
+
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants[0].limit_bytes_per_second = 700'000'000;  // eth0 changes
+  v2.policy.tenants[2].limit_bytes_per_second = 90'000'000;   // eth1 changes, and fails
+  tc_.fail_devices = {"eth1"};
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_EQ(r->appliedVersion(), 1u);
+  EXPECT_TRUE(r->ready());
+  EXPECT_EQ(r->reconcileErrorsTotal(), 1u);
+  ASSERT_EQ(r->unresolvedErrors().size(), 1u);
+  EXPECT_NE(r->unresolvedErrors()[0].find("apply policy v2: add class 1:10 on dev eth1"),
+            std::string::npos)
+      << r->unresolvedErrors()[0];
+  EXPECT_EQ(tc_.trees["eth0"], good_eth0) << "eth0 must be rolled back to v1";
+  EXPECT_EQ(tc_.trees["eth1"], good_eth1);
+  EXPECT_EQ(readParams("tenant-a").limit_bytes_per_second, 750'000'000u) << "shm half-applied";
+  EXPECT_EQ(readParams("tenant-a").policy_version, 1u);
+
+  // Retries follow the backoff: ~100 ms, ~200 ms, ~400 ms (±20 %), and nothing before.
+  int64_t expected = 100'000'000;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t now = clock_.nowNs();
+    const int64_t due = r->retryDueNs();
+    EXPECT_GE(due - now, expected * 8 / 10) << "retry " << i;
+    EXPECT_LE(due - now, expected * 12 / 10) << "retry " << i;
+    EXPECT_LE(r->nextDueNs(), due);
+    const uint64_t errors = r->reconcileErrorsTotal();
+    clock_.setNs(due - 1);
+    r->tick();
+    EXPECT_EQ(r->reconcileErrorsTotal(), errors) << "retried early";
+    clock_.setNs(due);
+    r->tick();
+    EXPECT_EQ(r->reconcileErrorsTotal(), errors + 1) << "no retry when due";
+    expected *= 2;
+  }
+  // The device is fixed: the next retry applies v2 and clears the error.
+  tc_.fail_devices.clear();
+  clock_.setNs(r->retryDueNs());
+  r->tick();
+  EXPECT_EQ(r->appliedVersion(), 2u);
+  EXPECT_TRUE(r->unresolvedErrors().empty());
+  EXPECT_FALSE(r->pendingPolicy().has_value());
+  EXPECT_EQ(readParams("tenant-a").limit_bytes_per_second, 700'000'000u);
+  EXPECT_EQ(r->reconcileErrorsTotal(), 4u);
+}
+
+TEST_F(ReconcilerTest, NewPolicyWhileFailingReplacesThePendingOne) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  tc_.fail_devices = {"eth0"};
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants[0].weight = 5;
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_EQ(r->pendingPolicy()->version, 2u);
+  // policyd rolls back to v1's content as v3; the fake still fails only for changed trees.
+  tc_.fail_devices.clear();
+  r->onPolicy(samplePolicy(3), PolicySource::kPolicyd);
+  EXPECT_EQ(r->appliedVersion(), 3u);
+  EXPECT_FALSE(r->pendingPolicy().has_value());
+  EXPECT_TRUE(r->unresolvedErrors().empty());
+}
+
+TEST_F(ReconcilerTest, FirstPolicyFailingLeavesAgentNotReady) {
+  ReconcilerOptions o = options();
+  o.device_exists = [](const std::string& d) { return d != "eth1"; };
+  Reconciler r2(o, &tc_, clock_, &board_);
+  r2.onPolicy(samplePolicy(1), PolicySource::kPersisted);
+  EXPECT_FALSE(r2.ready());
+  r2.tick();
+  AgentState s = board_.snapshot();
+  EXPECT_FALSE(s.ready);
+  EXPECT_NE(s.not_ready_reason.find("device eth1 (link storage) does not exist"), std::string::npos)
+      << s.not_ready_reason;
+  EXPECT_EQ(s.reconcile_errors_total, 1u);
+  EXPECT_EQ(s.latest_seen_version, 1u);
+  EXPECT_TRUE(tc_.trees.empty()) << "nothing may be applied";
+  EXPECT_TRUE(listTenantFiles(dir_.path()).empty()) << "no shm file for an unapplied policy";
+}
+
+TEST_F(ReconcilerTest, AllocationPassHeartbeatsReclaimsAndPublishes) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  // A plugin process that sends 1000 bytes and dies without cleaning up.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto rd = TenantShmReader::attach(dir_.path(), "tenant-a");
+    if (!rd.ok()) _exit(1);
+    shm::Slot* s = (*rd)->claimSlot();
+    if (s == nullptr) _exit(2);
+    s->tx_bytes.store(1000);
+    s->rx_bytes.store(500);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+
+  clock_.advanceNs(10'000'000);
+  r->tick();
+  AgentState s = board_.snapshot();
+  ASSERT_EQ(s.tenants.size(), 3u);
+  EXPECT_EQ(s.tenants[0].name, "tenant-a");
+  EXPECT_EQ(s.tenants[0].transmit_bytes, 1000u) << "retired counters must be kept";
+  EXPECT_EQ(s.tenants[0].receive_bytes, 500u);
+  EXPECT_EQ(s.tenants[0].processes, 0u) << "dead slot not reclaimed";
+  EXPECT_EQ(s.tenants[0].allocated_bytes_per_second, 500'000'000u) << "idle: bucket at guarantee";
+  EXPECT_EQ(s.node, "node1");
+  EXPECT_EQ(s.policy_version, 1u);
+  EXPECT_TRUE(s.ready);
+  EXPECT_GE(s.allocation_duration.count(), 1u);
+  EXPECT_EQ(s.reconcile_duration.count(), 1u);
+  auto rd = TenantShmReader::attach(dir_.path(), "tenant-a");
+  ASSERT_TRUE(rd.ok());
+  EXPECT_EQ((*rd)->path(), tenantShmPath(dir_.path(), "tenant-a"));
+  // Class counters from tc (fake: link class + one per tenant on each device).
+  EXPECT_EQ(s.classes.size(), 2u + 3u);
+}
+
+TEST_F(ReconcilerTest, AllocationRunsEveryPeriod) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  r->tick();
+  const uint64_t n0 = board_.snapshot().allocation_duration.count();
+  for (int i = 0; i < 50; ++i) {
+    clock_.setNs(r->nextDueNs());
+    r->tick();
+  }
+  clock_.advanceNs(100'000'000);
+  r->tick();
+  const uint64_t n1 = board_.snapshot().allocation_duration.count();
+  // 50 due-time ticks cover >= 40 periods of 10 ms whatever else was due in between.
+  EXPECT_GE(n1 - n0, 40u);
+  EXPECT_LE(r->nextDueNs() - clock_.nowNs(), 10'000'000);
+}
+
+// A plugin process of `tenant` in this process (own open file description and slot lock).
+struct FakeProcess {
+  std::unique_ptr<TenantShmReader> reader;
+  shm::Slot* slot = nullptr;
+};
+FakeProcess attachProcess(const std::string& run_dir, const std::string& tenant) {
+  FakeProcess p;
+  auto r = TenantShmReader::attach(run_dir, tenant);
+  EXPECT_TRUE(r.ok()) << r.status().toString();
+  if (!r.ok()) return p;
+  p.reader = std::move(r).value();
+  p.slot = p.reader->claimSlot();
+  EXPECT_NE(p.slot, nullptr);
+  return p;
+}
+
+TEST_F(ReconcilerTest, AllocatorSplitsEachLinkByDemandGuaranteeWeightAndLimit) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1),
+              PolicySource::kPolicyd);  // fabric 1.25 GB/s: a 500/750 w2, b 250/500 w1
+  auto rate = [&](const std::string& t) { return r->tenantParams(t)->rate_bytes_per_second; };
+  auto period = [&](int n = 1) {
+    for (int i = 0; i < n; ++i) {
+      clock_.advanceNs(10'000'000);
+      r->tick();
+    }
+  };
+  period();
+  EXPECT_EQ(rate("tenant-a"), 500'000'000u) << "no process: bucket at the guarantee";
+  EXPECT_EQ(rate("tenant-b"), 250'000'000u);
+
+  // Both backlogged (throttled the whole period): guarantees, then spare 2:1 up to the limits.
+  FakeProcess a = attachProcess(dir_.path(), "tenant-a");
+  FakeProcess b = attachProcess(dir_.path(), "tenant-b");
+  a.slot->throttled_since_ns.store(clock_.nowNs());
+  b.slot->throttled_since_ns.store(clock_.nowNs());
+  period(2);
+  EXPECT_EQ(rate("tenant-a"), 750'000'000u);
+  EXPECT_EQ(rate("tenant-b"), 500'000'000u);
+
+  // tenant-b drops to a steady 100 MB/s (1 MB per 10 ms, never throttled): its allocation
+  // follows its demand, its bucket stays at its guarantee, tenant-a takes the rest (limit 750).
+  b.slot->throttled_since_ns.store(0);
+  for (int i = 0; i < 3; ++i) {
+    b.slot->tx_bytes.fetch_add(1'000'000);
+    period();
+  }
+  EXPECT_EQ(rate("tenant-b"), 250'000'000u);
+  EXPECT_EQ(rate("tenant-a"), 750'000'000u);
+  AgentState st = board_.snapshot();
+  EXPECT_EQ(st.tenants[1].allocated_bytes_per_second, 250'000'000u);
+
+  // tenant-s is alone on its link: backlogged, it gets its limit.
+  FakeProcess s = attachProcess(dir_.path(), "tenant-s");
+  s.slot->throttled_since_ns.store(clock_.nowNs());
+  period(2);
+  EXPECT_EQ(rate("tenant-s"), 100'000'000u);
+  // tenant-a's processes exit: back to its guarantee, ready for the next job.
+  a.reader.reset();
+  period();
+  EXPECT_EQ(rate("tenant-a"), 500'000'000u);
+}
+
+TEST_F(ReconcilerTest, RatesArePublishedOnlyWhenTheyChange) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  FakeProcess a = attachProcess(dir_.path(), "tenant-a");
+  a.slot->throttled_since_ns.store(clock_.nowNs());
+  for (int i = 0; i < 3; ++i) {
+    clock_.advanceNs(10'000'000);
+    r->tick();
+  }
+  uint64_t seq = 0;
+  a.reader->readParams(&seq);
+  for (int i = 0; i < 20; ++i) {
+    clock_.advanceNs(10'000'000);
+    r->tick();
+  }
+  EXPECT_FALSE(a.reader->paramsChanged(seq)) << "steady allocation rewrote the params";
+}
+
+TEST_F(ReconcilerTest, StaleFilesOfAPreviousRunAreRemoved) {
+  {
+    auto w = TenantShmWriter::openOrCreate(dir_.path(), "gone-tenant");
+    ASSERT_TRUE(w.ok());
+  }
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPersisted);
+  EXPECT_FALSE(fileExists(tenantShmPath(dir_.path(), "gone-tenant")));
+  EXPECT_TRUE(fileExists(tenantShmPath(dir_.path(), "tenant-a")));
+}
+
+TEST_F(ReconcilerTest, ExistingFileIsReusedAcrossRestart) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  auto reader = TenantShmReader::attach(dir_.path(), "tenant-a");
+  ASSERT_TRUE(reader.ok());
+  shm::Slot* slot = (*reader)->claimSlot();
+  ASSERT_NE(slot, nullptr);
+  slot->tx_bytes.store(12345);
+  r.reset();  // agent stops: the file stays
+  auto r2 = make();
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants[0].limit_bytes_per_second = 600'000'000;
+  r2->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_EQ((*reader)->readParams().limit_bytes_per_second, 600'000'000u)
+      << "a running process must see the new agent's parameters in the same file";
+  clock_.advanceNs(10'000'000);
+  r2->tick();
+  EXPECT_EQ(board_.snapshot().tenants[0].transmit_bytes, 12345u);
+  EXPECT_EQ(board_.snapshot().tenants[0].processes, 1u);
+}
+
+TEST_F(ReconcilerTest, NoneModeProgramsOnlyTheLinkShaper) {
+  auto r = make(TcMode::kNone);
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  EXPECT_TRUE(r->ready());
+  ASSERT_EQ(tc_.trees.size(), 2u);
+  EXPECT_FALSE(tc_.trees["eth0"].tenant_classes) << "no per-tenant classes in none mode";
+  EXPECT_EQ(tc_.trees["eth0"].capacity_bytes_per_second, 1'250'000'000u);
+  EXPECT_TRUE(fileExists(tenantShmPath(dir_.path(), "tenant-a")));
+  EXPECT_EQ(readParams("tenant-a").dscp, 26u) << "the plugin still tags";
+  // A tenant's limit change touches no tc object in none mode.
+  const int writes = tc_.writes;
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.tenants[0].limit_bytes_per_second = 600'000'000;
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_EQ(tc_.writes, writes);
+  EXPECT_EQ(readParams("tenant-a").limit_bytes_per_second, 600'000'000u);
+  clock_.advanceNs(2'000'000'000);
+  r->tick();
+  EXPECT_EQ(board_.snapshot().classes.size(), 2u) << "only the link classes";
+}
+
+TEST_F(ReconcilerTest, ResyncRepairsDrift) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  tc_.trees.erase("eth0");  // someone ran `tc qdisc del dev eth0 root`
+  clock_.advanceNs(31'000'000'000);
+  r->tick();
+  ASSERT_EQ(tc_.trees.count("eth0"), 1u);
+  EXPECT_EQ(tc_.trees["eth0"].tenants.size(), 2u);
+}
+
+TEST_F(ReconcilerTest, LinkDroppedFromPolicyRemovesThatTree) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  VersionedPolicy v2 = samplePolicy(2);
+  v2.policy.links.pop_back();    // storage
+  v2.policy.tenants.pop_back();  // tenant-s
+  r->onPolicy(v2, PolicySource::kPolicyd);
+  EXPECT_EQ(r->appliedVersion(), 2u);
+  EXPECT_EQ(tc_.trees.count("eth1"), 0u);
+  EXPECT_EQ(tc_.trees.count("eth0"), 1u);
+}
+
+TEST(ReconcileLoopTest, RunsPostedWorkInOrderOnItsThreadAndStopsCleanly) {
+  TempDir dir;
+  FakeTc tc;
+  StateBoard board;
+  ReconcilerOptions o;
+  o.node = "n";
+  o.devices = {{"eth0", "fabric"}};
+  o.run_dir = dir.path();
+  o.device_exists = [](const std::string&) { return true; };
+  Reconciler r(o, &tc, realClock(), &board);
+  ReconcileLoop loop(r);
+  loop.start();
+  ASSERT_TRUE(loop.postPolicy(samplePolicy(1), PolicySource::kPersisted));
+  ASSERT_TRUE(loop.postPolicy(samplePolicy(2), PolicySource::kPolicyd));
+  uint64_t version = 0;
+  std::thread::id where;
+  ASSERT_TRUE(loop.runSync([&](Reconciler& rr) {
+    version = rr.appliedVersion();
+    where = std::this_thread::get_id();
+  }));
+  EXPECT_EQ(version, 2u) << "posted snapshots run in order before later work";
+  EXPECT_NE(where, std::this_thread::get_id());
+  // The loop keeps publishing (ticks) on its own.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (board.snapshot().allocation_duration.count() < 5 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(board.snapshot().allocation_duration.count(), 5u);
+  EXPECT_TRUE(board.snapshot().ready);
+  loop.stop();
+  EXPECT_FALSE(loop.postPolicy(samplePolicy(3), PolicySource::kPolicyd));
+  EXPECT_FALSE(loop.runSync([](Reconciler&) {}));
+  loop.stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace tq::agent
