@@ -80,8 +80,9 @@ memory for the NCCL plugin, work-conserving rate allocation) and exports metrics
   --log-level LEVEL         error|warn|info|debug|trace (default info)
   --period-ms N             allocation period in ms (default 10, 1..10000)
   --report-interval-ms N    usage reports to policyd every N ms (default 1000, 10..600000)
-  --tc-mode htb|none        htb: an HTB class per tenant (default); none: "RDMA-like", no per-tenant
-                            classes, only a link-rate shaper; tenants are separated by plugin pacing
+  --tc-mode htb|none        htb: an HTB class per tenant (default); none: "RDMA-like", no tc at
+                            all (tc cannot see RDMA): tenants are separated by plugin pacing and
+                            the allocator; a tree left from htb mode is removed
   --burst SIZE              token-bucket depth given to the plugin (default 256KiB)
   --cleanup                 remove everything the agent created (tc trees on the --device
                             devices, shm files, persisted state), then exit

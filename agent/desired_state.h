@@ -24,7 +24,7 @@ struct DesiredDevice {
   std::string link;
   uint64_t capacity_bytes_per_second = 0;
   std::vector<TenantSpec> tenants;  // sorted by name
-  // false in --tc-mode none: the device gets only the link shaper (no per-tenant classes).
+  // false in --tc-mode none: the agent programs no tc on the device (removes its own tree).
   bool tenant_classes = true;
   friend bool operator==(const DesiredDevice&, const DesiredDevice&) = default;
 };

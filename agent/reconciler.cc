@@ -76,7 +76,7 @@ void Reconciler::attempt(const VersionedPolicy& policy) {
   if (desired.ok() && options_.tc_mode == TcMode::kNone) {
     for (DesiredDevice& d : desired->devices) {
       d.tenant_classes = false;
-      d.tenants.clear();  // the link shaper does not depend on them
+      d.tenants.clear();  // no tc tree depends on them
     }
   }
   Status s = desired.status();

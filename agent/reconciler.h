@@ -4,7 +4,7 @@
 // FakeClock and a fake TcApplier and never sleep.
 //
 // onPolicy(p): desired = p ∩ node (desired_state.h); tc trees through the TcApplier (htb mode:
-// a class per tenant; none mode: the link shaper only),
+// a class per tenant; none mode: no tc),
 // device by device, rolling back the devices already changed if a later one fails, so the node
 // keeps its last good state; then the per-tenant shm files (create/update; a tenant that left
 // is marked deleted and its file removed once no live process uses it). A failure is counted,

@@ -112,7 +112,6 @@ const tc::ClassMinorMap& TcExecutorApplier::minors(const std::string& device) co
 }
 
 Result<tc::DevicePlan> TcExecutorApplier::planFor(const DesiredDevice& d) const {
-  if (!d.tenant_classes) return tc::makeLinkShaperPlan(d.device, d.capacity_bytes_per_second);
   tc::DevicePolicy p;
   p.device = d.device;
   p.capacity = d.capacity_bytes_per_second;
@@ -130,6 +129,15 @@ Result<tc::DevicePlan> TcExecutorApplier::planFor(const DesiredDevice& d) const 
 }
 
 Result<int> TcExecutorApplier::apply(const DesiredDevice& d) {
+  if (!d.tenant_classes) {
+    // none mode: tc is not ours to use on this device (an RDMA NIC's traffic never reaches it).
+    // Remove a tree we built in htb mode; a foreign or default root stays as it is.
+    TQ_ASSIGN_OR_RETURN(tc::DeviceState state, executor_.read(d.device));
+    if (state.owner != tc::RootOwner::kOurs) return 0;
+    TQ_RETURN_IF_ERROR(executor_.removeAll(d.device));
+    labels_.erase(d.device);
+    return 1;
+  }
   auto plan = planFor(d);
   if (!plan.ok()) return plan.status().withContext("plan for dev " + d.device);
   TQ_ASSIGN_OR_RETURN(tc::ApplyReport report, executor_.apply(*plan));

@@ -2,8 +2,9 @@
 //
 // htb mode: makeDevicePlan (HTB root, link class at capacity, default class, one class per
 // tenant: rate = guarantee, ceil = limit, quantum by weight, DSCP u32 filters).
-// none mode ("RDMA-like"): makeLinkShaperPlan — only the link class at capacity over a FIFO,
-// no per-tenant classes (tc cannot see RDMA; tenants are separated by plugin pacing alone).
+// none mode ("RDMA-like"): no tc at all — tc cannot see RDMA, so tenants are separated by the
+// plugin's pacing and the allocator alone. A tree the agent built earlier (htb mode) is removed;
+// a foreign root qdisc (e.g. a link emulation) is left untouched.
 //
 // Class ids are stable per tenant: the tenant -> class minor map of each device is kept in
 // memory and persisted in <state_dir>/tc-classes (so an agent restart never renumbers a class,

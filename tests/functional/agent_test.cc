@@ -311,19 +311,27 @@ TEST_F(PrivilegedAgentTest, ForeignQdiscRefusedRollsBackOtherDevicesAndRetries) 
   EXPECT_EQ(tcClasses(dev1_).count(tenantClass(dev1_, "tenant-s")), 1u) << describe();
 }
 
-TEST_F(PrivilegedAgentTest, NoneModeProgramsOnlyTheLinkShaper) {
-  extra_agent_args_ = {"--tc-mode", "none"};
+TEST_F(PrivilegedAgentTest, NoneModeProgramsNoTcAndRemovesItsOldTree) {
+  // htb first: the agent builds its tree on dev0 ...
   startPolicyd();
   startAgent();
   apply(v1());
-  ASSERT_TRUE(eventually([&] { return shmExists("tenant-a") && shmExists("tenant-b"); }, 1000));
-  ASSERT_TRUE(eventually([&] { return tcClasses(dev0_).size() == 1; }, 1000)) << describe();
-  auto classes = tcClasses(dev0_);
-  EXPECT_EQ(classes["1:1"].rate_bits, 1000 * kMbit);
-  EXPECT_EQ(classes["1:1"].ceil_bits, 1000 * kMbit);
+  ASSERT_TRUE(eventually([&] { return tcClasses(dev0_).size() == 4; }, 1000)) << describe();
+  stopAgent();
+  // ... a link emulation (foreign root) sits on dev1 ...
+  ASSERT_TRUE(ns_->run({"tc", "qdisc", "add", "dev", dev1_, "root", "handle", "5:", "tbf", "rate",
+                        "1gbit", "burst", "128kb", "latency", "10ms"})
+                  .ok());
+  // ... then in none mode the agent removes its own tree and touches nothing else.
+  extra_agent_args_ = {"--tc-mode", "none"};
+  startAgent();
+  ASSERT_TRUE(eventually([&] { return tcClasses(dev0_).empty(); }, 2000)) << describe();
+  EXPECT_EQ(tcQdisc(dev0_).find("htb"), std::string::npos);
+  EXPECT_NE(tcQdisc(dev1_).find("tbf 5:"), std::string::npos) << "foreign qdisc touched";
   auto filters = ns_->run({"tc", "filter", "show", "dev", dev0_});
   ASSERT_TRUE(filters.ok());
   EXPECT_EQ(filters->find("u32"), std::string::npos) << "no DSCP filters in none mode";
+  ASSERT_TRUE(shmExists("tenant-a") && shmExists("tenant-b"));
   EXPECT_EQ(shmParams("tenant-a")->dscp, 26u);
 }
 
