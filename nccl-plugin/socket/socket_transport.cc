@@ -353,7 +353,7 @@ Status SocketTransport::connect(int dev, const TrafficQos& qos, void* handle,
     if (!s.connected && !s.fd.valid() && now >= s.retry_at) {
       s.fd.reset(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
       if (!s.fd.valid()) return finish(netError(errno, "socket"));
-      Status q = applyQos(s.fd.get(), family, qos);  // before connect(): the SYN is marked too
+      Status q = applyQos(s.fd.get(), family, st->qos);  // before connect(): the SYN is marked too
       if (!q.ok()) return finish(q);
       Status nd = setNoDelay(s.fd.get());
       if (!nd.ok()) return finish(nd);
@@ -424,7 +424,7 @@ Status SocketTransport::connect(int dev, const TrafficQos& qos, void* handle,
       Status started = comm->start();
       if (!started.ok()) return finish(started);
       TQ_LOG(kDebug, "connected to %s: %d data streams, dscp %d, tenant %s", peer.c_str(),
-             st->target.nsocks, qos.dscp, qos.tenant.c_str());
+             st->target.nsocks, st->qos.dscp, st->qos.tenant.c_str());
       *out = std::make_unique<SocketSendComm>(std::move(comm));
       detachConnect(h, st);
       return okStatus();
