@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
+
 #include "common/log.h"
 #include "common/token_bucket.h"
 #include "common/units.h"
@@ -38,6 +41,7 @@ PacerConfig pacerConfigFromParams(const PluginParams& p) {
   c.sl = p.sl;
   c.priority = p.priority;
   c.recheck_ns = p.shm_recheck_ms * 1'000'000;
+  c.catchup_ns = p.catchup_ms * 1'000'000;
   return c;
 }
 
@@ -197,7 +201,20 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps) {
     const BucketConfig bc{rate_.load(std::memory_order_relaxed),
                           burst_.load(std::memory_order_relaxed)};
     std::atomic<int64_t>& bucket = a != nullptr ? a->reader->bucketState() : local_bucket_;
-    ok = bucketTryTake(bucket, now, bytes, bc);
+    if (ps->refused_bytes != 0 && ps->ready_at_ns != 0 && now > ps->ready_at_ns) {
+      ps->lag_ns = std::max(ps->lag_ns, std::min(now - ps->ready_at_ns, cfg_.catchup_ns));
+    }
+    BucketConfig eff = bc;
+    if (ps->lag_ns > 0) {
+      const unsigned __int128 extra =
+          static_cast<unsigned __int128>(ps->lag_ns) * bc.rate_bytes_per_second / 1'000'000'000u;
+      eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(extra, UINT64_MAX / 2));
+    }
+    ok = bucketTryTake(bucket, now, bytes, eff);
+    if (!ok) {
+      ps->lag_ns = 0;  // caught up: refused on time
+      ps->ready_at_ns = bucketReadyAt(bucket, now, bytes, bc);
+    }
   }
   if (!ok) {
     slot->throttle_events.fetch_add(1, std::memory_order_relaxed);

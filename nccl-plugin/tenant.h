@@ -58,6 +58,8 @@ TenantChoice resolveTenant(const std::string& env_tenant, int traffic_class,
 struct PaceState {
   uint64_t refused_bytes = 0;         // backlog this comm contributes (its refused message)
   shm::Slot* refused_slot = nullptr;  // the slot that backlog was added to
+  int64_t ready_at_ns = 0;            // when the refused message could first be admitted
+  int64_t lag_ns = 0;                 // how late the retry came (catch-up allowance)
 };
 
 struct PacerConfig {
@@ -66,6 +68,7 @@ struct PacerConfig {
   uint64_t burst = 256 * 1024;
   std::optional<int64_t> dscp, sl, priority;
   int64_t recheck_ns = 1'000'000'000;
+  int64_t catchup_ns = 20'000'000;
 };
 PacerConfig pacerConfigFromParams(const PluginParams& p);
 
@@ -87,6 +90,15 @@ class TenantPacer {
 
   // Hot path of isend: takes tokens for `bytes` (true) or refuses (false: the caller returns a
   // NULL request and NCCL retries). Updates the slot counters. Never blocks.
+  //
+  // Late retries: a token bucket caps saved-up tokens at the burst, so a sender that comes
+  // back later than `burst / rate` after a refusal (descheduled, or napping between polls)
+  // would lose its allocation for the time it was late. When a refused message is retried
+  // after the moment it could have been admitted, the comm may take tokens from that far back
+  // too (at most cfg.catchup_ns): the bucket's cap moves back by the lateness until the sender
+  // has caught up (its next refusal). Tokens are only there if nobody used them — the bucket
+  // state is shared — so this restores the rate of a backlogged tenant without ever exceeding
+  // it; the extra burst is bounded by rate x catchup.
   bool admit(uint64_t bytes, PaceState* ps);
   // A receive of `bytes` completed.
   void onReceived(uint64_t bytes);

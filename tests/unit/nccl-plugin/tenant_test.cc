@@ -130,6 +130,31 @@ TEST_F(TenantPacerTest, LongRunRateHoldsForMessagesLargerThanTheBurst) {
   EXPECT_NEAR(achieved / 125'000'000.0, 1.0, 0.02);
 }
 
+// A refused sender that retries late (descheduled) may take the tokens of the time it was late,
+// bounded by the catch-up window; on time, the burst caps as usual.
+TEST_F(TenantPacerTest, LateRetriesCatchUpWithinTheBound) {
+  for (int64_t catchup_ms : {0, 20}) {
+    PacerConfig c = config();
+    c.rate = 1'000'000;  // 1 byte per us
+    c.burst = 10'000;    // 10 ms
+    c.catchup_ns = catchup_ms * kMs;
+    TenantPacer p("team-a", c, clock_);
+    PaceState ps;
+    ASSERT_TRUE(p.admit(10'000, &ps));
+    ASSERT_FALSE(p.admit(1'000, &ps));  // could go 1 ms from now
+    clock_.advanceNs(31 * kMs);         // back 30 ms late
+    int admitted = 0;
+    while (p.admit(1'000, &ps)) ++admitted;
+    // 31 ms of tokens exist; the cap is burst (10 ms) + min(lateness, catch-up) (20 ms).
+    EXPECT_EQ(admitted, catchup_ms == 0 ? 10 : 30) << "catch-up " << catchup_ms << " ms";
+    // Caught up: the next refusal ends the catch-up; on-time behaviour again.
+    clock_.advanceNs(1 * kMs);
+    EXPECT_TRUE(p.admit(1'000, &ps));
+    EXPECT_FALSE(p.admit(1'000, &ps));
+    clock_.advanceNs(1000 * kMs);
+  }
+}
+
 TEST_F(TenantPacerTest, AgentFileGivesParametersBucketAndSlot) {
   auto w = agent("team-a", 1'000'000, 50'000, 34);
   TenantPacer p("team-a", config(), clock_);
