@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the wire-parser fuzzer for a bounded time from a fresh seed corpus.
+#   run_fuzz.sh <seed-writer> <fuzzer> <dict> <seconds>
+set -euo pipefail
+seeds=$1 fuzzer=$2 dict=$3 secs=$4
+work=$(mktemp -d /tmp/tqplg-fuzz-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/corpus"
+"$seeds" "$work/corpus"
+cd "$work"   # crash-* files land here, and the trap removes them: the log keeps the input
+exec "$fuzzer" -max_total_time="$secs" -dict="$dict" -print_final_stats=1 -rss_limit_mb=1024 \
+  -timeout=10 corpus
