@@ -171,8 +171,9 @@ class Rank {
  private:
   Status setup(int listen_fd);
   Status connectPeers();
-  // Poll strategy, the no-progress deadline and the liveness of the other ranks.
-  Status idle(bool progressed);
+  // Poll strategy, the no-progress deadline and the liveness of the other ranks. `paced`: an
+  // isend was refused (NULL request); retry soon rather than after a long nap.
+  Status idle(bool progressed, bool paced = false);
   void* buffer(uint64_t bytes);
   Result<void*> reg(void* comm, void* data, uint64_t bytes);
   Status waitAll(std::vector<void*>& reqs);
@@ -204,13 +205,17 @@ class Rank {
   int64_t last_progress_ = 0;
   int64_t next_alive_check_ = 0;
   uint64_t idle_spins_ = 0;
+  static constexpr int64_t kMinNapUs = 50;
+  static constexpr int64_t kMaxNapUs = 1000;
+  int64_t nap_us_ = kMinNapUs;
 };
 
-Status Rank::idle(bool progressed) {
+Status Rank::idle(bool progressed, bool paced) {
   const int64_t now = nowNs();
   if (progressed) {
     last_progress_ = now;
     idle_spins_ = 0;
+    nap_us_ = std::max<int64_t>(nap_us_ / 2, kMinNapUs);  // keep most of the learned pace
     return okStatus();
   }
   if (now - last_progress_ > static_cast<int64_t>(o_.timeout_s * 1e9)) {
@@ -225,7 +230,16 @@ Status Rank::idle(bool progressed) {
   switch (o_.poll) {
     case PollMode::kSpin: break;
     case PollMode::kYield: ::sched_yield(); break;
-    case PollMode::kSleep: ::usleep(idle_spins_ < 16 ? 0 : 50); break;
+    case PollMode::kSleep:
+      // Back off while nothing completes: a few spins, then naps that double from 50 us up to
+      // 1 ms and halve on progress, so a steady stream settles near its completion interval.
+      // With --window messages queued in the plugin a nap never starves the transfer, and
+      // fewer wake-ups leave the cores to the plugin's helper threads.
+      if (idle_spins_ >= 16) {
+        ::usleep(static_cast<useconds_t>(paced ? kMinNapUs : nap_us_));
+        if (!paced) nap_us_ = std::min<int64_t>(nap_us_ * 2, kMaxNapUs);
+      }
+      break;
   }
   return okStatus();
 }
@@ -368,7 +382,7 @@ Status Rank::sendRecvIterations(uint64_t size, int count, uint8_t* sbuf, void* s
   int sposted = 0, sdone = 0, rposted = 0, rdone = 0;
   const bool sender = send_ != nullptr, receiver = recv_ != nullptr;
   while ((sender && sdone < count) || (receiver && rdone < count)) {
-    bool progress = false;
+    bool progress = false, paced = false;
     while (receiver && rposted < count && rposted - rdone < w) {
       void*& r = rreq[static_cast<size_t>(rposted % w)];
       TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, rbufs[static_cast<size_t>(rposted % w)], size, 0, rmr, &r),
@@ -381,7 +395,10 @@ Status Rank::sendRecvIterations(uint64_t size, int count, uint8_t* sbuf, void* s
       void*& r = sreq[static_cast<size_t>(sposted % w)];
       TQ_RETURN_IF_ERROR_CTX(net_->isend(send_, sbuf, size, rank_, smr, &r),
                              format("send to rank %d", send_to_));
-      if (r == nullptr) break;  // the plugin asks us to retry (paced)
+      if (r == nullptr) {  // the plugin asks us to retry (paced)
+        paced = true;
+        break;
+      }
       ++sposted;
       progress = true;
     }
@@ -409,7 +426,7 @@ Status Rank::sendRecvIterations(uint64_t size, int count, uint8_t* sbuf, void* s
       ++rdone;
       progress = true;
     }
-    TQ_RETURN_IF_ERROR(idle(progress));
+    TQ_RETURN_IF_ERROR(idle(progress, paced));
   }
   return okStatus();
 }
@@ -525,7 +542,7 @@ Status Rank::runSendRecvDuration() {
   };
 
   while (!marker_done || !got_marker) {
-    bool progress = false;
+    bool progress = false, paced = false;
     const int64_t now = nowNs();
     if (report_ns > 0 && now - last_report >= report_ns) report(now);
     // Receives: keep w posted until the end marker arrives.
@@ -563,7 +580,10 @@ Status Rank::runSendRecvDuration() {
         void*& r = sreq[sposted % static_cast<uint64_t>(w)];
         TQ_RETURN_IF_ERROR_CTX(net_->isend(send_, sbuf, size, rank_, smr, &r),
                                format("send to rank %d", send_to_));
-        if (r == nullptr) break;  // paced: retry on the next pass
+        if (r == nullptr) {  // paced: retry on the next pass
+          paced = true;
+          break;
+        }
         ++sposted;
         progress = true;
       }
@@ -581,6 +601,8 @@ Status Rank::runSendRecvDuration() {
         if (marker_req != nullptr) {
           marker_posted = true;
           progress = true;
+        } else {
+          paced = true;
         }
       }
       if (marker_posted && !marker_done) {
@@ -592,7 +614,7 @@ Status Rank::runSendRecvDuration() {
         }
       }
     }
-    TQ_RETURN_IF_ERROR(idle(progress));
+    TQ_RETURN_IF_ERROR(idle(progress, paced));
   }
   const int64_t stop = nowNs();
   if (report_ns > 0 && stop > last_report) report(stop);
@@ -624,6 +646,7 @@ Status Rank::runPingPong() {
   fillPattern(sbuf, o_.max_bytes, rank_);
   TQ_ASSIGN_OR_RETURN(void* smr, reg(send_, sbuf, o_.max_bytes));
   TQ_ASSIGN_OR_RETURN(void* rmr, reg(recv_, rbuf, o_.max_bytes));
+  TQ_ASSIGN_OR_RETURN(void* echo_mr, reg(send_, rbuf, o_.max_bytes));
   header(format(" | iters %d warmup %d", iters, warmup));
   if (rank_ == 0 && !o_.json) {
     emitLine("#");
@@ -637,11 +660,12 @@ Status Rank::runPingPong() {
     }
     return idle(true);
   };
+  // Rank 0 sends its pattern; rank 1 echoes the buffer it received (like a TCP ping-pong).
   auto sendOne = [&](uint64_t size) -> Status {
     void* r = nullptr;
     while (r == nullptr) {
-      TQ_RETURN_IF_ERROR(net_->isend(send_, sbuf, size, rank_, smr, &r));
-      if (r == nullptr) TQ_RETURN_IF_ERROR(idle(false));
+      TQ_RETURN_IF_ERROR(net_->isend(send_, rank_ == 0 ? sbuf : rbuf, size, rank_, rank_ == 0 ? smr : echo_mr, &r));
+      if (r == nullptr) TQ_RETURN_IF_ERROR(idle(false, true));
     }
     return waitOne(r, nullptr);
   };
@@ -660,7 +684,7 @@ Status Rank::runPingPong() {
         TQ_RETURN_IF_ERROR(waitOne(rreq, &got));
         const int64_t t1 = nowNs();
         if (i >= warmup) rtts.push_back(static_cast<double>(t1 - t0) / 1e3);
-        if (i == warmup + iters - 1 && o_.check) wrong += countWrongBytes(rbuf, size, 1);
+        if (i == warmup + iters - 1 && o_.check) wrong += countWrongBytes(rbuf, size, 0);  // echoed
         if (i + 1 < warmup + iters) TQ_RETURN_IF_ERROR(net_->irecv(recv_, rbuf, size, 0, rmr, &rreq));
       } else {
         TQ_RETURN_IF_ERROR(waitOne(rreq, &got));
@@ -732,7 +756,7 @@ Status Rank::runAllReduce() {
         TQ_RETURN_IF_ERROR_CTX(net_->isend(send_, const_cast<float*>(src) + lo(send_chunk),
                                            len(send_chunk) * sizeof(float), rank_, smr, &reqs[1]),
                                format("send to rank %d", send_to_));
-        if (reqs[1] == nullptr) TQ_RETURN_IF_ERROR(idle(false));
+        if (reqs[1] == nullptr) TQ_RETURN_IF_ERROR(idle(false, true));
       }
       return waitAll(reqs);
     };
@@ -832,8 +856,8 @@ const char kUsage[] =
     "  --check / --no-check      verify received data (default on: one message per size)\n"
     "  --check-all               verify every message\n"
     "  --timeout SEC             fail after SEC without progress (default 30)\n"
-    "  --poll spin|yield|sleep   idle strategy (default sleep: 50 us naps after 16 idle\n"
-    "                            polls; pingpong: spin)\n"
+    "  --poll spin|yield|sleep   idle strategy (default sleep: after 16 idle polls, naps\n"
+    "                            adapting between 50 us and 1 ms; pingpong: spin)\n"
     "  --json                    one JSON object per line\n";
 
 Result<uint64_t> parseBytes(const std::string& text) {

@@ -83,6 +83,14 @@ Status setNonBlocking(int fd) {
   return okStatus();
 }
 
+Status setBuffers(int fd, int bytes) {
+  if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes) != 0 ||
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes) != 0) {
+    return netError(errno, "set SO_SNDBUF/SO_RCVBUF " + std::to_string(bytes));
+  }
+  return okStatus();
+}
+
 Status setNoDelay(int fd) {
   const int one = 1;
   if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {

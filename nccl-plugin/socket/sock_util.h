@@ -55,6 +55,9 @@ struct SocketMarking {
 Result<SocketMarking> readMarking(int fd);
 
 Status setNonBlocking(int fd);
+// Fixed send and receive buffers (the kernel doubles the value). Used on the control stream so
+// an inline message is always written and read in one piece (no flow-control round trips).
+Status setBuffers(int fd, int bytes);
 Status setNoDelay(int fd);
 
 // Non-blocking transfer outcome.

@@ -161,6 +161,7 @@ SocketComm::SocketComm(Side side, Fd ctl, std::vector<Fd> data, int family, Sock
   }
   free_.reserve(kMaxRequests);
   for (int i = kMaxRequests - 1; i >= 0; --i) free_.push_back(i);
+  if (side == Side::kRecv) stage_.reset(new uint8_t[kStageBytes]);
 }
 
 SocketComm::~SocketComm() {
@@ -276,7 +277,8 @@ Status SocketComm::irecv(void* data, size_t size, Request** out) {
   r->data = static_cast<char*>(data);
   r->capacity = size;
   posted_.push_back(r);
-  progressControl();
+  // No read here: the first test() does it. In a ping-pong the message cannot be there yet,
+  // and a syscall returning EAGAIN would sit on the critical path.
   *out = r;
   return okStatus();
 }
@@ -302,11 +304,14 @@ Status SocketComm::test(SockRequest* r, bool* done, size_t* bytes) {
 void SocketComm::progressControl() {
   if (failed()) return;
   if (side_ == Side::kSend) {
-    readControlSend();
+    if (++calls_since_read_ >= kSendSideReadEvery) {
+      calls_since_read_ = 0;
+      readControlSend();
+    }
   } else {
     readControlRecv();
   }
-  if (!failed()) flushControlOut();
+  if (!failed() && !ctl_out_.empty()) flushControlOut();
 }
 
 void SocketComm::flushControlOut() {
@@ -401,21 +406,43 @@ void SocketComm::rejectMessage(SockRequest* r, const Frame& f) {
                   " (send larger than receive; message truncated)"));
 }
 
+IoResult SocketComm::fillStage(size_t max_bytes, int* err) {
+  if (stage_begin_ > 0) {
+    std::memmove(stage_.get(), stage_.get() + stage_begin_, stage_end_ - stage_begin_);
+    stage_end_ -= stage_begin_;
+    stage_begin_ = 0;
+  }
+  size_t got = 0;
+  const IoResult io = recvSome(ctl_.get(), stage_.get() + stage_end_,
+                               std::min(max_bytes, kStageBytes - stage_end_), &got, err);
+  stage_end_ += got;
+  return io;
+}
+
 void SocketComm::readControlRecv() {
   for (;;) {
     int err = 0;
+    IoResult io = IoResult::kProgress;
     if (inline_req_ != nullptr) {
       SockRequest* r = inline_req_;
-      size_t got = inline_got_;
-      const IoResult io = recvSome(ctl_.get(), r->data + got, r->size - got, &got, &err);
-      inline_got_ = got;
-      if (io == IoResult::kProgress) {
-        if (inline_got_ == r->size) {
-          r->ctl_done = true;
-          inline_req_ = nullptr;
-        }
+      const uint64_t take = std::min<uint64_t>(stage_end_ - stage_begin_, r->size - inline_got_);
+      std::memcpy(r->data + inline_got_, stage_.get() + stage_begin_, take);
+      stage_begin_ += take;
+      inline_got_ += take;
+      if (inline_got_ == r->size) {
+        r->ctl_done = true;
+        inline_req_ = nullptr;
         continue;
       }
+      const uint64_t need = r->size - inline_got_;
+      if (need >= kDirectReadBytes) {  // a large remainder: straight into the user's buffer
+        size_t got = inline_got_;
+        io = recvSome(ctl_.get(), r->data + got, need, &got, &err);
+        inline_got_ = got;
+      } else {
+        io = fillStage(need + kFrameReadAhead, &err);
+      }
+      if (io == IoResult::kProgress) continue;
       if (io == IoResult::kWouldBlock) return;
       fail(io == IoResult::kClosed
                ? unavailable("receive from " + cfg_.peer +
@@ -423,22 +450,20 @@ void SocketComm::readControlRecv() {
                : netError(err, "read control stream from " + cfg_.peer));
       return;
     }
-    if (posted_.empty()) return;  // read frames only for posted receives (no buffering)
-    const IoResult io = recvSome(ctl_.get(), in_frame_ + in_frame_got_,
-                                 kFrameBytes - in_frame_got_, &in_frame_got_, &err);
-    if (io == IoResult::kWouldBlock) return;
-    if (io == IoResult::kClosed) {
-      fail(unavailable("receive from " + cfg_.peer +
-                       ": the sender closed the connection with receives posted (process gone?)"));
+    if (posted_.empty()) return;  // frames are matched to posted receives in order
+    if (stage_end_ - stage_begin_ < kFrameBytes) {
+      io = fillStage(kFrameBytes + kFrameReadAhead, &err);
+      if (io == IoResult::kProgress) continue;
+      if (io == IoResult::kWouldBlock) return;
+      fail(io == IoResult::kClosed
+               ? unavailable("receive from " + cfg_.peer +
+                             ": the sender closed the connection with receives posted (process "
+                             "gone?)")
+               : netError(err, "read control stream from " + cfg_.peer));
       return;
     }
-    if (io == IoResult::kError) {
-      fail(netError(err, "read control stream from " + cfg_.peer));
-      return;
-    }
-    if (in_frame_got_ < kFrameBytes) continue;
-    in_frame_got_ = 0;
-    auto f = parseFrame(in_frame_, kFrameBytes);
+    auto f = parseFrame(stage_.get() + stage_begin_, kFrameBytes);
+    stage_begin_ += kFrameBytes;
     if (!f.ok() || f->type != FrameType::kMessage) {
       fail(dataLoss("control stream from " + cfg_.peer + ": " +
                     (f.ok() ? std::string("unexpected frame type") : f.status().message())));
@@ -451,12 +476,11 @@ void SocketComm::readControlRecv() {
                     " arrived, expected #" + std::to_string(expect)));
       return;
     }
+    posted_.pop_front();
     if (f->size > r->capacity) {
-      posted_.pop_front();
       rejectMessage(r, *f);
       return;
     }
-    posted_.pop_front();
     ++next_seq_;
     r->seq = f->seq;
     r->size = f->size;

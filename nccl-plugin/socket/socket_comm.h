@@ -132,10 +132,15 @@ class SocketComm {
   Status tooManyRequests(const char* op) const;
   void queueStripes(SockRequest* r);
   // Caller-side progress of the control stream; mu_ held.
+  // `from_isend_or_test`: the send side reads the (rarely used) reverse direction of the
+  // control stream only every kSendSideReadEvery calls, keeping syscalls off the hot path.
   void progressControl();
   void flushControlOut();
   void readControlSend();
   void readControlRecv();
+  // Receive side: fills the staging buffer with one recv (frame + small payload + maybe the
+  // next frames in a single syscall). kWouldBlock/kClosed/kError as recvSome.
+  IoResult fillStage(size_t max_bytes, int* err);
   void rejectMessage(SockRequest* r, const Frame& f);
 
   const Side side_;
@@ -150,12 +155,25 @@ class SocketComm {
   std::vector<int> free_;
   uint32_t next_seq_ = 0;
   std::deque<CtlOut> ctl_out_;
-  // Receive side: posted, not yet matched requests (posting order), and the frame being read.
+  // Receive side: posted, not yet matched requests (posting order); bytes read from the control
+  // stream and not consumed yet (stage_[stage_begin_, stage_end_)); an inline payload in
+  // progress. Small messages arrive with one recv into the stage; large remainders of inline
+  // payloads are read straight into the user's buffer.
   std::deque<SockRequest*> posted_;
-  uint8_t in_frame_[kFrameBytes];
-  size_t in_frame_got_ = 0;
+  static constexpr size_t kStageBytes = 32 * 1024 + 64;
+  static constexpr size_t kDirectReadBytes = 1024;
+  // A frame read also takes up to this much of what follows (a small payload, further frames),
+  // but not more: a larger payload is better read straight into the user's buffer.
+  static constexpr size_t kFrameReadAhead = 16 * 1024;
+  std::unique_ptr<uint8_t[]> stage_;
+  size_t stage_begin_ = 0, stage_end_ = 0;
   SockRequest* inline_req_ = nullptr;  // receiving its inline payload
   uint64_t inline_got_ = 0;
+  // Send side: the reverse direction carries only error frames; read it every few calls.
+  static constexpr uint32_t kSendSideReadEvery = 32;
+  uint32_t calls_since_read_ = 0;
+  uint8_t in_frame_[kFrameBytes];
+  size_t in_frame_got_ = 0;
   // Send side: an error frame's text being read.
   bool reading_error_text_ = false;
   std::string error_text_;
