@@ -6,6 +6,8 @@
 set -euo pipefail
 so=$1
 allowed='^(libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|libpthread\.so\.0|libdl\.so\.2|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1)$'
+# Sanitizer builds (TQ_SANITIZE) link their runtimes into the plugin.
+[[ ${TQ_SANITIZE:-OFF} == ON ]] && allowed='^(libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|libpthread\.so\.0|libdl\.so\.2|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libasan\.so\.[0-9]+|libubsan\.so\.[0-9]+|libgcc_s\.so\.1)$'
 fail=0
 needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 echo "NEEDED: $(echo $needed)"
