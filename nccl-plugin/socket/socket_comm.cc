@@ -76,7 +76,7 @@ class SocketComm::Helper {
   void run() {
     std::vector<pollfd> pfds;
     pfds.reserve(streams_.size() + 1);
-    while (!stop_.load(std::memory_order_acquire)) {
+    while (!stop_.load(std::memory_order_acquire) && !comm_->failed()) {
       bool progress = false;
       bool idle_work = false;  // a stream got work we have not tried yet
       pfds.clear();
@@ -206,6 +206,14 @@ Status SocketComm::error() const {
   return error_;
 }
 
+Status SocketComm::failedError() {
+  // Before NCCL hears of the failure (and may free the buffers of failed requests), make sure
+  // no helper touches a user buffer again: stop and join them (they never block, so this is
+  // quick). Only on this error path does a caller wait.
+  for (auto& h : helpers_) h->stop();
+  return error();
+}
+
 SockRequest* SocketComm::allocRequest() {
   if (free_.empty()) return nullptr;
   SockRequest* r = &reqs_[free_.back()];
@@ -246,7 +254,7 @@ void SocketComm::queueStripes(SockRequest* r) {
 Status SocketComm::isend(void* data, size_t size, Request** out) {
   std::lock_guard<std::mutex> lock(mu_);
   progressControl();
-  if (failed()) return error();
+  if (failed()) return failedError();
   if (peer_closed_) return unavailable("send to " + cfg_.peer + ": the receiver closed the connection");
   SockRequest* r = allocRequest();
   if (r == nullptr) return tooManyRequests("isend");
@@ -271,7 +279,7 @@ Status SocketComm::isend(void* data, size_t size, Request** out) {
 
 Status SocketComm::irecv(void* data, size_t size, Request** out) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (failed()) return error();
+  if (failed()) return failedError();
   SockRequest* r = allocRequest();
   if (r == nullptr) return tooManyRequests("irecv");
   r->data = static_cast<char*>(data);
@@ -296,7 +304,7 @@ Status SocketComm::test(SockRequest* r, bool* done, size_t* bytes) {
   }
   if (failed()) {
     releaseRequest(r);
-    return error();
+    return failedError();
   }
   return okStatus();
 }

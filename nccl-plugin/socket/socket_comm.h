@@ -106,6 +106,8 @@ class SocketComm {
   void fail(const Status& s);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   Status error() const;
+  // The error, after the helpers have stopped for good (no user buffer is touched again).
+  Status failedError();
 
   // Sockets of this comm (control last), for tests of marking.
   std::vector<int> fds() const;

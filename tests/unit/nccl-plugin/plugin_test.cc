@@ -199,6 +199,8 @@ TEST_F(PluginTest, ADefaultListenerAccountsReceivesToTheSendersTenant) {
   ASSERT_TRUE(plugin_->closeSend(send).ok());
   ASSERT_TRUE(plugin_->closeRecv(recv).ok());
   ASSERT_TRUE(plugin_->closeListen(listen).ok());
+  ASSERT_TRUE(plugin_->finalize(*ca).ok());
+  ASSERT_TRUE(plugin_->finalize(*cd).ok());
 }
 
 TEST_F(PluginTest, EnvTenantWinsOverTrafficClass) {
@@ -209,6 +211,7 @@ TEST_F(PluginTest, EnvTenantWinsOverTrafficClass) {
   EXPECT_EQ((*c)->tenant->tenant(), "pinned");
   EXPECT_EQ((*c)->source, TenantSource::kEnv);
   EXPECT_EQ((*c)->tenant->qos().dscp, 30);
+  ASSERT_TRUE(plugin_->finalize(*c).ok());
 }
 
 TEST_F(PluginTest, IsendReturnsNoRequestWhenTheBucketIsEmpty) {
@@ -233,6 +236,7 @@ TEST_F(PluginTest, IsendReturnsNoRequestWhenTheBucketIsEmpty) {
   EXPECT_EQ(a->usage(realClock().nowNs()).backlog_bytes, 0u);
   ASSERT_TRUE(plugin_->closeRecv(recv).ok());
   ASSERT_TRUE(plugin_->closeListen(listen).ok());
+  ASSERT_TRUE(plugin_->finalize(*c).ok());
 }
 
 TEST_F(PluginTest, StaleAndForeignPointersAreRejected) {
@@ -248,6 +252,7 @@ TEST_F(PluginTest, StaleAndForeignPointersAreRejected) {
   ASSERT_TRUE(plugin_->closeRecv(recv).ok());
   ASSERT_TRUE(plugin_->closeListen(listen).ok());
   EXPECT_EQ(plugin_->finalize(nullptr).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(plugin_->finalize(*c).ok());
 }
 
 TEST(PluginCreate, BadParametersFailWithTheVariableName) {
