@@ -7,6 +7,11 @@ work=$(mktemp -d /tmp/tqplg-fuzz-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus"
 "$seeds" "$work/corpus"
-cd "$work"   # crash-* files land here, and the trap removes them: the log keeps the input
-exec "$fuzzer" -max_total_time="$secs" -dict="$dict" -print_final_stats=1 -rss_limit_mb=1024 \
-  -timeout=10 corpus
+cd "$work"   # crash-* files land here; on failure they are printed (hex) before the cleanup
+rc=0
+"$fuzzer" -max_total_time="$secs" -dict="$dict" -print_final_stats=1 -rss_limit_mb=2048 \
+  -timeout=10 -max_len=512 corpus || rc=$?
+for f in crash-* leak-* timeout-* oom-*; do
+  [[ -e $f ]] && { echo "== $f"; od -A d -t x1 "$f" | head -20; }
+done
+exit $rc
