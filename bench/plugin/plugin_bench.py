@@ -17,6 +17,7 @@ usage: plugin_bench.py --perf BIN --plugin SO --pingpong BIN [--repeat N] [--sec
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -172,6 +173,13 @@ def main():
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     b = Bench(args)
+    try:
+        report(args, b)
+    finally:
+        shutil.rmtree(b.run_dir, ignore_errors=True)
+
+
+def report(args, b):
     res = {"load_avg_start": os.getloadavg()[0], "cores": os.cpu_count()}
     if args.only in (None, "throughput"):
         res["throughput"] = b.throughput()
