@@ -1,0 +1,120 @@
+// Every environment parameter of the NCCL plugin, in ONE table: name, type, default, meaning.
+//
+// TQ_PLUGIN_PARAMS is the single source: it declares the fields of PluginParams, drives parsing
+// and validation, and generates the table in docs/plugin.md (`tenantqos-plugin-params
+// --markdown`; the test plugin_docs_params_in_sync fails when the two differ).
+//
+// Parameters are read once, at the first init() of the process, through an injectable lookup
+// (getenv in production), and are immutable afterwards. An invalid value fails init() with a
+// message naming the variable, so NCCL falls back to another network loudly rather than running
+// with a silently ignored setting.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+
+namespace tq::plugin {
+
+enum class ParamType {
+  kString,
+  kInt,     // decimal integer within [min, max]
+  kSize,    // bytes: "256KiB", "4MiB", "65536" (common/units parseSize)
+  kRate,    // bytes/s: "10Gbps", "1.25GB/s" (common/units parseRate)
+  kMillis,  // integer milliseconds within [min, max]
+};
+
+// X(field, ENV_NAME, C++ type, ParamType, "default" ("" = unset), min, max, "meaning")
+// Optional types are unset unless the variable is set; the meaning says what unset does.
+#define TQ_PLUGIN_PARAMS(X)                                                                        \
+  X(tenant, "TENANTQOS_TENANT", std::string, kString, "", 0, 0,                                   \
+    "Tenant of every communicator of this process (e.g. set from a pod label). First in the "     \
+    "resolution order, before the communicator's trafficClass.")                                  \
+  X(default_tenant, "TENANTQOS_DEFAULT_TENANT", std::string, kString, "default", 0, 0,            \
+    "Tenant of communicators that neither TENANTQOS_TENANT nor a trafficClass mapping names.")    \
+  X(run_dir, "TENANTQOS_RUN_DIR", std::string, kString, "/run/tenantqos", 0, 0,                   \
+    "Directory of the agent's per-tenant shared-memory files (one file per tenant in its "  \
+    "tenants/ subdirectory).")          \
+  X(rate, "TENANTQOS_RATE", std::optional<uint64_t>, kRate, "", 0, 0,                              \
+    "Pacing rate used while the tenant has no agent file, e.g. 10Gbps or 1.25GB/s. Unset: "        \
+    "unpaced.")                                                                                    \
+  X(burst, "TENANTQOS_BURST", uint64_t, kSize, "256KiB", 0, 0,                                     \
+    "Token-bucket depth with TENANTQOS_RATE, and when the agent's file gives no burst. A larger "  \
+    "message is admitted from a full bucket and leaves debt.")                                     \
+  X(catchup_ms, "TENANTQOS_CATCHUP_MS", int64_t, kMillis, "20", 0, 1000,                          \
+    "How much sending time a backlogged sender that retries late (descheduled, busy) may make up " \
+    "from tokens nobody used, so its long-run rate holds; bounds that extra burst to rate x this. " \
+    "0 disables.")                                                                                 \
+  X(dscp, "TENANTQOS_DSCP", std::optional<int64_t>, kInt, "", 0, 63,                               \
+    "DSCP marked on the tenant's sockets while it has no agent file (TOS byte = DSCP << 2). "       \
+    "Unset: 0.")                                                                                   \
+  X(sl, "TENANTQOS_SL", std::optional<int64_t>, kInt, "", 0, 15,                                   \
+    "InfiniBand service level while the tenant has no agent file; also the default socket "        \
+    "priority. Unset: 0.")                                                                         \
+  X(priority, "TENANTQOS_PRIORITY", std::optional<int64_t>, kInt, "", 0, 4294967295,               \
+    "SO_PRIORITY of every socket. Unset: the tenant's service level. Values above 6 need "         \
+    "CAP_NET_ADMIN; if refused the plugin says so once and leaves the priority alone.")            \
+  X(transport, "TENANTQOS_TRANSPORT", std::string, kString, "auto", 0, 0,                          \
+    "auto or socket. (ib arrives with the InfiniBand verbs transport.)")                           \
+  X(socket_ifname, "TENANTQOS_SOCKET_IFNAME", std::string, kString, "", 0, 0,                      \
+    "Interfaces used as devices, NCCL_SOCKET_IFNAME syntax: prefix list \"eth,ens\", \"^\" "      \
+    "excludes, \"=\" matches exactly. Unset: every up interface except lo and docker*, or lo "     \
+    "when it is the only one.")                                                                    \
+  X(socket_family, "TENANTQOS_SOCKET_FAMILY", std::string, kString, "", 0, 0,                      \
+    "AF_INET or AF_INET6 to restrict device addresses. Unset: IPv4 preferred, else IPv6.")        \
+  X(nsocks, "TENANTQOS_NSOCKS", int64_t, kInt, "4", 1, 16,                                         \
+    "TCP data streams per communicator (plus one control stream). The listener's value wins.")    \
+  X(socket_nthreads, "TENANTQOS_SOCKET_NTHREADS", int64_t, kInt, "1", 1, 16,                       \
+    "Helper threads per communicator end that drive the data streams (at most TENANTQOS_NSOCKS "  \
+    "are used).")                                                                                  \
+  X(socket_inline, "TENANTQOS_SOCKET_INLINE", uint64_t, kSize, "64KiB", 0, 4194304,                \
+    "Messages up to this size travel on the control stream, written and read directly by "        \
+    "NCCL's thread (lowest latency); larger ones are striped over the data streams.")             \
+  X(socket_min_chunk, "TENANTQOS_SOCKET_MIN_CHUNK", uint64_t, kSize, "64KiB", 4096, 1073741824,    \
+    "Smallest stripe of a message on one data stream.")                                            \
+  X(handshake_timeout_ms, "TENANTQOS_HANDSHAKE_TIMEOUT_MS", int64_t, kMillis, "30000", 10,         \
+    86400000,                                                                                      \
+    "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "  \
+    "this time fails the call with a message.")                                                    \
+  X(shm_recheck_ms, "TENANTQOS_SHM_RECHECK_MS", int64_t, kMillis, "1000", 1, 3600000,              \
+    "How often a tenant without an agent file looks for it again (from isend, no extra "           \
+    "thread), so a job started before the agent becomes governed.")                              \
+  X(log_level, "TENANTQOS_LOG_LEVEL", std::string, kString, "info", 0, 0,                          \
+    "error, warn, info, debug or trace. Lines go to NCCL's logger (prefix NET/tenantqos), which "  \
+    "NCCL_DEBUG filters further.")
+
+struct PluginParams {
+#define TQ_PLUGIN_PARAM_FIELD(field, env, type, ptype, def, lo, hi, meaning) type field{};
+  TQ_PLUGIN_PARAMS(TQ_PLUGIN_PARAM_FIELD)
+#undef TQ_PLUGIN_PARAM_FIELD
+};
+
+struct ParamSpec {
+  const char* env;
+  ParamType type;
+  const char* default_text;  // "" = unset
+  int64_t min;
+  int64_t max;
+  const char* meaning;
+};
+
+std::span<const ParamSpec> paramSpecs();
+
+// Returns the value of an environment variable, or nullptr if unset.
+using EnvLookup = std::function<const char*(const char*)>;
+EnvLookup processEnv();
+
+// Parses every parameter (defaults for unset ones). Errors name the variable and the value.
+Result<PluginParams> loadParams(const EnvLookup& env);
+
+// "TENANTQOS_X=value" lines of the parameters that differ from their defaults, for the log.
+std::string describeNonDefault(const EnvLookup& env);
+
+// The Markdown table of docs/plugin.md: | Variable | Type | Default | Meaning |.
+std::string paramsMarkdownTable();
+
+}  // namespace tq::plugin

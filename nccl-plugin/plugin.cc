@@ -1,0 +1,331 @@
+#include "nccl-plugin/plugin.h"
+
+#include <climits>
+#include <cstring>
+
+#include "common/tenant_shm.h"
+#include "nccl-plugin/nccl_log.h"
+#include "nccl-plugin/socket/socket_transport.h"
+
+namespace tq::plugin {
+namespace {
+
+constexpr uint32_t kListenMagic = 0x4c505154;  // "TQPL"
+constexpr uint32_t kSendMagic = 0x53505154;    // "TQPS"
+constexpr uint32_t kRecvMagic = 0x52505154;    // "TQPR"
+
+struct ListenObj {
+  uint32_t magic = kListenMagic;
+  std::unique_ptr<ListenComm> comm;
+  std::shared_ptr<TenantPacer> tenant;
+  TenantSource source = TenantSource::kDefault;
+};
+struct SendObj {
+  uint32_t magic = kSendMagic;
+  std::unique_ptr<SendComm> comm;
+  std::shared_ptr<TenantPacer> tenant;
+  PaceState pace;
+};
+struct RecvObj {
+  uint32_t magic = kRecvMagic;
+  std::unique_ptr<RecvComm> comm;
+  std::shared_ptr<TenantPacer> tenant;
+};
+
+uint32_t magicOf(void* p) {
+  uint32_t m = 0;
+  std::memcpy(&m, p, sizeof m);
+  return m;
+}
+
+template <typename T, uint32_t kMagic>
+Result<T*> objectOf(void* p, const char* what) {
+  if (p == nullptr) return invalidArgument(std::string(what) + " is NULL");
+  if (magicOf(p) != kMagic) {
+    return invalidArgument(std::string(what) + " is not a live tenantqos " + what +
+                           " (wrong pointer or already closed)");
+  }
+  return static_cast<T*>(p);
+}
+
+Result<NetContext*> contextOf(void* ctx) {
+  if (ctx == nullptr) return invalidArgument("net context is NULL (init not called?)");
+  auto* c = static_cast<NetContext*>(ctx);
+  if (c->magic != NetContext::kMagic) return invalidArgument("not a live tenantqos net context");
+  return c;
+}
+
+Status checkParams(const PluginParams& p) {
+  if (!p.tenant.empty() && !isDns1123Label(p.tenant)) {
+    return invalidArgument("TENANTQOS_TENANT=" + p.tenant + ": not a DNS-1123 label");
+  }
+  if (!isDns1123Label(p.default_tenant)) {
+    return invalidArgument("TENANTQOS_DEFAULT_TENANT=" + p.default_tenant +
+                           ": not a DNS-1123 label");
+  }
+  if (p.transport != "auto" && p.transport != "socket") {
+    if (p.transport == "ib") {
+      return unimplemented("TENANTQOS_TRANSPORT=ib: this build has no InfiniBand transport yet; "
+                           "use auto or socket");
+    }
+    return invalidArgument("TENANTQOS_TRANSPORT=" + p.transport + ": expected auto or socket");
+  }
+  auto level = parseLogLevel(p.log_level);
+  if (!level.ok()) return level.status().withContext("TENANTQOS_LOG_LEVEL");
+  return okStatus();
+}
+
+}  // namespace
+
+ncclResult_t toNcclResult(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return ncclSuccess;
+    case StatusCode::kInvalidArgument: return ncclInvalidArgument;
+    case StatusCode::kOutOfRange: return ncclInvalidUsage;
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kUnimplemented:
+    case StatusCode::kInternal: return ncclInternalError;
+    case StatusCode::kAborted: return ncclRemoteError;
+    default: return ncclSystemError;
+  }
+}
+
+Plugin::Plugin(PluginParams params, std::unique_ptr<Transport> transport, Clock& clock,
+               TrafficClassLookup lookup)
+    : params_(std::move(params)),
+      clock_(clock),
+      transport_(std::move(transport)),
+      tenants_(params_, clock, std::move(lookup)) {}
+
+Result<std::unique_ptr<Plugin>> Plugin::create(const PluginParams& params, Clock& clock) {
+  TQ_RETURN_IF_ERROR(checkParams(params));
+  TQ_ASSIGN_OR_RETURN(auto transport, socket::SocketTransport::create(params, clock));
+  return std::make_unique<Plugin>(params, std::move(transport), clock);
+}
+
+Result<Plugin*> Plugin::instance(ncclDebugLogger_t logger) {
+  if (logger != nullptr) installNcclLogger(logger);
+  static std::mutex mu;
+  static Plugin* the = nullptr;  // never destroyed: comms and their threads may outlive main()
+  std::lock_guard<std::mutex> lock(mu);
+  if (the != nullptr) return the;
+  const EnvLookup env = processEnv();
+  TQ_ASSIGN_OR_RETURN(PluginParams params, loadParams(env));
+  if (auto level = parseLogLevel(params.log_level); level.ok()) setLogLevel(*level);
+  TQ_ASSIGN_OR_RETURN(auto p, create(params, realClock()));
+  the = p.release();
+  std::string devs;
+  for (int d = 0; d < the->transport().deviceCount(); ++d) {
+    DeviceProperties props;
+    if (the->transport().properties(d, &props).ok()) {
+      devs += (devs.empty() ? "" : ", ") + std::to_string(d) + ":" + props.name;
+    }
+  }
+  const std::string settings = describeNonDefault(env);
+  TQ_LOG(kInfo, "%s plugin: transport %s, devices [%s]%s%s", kPluginName, the->transport().name(),
+         devs.c_str(), settings.empty() ? "" : ", settings: ", settings.c_str());
+  return the;
+}
+
+Result<NetContext*> Plugin::newContext(uint64_t comm_id, int traffic_class) {
+  auto ctx = std::make_unique<NetContext>();
+  ctx->comm_id = comm_id;
+  ctx->traffic_class = traffic_class;
+  ctx->tenant = tenants_.forTrafficClass(traffic_class, &ctx->source);
+  return ctx.release();
+}
+
+Status Plugin::finalize(void* ctx) {
+  TQ_ASSIGN_OR_RETURN(NetContext * c, contextOf(ctx));
+  c->magic = 0;
+  delete c;
+  return okStatus();
+}
+
+Status Plugin::devices(int* ndev) {
+  if (ndev == nullptr) return invalidArgument("devices: ndev is NULL");
+  *ndev = transport_->deviceCount();
+  return okStatus();
+}
+
+Status Plugin::properties(int dev, DeviceProperties* out) { return transport_->properties(dev, out); }
+
+Status Plugin::listen(void* ctx, int dev, void* handle, void** listen_comm) {
+  TQ_ASSIGN_OR_RETURN(NetContext * c, contextOf(ctx));
+  if (handle == nullptr || listen_comm == nullptr) return invalidArgument("listen: NULL argument");
+  *listen_comm = nullptr;
+  auto obj = std::make_unique<ListenObj>();
+  obj->tenant = c->tenant;
+  obj->source = c->source;
+  TQ_RETURN_IF_ERROR(transport_->listen(dev, c->tenant->qos(), handle, &obj->comm));
+  *listen_comm = obj.release();
+  return okStatus();
+}
+
+Status Plugin::connect(void* ctx, int traffic_class, int dev, void* handle, void** send_comm) {
+  TQ_ASSIGN_OR_RETURN(NetContext * c, contextOf(ctx));
+  if (handle == nullptr || send_comm == nullptr) return invalidArgument("connect: NULL argument");
+  *send_comm = nullptr;
+  std::shared_ptr<TenantPacer> tenant =
+      traffic_class == c->traffic_class ? c->tenant : tenants_.forTrafficClass(traffic_class);
+  std::unique_ptr<SendComm> comm;
+  TQ_RETURN_IF_ERROR(transport_->connect(dev, tenant->qos(), handle, &comm));
+  if (comm == nullptr) return okStatus();  // in progress: NCCL calls again
+  auto obj = std::make_unique<SendObj>();
+  obj->comm = std::move(comm);
+  obj->tenant = std::move(tenant);
+  *send_comm = obj.release();
+  return okStatus();
+}
+
+Status Plugin::accept(void* listen_comm, void** recv_comm) {
+  TQ_ASSIGN_OR_RETURN(ListenObj * l, (objectOf<ListenObj, kListenMagic>(listen_comm, "listen comm")));
+  if (recv_comm == nullptr) return invalidArgument("accept: recvComm is NULL");
+  *recv_comm = nullptr;
+  std::unique_ptr<RecvComm> comm;
+  TQ_RETURN_IF_ERROR(transport_->accept(l->comm.get(), &comm));
+  if (comm == nullptr) return okStatus();
+  auto obj = std::make_unique<RecvObj>();
+  obj->tenant = l->tenant;
+  // A listener that only knows the default tenant (v9/v10 listen has no config) accounts the
+  // received bytes to the sender's tenant, which the handshake carried.
+  const std::string& peer = comm->peerQos().tenant;
+  if (l->source == TenantSource::kDefault && !peer.empty() && peer != l->tenant->tenant() &&
+      isDns1123Label(peer)) {
+    obj->tenant = tenants_.byName(peer);
+  }
+  obj->comm = std::move(comm);
+  *recv_comm = obj.release();
+  return okStatus();
+}
+
+Status Plugin::regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  if (comm == nullptr || mhandle == nullptr) return invalidArgument("regMr: NULL argument");
+  *mhandle = nullptr;
+  if (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA) {
+    return invalidArgument("regMr: unknown pointer type " + std::to_string(type));
+  }
+  const MemType mt = type == NCCL_PTR_HOST ? MemType::kHost : MemType::kCuda;
+  MemRegion* mr = nullptr;
+  switch (magicOf(comm)) {
+    case kSendMagic: TQ_RETURN_IF_ERROR(static_cast<SendObj*>(comm)->comm->regMr(data, size, mt, &mr)); break;
+    case kRecvMagic: TQ_RETURN_IF_ERROR(static_cast<RecvObj*>(comm)->comm->regMr(data, size, mt, &mr)); break;
+    default: return invalidArgument("regMr: not a live tenantqos send or receive comm");
+  }
+  *mhandle = mr;
+  return okStatus();
+}
+
+Status Plugin::deregMr(void* comm, void* mhandle) {
+  if (comm == nullptr || mhandle == nullptr) return invalidArgument("deregMr: NULL argument");
+  auto* mr = static_cast<MemRegion*>(mhandle);
+  switch (magicOf(comm)) {
+    case kSendMagic: return static_cast<SendObj*>(comm)->comm->deregMr(mr);
+    case kRecvMagic: return static_cast<RecvObj*>(comm)->comm->deregMr(mr);
+    default: return invalidArgument("deregMr: not a live tenantqos send or receive comm");
+  }
+}
+
+Status Plugin::isend(void* send_comm, void* data, size_t size, int tag, void* mhandle,
+                     void** request) {
+  TQ_ASSIGN_OR_RETURN(SendObj * s, (objectOf<SendObj, kSendMagic>(send_comm, "send comm")));
+  if (request == nullptr) return invalidArgument("isend: request is NULL");
+  if (data == nullptr && size > 0) return invalidArgument("isend: NULL buffer");
+  *request = nullptr;
+  if (s->comm->wouldBlock()) return okStatus();
+  if (!s->tenant->admit(size, &s->pace)) return okStatus();  // over budget: NCCL retries
+  Request* r = nullptr;
+  TQ_RETURN_IF_ERROR(s->comm->isend(data, size, tag, static_cast<MemRegion*>(mhandle), &r));
+  if (r != nullptr) r->tenant = s->tenant.get();
+  *request = r;
+  return okStatus();
+}
+
+Status Plugin::irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags,
+                     void** mhandles, void** request) {
+  TQ_ASSIGN_OR_RETURN(RecvObj * r, (objectOf<RecvObj, kRecvMagic>(recv_comm, "receive comm")));
+  if (request == nullptr || data == nullptr || sizes == nullptr) {
+    return invalidArgument("irecv: NULL argument");
+  }
+  if (n < 1) return invalidArgument("irecv: n = " + std::to_string(n));
+  // *request may hold NCCL_NET_OPTIONAL_RECV_COMPLETION on entry: a hint we do not need.
+  *request = nullptr;
+  Request* req = nullptr;
+  TQ_RETURN_IF_ERROR(r->comm->irecv(n, data, sizes, tags,
+                                    reinterpret_cast<MemRegion**>(mhandles), &req));
+  if (req != nullptr) req->tenant = r->tenant.get();
+  *request = req;
+  return okStatus();
+}
+
+Status Plugin::iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles,
+                      void** request) {
+  TQ_ASSIGN_OR_RETURN(RecvObj * r, (objectOf<RecvObj, kRecvMagic>(recv_comm, "receive comm")));
+  if (request == nullptr) return invalidArgument("iflush: request is NULL");
+  *request = nullptr;
+  Request* req = nullptr;
+  TQ_RETURN_IF_ERROR(r->comm->iflush(n, data, sizes, reinterpret_cast<MemRegion**>(mhandles), &req));
+  *request = req;
+  return okStatus();
+}
+
+Status Plugin::test(void* request, int* done, int* sizes) {
+  if (request == nullptr || done == nullptr) return invalidArgument("test: NULL argument");
+  auto* r = static_cast<Request*>(request);
+  // Read before test(): a completed request returns to its pool.
+  TenantPacer* tenant = r->tenant;
+  const bool is_recv = r->is_recv;
+  bool d = false;
+  size_t bytes = 0;
+  *done = 0;
+  TQ_RETURN_IF_ERROR(r->test(&d, &bytes));
+  if (!d) return okStatus();
+  *done = 1;
+  if (sizes != nullptr) *sizes = bytes > INT_MAX ? INT_MAX : static_cast<int>(bytes);
+  if (is_recv && tenant != nullptr) tenant->onReceived(bytes);
+  return okStatus();
+}
+
+Status Plugin::closeSend(void* send_comm) {
+  TQ_ASSIGN_OR_RETURN(SendObj * s, (objectOf<SendObj, kSendMagic>(send_comm, "send comm")));
+  s->magic = 0;
+  s->tenant->release(&s->pace);
+  delete s;
+  return okStatus();
+}
+
+Status Plugin::closeRecv(void* recv_comm) {
+  TQ_ASSIGN_OR_RETURN(RecvObj * r, (objectOf<RecvObj, kRecvMagic>(recv_comm, "receive comm")));
+  r->magic = 0;
+  delete r;
+  return okStatus();
+}
+
+Status Plugin::closeListen(void* listen_comm) {
+  TQ_ASSIGN_OR_RETURN(ListenObj * l, (objectOf<ListenObj, kListenMagic>(listen_comm, "listen comm")));
+  l->magic = 0;
+  delete l;
+  return okStatus();
+}
+
+SendComm* Plugin::sendCommOf(void* send_comm) {
+  auto s = objectOf<SendObj, kSendMagic>(send_comm, "send comm");
+  return s.ok() ? (*s)->comm.get() : nullptr;
+}
+
+RecvComm* Plugin::recvCommOf(void* recv_comm) {
+  auto r = objectOf<RecvObj, kRecvMagic>(recv_comm, "receive comm");
+  return r.ok() ? (*r)->comm.get() : nullptr;
+}
+
+TenantPacer* Plugin::tenantOf(void* comm) {
+  if (comm == nullptr) return nullptr;
+  switch (magicOf(comm)) {
+    case kSendMagic: return static_cast<SendObj*>(comm)->tenant.get();
+    case kRecvMagic: return static_cast<RecvObj*>(comm)->tenant.get();
+    case kListenMagic: return static_cast<ListenObj*>(comm)->tenant.get();
+    default: return nullptr;
+  }
+}
+
+}  // namespace tq::plugin

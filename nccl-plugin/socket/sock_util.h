@@ -1,0 +1,69 @@
+// Small socket helpers of the socket transport: an owning fd, non-blocking I/O results, and
+// the QoS marking (IP_TOS / IPV6_TCLASS = DSCP << 2, SO_PRIORITY) applied to every socket.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "nccl-plugin/transport.h"
+
+namespace tq::plugin::socket {
+
+// Owning file descriptor; closes on destruction. Move-only.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// A network failure: like errnoStatus, but always kUnavailable (or kDeadlineExceeded for
+// ETIMEDOUT, kResourceExhausted for fd/memory exhaustion), so that it reaches NCCL as
+// ncclSystemError whatever errno says.
+Status netError(int err, std::string_view what);
+
+// Marks `fd` with `qos`. DSCP failures are errors; an SO_PRIORITY refused for lack of
+// CAP_NET_ADMIN (EPERM) is reported once per process in the log and otherwise ignored.
+Status applyQos(int fd, int family, const TrafficQos& qos);
+
+// What the kernel holds for a socket (tests and diagnostics).
+struct SocketMarking {
+  int tos = -1;       // IP_TOS or IPV6_TCLASS byte
+  int priority = -1;  // SO_PRIORITY
+};
+Result<SocketMarking> readMarking(int fd);
+
+Status setNonBlocking(int fd);
+// Fixed send and receive buffers (the kernel doubles the value). Used on the control stream so
+// an inline message is always written and read in one piece (no flow-control round trips).
+Status setBuffers(int fd, int bytes);
+Status setNoDelay(int fd);
+
+// Non-blocking transfer outcome.
+enum class IoResult { kProgress, kWouldBlock, kClosed, kError };
+// Sends/receives up to `len` bytes once (MSG_DONTWAIT, MSG_NOSIGNAL); adds to *done.
+IoResult sendSome(int fd, const void* buf, size_t len, size_t* done, int* err);
+IoResult recvSome(int fd, void* buf, size_t len, size_t* done, int* err);
+
+}  // namespace tq::plugin::socket

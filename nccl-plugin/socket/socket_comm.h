@@ -1,0 +1,190 @@
+// The data path of the socket transport: one established connection (one end of it).
+//
+// A connection is nsocks TCP data streams plus one control stream. Per message the sender
+// writes a 16-byte frame on the control stream (wire.h); messages up to `inline_max` bytes
+// follow their frame on the control stream, larger ones are cut into at most one stripe per
+// data stream (planStripes) that both ends compute from the same inputs.
+//
+// Threads:
+//  * The caller (NCCL's proxy thread: isend/irecv/test) owns the control stream and the request
+//    pool, under `mu_` — uncontended in practice (one caller per comm), never held by helpers.
+//    Inline messages are written/read entirely by the caller: no thread hand-off on the
+//    latency-critical small-message path.
+//  * `nthreads` helper threads, owned by the comm, move stripes on the data streams with
+//    non-blocking send/recv directly from/into the user's buffers (no copy), sleeping in poll()
+//    when blocked or idle. The caller hands them stripes through lock-free SPSC rings and wakes
+//    a sleeping helper with an eventfd.
+//  * A request is done when its control part is done and its stripe counter reached zero
+//    (release/acquire, so the received bytes are visible to the caller).
+// Errors: the first error (peer closed, reset, truncation) is stored and returned by every
+// later call; a receiver that gets a message larger than the posted receive fails it with
+// kOutOfRange and tells the sender with an error frame, which fails the sender's requests too.
+// Destruction stops and joins the helpers, then closes the sockets: no hang, no leak, also
+// with requests in flight.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/socket/wire.h"
+#include "nccl-plugin/transport.h"
+
+namespace tq::plugin::socket {
+
+class SocketComm;
+
+struct StripeTask {
+  char* ptr = nullptr;
+  uint64_t len = 0;
+  uint64_t done = 0;  // written by the helper only
+  class SockRequest* req = nullptr;
+};
+
+// Single producer (the caller, under the comm's mutex) / single consumer (the stream's helper).
+class StripeRing {
+ public:
+  // >= kMaxRequests: a request puts at most one stripe on a stream.
+  static constexpr uint32_t kCapacity = 64;
+  bool push(const StripeTask& t);
+  StripeTask* front();  // consumer
+  void pop();           // consumer
+  bool empty() const;
+
+ private:
+  std::array<StripeTask, kCapacity> items_{};
+  alignas(64) std::atomic<uint32_t> head_{0};
+  alignas(64) std::atomic<uint32_t> tail_{0};
+};
+
+class SockRequest final : public Request {
+ public:
+  Status test(bool* done, size_t* bytes) override;
+
+  SocketComm* comm = nullptr;
+  int index = 0;
+  bool in_use = false;
+  char* data = nullptr;
+  uint64_t capacity = 0;  // receive: posted size
+  uint64_t size = 0;      // bytes of the message
+  uint32_t seq = 0;
+  bool matched = false;   // receive: its frame has been read
+  bool ctl_done = false;  // frame written (send) / frame + inline payload read (receive)
+  std::atomic<int> pending{0};  // stripes not yet moved by the helpers
+};
+
+struct SocketCommConfig {
+  int nthreads = 1;
+  uint64_t inline_max = 64 * 1024;
+  uint64_t min_chunk = 64 * 1024;  // the SENDER's value (a receiver learns it from the hello)
+  std::string peer;                // for messages: "10.0.0.2:41000"
+};
+
+class SocketComm {
+ public:
+  enum class Side { kSend, kRecv };
+  SocketComm(Side side, Fd ctl, std::vector<Fd> data, int family, SocketCommConfig cfg);
+  ~SocketComm();
+  SocketComm(const SocketComm&) = delete;
+  SocketComm& operator=(const SocketComm&) = delete;
+
+  Status start();  // spawns the helper threads
+
+  Status isend(void* data, size_t size, Request** out);
+  Status irecv(void* data, size_t size, Request** out);
+  Status test(SockRequest* r, bool* done, size_t* bytes);
+
+  // Records the first error; thread-safe. Later calls return it.
+  void fail(const Status& s);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Status error() const;
+  // The error, after the helpers have stopped for good (no user buffer is touched again).
+  Status failedError();
+
+  // Sockets of this comm (control last), for tests of marking.
+  std::vector<int> fds() const;
+  const std::string& peer() const { return cfg_.peer; }
+
+ private:
+  class Helper;
+  struct Stream {
+    Fd fd;
+    StripeRing ring;
+    Helper* helper = nullptr;
+  };
+  struct CtlOut {
+    uint8_t hdr[kFrameBytes];
+    const char* payload = nullptr;
+    uint64_t payload_len = 0;
+    std::string owned;  // payload storage for error frames
+    uint64_t off = 0;   // over hdr + payload
+    SockRequest* req = nullptr;
+  };
+
+  SockRequest* allocRequest();
+  void releaseRequest(SockRequest* r);
+  Status tooManyRequests(const char* op) const;
+  void queueStripes(SockRequest* r);
+  // Caller-side progress of the control stream; mu_ held.
+  // `from_isend_or_test`: the send side reads the (rarely used) reverse direction of the
+  // control stream only every kSendSideReadEvery calls, keeping syscalls off the hot path.
+  void progressControl();
+  void flushControlOut();
+  void readControlSend();
+  void readControlRecv();
+  // Receive side: fills the staging buffer with one recv (frame + small payload + maybe the
+  // next frames in a single syscall). kWouldBlock/kClosed/kError as recvSome.
+  IoResult fillStage(size_t max_bytes, int* err);
+  void rejectMessage(SockRequest* r, const Frame& f);
+
+  const Side side_;
+  Fd ctl_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Helper>> helpers_;
+  const int family_;
+  const SocketCommConfig cfg_;
+
+  mutable std::mutex mu_;  // caller side: pool, control stream, sequence numbers
+  std::array<SockRequest, kMaxRequests> reqs_;
+  std::vector<int> free_;
+  uint32_t next_seq_ = 0;
+  std::deque<CtlOut> ctl_out_;
+  // Receive side: posted, not yet matched requests (posting order); bytes read from the control
+  // stream and not consumed yet (stage_[stage_begin_, stage_end_)); an inline payload in
+  // progress. Small messages arrive with one recv into the stage; large remainders of inline
+  // payloads are read straight into the user's buffer.
+  std::deque<SockRequest*> posted_;
+  static constexpr size_t kStageBytes = 32 * 1024 + 64;
+  static constexpr size_t kDirectReadBytes = 1024;
+  // A frame read also takes up to this much of what follows (a small payload, further frames),
+  // but not more: a larger payload is better read straight into the user's buffer.
+  static constexpr size_t kFrameReadAhead = 16 * 1024;
+  std::unique_ptr<uint8_t[]> stage_;
+  size_t stage_begin_ = 0, stage_end_ = 0;
+  SockRequest* inline_req_ = nullptr;  // receiving its inline payload
+  uint64_t inline_got_ = 0;
+  // Send side: the reverse direction carries only error frames; read it every few calls.
+  static constexpr uint32_t kSendSideReadEvery = 32;
+  uint32_t calls_since_read_ = 0;
+  uint8_t in_frame_[kFrameBytes];
+  size_t in_frame_got_ = 0;
+  // Send side: an error frame's text being read.
+  bool reading_error_text_ = false;
+  std::string error_text_;
+  uint64_t error_text_len_ = 0;
+  bool peer_closed_ = false;
+
+  std::atomic<bool> failed_{false};
+  mutable std::mutex err_mu_;
+  Status error_;
+};
+
+}  // namespace tq::plugin::socket

@@ -1,0 +1,277 @@
+#include "nccl-plugin/socket/wire.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+#include "common/file_util.h"
+
+namespace tq::plugin::socket {
+namespace {
+
+constexpr uint64_t magicOf(const char (&s)[9]) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(s[i]);
+  return v;
+}
+constexpr uint64_t kHandleMagic = magicOf("TQHANDL1");
+constexpr uint64_t kHelloMagic = magicOf("TQHELLO1");
+constexpr uint64_t kAckMagic = magicOf("TQACK001");
+
+void put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+void put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t get32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+uint64_t get64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+uint32_t crcOf(const uint8_t* p, size_t n) {
+  return crc32c(std::string_view(reinterpret_cast<const char*>(p), n));
+}
+
+bool allZero(const uint8_t* p, size_t n) {
+  return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
+}
+
+Status bad(std::string_view what, std::string_view why) {
+  return invalidArgument(std::string(what) + ": " + std::string(why));
+}
+
+// Text fields: NUL-padded, printable ASCII only (they end up in log lines).
+Result<std::string> getText(const uint8_t* p, size_t cap, size_t len, std::string_view what) {
+  if (len > cap) return bad(what, "text length out of range");
+  for (size_t i = 0; i < len; ++i) {
+    if (p[i] < 0x20 || p[i] > 0x7e) return bad(what, "non-printable text");
+  }
+  if (!allZero(p + len, cap - len)) return bad(what, "text not NUL-padded");
+  return std::string(reinterpret_cast<const char*>(p), len);
+}
+
+}  // namespace
+
+uint16_t SocketAddress::port() const {
+  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(storage).sin_port);
+  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(storage).sin6_port);
+  return 0;
+}
+
+void SocketAddress::setPort(uint16_t port) {
+  if (family() == AF_INET) reinterpret_cast<sockaddr_in&>(storage).sin_port = htons(port);
+  if (family() == AF_INET6) reinterpret_cast<sockaddr_in6&>(storage).sin6_port = htons(port);
+}
+
+std::string SocketAddress::toString() const {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (family() == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(storage).sin_addr, buf, sizeof buf);
+    return std::string(buf) + ":" + std::to_string(port());
+  }
+  if (family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(storage).sin6_addr, buf,
+              sizeof buf);
+    return "[" + std::string(buf) + "]:" + std::to_string(port());
+  }
+  return "<no address>";
+}
+
+void encodeHandle(const HandleInfo& h, uint8_t out[kHandlePublicBytes]) {
+  std::memset(out, 0, kHandlePublicBytes);
+  put64(out, kHandleMagic);
+  put16(out + 8, h.version);
+  out[11] = static_cast<uint8_t>(h.nsocks);
+  put16(out + 12, h.addr.port());
+  if (h.addr.family() == AF_INET) {
+    out[10] = 4;
+    std::memcpy(out + 16, &reinterpret_cast<const sockaddr_in&>(h.addr.storage).sin_addr, 4);
+  } else if (h.addr.family() == AF_INET6) {
+    out[10] = 6;
+    const auto& a6 = reinterpret_cast<const sockaddr_in6&>(h.addr.storage);
+    std::memcpy(out + 16, &a6.sin6_addr, 16);
+    put32(out + 40, a6.sin6_scope_id);
+  }
+  put64(out + 32, h.nonce);
+  put32(out + 60, crcOf(out, 60));
+}
+
+Result<HandleInfo> parseHandle(const uint8_t* p, size_t len) {
+  constexpr std::string_view kWhat = "net handle";
+  if (len < kHandlePublicBytes) return bad(kWhat, "truncated");
+  if (get64(p) != kHandleMagic) return bad(kWhat, "bad magic (not a tenantqos socket handle)");
+  if (get32(p + 60) != crcOf(p, 60)) return bad(kWhat, "crc mismatch (corrupted in transit?)");
+  HandleInfo h;
+  h.version = get16(p + 8);
+  if (h.version != kProtocolVersion) {
+    return bad(kWhat, "protocol version " + std::to_string(h.version) + ", this plugin speaks " +
+                          std::to_string(kProtocolVersion));
+  }
+  h.nsocks = p[11];
+  if (h.nsocks < 1 || h.nsocks > kMaxSocks) return bad(kWhat, "stream count out of range");
+  if (!allZero(p + 14, 2) || !allZero(p + 44, 16)) return bad(kWhat, "reserved bytes set");
+  const uint16_t port = get16(p + 12);
+  if (port == 0) return bad(kWhat, "port 0");
+  if (p[10] == 4) {
+    auto& a4 = reinterpret_cast<sockaddr_in&>(h.addr.storage);
+    a4.sin_family = AF_INET;
+    std::memcpy(&a4.sin_addr, p + 16, 4);
+    if (!allZero(p + 20, 12) || get32(p + 40) != 0) return bad(kWhat, "reserved bytes set");
+    h.addr.len = sizeof(sockaddr_in);
+  } else if (p[10] == 6) {
+    auto& a6 = reinterpret_cast<sockaddr_in6&>(h.addr.storage);
+    a6.sin6_family = AF_INET6;
+    std::memcpy(&a6.sin6_addr, p + 16, 16);
+    a6.sin6_scope_id = get32(p + 40);
+    h.addr.len = sizeof(sockaddr_in6);
+  } else {
+    return bad(kWhat, "unknown address family");
+  }
+  h.addr.setPort(port);
+  h.nonce = get64(p + 32);
+  return h;
+}
+
+void encodeHello(const Hello& h, uint8_t out[kHelloBytes]) {
+  std::memset(out, 0, kHelloBytes);
+  put64(out, kHelloMagic);
+  put16(out + 8, h.version);
+  put16(out + 10, kHelloBytes);
+  out[12] = static_cast<uint8_t>(h.index);
+  out[13] = static_cast<uint8_t>(h.nsocks);
+  out[14] = static_cast<uint8_t>(h.dscp);
+  out[15] = static_cast<uint8_t>(h.service_level);
+  out[16] = h.has_priority ? 1 : 0;
+  const size_t tl = std::min(h.tenant.size(), kMaxTenantBytes);
+  out[17] = static_cast<uint8_t>(tl);
+  put32(out + 20, h.priority);
+  put64(out + 24, h.nonce);
+  put64(out + 32, h.conn_id);
+  std::memcpy(out + 40, h.tenant.data(), tl);
+  put32(out + 104, h.min_chunk);
+  put32(out + 124, crcOf(out, 124));
+}
+
+Result<Hello> parseHello(const uint8_t* p, size_t len) {
+  constexpr std::string_view kWhat = "handshake";
+  if (len < kHelloBytes) {
+    return bad(kWhat, "truncated (" + std::to_string(len) + " of " + std::to_string(kHelloBytes) +
+                          " bytes)");
+  }
+  if (get64(p) != kHelloMagic) return bad(kWhat, "bad magic (not a tenantqos peer)");
+  if (get16(p + 10) != kHelloBytes) return bad(kWhat, "unexpected length field");
+  if (get32(p + 124) != crcOf(p, 124)) return bad(kWhat, "crc mismatch");
+  Hello h;
+  h.version = get16(p + 8);
+  if (h.version != kProtocolVersion) return h;  // the caller reports the version mismatch
+  h.index = p[12];
+  h.nsocks = p[13];
+  h.dscp = p[14];
+  h.service_level = p[15];
+  if (h.nsocks < 1 || h.nsocks > kMaxSocks) return bad(kWhat, "stream count out of range");
+  if (h.index > h.nsocks) return bad(kWhat, "stream index out of range");
+  if (h.dscp > 63) return bad(kWhat, "DSCP out of range");
+  if (h.service_level > 15) return bad(kWhat, "service level out of range");
+  if (p[16] > 1) return bad(kWhat, "unknown flags");
+  h.has_priority = p[16] == 1;
+  if (!allZero(p + 18, 2) || !allZero(p + 108, 16)) return bad(kWhat, "reserved bytes set");
+  h.priority = get32(p + 20);
+  h.nonce = get64(p + 24);
+  h.conn_id = get64(p + 32);
+  TQ_ASSIGN_OR_RETURN(h.tenant, getText(p + 40, 64, p[17], "handshake tenant"));
+  h.min_chunk = get32(p + 104);
+  if (h.min_chunk < 4096) return bad(kWhat, "chunk size out of range");
+  return h;
+}
+
+void encodeAck(const Ack& a, uint8_t out[kAckBytes]) {
+  std::memset(out, 0, kAckBytes);
+  put64(out, kAckMagic);
+  put16(out + 8, a.version);
+  put16(out + 10, static_cast<uint16_t>(a.status));
+  put64(out + 16, a.conn_id);
+  std::string reason = a.reason.substr(0, kMaxAckReason);
+  for (char& c : reason) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  std::memcpy(out + 24, reason.data(), reason.size());
+  put32(out + 124, crcOf(out, 124));
+}
+
+Result<Ack> parseAck(const uint8_t* p, size_t len) {
+  constexpr std::string_view kWhat = "handshake reply";
+  if (len < kAckBytes) return bad(kWhat, "truncated");
+  if (get64(p) != kAckMagic) return bad(kWhat, "bad magic (not a tenantqos peer)");
+  if (get32(p + 124) != crcOf(p, 124)) return bad(kWhat, "crc mismatch");
+  if (get32(p + 12) != 0 || get32(p + 120) != 0) return bad(kWhat, "reserved bytes set");
+  Ack a;
+  a.version = get16(p + 8);
+  const uint16_t status = get16(p + 10);
+  if (status > static_cast<uint16_t>(AckStatus::kBadStreams)) return bad(kWhat, "unknown status");
+  a.status = static_cast<AckStatus>(status);
+  a.conn_id = get64(p + 16);
+  size_t n = 0;
+  while (n < 96 && p[24 + n] != 0) ++n;
+  TQ_ASSIGN_OR_RETURN(a.reason, getText(p + 24, 96, n, "handshake reply reason"));
+  return a;
+}
+
+void encodeFrame(const Frame& f, uint8_t out[kFrameBytes]) {
+  std::memset(out, 0, kFrameBytes);
+  out[0] = static_cast<uint8_t>(f.type);
+  out[1] = f.flags;
+  put32(out + 4, f.seq);
+  put64(out + 8, f.size);
+}
+
+Result<Frame> parseFrame(const uint8_t* p, size_t len) {
+  constexpr std::string_view kWhat = "control frame";
+  if (len < kFrameBytes) return bad(kWhat, "truncated");
+  Frame f;
+  if (p[0] != static_cast<uint8_t>(FrameType::kMessage) &&
+      p[0] != static_cast<uint8_t>(FrameType::kError)) {
+    return bad(kWhat, "unknown type " + std::to_string(p[0]));
+  }
+  f.type = static_cast<FrameType>(p[0]);
+  f.flags = p[1];
+  if ((f.flags & ~kFrameInline) != 0) return bad(kWhat, "unknown flags");
+  if (get16(p + 2) != 0) return bad(kWhat, "reserved bytes set");
+  f.seq = get32(p + 4);
+  f.size = get64(p + 8);
+  if (f.type == FrameType::kError && (f.size > kMaxErrorText || f.flags != 0)) {
+    return bad(kWhat, "error text too long");
+  }
+  return f;
+}
+
+int planStripes(uint64_t size, int nsocks, uint32_t seq, uint64_t min_chunk,
+                Stripe out[kMaxSocks]) {
+  if (size == 0 || nsocks <= 0) return 0;
+  nsocks = std::min(nsocks, kMaxSocks);
+  min_chunk = std::max<uint64_t>(min_chunk, 1);
+  const uint64_t per = (size + static_cast<uint64_t>(nsocks) - 1) / static_cast<uint64_t>(nsocks);
+  const uint64_t chunk = std::max(min_chunk, per);
+  int n = 0;
+  for (uint64_t off = 0; off < size; off += chunk, ++n) {
+    out[n].stream = static_cast<int>((seq + static_cast<uint32_t>(n)) % static_cast<uint32_t>(nsocks));
+    out[n].offset = off;
+    out[n].length = std::min(chunk, size - off);
+  }
+  return n;
+}
+
+}  // namespace tq::plugin::socket

@@ -1,0 +1,161 @@
+// Tenant of a communicator, and the per-tenant pacer every comm of that tenant in this process
+// shares.
+//
+// Resolution (first match wins): TENANTQOS_TENANT; the communicator's trafficClass mapped to
+// the tenant whose agent file lists it (tenantForTrafficClass); TENANTQOS_DEFAULT_TENANT.
+//
+// TenantPacer modes:
+//   kAgent    the agent's file <run_dir>/tenants/<tenant> exists: parameters (rate, burst,
+//             DSCP, SL) come from it, re-read only when its sequence number changes; the token
+//             bucket is the file's, shared by every process of the tenant on the node; this
+//             process's slot carries its counters (tx/rx bytes, throttled time, backlog).
+//   kEnvRate  no file, TENANTQOS_RATE set: a process-local bucket at that rate.
+//   kUnpaced  no file, no TENANTQOS_RATE: admit everything (still tagged and counted).
+// Without a file the pacer looks for it again every TENANTQOS_SHM_RECHECK_MS, from admit()
+// (no thread), so a job started before the agent becomes governed. The mode is logged once
+// when the pacer is created and on every change.
+//
+// Thread-safety: admit/onReceived/release are lock-free (atomics; a try-lock guards the rare
+// re-read/attach, and a caller that loses it proceeds with the previous values) and may be
+// called from any thread. Time: CLOCK_MONOTONIC ns from the injected Clock, the same clock in
+// every process sharing a bucket.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/shm_layout.h"
+#include "common/tenant_shm.h"
+#include "nccl-plugin/params.h"
+#include "nccl-plugin/transport.h"
+
+namespace tq::plugin {
+
+enum class TenantSource { kEnv, kTrafficClass, kDefault, kPeer };
+const char* tenantSourceName(TenantSource s);
+
+struct TenantChoice {
+  std::string tenant;
+  TenantSource source = TenantSource::kDefault;
+};
+
+// Maps a traffic class to a tenant (production: tenantForTrafficClass over the run dir).
+using TrafficClassLookup = std::function<std::optional<std::string>(int traffic_class)>;
+
+// Pure resolution order. traffic_class < 0 means undefined.
+TenantChoice resolveTenant(const std::string& env_tenant, int traffic_class,
+                           const TrafficClassLookup& lookup, const std::string& default_tenant);
+
+// Per-comm pacing state (owned by the send comm; touched by its caller thread only).
+struct PaceState {
+  uint64_t refused_bytes = 0;         // backlog this comm contributes (its refused message)
+  shm::Slot* refused_slot = nullptr;  // the slot that backlog was added to
+  int64_t ready_at_ns = 0;            // when the refused message could first be admitted
+  int64_t lag_ns = 0;                 // how late the retry came (catch-up allowance)
+};
+
+struct PacerConfig {
+  std::string run_dir;
+  std::optional<uint64_t> rate;  // TENANTQOS_RATE
+  uint64_t burst = 256 * 1024;
+  std::optional<int64_t> dscp, sl, priority;
+  int64_t recheck_ns = 1'000'000'000;
+  int64_t catchup_ns = 20'000'000;
+};
+PacerConfig pacerConfigFromParams(const PluginParams& p);
+
+class TenantPacer {
+ public:
+  enum class Mode { kAgent, kEnvRate, kUnpaced };
+
+  TenantPacer(std::string tenant, PacerConfig cfg, Clock& clock);
+  ~TenantPacer();
+  TenantPacer(const TenantPacer&) = delete;
+  TenantPacer& operator=(const TenantPacer&) = delete;
+
+  const std::string& tenant() const { return tenant_; }
+  Mode mode() const;
+  // Marking for a new connection of this tenant.
+  TrafficQos qos() const;
+  // One line: tenant, mode, rate, burst, dscp, file.
+  std::string describe() const;
+
+  // Hot path of isend: takes tokens for `bytes` (true) or refuses (false: the caller returns a
+  // NULL request and NCCL retries). Updates the slot counters. Never blocks.
+  //
+  // Late retries: a token bucket caps saved-up tokens at the burst, so a sender that comes
+  // back later than `burst / rate` after a refusal (descheduled, or napping between polls)
+  // would lose its allocation for the time it was late. When a refused message is retried
+  // after the moment it could have been admitted, the comm may take tokens from that far back
+  // too (at most cfg.catchup_ns): the bucket's cap moves back by the lateness until the sender
+  // has caught up (its next refusal). Tokens are only there if nobody used them — the bucket
+  // state is shared — so this restores the rate of a backlogged tenant without ever exceeding
+  // it; the extra burst is bounded by rate x catchup.
+  bool admit(uint64_t bytes, PaceState* ps);
+  // A receive of `bytes` completed.
+  void onReceived(uint64_t bytes);
+  // A send comm closes: withdraw its backlog.
+  void release(PaceState* ps);
+
+  // For tests and diagnostics: the counters this process is writing (the agent's slot or the
+  // process-local one).
+  const shm::Slot& counters() const;
+
+ private:
+  struct AgentBinding {
+    std::unique_ptr<TenantShmReader> reader;
+    shm::Slot* slot = nullptr;
+  };
+  void tryAttach(int64_t now, bool first);
+  void refresh(AgentBinding* a);
+  void useFallback();
+  shm::Slot* slotFor(AgentBinding* a) { return a != nullptr && a->slot != nullptr ? a->slot : &local_slot_; }
+
+  const std::string tenant_;
+  const PacerConfig cfg_;
+  Clock& clock_;
+
+  std::atomic<AgentBinding*> agent_{nullptr};
+  std::atomic<uint64_t> rate_{0};
+  std::atomic<uint64_t> burst_{0};
+  std::atomic<bool> paced_{false};
+  std::atomic<int> dscp_{0};
+  std::atomic<int> sl_{0};
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<int64_t> next_check_ns_{0};
+  std::atomic<int64_t> local_bucket_{0};
+  shm::Slot local_slot_{};
+
+  std::mutex mu_;  // attach / refresh; try-locked from the hot path
+  // Every binding ever made; never freed before the pacer (hot-path callers may hold one).
+  std::vector<std::unique_ptr<AgentBinding>> bindings_;
+  bool warned_no_slot_ = false;
+};
+
+// One pacer per tenant name per process, shared by every communicator of that tenant.
+class TenantRegistry {
+ public:
+  TenantRegistry(const PluginParams& params, Clock& clock, TrafficClassLookup lookup = nullptr);
+
+  // Tenant of a communicator with this traffic class (-1: undefined), and its pacer.
+  std::shared_ptr<TenantPacer> forTrafficClass(int traffic_class, TenantSource* source = nullptr);
+  std::shared_ptr<TenantPacer> byName(const std::string& tenant);
+
+ private:
+  const PluginParams params_;
+  Clock& clock_;
+  TrafficClassLookup lookup_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<TenantPacer>> pacers_;
+  std::map<int, int64_t> logged_tc_;  // traffic classes whose mapping was logged
+};
+
+}  // namespace tq::plugin

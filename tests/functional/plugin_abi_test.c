@@ -1,0 +1,662 @@
+/* ABI test of libnccl-net-tenantqos.so, in C, the way NCCL uses it: dlopen with
+ * RTLD_NOW|RTLD_LOCAL, dlsym the versioned tables, drive them through our own ABI headers only
+ * (nccl-plugin/abi/), host memory, no NCCL, no GPU.
+ *
+ *   plugin_abi_test <path/to/libnccl-net-tenantqos.so> <case>
+ *
+ * One ctest test per case (see CMakeLists.txt). Every wait is bounded (kDeadlineSec). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nccl-plugin/abi/net_v10.h"
+#include "nccl-plugin/abi/net_v11.h"
+#include "nccl-plugin/abi/net_v12.h"
+#include "nccl-plugin/abi/net_v9.h"
+
+#define kDeadlineSec 20.0
+
+static const char* g_case = "";
+static void* g_lib = NULL;
+static ncclNet_v11_t* g_net = NULL;
+static int g_log_lines = 0;
+static int g_log_prefixed = 0;
+
+#define FAIL(...)                                                 \
+  do {                                                            \
+    fprintf(stderr, "FAIL [%s] %s:%d: ", g_case, __FILE__, __LINE__); \
+    fprintf(stderr, __VA_ARGS__);                                 \
+    fputc('\n', stderr);                                          \
+    exit(1);                                                      \
+  } while (0)
+#define CHECK(cond, ...) \
+  do {                   \
+    if (!(cond)) FAIL(__VA_ARGS__); \
+  } while (0)
+#define NCCLCHECK(call)                                               \
+  do {                                                                \
+    ncclResult_t r_ = (call);                                         \
+    CHECK(r_ == ncclSuccess, "%s returned %d", #call, (int)r_);       \
+  } while (0)
+
+static double now_sec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void stub_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
+                        const char* fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  g_log_lines++;
+  if (strncmp(buf, "NET/tenantqos", 13) == 0) g_log_prefixed++;
+  fprintf(stderr, "  [plugin level=%d flags=0x%lx %s:%d] %s\n", (int)level, flags, file, line, buf);
+}
+
+static int count_dir(const char* path) {
+  DIR* d = opendir(path);
+  int n = 0;
+  struct dirent* e;
+  if (d == NULL) return -1;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] != '.') n++;
+  }
+  closedir(d);
+  return n;
+}
+
+static void* must_alloc(size_t n) {
+  void* p = NULL;
+  CHECK(posix_memalign(&p, 4096, n ? n : 1) == 0, "posix_memalign %zu", n);
+  return p;
+}
+
+static unsigned char pattern(size_t i, unsigned seed) {
+  return (unsigned char)((i * 2654435761u + seed * 40503u) >> 13);
+}
+
+static void load(void) {
+  const char* path = getenv("TQ_ABI_PLUGIN");
+  g_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  CHECK(g_lib != NULL, "dlopen %s: %s", path, dlerror());
+  g_net = (ncclNet_v11_t*)dlsym(g_lib, "ncclNetPlugin_v11");
+  CHECK(g_net != NULL, "dlsym ncclNetPlugin_v11: %s", dlerror());
+}
+
+static void* init_ctx(int traffic_class) {
+  void* ctx = NULL;
+  ncclNetCommConfig_v11_t cfg = {traffic_class};
+  NCCLCHECK(g_net->init(&ctx, 0x1234, &cfg, stub_logger, NULL));
+  CHECK(ctx != NULL, "init returned a NULL ctx");
+  return ctx;
+}
+
+/* listen in ctx_r, then poll connect (ctx_s) and accept alternately in this one thread. */
+static void connect_pair(void* ctx_s, void* ctx_r, void** send, void** recv, void** listen) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  char wire[NCCL_NET_HANDLE_MAXSIZE];
+  ncclNetDeviceHandle_v11_t* dev_s = NULL;
+  ncclNetDeviceHandle_v11_t* dev_r = NULL;
+  memset(handle, 0xab, sizeof handle);
+  NCCLCHECK(g_net->listen(ctx_r, 0, handle, listen));
+  CHECK(*listen != NULL, "listen returned a NULL comm");
+  memcpy(wire, handle, sizeof wire); /* "out of band" exchange */
+  *send = *recv = NULL;
+  double deadline = now_sec() + kDeadlineSec;
+  int polls = 0;
+  while (*send == NULL || *recv == NULL) {
+    if (*send == NULL) NCCLCHECK(g_net->connect(ctx_s, 0, wire, send, &dev_s));
+    if (*recv == NULL) NCCLCHECK(g_net->accept(*listen, recv, &dev_r));
+    polls++;
+    CHECK(now_sec() < deadline, "connect/accept did not complete (%d polls)", polls);
+  }
+}
+
+/* One message of `ssize` bytes into a receive of `rsize`; returns the receiver's result. */
+static ncclResult_t transfer(void* send, void* recv, size_t ssize, size_t rsize, unsigned seed,
+                             ncclResult_t* send_result) {
+  unsigned char* sbuf = must_alloc(ssize);
+  unsigned char* rbuf = must_alloc(rsize);
+  void *smr = NULL, *rmr = NULL, *sreq = NULL, *rreq = NULL;
+  size_t i;
+  for (i = 0; i < ssize; i++) sbuf[i] = pattern(i, seed);
+  memset(rbuf, 0x5a, rsize);
+  NCCLCHECK(g_net->regMr(send, sbuf, ssize, NCCL_PTR_HOST, &smr));
+  NCCLCHECK(g_net->regMr(recv, rbuf, rsize, NCCL_PTR_HOST, &rmr));
+  void* rdata[1] = {rbuf};
+  size_t rsizes[1] = {rsize};
+  int tags[1] = {7};
+  void* rmrs[1] = {rmr};
+  NCCLCHECK(g_net->irecv(recv, 1, rdata, rsizes, tags, rmrs, NULL, &rreq));
+  CHECK(rreq != NULL, "irecv returned no request");
+  double deadline = now_sec() + kDeadlineSec;
+  int sdone = 0, rdone = 0, got = -1, sent = -1;
+  ncclResult_t rres = ncclSuccess, sres = ncclSuccess;
+  while (sreq == NULL && sres == ncclSuccess) {
+    sres = g_net->isend(send, sbuf, ssize, 7, smr, NULL, &sreq);
+    CHECK(now_sec() < deadline, "isend never accepted the message");
+  }
+  while ((!sdone && sres == ncclSuccess) || (!rdone && rres == ncclSuccess)) {
+    if (!sdone && sres == ncclSuccess) sres = g_net->test(sreq, &sdone, &sent);
+    if (!rdone && rres == ncclSuccess) rres = g_net->test(rreq, &rdone, &got);
+    CHECK(now_sec() < deadline, "transfer of %zu into %zu did not finish (send done %d, recv done %d)",
+          ssize, rsize, sdone, rdone);
+  }
+  if (rres == ncclSuccess) {
+    CHECK(got == (int)ssize, "receiver reports %d bytes, sent %zu", got, ssize);
+    CHECK(sent == (int)ssize, "sender reports %d bytes, sent %zu", sent, ssize);
+    for (i = 0; i < ssize; i++) {
+      CHECK(rbuf[i] == sbuf[i], "byte %zu of %zu: got 0x%02x want 0x%02x", i, ssize, rbuf[i], sbuf[i]);
+    }
+    for (; i < rsize; i++) CHECK(rbuf[i] == 0x5a, "byte %zu beyond the message was written", i);
+  }
+  NCCLCHECK(g_net->deregMr(send, smr));
+  NCCLCHECK(g_net->deregMr(recv, rmr));
+  free(sbuf);
+  free(rbuf);
+  if (send_result) *send_result = sres;
+  return rres;
+}
+
+static void close_all(void* send, void* recv, void* listen) {
+  if (send) NCCLCHECK(g_net->closeSend(send));
+  if (recv) NCCLCHECK(g_net->closeRecv(recv));
+  if (listen) NCCLCHECK(g_net->closeListen(listen));
+}
+
+/* ---- cases ---------------------------------------------------------------------------------- */
+
+static void case_symbols(void) {
+  CHECK(strcmp(g_net->name, "tenantqos") == 0, "name is \"%s\"", g_net->name);
+  ncclNet_v10_t* v10 = (ncclNet_v10_t*)dlsym(g_lib, "ncclNetPlugin_v10");
+  ncclNet_v12_t* v12 = (ncclNet_v12_t*)dlsym(g_lib, "ncclNetPlugin_v12");
+  ncclNet_v9_t* v9 = (ncclNet_v9_t*)dlsym(g_lib, "ncclNetPlugin_v9");
+  CHECK(v10 != NULL && v12 != NULL && v9 != NULL, "missing v9/v10/v12 table");
+  CHECK(strcmp(v10->name, "tenantqos") == 0 && strcmp(v9->name, "tenantqos") == 0, "names");
+  CHECK(g_net->init && g_net->devices && g_net->getProperties && g_net->listen && g_net->connect &&
+            g_net->accept && g_net->regMr && g_net->deregMr && g_net->isend && g_net->irecv &&
+            g_net->iflush && g_net->test && g_net->closeSend && g_net->closeRecv &&
+            g_net->closeListen && g_net->finalize,
+        "a mandatory v11 function is NULL");
+  CHECK(dlsym(g_lib, "ncclNetPlugin_v8") == NULL, "unexpected v8 table");
+  /* Nothing but the tables is exported. */
+  CHECK(dlsym(g_lib, "_ZN2tq6plugin3api7devicesEPi") == NULL, "internal symbol exported");
+}
+
+static void case_init_devices(void) {
+  void* ctx = init_ctx(-1);
+  CHECK(g_log_prefixed > 0, "init logged nothing through NCCL's logger with the NET/tenantqos prefix");
+  int ndev = 0;
+  NCCLCHECK(g_net->devices(&ndev));
+  CHECK(ndev >= 1, "ndev = %d", ndev);
+  for (int d = 0; d < ndev; d++) {
+    ncclNetProperties_v11_t p;
+    memset(&p, 0xff, sizeof p);
+    NCCLCHECK(g_net->getProperties(d, &p));
+    CHECK(p.name != NULL && p.name[0] != '\0', "device %d has no name", d);
+    CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport 0x%x", p.ptrSupport);
+    CHECK(p.maxRecvs == 1 && p.maxComms > 0, "maxRecvs %d maxComms %d", p.maxRecvs, p.maxComms);
+    CHECK(p.netDeviceType == NCCL_NET_DEVICE_HOST, "netDeviceType %d", (int)p.netDeviceType);
+    CHECK(p.maxP2pBytes > 0 && p.maxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES, "maxP2pBytes");
+    CHECK(p.maxCollBytes > 0 && p.maxCollBytes <= NCCL_MAX_NET_SIZE_BYTES, "maxCollBytes");
+    CHECK(p.maxMultiRequestSize == 1, "maxMultiRequestSize %d", p.maxMultiRequestSize);
+    CHECK(p.vProps.ndevs == 1 && p.vProps.devs[0] == d, "vProps");
+    CHECK(p.speed > 0, "speed %d", p.speed);
+    fprintf(stderr, "device %d: %s speed %d Mbps pci %s\n", d, p.name, p.speed,
+            p.pciPath ? p.pciPath : "(none)");
+  }
+  ncclNetProperties_v11_t p;
+  CHECK(g_net->getProperties(ndev, &p) == ncclInvalidArgument, "device out of range accepted");
+  CHECK(g_net->getProperties(0, NULL) == ncclInvalidArgument, "NULL props accepted");
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
+static void case_bad_args(void) {
+  void* ctx = init_ctx(-1);
+  void* req = (void*)1;
+  int done = 0;
+  CHECK(g_net->isend(NULL, NULL, 0, 0, NULL, NULL, &req) == ncclInvalidArgument, "isend(NULL)");
+  CHECK(g_net->test(NULL, &done, NULL) == ncclInvalidArgument, "test(NULL)");
+  CHECK(g_net->closeSend(NULL) == ncclInvalidArgument, "closeSend(NULL)");
+  char junk[64];
+  memset(junk, 0x42, sizeof junk);
+  CHECK(g_net->closeRecv(junk) == ncclInvalidArgument, "closeRecv(junk)");
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  memset(handle, 0x11, sizeof handle);
+  void* send = NULL;
+  ncclNetDeviceHandle_v11_t* dev = NULL;
+  CHECK(g_net->connect(ctx, 0, handle, &send, &dev) == ncclInvalidArgument && send == NULL,
+        "connect to a garbage handle did not fail with ncclInvalidArgument");
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
+static void case_regmr(void) {
+  void* ctx = init_ctx(-1);
+  void *send, *recv, *listen, *mr = NULL;
+  connect_pair(ctx, ctx, &send, &recv, &listen);
+  char buf[64];
+  NCCLCHECK(g_net->regMr(send, buf, sizeof buf, NCCL_PTR_HOST, &mr));
+  CHECK(mr != NULL, "regMr gave no handle");
+  NCCLCHECK(g_net->deregMr(send, mr));
+  mr = NULL;
+  ncclResult_t r = g_net->regMr(recv, buf, sizeof buf, NCCL_PTR_CUDA, &mr);
+  CHECK(r == ncclInternalError && mr == NULL, "regMr(CUDA) returned %d", (int)r);
+  /* iflush on host memory is a no-op: success and no request. */
+  void* req = NULL;
+  void* data[1] = {buf};
+  int sizes[1] = {64};
+  NCCLCHECK(g_net->iflush(recv, 1, data, sizes, NULL, &req));
+  CHECK(req == NULL, "iflush returned a request for host memory");
+  /* A region left registered is freed by close. */
+  NCCLCHECK(g_net->regMr(recv, buf, sizeof buf, NCCL_PTR_HOST, &mr));
+  close_all(send, recv, listen);
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
+static void case_transfers(void) {
+  static const size_t sizes[] = {0, 1, 3, 127, 128, 4096, 65535, 65536, 65537, 262144 + 5,
+                                 (1u << 20) + 7, 4u << 20, 64u << 20};
+  void* ctx_s = init_ctx(-1);
+  void* ctx_r = init_ctx(-1);
+  void *send, *recv, *listen;
+  connect_pair(ctx_s, ctx_r, &send, &recv, &listen);
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    NCCLCHECK(transfer(send, recv, sizes[k], sizes[k], (unsigned)k, NULL));
+    fprintf(stderr, "  %zu bytes ok\n", sizes[k]);
+  }
+  close_all(send, recv, listen);
+  NCCLCHECK(g_net->finalize(ctx_s));
+  NCCLCHECK(g_net->finalize(ctx_r));
+}
+
+static void case_recv_larger(void) {
+  void* ctx = init_ctx(-1);
+  void *send, *recv, *listen;
+  connect_pair(ctx, ctx, &send, &recv, &listen);
+  NCCLCHECK(transfer(send, recv, 1000, 1u << 20, 1, NULL));
+  NCCLCHECK(transfer(send, recv, 0, 4096, 2, NULL));
+  NCCLCHECK(transfer(send, recv, (2u << 20) + 1, 8u << 20, 3, NULL));
+  close_all(send, recv, listen);
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
+static void send_larger(size_t ssize, size_t rsize) {
+  void* ctx = init_ctx(-1);
+  void *send, *recv, *listen;
+  connect_pair(ctx, ctx, &send, &recv, &listen);
+  ncclResult_t sres = ncclSuccess;
+  ncclResult_t rres = transfer(send, recv, ssize, rsize, 9, &sres);
+  CHECK(rres == ncclInvalidUsage, "receiver: send %zu > recv %zu returned %d, want ncclInvalidUsage",
+        ssize, rsize, (int)rres);
+  /* The sender learns it too: its request fails, or (already handed to the kernel) its next
+   * call does, within the deadline. */
+  double deadline = now_sec() + kDeadlineSec;
+  while (sres == ncclSuccess) {
+    void* req = NULL;
+    char b = 0;
+    sres = g_net->isend(send, &b, 0, 0, NULL, NULL, &req);
+    if (sres == ncclSuccess && req != NULL) {
+      int done = 0;
+      while (sres == ncclSuccess && !done) {
+        sres = g_net->test(req, &done, NULL);
+        CHECK(now_sec() < deadline, "sender never learnt of the truncation");
+      }
+    }
+    CHECK(now_sec() < deadline, "sender never learnt of the truncation");
+  }
+  CHECK(sres == ncclInvalidUsage, "sender got %d, want ncclInvalidUsage", (int)sres);
+  close_all(send, recv, listen);
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
+static void case_send_larger(void) {
+  send_larger(200, 100);                     /* inline path */
+  send_larger((4u << 20) + 1, 1u << 20);     /* striped path */
+}
+
+static void case_inflight32(void) {
+  enum { N = NCCL_NET_MAX_REQUESTS, SZ = 100000 };
+  void* ctx = init_ctx(-1);
+  void *send, *recv, *listen;
+  connect_pair(ctx, ctx, &send, &recv, &listen);
+  unsigned char* sbuf = must_alloc((size_t)N * SZ);
+  unsigned char* rbuf = must_alloc((size_t)(N + 1) * SZ);
+  void *smr, *rmr;
+  NCCLCHECK(g_net->regMr(send, sbuf, (size_t)N * SZ, NCCL_PTR_HOST, &smr));
+  NCCLCHECK(g_net->regMr(recv, rbuf, (size_t)(N + 1) * SZ, NCCL_PTR_HOST, &rmr));
+  for (size_t i = 0; i < (size_t)N * SZ; i++) sbuf[i] = pattern(i, 77);
+  void* rreq[N + 1];
+  void* sreq[N + 1];
+  int tag = 0;
+  for (int k = 0; k <= N; k++) {
+    void* data[1] = {rbuf + (size_t)k * SZ};
+    size_t size[1] = {SZ};
+    void* mrs[1] = {rmr};
+    rreq[k] = NULL;
+    ncclResult_t r = g_net->irecv(recv, 1, data, size, &tag, mrs, NULL, &rreq[k]);
+    if (k < N) {
+      CHECK(r == ncclSuccess && rreq[k] != NULL, "irecv %d failed (%d)", k, (int)r);
+    } else {
+      CHECK(r != ncclSuccess && rreq[k] == NULL, "the 33rd irecv was not refused (%d)", (int)r);
+    }
+  }
+  for (int k = 0; k <= N; k++) {
+    sreq[k] = NULL;
+    ncclResult_t r = g_net->isend(send, k < N ? sbuf + (size_t)k * SZ : sbuf, SZ, tag, smr, NULL, &sreq[k]);
+    if (k < N) {
+      CHECK(r == ncclSuccess && sreq[k] != NULL, "isend %d failed (%d)", k, (int)r);
+    } else {
+      CHECK(r != ncclSuccess && sreq[k] == NULL, "the 33rd isend was not refused (%d)", (int)r);
+    }
+  }
+  int left = 2 * N;
+  int sdone[N] = {0}, rdone[N] = {0};
+  double deadline = now_sec() + kDeadlineSec;
+  while (left > 0) {
+    for (int k = 0; k < N; k++) {
+      int size = -1;
+      if (!sdone[k]) {
+        NCCLCHECK(g_net->test(sreq[k], &sdone[k], &size));
+        if (sdone[k]) left--;
+      }
+      if (!rdone[k]) {
+        NCCLCHECK(g_net->test(rreq[k], &rdone[k], &size));
+        if (rdone[k]) {
+          CHECK(size == SZ, "request %d received %d bytes", k, size);
+          left--;
+        }
+      }
+    }
+    CHECK(now_sec() < deadline, "32 in-flight requests did not complete (%d left)", left);
+  }
+  CHECK(memcmp(sbuf, rbuf, (size_t)N * SZ) == 0, "32 in-flight messages arrived corrupted or out of order");
+  /* The refusals left the comms usable. */
+  NCCLCHECK(transfer(send, recv, 12345, 12345, 5, NULL));
+  NCCLCHECK(g_net->deregMr(send, smr));
+  NCCLCHECK(g_net->deregMr(recv, rmr));
+  close_all(send, recv, listen);
+  free(sbuf);
+  free(rbuf);
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
+static void case_close_inflight(void) {
+  void* ctx = init_ctx(-1);
+  const int fds0 = count_dir("/proc/self/fd");
+  const int threads0 = count_dir("/proc/self/task");
+  for (int round = 0; round < 3; round++) {
+    void *send, *recv, *listen;
+    connect_pair(ctx, ctx, &send, &recv, &listen);
+    enum { N = 4 };
+    const size_t sz = 64u << 20;
+    unsigned char* sbuf = must_alloc(sz);
+    unsigned char* rbuf = must_alloc(sz);
+    memset(sbuf, 1, sz);
+    void *smr, *rmr, *req;
+    NCCLCHECK(g_net->regMr(send, sbuf, sz, NCCL_PTR_HOST, &smr));
+    NCCLCHECK(g_net->regMr(recv, rbuf, sz, NCCL_PTR_HOST, &rmr));
+    for (int k = 0; k < N; k++) {
+      void* data[1] = {rbuf};
+      size_t size[1] = {sz};
+      int tag = 0;
+      req = NULL;
+      NCCLCHECK(g_net->irecv(recv, 1, data, size, &tag, &rmr, NULL, &req));
+      req = NULL;
+      NCCLCHECK(g_net->isend(send, sbuf, sz, 0, smr, NULL, &req));
+      CHECK(req != NULL, "isend returned no request");
+    }
+    /* Nobody tests: 256 MiB cannot fit in socket buffers, so requests are in flight. */
+    double t0 = now_sec();
+    if (round == 1) {
+      close_all(NULL, recv, NULL); /* receiver first */
+      close_all(send, NULL, listen);
+    } else {
+      close_all(send, recv, listen);
+    }
+    double took = now_sec() - t0;
+    CHECK(took < 5.0, "closing with requests in flight took %.2f s", took);
+    free(sbuf);
+    free(rbuf);
+  }
+  NCCLCHECK(g_net->finalize(ctx));
+  double deadline = now_sec() + 5;
+  while ((count_dir("/proc/self/fd") != fds0 || count_dir("/proc/self/task") != threads0) &&
+         now_sec() < deadline) {
+    usleep(10000);
+  }
+  CHECK(count_dir("/proc/self/fd") == fds0, "fd leak: %d before, %d after", fds0,
+        count_dir("/proc/self/fd"));
+  CHECK(count_dir("/proc/self/task") == threads0, "thread leak: %d before, %d after", threads0,
+        count_dir("/proc/self/task"));
+}
+
+static void case_v10(void) {
+  ncclNet_v10_t* v10 = (ncclNet_v10_t*)dlsym(g_lib, "ncclNetPlugin_v10");
+  CHECK(v10 != NULL, "no v10 table");
+  NCCLCHECK(v10->init(stub_logger, NULL));
+  NCCLCHECK(v10->init(stub_logger, NULL)); /* NCCL may init more than once */
+  int ndev = 0;
+  NCCLCHECK(v10->devices(&ndev));
+  CHECK(ndev >= 1, "v10 ndev %d", ndev);
+  ncclNetProperties_v10_t props;
+  NCCLCHECK(v10->getProperties(0, &props));
+  CHECK(props.ptrSupport == NCCL_PTR_HOST && props.maxRecvs == 1, "v10 props");
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *listen = NULL, *send = NULL, *recv = NULL;
+  ncclNetDeviceHandle_v10_t *ds = NULL, *dr = NULL;
+  NCCLCHECK(v10->listen(0, handle, &listen));
+  ncclNetCommConfig_v10_t cfg = {3};
+  double deadline = now_sec() + kDeadlineSec;
+  while (send == NULL || recv == NULL) {
+    if (send == NULL) NCCLCHECK(v10->connect(0, &cfg, handle, &send, &ds));
+    if (recv == NULL) NCCLCHECK(v10->accept(listen, &recv, &dr));
+    CHECK(now_sec() < deadline, "v10 connect/accept did not complete");
+  }
+  char sbuf[3000], rbuf[3000];
+  for (int i = 0; i < 3000; i++) sbuf[i] = (char)i;
+  void *smr, *rmr, *sreq = NULL, *rreq = NULL;
+  NCCLCHECK(v10->regMr(send, sbuf, sizeof sbuf, NCCL_PTR_HOST, &smr));
+  NCCLCHECK(v10->regMr(recv, rbuf, sizeof rbuf, NCCL_PTR_HOST, &rmr));
+  void* data[1] = {rbuf};
+  size_t size[1] = {sizeof rbuf};
+  int tag = 1, sdone = 0, rdone = 0, got = 0;
+  NCCLCHECK(v10->irecv(recv, 1, data, size, &tag, &rmr, NULL, &rreq));
+  while (sreq == NULL) NCCLCHECK(v10->isend(send, sbuf, sizeof sbuf, 1, smr, NULL, &sreq));
+  while (!sdone || !rdone) {
+    if (!sdone) NCCLCHECK(v10->test(sreq, &sdone, NULL));
+    if (!rdone) NCCLCHECK(v10->test(rreq, &rdone, &got));
+    CHECK(now_sec() < deadline, "v10 transfer did not finish");
+  }
+  CHECK(got == 3000 && memcmp(sbuf, rbuf, 3000) == 0, "v10 transfer corrupted");
+  NCCLCHECK(v10->deregMr(send, smr));
+  NCCLCHECK(v10->deregMr(recv, rmr));
+  NCCLCHECK(v10->closeSend(send));
+  NCCLCHECK(v10->closeRecv(recv));
+  NCCLCHECK(v10->closeListen(listen));
+}
+
+/* Two processes, the handle passed through a pipe; each side init's its own plugin state. */
+static void case_two_process(void) {
+  static const size_t sizes[] = {0, 1, 4096, 65537, (3u << 20) + 1, 32u << 20};
+  enum { K = sizeof sizes / sizeof sizes[0] };
+  int pfd[2];
+  CHECK(pipe(pfd) == 0, "pipe");
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) {
+    /* receiver */
+    close(pfd[0]);
+    g_case = "two_process/child";
+    void* ctx = init_ctx(-1);
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *listen = NULL, *recv = NULL;
+    ncclNetDeviceHandle_v11_t* dr = NULL;
+    NCCLCHECK(g_net->listen(ctx, 0, handle, &listen));
+    CHECK(write(pfd[1], handle, sizeof handle) == (ssize_t)sizeof handle, "write handle");
+    close(pfd[1]);
+    double deadline = now_sec() + kDeadlineSec;
+    while (recv == NULL) {
+      NCCLCHECK(g_net->accept(listen, &recv, &dr));
+      CHECK(now_sec() < deadline, "child: accept did not complete");
+    }
+    for (int k = 0; k < K; k++) {
+      unsigned char* rbuf = must_alloc(sizes[k] + 16);
+      void *rmr, *rreq = NULL;
+      NCCLCHECK(g_net->regMr(recv, rbuf, sizes[k] + 16, NCCL_PTR_HOST, &rmr));
+      void* data[1] = {rbuf};
+      size_t size[1] = {sizes[k] + 16};
+      int tag = 0, done = 0, got = -1;
+      NCCLCHECK(g_net->irecv(recv, 1, data, size, &tag, &rmr, NULL, &rreq));
+      while (!done) {
+        NCCLCHECK(g_net->test(rreq, &done, &got));
+        CHECK(now_sec() < deadline, "child: receive %d did not finish", k);
+      }
+      CHECK(got == (int)sizes[k], "child: got %d bytes, want %zu", got, sizes[k]);
+      for (size_t i = 0; i < sizes[k]; i++) {
+        CHECK(rbuf[i] == pattern(i, (unsigned)k), "child: message %d byte %zu corrupted", k, i);
+      }
+      NCCLCHECK(g_net->deregMr(recv, rmr));
+      free(rbuf);
+    }
+    close_all(NULL, recv, listen);
+    NCCLCHECK(g_net->finalize(ctx));
+    _exit(0);
+  }
+  close(pfd[1]);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  size_t got = 0;
+  while (got < sizeof handle) {
+    ssize_t n = read(pfd[0], handle + got, sizeof handle - got);
+    CHECK(n > 0, "read handle from child (child died?)");
+    got += (size_t)n;
+  }
+  close(pfd[0]);
+  void* ctx = init_ctx(-1);
+  void* send = NULL;
+  ncclNetDeviceHandle_v11_t* ds = NULL;
+  double deadline = now_sec() + kDeadlineSec;
+  while (send == NULL) {
+    NCCLCHECK(g_net->connect(ctx, 0, handle, &send, &ds));
+    CHECK(now_sec() < deadline, "parent: connect did not complete");
+  }
+  for (int k = 0; k < K; k++) {
+    unsigned char* sbuf = must_alloc(sizes[k]);
+    for (size_t i = 0; i < sizes[k]; i++) sbuf[i] = pattern(i, (unsigned)k);
+    void *smr, *sreq = NULL;
+    int done = 0;
+    NCCLCHECK(g_net->regMr(send, sbuf, sizes[k], NCCL_PTR_HOST, &smr));
+    while (sreq == NULL) NCCLCHECK(g_net->isend(send, sbuf, sizes[k], 0, smr, NULL, &sreq));
+    while (!done) {
+      NCCLCHECK(g_net->test(sreq, &done, NULL));
+      CHECK(now_sec() < deadline, "parent: send %d did not finish", k);
+    }
+    NCCLCHECK(g_net->deregMr(send, smr));
+    free(sbuf);
+  }
+  int status = 0;
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (now_sec() > deadline) {
+      kill(child, SIGKILL);
+      FAIL("child did not finish");
+    }
+    usleep(1000);
+  }
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status 0x%x)", status);
+  close_all(send, NULL, NULL);
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
+/* A peer that dies: the survivor's requests fail within the deadline instead of hanging. */
+static void case_peer_dies(void) {
+  int pfd[2];
+  CHECK(pipe(pfd) == 0, "pipe");
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) {
+    close(pfd[0]);
+    void* ctx = init_ctx(-1);
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *listen = NULL, *recv = NULL;
+    ncclNetDeviceHandle_v11_t* dr = NULL;
+    NCCLCHECK(g_net->listen(ctx, 0, handle, &listen));
+    CHECK(write(pfd[1], handle, sizeof handle) == (ssize_t)sizeof handle, "write handle");
+    while (recv == NULL) NCCLCHECK(g_net->accept(listen, &recv, &dr));
+    _exit(0); /* dies with the connection open, nothing received */
+  }
+  close(pfd[1]);
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  CHECK(read(pfd[0], handle, sizeof handle) == (ssize_t)sizeof handle, "read handle");
+  void* ctx = init_ctx(-1);
+  void* send = NULL;
+  ncclNetDeviceHandle_v11_t* ds = NULL;
+  double deadline = now_sec() + kDeadlineSec;
+  while (send == NULL) {
+    NCCLCHECK(g_net->connect(ctx, 0, handle, &send, &ds));
+    CHECK(now_sec() < deadline, "connect did not complete");
+  }
+  waitpid(child, NULL, 0);
+  const size_t sz = 32u << 20;
+  unsigned char* sbuf = must_alloc(sz);
+  memset(sbuf, 3, sz);
+  ncclResult_t r = ncclSuccess;
+  void* req = NULL;
+  int done = 0;
+  while (r == ncclSuccess && req == NULL) r = g_net->isend(send, sbuf, sz, 0, NULL, NULL, &req);
+  while (r == ncclSuccess && !done) {
+    r = g_net->test(req, &done, NULL);
+    CHECK(now_sec() < deadline, "send to a dead peer neither failed nor finished");
+  }
+  CHECK(r == ncclSystemError, "send to a dead peer returned %d (done %d), want ncclSystemError",
+        (int)r, done);
+  NCCLCHECK(g_net->closeSend(send));
+  free(sbuf);
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s <plugin.so> <case>\n", argv[0]);
+    return 2;
+  }
+  g_case = argv[2];
+  setenv("TQ_ABI_PLUGIN", argv[1], 1);
+  /* Loopback only; no agent files; a short handshake deadline. Caller's values win. */
+  setenv("TENANTQOS_SOCKET_IFNAME", "lo", 0);
+  setenv("TENANTQOS_RUN_DIR", "/nonexistent/tqplg-abi", 0);
+  setenv("TENANTQOS_HANDSHAKE_TIMEOUT_MS", "10000", 0);
+  load();
+  struct {
+    const char* name;
+    void (*fn)(void);
+  } cases[] = {
+      {"symbols", case_symbols},         {"init_devices", case_init_devices},
+      {"bad_args", case_bad_args},       {"regmr", case_regmr},
+      {"transfers", case_transfers},     {"recv_larger", case_recv_larger},
+      {"send_larger", case_send_larger}, {"inflight32", case_inflight32},
+      {"close_inflight", case_close_inflight}, {"v10", case_v10},
+      {"two_process", case_two_process}, {"peer_dies", case_peer_dies},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (strcmp(cases[i].name, argv[2]) == 0) {
+      double t0 = now_sec();
+      cases[i].fn();
+      fprintf(stderr, "PASS [%s] %.2f s (%d log lines)\n", argv[2], now_sec() - t0, g_log_lines);
+      return 0;
+    }
+  }
+  fprintf(stderr, "unknown case %s\n", argv[2]);
+  return 2;
+}

@@ -1,0 +1,135 @@
+// tenantqos-perf over the real plugin: every mode runs and verifies its data; a rank that dies
+// makes the others fail with a message within a deadline; the agent reclaims the slots of
+// killed processes (the shared-memory contract from the plugin's side).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "common/tenant_shm.h"
+#include "tests/functional/plugin_proc_util.h"
+
+namespace tq::plugin::testing {
+namespace {
+
+std::map<std::string, std::string> baseEnv(const std::string& run_dir) {
+  return {{"TENANTQOS_RUN_DIR", run_dir}, {"TENANTQOS_SOCKET_IFNAME", "lo"}};
+}
+
+std::vector<std::string> perf(std::vector<std::string> args) {
+  args.insert(args.begin(), TQ_PERF_BIN);
+  args.push_back("--plugin");
+  args.push_back(TQ_PLUGIN_SO);
+  return args;
+}
+
+TEST(PluginPerf, SendRecvSweepVerifiesData) {
+  TempDir dir;
+  ProcResult r = run(perf({"sendrecv", "--local", "2", "-b", "1", "-e", "8M", "-f", "8", "-n", "4",
+                           "-w", "1", "--check-all", "--json"}),
+                     baseEnv(dir.path()), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto results = jsonLines(r.out, "result");
+  ASSERT_EQ(results.size(), 8u) << r.out;  // 1, 8, 64, ... 2M (16M > 8M)
+  for (const auto& l : results) {
+    EXPECT_EQ(jsonNumber(l, "wrong").value_or(-1), 0) << l;
+    EXPECT_GT(jsonNumber(l, "time_us").value_or(0), 0) << l;
+  }
+  ASSERT_EQ(jsonLines(r.out, "config").size(), 1u);
+  EXPECT_EQ(jsonNumber(jsonLines(r.out, "config")[0], "abi").value_or(0), 11);
+}
+
+TEST(PluginPerf, AllReduceOverThreeRanksIsCorrect) {
+  TempDir dir;
+  ProcResult r = run(perf({"allreduce", "--local", "3", "-b", "4", "-e", "4M", "-f", "16", "-n",
+                           "3", "-w", "1", "--json"}),
+                     baseEnv(dir.path()), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto results = jsonLines(r.out, "result");
+  ASSERT_EQ(results.size(), 6u) << r.out;
+  for (const auto& l : results) {
+    EXPECT_EQ(jsonNumber(l, "wrong").value_or(-1), 0) << l;
+    const double alg = jsonNumber(l, "algbw_GBps").value_or(0);
+    const double bus = jsonNumber(l, "busbw_GBps").value_or(0);
+    EXPECT_NEAR(bus, alg * 2.0 * 2 / 3, 1e-3 + alg * 1e-3) << l;  // nccl-tests: 2(n-1)/n
+  }
+}
+
+TEST(PluginPerf, PingPongAndTheV10Abi) {
+  TempDir dir;
+  ProcResult r = run(perf({"pingpong", "--local", "2", "-b", "8", "-e", "64K", "-f", "64", "-n",
+                           "50", "-w", "5", "--abi", "10", "--trafficclass", "3"}),
+                     baseEnv(dir.path()), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ABI v10"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rtt(us)"), std::string::npos) << r.out;
+}
+
+TEST(PluginPerf, ReportIntervalLinesInText) {
+  TempDir dir;
+  ProcResult r = run(perf({"sendrecv", "--local", "2", "--duration", "0.5", "--size", "64K",
+                           "--report-interval", "100"}),
+                     baseEnv(dir.path()), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int lines = 0;
+  for (size_t p = r.out.find("\ninterval "); p != std::string::npos; p = r.out.find("\ninterval ", p + 1)) ++lines;
+  EXPECT_GE(lines, 8) << r.out;  // 2 ranks x ~5 intervals
+  EXPECT_NE(r.out.find("summary rank 0"), std::string::npos);
+  EXPECT_NE(r.out.find("summary rank 1"), std::string::npos);
+}
+
+TEST(PluginPerf, BadOptionsAreRejected) {
+  ProcResult r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--window", "33"}, {}, 10);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--window"), std::string::npos) << r.err;
+  r = run({TQ_PERF_BIN, "pingpong", "--local", "3"}, {}, 10);
+  EXPECT_EQ(r.exit_code, 2);
+  r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--plugin", "/nonexistent/tqplg.so"}, {}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot load net plugin"), std::string::npos) << r.err;
+}
+
+// Two ranks started separately; rank 1 is killed mid-run. Rank 0 must fail, with a message,
+// well within the no-progress timeout; the agent then reclaims both processes' slots.
+TEST(PluginPerf, ARankThatDiesFailsTheOthersAndItsSlotIsReclaimed) {
+  TempDir dir;
+  auto w = TenantShmWriter::openOrCreate(dir.path(), "tqplg-kill");
+  ASSERT_TRUE(w.ok());
+  TenantParams p;
+  p.rate_bytes_per_second = 10'000'000'000ull;
+  (*w)->publish(p);
+  const std::string rv = "127.0.0.1:" + std::to_string(freePort());
+  auto rank = [&](int r) {
+    return perf({"sendrecv", "--rank", std::to_string(r), "--nranks", "2", "--rendezvous", rv,
+                 "--unidirectional", "--duration", "60", "--size", "1M", "--tenant",
+                 "tqplg-kill", "--timeout", "30"});
+  };
+  Proc r0(rank(0), baseEnv(dir.path()));
+  Proc r1(rank(1), baseEnv(dir.path()));
+  const double t0 = monotonicSeconds();
+  while ((*w)->usage(0).processes < 2 || (*w)->usage(0).tx_bytes == 0) {
+    ASSERT_TRUE(r0.poll()) << r0.err();
+    ASSERT_TRUE(r1.poll()) << r1.err();
+    ASSERT_LT(monotonicSeconds() - t0, 20) << "the ranks never started transferring";
+    ::usleep(20'000);
+  }
+  r1.kill(SIGKILL);
+  ProcResult res1 = r1.wait(10);
+  EXPECT_EQ(res1.signal, SIGKILL);
+  const double killed = monotonicSeconds();
+  ProcResult res0 = r0.wait(20);
+  ASSERT_FALSE(res0.timed_out) << "rank 0 hung after rank 1 died";
+  EXPECT_EQ(res0.exit_code, 1);
+  EXPECT_LT(monotonicSeconds() - killed, 5.0) << "rank 0 took too long to notice";
+  EXPECT_NE(res0.err.find("error"), std::string::npos) << res0.err;
+  std::printf("rank 0 after rank 1 died: %s", res0.err.substr(res0.err.rfind("[rank 0] tenantqos-perf")).c_str());
+  // Both processes are gone: the agent reclaims their slots and keeps their totals.
+  const uint64_t tx_before = (*w)->usage(0).tx_bytes;
+  EXPECT_EQ((*w)->reclaimDeadSlots(), 2);
+  TenantUsage u = (*w)->usage(0);
+  EXPECT_EQ(u.processes, 0u);
+  EXPECT_EQ(u.tx_bytes, tx_before) << "reclaiming must keep the totals monotonic";
+  EXPECT_GT(u.tx_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace tq::plugin::testing

@@ -1,0 +1,73 @@
+// Helpers for the plugin's functional tests: run tenantqos-perf (or any program) as a child
+// process with a bounded lifetime, capture its output, and read its JSON-lines output.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tq::plugin::testing {
+
+struct ProcResult {
+  int exit_code = -1;   // -1 if killed by a signal or timed out
+  int signal = 0;
+  bool timed_out = false;
+  double seconds = 0;   // wall time until exit
+  std::string out;
+  std::string err;
+};
+
+// A running child; output is collected when waited for. The destructor kills it (SIGKILL)
+// if it still runs, so a failing test never leaves processes behind.
+class Proc {
+ public:
+  Proc(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+  ~Proc();
+  Proc(const Proc&) = delete;
+  Proc& operator=(const Proc&) = delete;
+  pid_t pid() const { return pid_; }
+  // Reads available output without blocking; true while the child runs.
+  bool poll();
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+  ProcResult wait(double timeout_s);
+  void kill(int sig);
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1;
+  std::string out_, err_;
+  double start_ = 0;
+  bool exited_ = false;
+  int status_ = 0;
+};
+
+ProcResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+               double timeout_s);
+
+double monotonicSeconds();
+
+// Minimal JSON-lines access: the lines whose "type" is `type`, and numeric/string fields.
+std::vector<std::string> jsonLines(const std::string& out, const std::string& type);
+std::optional<double> jsonNumber(const std::string& line, const std::string& key);
+std::optional<std::string> jsonText(const std::string& line, const std::string& key);
+
+// A free TCP port on 127.0.0.1 (bound then released; tiny race, fine for tests).
+uint16_t freePort();
+
+// Creates a temporary directory; removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace tq::plugin::testing

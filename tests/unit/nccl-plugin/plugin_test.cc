@@ -1,0 +1,280 @@
+// The version-neutral plugin layer over the real socket transport on loopback: the status
+// mapping and exception firewall, tenant binding of comms (traffic class, adoption of the
+// sender's tenant), marking, pacing through isend, and the agent-visible counters.
+#include "nccl-plugin/plugin.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "common/tenant_shm.h"
+#include "nccl-plugin/api.h"
+#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/socket/socket_transport.h"
+
+namespace tq::plugin {
+namespace {
+
+TEST(StatusMapping, OnePlaceMapsEveryCode) {
+  EXPECT_EQ(toNcclResult(okStatus()), ncclSuccess);
+  EXPECT_EQ(toNcclResult(invalidArgument("x")), ncclInvalidArgument);
+  EXPECT_EQ(toNcclResult(outOfRange("x")), ncclInvalidUsage);
+  EXPECT_EQ(toNcclResult(failedPrecondition("x")), ncclInternalError);
+  EXPECT_EQ(toNcclResult(unimplemented("x")), ncclInternalError);
+  EXPECT_EQ(toNcclResult(internalError("x")), ncclInternalError);
+  EXPECT_EQ(toNcclResult(aborted("x")), ncclRemoteError);
+  EXPECT_EQ(toNcclResult(unavailable("x")), ncclSystemError);
+  EXPECT_EQ(toNcclResult(deadlineExceeded("x")), ncclSystemError);
+  EXPECT_EQ(toNcclResult(resourceExhausted("x")), ncclSystemError);
+  EXPECT_EQ(toNcclResult(notFound("x")), ncclSystemError);
+  EXPECT_EQ(toNcclResult(permissionDenied("x")), ncclSystemError);
+}
+
+TEST(Firewall, ExceptionsNeverCrossTheBoundary) {
+  EXPECT_EQ(firewall("t", []() -> Status { throw std::runtime_error("boom"); }), ncclInternalError);
+  EXPECT_EQ(firewall("t", []() -> Status { throw 42; }), ncclInternalError);
+  EXPECT_EQ(firewall("t", []() -> Status {
+              std::vector<int> v;
+              return v.at(3) == 0 ? okStatus() : okStatus();
+            }),
+            ncclInternalError);
+  EXPECT_EQ(firewall("t", [] { return outOfRange("too big"); }), ncclInvalidUsage);
+  EXPECT_EQ(firewall("t", [] { return okStatus(); }), ncclSuccess);
+}
+
+TEST(Api, CallsBeforeInitFailCleanly) {
+  int n = -1;
+  // The api layer is process-global; this binary never calls init, so every call must report
+  // the missing init instead of crashing.
+  EXPECT_EQ(api::devices(&n), ncclInternalError);
+  void* req = nullptr;
+  EXPECT_EQ(api::isend(nullptr, nullptr, 0, 0, nullptr, nullptr, &req), ncclInternalError);
+}
+
+class PluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tqplg-plugin-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    plugin_.reset();
+    writers_.clear();
+    ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
+  }
+
+  TenantShmWriter* agent(const std::string& tenant, int tc, uint32_t dscp, uint32_t sl,
+                         uint64_t rate, uint64_t burst = 1 << 20) {
+    auto w = TenantShmWriter::openOrCreate(dir_, tenant);
+    EXPECT_TRUE(w.ok()) << w.status().toString();
+    TenantParams p;
+    p.policy_version = 1;
+    p.rate_bytes_per_second = rate;
+    p.burst_bytes = burst;
+    p.dscp = dscp;
+    p.service_level = sl;
+    p.traffic_classes = {tc};
+    (*w)->publish(p);
+    writers_.push_back(std::move(w).value());
+    return writers_.back().get();
+  }
+
+  void start(const std::string& env_tenant = "") {
+    PluginParams p;
+    p.tenant = env_tenant;
+    p.default_tenant = "default";
+    p.run_dir = dir_;
+    p.burst = 256 * 1024;
+    p.transport = "auto";
+    p.socket_ifname = "lo";
+    p.nsocks = 2;
+    p.socket_nthreads = 1;
+    p.socket_inline = 4096;
+    p.socket_min_chunk = 4096;
+    p.handshake_timeout_ms = 5000;
+    p.shm_recheck_ms = 1000;
+    p.log_level = "info";
+    auto made = Plugin::create(p, realClock());
+    ASSERT_TRUE(made.ok()) << made.status().toString();
+    plugin_ = std::move(made).value();
+  }
+
+  void pair(NetContext* sctx, NetContext* rctx, void** send, void** recv, void** listen) {
+    char handle[kHandleBytes];
+    ASSERT_TRUE(plugin_->listen(rctx, 0, handle, listen).ok());
+    *send = *recv = nullptr;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while ((*send == nullptr || *recv == nullptr) && std::chrono::steady_clock::now() < until) {
+      if (*send == nullptr) {
+        ASSERT_TRUE(plugin_->connect(sctx, sctx->traffic_class, 0, handle, send).ok());
+      }
+      if (*recv == nullptr) {
+        ASSERT_TRUE(plugin_->accept(*listen, recv).ok());
+      }
+    }
+    ASSERT_TRUE(*send && *recv);
+  }
+
+  // One message; returns false if isend was refused `max_refusals` times in a row.
+  void transfer(void* send, void* recv, size_t n) {
+    std::string out(n, 'q'), in(n, '\0');
+    void* data[1] = {in.data()};
+    size_t sizes[1] = {n};
+    int tags[1] = {0};
+    void *rreq = nullptr, *sreq = nullptr;
+    ASSERT_TRUE(plugin_->irecv(recv, 1, data, sizes, tags, nullptr, &rreq).ok());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (sreq == nullptr && std::chrono::steady_clock::now() < until) {
+      ASSERT_TRUE(plugin_->isend(send, out.data(), n, 0, nullptr, &sreq).ok());
+    }
+    ASSERT_NE(sreq, nullptr);
+    int sd = 0, rd = 0, got = 0;
+    while ((!sd || !rd) && std::chrono::steady_clock::now() < until) {
+      if (!sd) {
+        ASSERT_TRUE(plugin_->test(sreq, &sd, nullptr).ok());
+      }
+      if (!rd) {
+        ASSERT_TRUE(plugin_->test(rreq, &rd, &got).ok());
+      }
+    }
+    ASSERT_TRUE(sd && rd);
+    ASSERT_EQ(got, static_cast<int>(n));
+    ASSERT_EQ(in, out);
+  }
+
+  std::string dir_;
+  std::vector<std::unique_ptr<TenantShmWriter>> writers_;
+  std::unique_ptr<Plugin> plugin_;
+};
+
+TEST_F(PluginTest, TrafficClassSelectsTenantMarkingAndCounters) {
+  TenantShmWriter* a = agent("team-a", 1, 10, 2, 10'000'000'000);
+  TenantShmWriter* b = agent("team-b", 2, 20, 3, 10'000'000'000);
+  start();
+  auto ca = plugin_->newContext(1, 1);
+  auto cb = plugin_->newContext(1, 2);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  EXPECT_EQ((*ca)->tenant->tenant(), "team-a");
+  EXPECT_EQ((*ca)->source, TenantSource::kTrafficClass);
+  void *send, *recv, *listen;
+  pair(*ca, *cb, &send, &recv, &listen);
+  for (int fd : socket::socketFdsOf(Plugin::sendCommOf(send))) {
+    auto m = socket::readMarking(fd);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->tos, 10 << 2);
+    EXPECT_EQ(m->priority, 2);
+  }
+  for (int fd : socket::socketFdsOf(Plugin::recvCommOf(recv))) {
+    auto m = socket::readMarking(fd);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->tos, 10 << 2) << "the receiver adopts the sender's marking";
+  }
+  transfer(send, recv, 100000);
+  transfer(send, recv, 10);
+  EXPECT_EQ(a->usage(0).tx_bytes, 100010u);
+  EXPECT_EQ(b->usage(0).rx_bytes, 100010u);  // the receiving communicator's tenant
+  ASSERT_TRUE(plugin_->closeSend(send).ok());
+  ASSERT_TRUE(plugin_->closeRecv(recv).ok());
+  ASSERT_TRUE(plugin_->closeListen(listen).ok());
+  ASSERT_TRUE(plugin_->finalize(*ca).ok());
+  ASSERT_TRUE(plugin_->finalize(*cb).ok());
+}
+
+TEST_F(PluginTest, ADefaultListenerAccountsReceivesToTheSendersTenant) {
+  agent("team-a", 1, 10, 2, 10'000'000'000);
+  TenantShmWriter* d = agent("default", 9, 0, 0, 10'000'000'000);
+  start();
+  auto ca = plugin_->newContext(1, 1);
+  auto cd = plugin_->newContext(1, -1);  // like v10: listen knows no traffic class
+  void *send, *recv, *listen;
+  pair(*ca, *cd, &send, &recv, &listen);
+  ASSERT_NE(Plugin::tenantOf(recv), nullptr);
+  EXPECT_EQ(Plugin::tenantOf(recv)->tenant(), "team-a");
+  transfer(send, recv, 5000);
+  EXPECT_EQ(d->usage(0).rx_bytes, 0u);
+  EXPECT_EQ(writers_[0]->usage(0).rx_bytes, 5000u);
+  ASSERT_TRUE(plugin_->closeSend(send).ok());
+  ASSERT_TRUE(plugin_->closeRecv(recv).ok());
+  ASSERT_TRUE(plugin_->closeListen(listen).ok());
+  ASSERT_TRUE(plugin_->finalize(*ca).ok());
+  ASSERT_TRUE(plugin_->finalize(*cd).ok());
+}
+
+TEST_F(PluginTest, EnvTenantWinsOverTrafficClass) {
+  agent("team-a", 1, 10, 2, 10'000'000'000);
+  agent("pinned", 7, 30, 1, 10'000'000'000);
+  start("pinned");
+  auto c = plugin_->newContext(1, 1);
+  EXPECT_EQ((*c)->tenant->tenant(), "pinned");
+  EXPECT_EQ((*c)->source, TenantSource::kEnv);
+  EXPECT_EQ((*c)->tenant->qos().dscp, 30);
+  ASSERT_TRUE(plugin_->finalize(*c).ok());
+}
+
+TEST_F(PluginTest, IsendReturnsNoRequestWhenTheBucketIsEmpty) {
+  TenantShmWriter* a = agent("team-a", 1, 10, 2, /*rate=*/1000, /*burst=*/4096);
+  start();
+  auto c = plugin_->newContext(1, 1);
+  void *send, *recv, *listen;
+  pair(*c, *c, &send, &recv, &listen);
+  std::string buf(4096, 'x');
+  void* req = nullptr;
+  ASSERT_TRUE(plugin_->isend(send, buf.data(), 4096, 0, nullptr, &req).ok());
+  EXPECT_NE(req, nullptr);  // the burst
+  void* refused = reinterpret_cast<void*>(1);
+  ASSERT_TRUE(plugin_->isend(send, buf.data(), 4096, 0, nullptr, &refused).ok());
+  EXPECT_EQ(refused, nullptr) << "paced isend must return a NULL request, not block";
+  TenantUsage u = a->usage(realClock().nowNs());
+  EXPECT_EQ(u.backlog_bytes, 4096u);
+  EXPECT_EQ(u.throttled_processes, 1u);
+  EXPECT_GE(u.slots.at(0).throttle_events, 1u);
+  // Closing the comm withdraws its backlog (the demand signal must not outlive it).
+  ASSERT_TRUE(plugin_->closeSend(send).ok());
+  EXPECT_EQ(a->usage(realClock().nowNs()).backlog_bytes, 0u);
+  ASSERT_TRUE(plugin_->closeRecv(recv).ok());
+  ASSERT_TRUE(plugin_->closeListen(listen).ok());
+  ASSERT_TRUE(plugin_->finalize(*c).ok());
+}
+
+TEST_F(PluginTest, StaleAndForeignPointersAreRejected) {
+  start();
+  auto c = plugin_->newContext(1, -1);
+  void *send, *recv, *listen;
+  pair(*c, *c, &send, &recv, &listen);
+  void* req = nullptr;
+  char b = 0;
+  EXPECT_EQ(plugin_->isend(recv, &b, 1, 0, nullptr, &req).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(plugin_->closeRecv(send).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(plugin_->closeSend(send).ok());
+  ASSERT_TRUE(plugin_->closeRecv(recv).ok());
+  ASSERT_TRUE(plugin_->closeListen(listen).ok());
+  EXPECT_EQ(plugin_->finalize(nullptr).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(plugin_->finalize(*c).ok());
+}
+
+TEST(PluginCreate, BadParametersFailWithTheVariableName) {
+  PluginParams p;
+  p.default_tenant = "default";
+  p.transport = "ib";
+  p.socket_ifname = "lo";
+  p.log_level = "info";
+  auto r = Plugin::create(p, realClock());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("TENANTQOS_TRANSPORT=ib"), std::string::npos);
+  p.transport = "socket";
+  p.tenant = "Not_A_Label";
+  r = Plugin::create(p, realClock());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("TENANTQOS_TENANT"), std::string::npos);
+  p.tenant = "";
+  p.socket_ifname = "=tqplg-no-such-if";
+  r = Plugin::create(p, realClock());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tqplg-no-such-if"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tq::plugin

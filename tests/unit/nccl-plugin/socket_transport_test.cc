@@ -1,0 +1,629 @@
+// The socket transport in one process on loopback: connection setup in any interleaving,
+// marking of every socket on both ends, and bad peers (garbage, wrong magic or version,
+// truncated or missing handshakes) failing connect/accept with a message within the deadline.
+// Deadlines run on a FakeClock, so no test waits for them.
+#include "nccl-plugin/socket/socket_transport.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "common/clock.h"
+#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/socket/wire.h"
+
+namespace tq::plugin::socket {
+namespace {
+
+constexpr int kSocks = 2;
+constexpr int64_t kTimeoutNs = 1'000'000'000;
+
+struct Handle {
+  uint8_t b[kHandleBytes] = {};
+};
+
+bool before(std::chrono::steady_clock::time_point t) { return std::chrono::steady_clock::now() < t; }
+std::chrono::steady_clock::time_point in(int ms) {
+  return std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+}
+
+class SocketTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto devs = findInterfaces("lo", "");
+    ASSERT_TRUE(devs.ok()) << devs.status().toString();
+    SocketTransportConfig cfg;
+    cfg.nsocks = kSocks;
+    cfg.inline_max = 1024;
+    cfg.min_chunk = 4096;
+    cfg.handshake_timeout_ns = kTimeoutNs;
+    t_ = std::make_unique<SocketTransport>(std::move(devs).value(), cfg, clock_);
+  }
+
+  TrafficQos qos(int dscp, std::optional<uint32_t> prio, const std::string& tenant) {
+    TrafficQos q;
+    q.dscp = dscp;
+    q.priority = prio;
+    q.tenant = tenant;
+    return q;
+  }
+
+  std::unique_ptr<ListenComm> listen(Handle* h, const TrafficQos& q = {}) {
+    std::unique_ptr<ListenComm> lc;
+    Status s = t_->listen(0, q, h->b, &lc);
+    EXPECT_TRUE(s.ok()) << s.toString();
+    return lc;
+  }
+
+  void pair(const TrafficQos& sq, const TrafficQos& rq, std::unique_ptr<SendComm>* send,
+            std::unique_ptr<RecvComm>* recv, std::unique_ptr<ListenComm>* lc, Handle* h) {
+    *lc = listen(h, rq);
+    Handle wire = *h;
+    auto until = in(5000);
+    while ((*send == nullptr || *recv == nullptr) && before(until)) {
+      if (*send == nullptr) {
+        ASSERT_TRUE(t_->connect(0, sq, wire.b, send).ok());
+      }
+      if (*recv == nullptr) {
+        ASSERT_TRUE(t_->accept(lc->get(), recv).ok());
+      }
+    }
+    ASSERT_NE(*send, nullptr);
+    ASSERT_NE(*recv, nullptr);
+  }
+
+  // Sends `msg` over the pair and returns what arrived.
+  std::string roundTrip(SendComm* s, RecvComm* r, const std::string& msg, size_t cap = 1 << 20) {
+    std::string buf(cap, '\0');
+    void* data[1] = {buf.data()};
+    size_t sizes[1] = {cap};
+    int tags[1] = {0};
+    Request* rr = nullptr;
+    Request* sr = nullptr;
+    EXPECT_TRUE(r->irecv(1, data, sizes, tags, nullptr, &rr).ok());
+    EXPECT_TRUE(s->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
+    bool sd = false, rd = false;
+    size_t got = 0, sent = 0;
+    auto until = in(5000);
+    while ((!sd || !rd) && before(until)) {
+      if (!sd) {
+        EXPECT_TRUE(sr->test(&sd, &sent).ok());
+      }
+      if (!rd) {
+        EXPECT_TRUE(rr->test(&rd, &got).ok());
+      }
+    }
+    EXPECT_TRUE(sd && rd);
+    return buf.substr(0, got);
+  }
+
+  // A raw TCP client of a listener (the "bad peer").
+  int rawConnect(const Handle& h) {
+    auto info = parseHandle(h.b, kHandleBytes);
+    EXPECT_TRUE(info.ok());
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&info->addr.storage), info->addr.len), 0);
+    return fd;
+  }
+
+  Hello helloFor(const Handle& h, int index) {
+    auto info = parseHandle(h.b, kHandleBytes);
+    Hello hello;
+    hello.index = index;
+    hello.nsocks = info->nsocks;
+    hello.nonce = info->nonce;
+    hello.conn_id = 99;
+    hello.min_chunk = 4096;
+    hello.tenant = "raw";
+    return hello;
+  }
+
+  // Polls accept until it fails (returns the error) or 2 s pass.
+  Status acceptUntilError(ListenComm* lc, int fake_advance_after = -1) {
+    std::unique_ptr<RecvComm> r;
+    auto until = in(2000);
+    for (int i = 0; before(until); ++i) {
+      if (i == fake_advance_after) clock_.advanceNs(kTimeoutNs + 1);
+      Status s = t_->accept(lc, &r);
+      if (!s.ok()) return s;
+      EXPECT_EQ(r, nullptr) << "a bad peer was accepted";
+      ::usleep(1000);
+    }
+    return okStatus();
+  }
+
+  Status connectUntilError(Handle* h, int fake_advance_after = -1) {
+    std::unique_ptr<SendComm> s;
+    auto until = in(2000);
+    for (int i = 0; before(until); ++i) {
+      if (i == fake_advance_after) clock_.advanceNs(kTimeoutNs + 1);
+      Status st = t_->connect(0, {}, h->b, &s);
+      if (!st.ok()) return st;
+      EXPECT_EQ(s, nullptr) << "connected to a bad peer";
+      ::usleep(1000);
+    }
+    return okStatus();
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<SocketTransport> t_;
+};
+
+TEST_F(SocketTransportTest, PropertiesFilledInOnePlace) {
+  DeviceProperties p;
+  ASSERT_TRUE(t_->properties(0, &p).ok());
+  EXPECT_STREQ(p.name, "lo");
+  EXPECT_EQ(p.ptr_support, NCCL_PTR_HOST);
+  EXPECT_EQ(p.max_recvs, 1);
+  EXPECT_EQ(p.max_multi_request_size, 1);
+  EXPECT_GT(p.max_p2p_bytes, 0u);
+  EXPECT_FALSE(t_->properties(1, &p).ok());
+}
+
+TEST_F(SocketTransportTest, AcceptPolledLongBeforeConnect) {
+  Handle h;
+  auto lc = listen(&h);
+  std::unique_ptr<RecvComm> r;
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(t_->accept(lc.get(), &r).ok());
+    ASSERT_EQ(r, nullptr);
+  }
+  std::unique_ptr<SendComm> s;
+  auto until = in(5000);
+  while ((s == nullptr || r == nullptr) && before(until)) {
+    if (s == nullptr) {
+      ASSERT_TRUE(t_->connect(0, {}, h.b, &s).ok());
+    }
+    if (r == nullptr) {
+      ASSERT_TRUE(t_->accept(lc.get(), &r).ok());
+    }
+  }
+  ASSERT_TRUE(s && r);
+  EXPECT_EQ(roundTrip(s.get(), r.get(), "hello"), "hello");
+}
+
+TEST_F(SocketTransportTest, ConnectWaitsForAcceptWithoutBlocking) {
+  Handle h;
+  auto lc = listen(&h);
+  std::unique_ptr<SendComm> s;
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(t_->connect(0, {}, h.b, &s).ok());
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
+    ASSERT_EQ(s, nullptr) << "connect completed before the peer accepted";
+    ::usleep(500);
+  }
+  std::unique_ptr<RecvComm> r;
+  auto until = in(5000);
+  while ((s == nullptr || r == nullptr) && before(until)) {
+    if (r == nullptr) {
+      ASSERT_TRUE(t_->accept(lc.get(), &r).ok());
+    }
+    if (s == nullptr) {
+      ASSERT_TRUE(t_->connect(0, {}, h.b, &s).ok());
+    }
+  }
+  ASSERT_TRUE(s && r);
+  EXPECT_EQ(roundTrip(s.get(), r.get(), std::string(100000, 'x')), std::string(100000, 'x'));
+}
+
+TEST_F(SocketTransportTest, SeveralConnectorsInterleavedOnOneListener) {
+  Handle h;
+  auto lc = listen(&h);
+  constexpr int kN = 3;
+  Handle copies[kN] = {h, h, h};  // each connector polls its own copy of the handle
+  std::unique_ptr<SendComm> s[kN];
+  std::vector<std::unique_ptr<RecvComm>> rs;
+  auto until = in(5000);
+  int round = 0;
+  while (before(until)) {
+    bool all = rs.size() == kN;
+    for (int i = kN - 1; i >= 0; --i) {
+      if (s[i] == nullptr && round >= i * 3) {
+        ASSERT_TRUE(t_->connect(0, {}, copies[i].b, &s[i]).ok());
+      }
+      all = all && s[i] != nullptr;
+    }
+    if (all) break;
+    std::unique_ptr<RecvComm> r;
+    if (round % 2 == 0) {
+      ASSERT_TRUE(t_->accept(lc.get(), &r).ok());
+    }
+    if (r) rs.push_back(std::move(r));
+    ++round;
+  }
+  ASSERT_EQ(rs.size(), static_cast<size_t>(kN));
+  // Which receive comm belongs to which connector is not known in advance: match by content.
+  std::set<std::string> got;
+  for (int i = 0; i < kN; ++i) {
+    const std::string msg = "connector-" + std::to_string(i);
+    Request* sr = nullptr;
+    ASSERT_TRUE(s[i]->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
+    bool d = false;
+    size_t n;
+    while (!d) ASSERT_TRUE(sr->test(&d, &n).ok());
+  }
+  for (auto& r : rs) {
+    std::string buf(64, '\0');
+    void* data[1] = {buf.data()};
+    size_t sizes[1] = {64};
+    int tags[1] = {0};
+    Request* rr = nullptr;
+    ASSERT_TRUE(r->irecv(1, data, sizes, tags, nullptr, &rr).ok());
+    bool d = false;
+    size_t n = 0;
+    auto u = in(5000);
+    while (!d && before(u)) ASSERT_TRUE(rr->test(&d, &n).ok());
+    got.insert(buf.substr(0, n));
+  }
+  EXPECT_EQ(got, (std::set<std::string>{"connector-0", "connector-1", "connector-2"}));
+}
+
+// Every TCP socket of this process connected to or from `port`.
+std::vector<int> socketsOnPort(uint16_t port) {
+  std::vector<int> out;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (dirent* e = ::readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == ::dirfd(d)) continue;
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;  // listeners
+    const uint16_t lp = ntohs(reinterpret_cast<sockaddr_in&>(local).sin_port);
+    const uint16_t pp = ntohs(reinterpret_cast<sockaddr_in&>(peer).sin_port);
+    if (lp == port || pp == port) out.push_back(fd);
+  }
+  ::closedir(d);
+  return out;
+}
+
+TEST_F(SocketTransportTest, EverySocketOfBothEndsCarriesTheSendersMarking) {
+  std::unique_ptr<SendComm> s;
+  std::unique_ptr<RecvComm> r;
+  std::unique_ptr<ListenComm> lc;
+  Handle h;
+  // The listener's own tenant has another DSCP: the receiver must adopt the sender's.
+  pair(qos(10, 2, "team-a"), qos(20, 3, "team-b"), &s, &r, &lc, &h);
+  const auto sfds = socketFdsOf(s.get());
+  const auto rfds = socketFdsOf(r.get());
+  ASSERT_EQ(sfds.size(), static_cast<size_t>(kSocks + 1));
+  ASSERT_EQ(rfds.size(), static_cast<size_t>(kSocks + 1));
+  for (int fd : sfds) {
+    auto m = readMarking(fd);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->tos, 10 << 2) << "send fd " << fd;
+    EXPECT_EQ(m->priority, 2);
+  }
+  for (int fd : rfds) {
+    auto m = readMarking(fd);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->tos, 10 << 2) << "receive fd " << fd;
+    EXPECT_EQ(m->priority, 2);
+  }
+  EXPECT_EQ(r->peerQos().tenant, "team-a");
+  EXPECT_EQ(r->peerQos().dscp, 10);
+  // The same, found from the outside: every socket of this process on the listener's port.
+  auto info = parseHandle(h.b, kHandleBytes);
+  ASSERT_TRUE(info.ok());
+  const auto found = socketsOnPort(info->addr.port());
+  EXPECT_EQ(found.size(), static_cast<size_t>(2 * (kSocks + 1)));
+  for (int fd : found) {
+    auto m = readMarking(fd);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->tos, 10 << 2) << "fd " << fd;
+  }
+  EXPECT_EQ(roundTrip(s.get(), r.get(), "marked"), "marked");
+}
+
+TEST_F(SocketTransportTest, AcceptRejectsGarbageAtOnce) {
+  Handle h;
+  auto lc = listen(&h);
+  const int fd = rawConnect(h);
+  const std::string junk(kHelloBytes, 'B');
+  ASSERT_EQ(::send(fd, junk.data(), junk.size(), 0), static_cast<ssize_t>(junk.size()));
+  Status s = acceptUntilError(lc.get());
+  ASSERT_FALSE(s.ok()) << "garbage was not rejected";
+  EXPECT_NE(s.message().find("bad magic"), std::string::npos) << s.message();
+  ::close(fd);
+}
+
+TEST_F(SocketTransportTest, AcceptRejectsAnotherVersionAndTellsThePeer) {
+  Handle h;
+  auto lc = listen(&h);
+  const int fd = rawConnect(h);
+  Hello hello = helloFor(h, kSocks);
+  hello.version = 2;
+  uint8_t buf[kHelloBytes];
+  encodeHello(hello, buf);
+  ASSERT_EQ(::send(fd, buf, sizeof buf, 0), static_cast<ssize_t>(sizeof buf));
+  Status s = acceptUntilError(lc.get());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("protocol version 2"), std::string::npos) << s.message();
+  uint8_t ack[kAckBytes];
+  ASSERT_EQ(::recv(fd, ack, sizeof ack, MSG_WAITALL), static_cast<ssize_t>(sizeof ack));
+  auto a = parseAck(ack, sizeof ack);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->status, AckStatus::kBadVersion);
+  EXPECT_NE(a->reason.find("version 2"), std::string::npos) << a->reason;
+  ::close(fd);
+}
+
+TEST_F(SocketTransportTest, AcceptRejectsAHandshakeForAnotherListener) {
+  Handle h;
+  auto lc = listen(&h);
+  const int fd = rawConnect(h);
+  Hello hello = helloFor(h, 0);
+  hello.nonce ^= 1;
+  uint8_t buf[kHelloBytes];
+  encodeHello(hello, buf);
+  ASSERT_EQ(::send(fd, buf, sizeof buf, 0), static_cast<ssize_t>(sizeof buf));
+  Status s = acceptUntilError(lc.get());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("another listener"), std::string::npos) << s.message();
+  ::close(fd);
+}
+
+TEST_F(SocketTransportTest, AcceptFailsOnATruncatedHandshakeAtTheDeadline) {
+  Handle h;
+  auto lc = listen(&h);
+  const int fd = rawConnect(h);
+  uint8_t buf[kHelloBytes];
+  encodeHello(helloFor(h, 0), buf);
+  ASSERT_EQ(::send(fd, buf, 60, 0), 60);
+  Status s = acceptUntilError(lc.get(), /*fake_advance_after=*/20);
+  ASSERT_FALSE(s.ok()) << "no failure after the deadline";
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("received 60 of 128 bytes"), std::string::npos) << s.message();
+  ::close(fd);
+}
+
+TEST_F(SocketTransportTest, AcceptFailsWhenThePeerSendsNothing) {
+  Handle h;
+  auto lc = listen(&h);
+  const int fd = rawConnect(h);
+  Status s = acceptUntilError(lc.get(), 20);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("received 0 of 128 bytes"), std::string::npos) << s.message();
+  ::close(fd);
+}
+
+TEST_F(SocketTransportTest, AcceptFailsWhenThePeerClosesMidHandshake) {
+  Handle h;
+  auto lc = listen(&h);
+  const int fd = rawConnect(h);
+  ASSERT_EQ(::send(fd, "TQHE", 4, 0), 4);
+  ::close(fd);
+  Status s = acceptUntilError(lc.get());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("closed the connection after 4 of 128"), std::string::npos) << s.message();
+}
+
+TEST_F(SocketTransportTest, AcceptFailsWhenStreamsOfAConnectionAreMissing) {
+  Handle h;
+  auto lc = listen(&h);
+  const int fd = rawConnect(h);
+  uint8_t buf[kHelloBytes];
+  encodeHello(helloFor(h, 0), buf);
+  ASSERT_EQ(::send(fd, buf, sizeof buf, 0), static_cast<ssize_t>(sizeof buf));
+  Status s = acceptUntilError(lc.get(), 20);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("1 of 3 streams"), std::string::npos) << s.message();
+  ::close(fd);
+}
+
+TEST_F(SocketTransportTest, ListenerStillAcceptsAGoodPeerAfterABadOne) {
+  Handle h;
+  auto lc = listen(&h);
+  const int fd = rawConnect(h);
+  ASSERT_EQ(::send(fd, std::string(kHelloBytes, 'Z').data(), kHelloBytes, 0),
+            static_cast<ssize_t>(kHelloBytes));
+  ASSERT_FALSE(acceptUntilError(lc.get()).ok());
+  ::close(fd);
+  std::unique_ptr<SendComm> s;
+  std::unique_ptr<RecvComm> r;
+  auto until = in(5000);
+  while ((s == nullptr || r == nullptr) && before(until)) {
+    if (s == nullptr) {
+      ASSERT_TRUE(t_->connect(0, {}, h.b, &s).ok());
+    }
+    if (r == nullptr) {
+      ASSERT_TRUE(t_->accept(lc.get(), &r).ok());
+    }
+  }
+  ASSERT_TRUE(s && r);
+  EXPECT_EQ(roundTrip(s.get(), r.get(), "after"), "after");
+}
+
+// A fake listener for connect tests: a raw listening socket and a handle naming it.
+class FakeListener {
+ public:
+  explicit FakeListener(int nsocks) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 64), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    HandleInfo info;
+    std::memcpy(&info.addr.storage, &a, sizeof a);
+    info.addr.len = sizeof a;
+    info.nsocks = nsocks;
+    info.nonce = 1234;
+    encodeHandle(info, handle.b);
+  }
+  ~FakeListener() {
+    for (int fd : accepted_) ::close(fd);
+    ::close(fd_);
+  }
+  void acceptAll() {
+    for (;;) {
+      const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK);
+      if (fd < 0) return;
+      accepted_.push_back(fd);
+    }
+  }
+  void sendToAll(const void* data, size_t n) {
+    for (int fd : accepted_) (void)::send(fd, data, n, MSG_NOSIGNAL);
+  }
+  void closeAll() {
+    for (int fd : accepted_) ::close(fd);
+    accepted_.clear();
+  }
+  Handle handle;
+
+ private:
+  int fd_;
+  std::vector<int> accepted_;
+};
+
+TEST_F(SocketTransportTest, ConnectFailsWithoutAReplyAtTheDeadline) {
+  FakeListener fake(kSocks);
+  Status s = connectUntilError(&fake.handle, 20);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("no handshake reply"), std::string::npos) << s.message();
+}
+
+TEST_F(SocketTransportTest, ConnectRejectsAGarbageReply) {
+  FakeListener fake(kSocks);
+  std::unique_ptr<SendComm> sc;
+  ASSERT_TRUE(t_->connect(0, {}, fake.handle.b, &sc).ok());
+  auto until = in(2000);
+  Status s;
+  while (s.ok() && before(until)) {
+    fake.acceptAll();
+    const std::string junk(kAckBytes, 'J');
+    fake.sendToAll(junk.data(), junk.size());
+    s = t_->connect(0, {}, fake.handle.b, &sc);
+    ::usleep(1000);
+  }
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bad magic"), std::string::npos) << s.message();
+}
+
+TEST_F(SocketTransportTest, ConnectFailsWhenThePeerHangsUp) {
+  FakeListener fake(kSocks);
+  std::unique_ptr<SendComm> sc;
+  auto until = in(2000);
+  Status s;
+  while (s.ok() && before(until)) {
+    s = t_->connect(0, {}, fake.handle.b, &sc);
+    fake.acceptAll();
+    fake.closeAll();
+    ::usleep(1000);
+  }
+  ASSERT_FALSE(s.ok()) << "connect to a peer that hangs up neither failed nor timed out";
+}
+
+TEST_F(SocketTransportTest, ConnectToAClosedPortFailsAtTheDeadline) {
+  Handle h;
+  {
+    auto lc = listen(&h);
+  }  // closed: connections are refused
+  Status s = connectUntilError(&h, 20);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("TCP connections not established"), std::string::npos) << s.message();
+}
+
+TEST_F(SocketTransportTest, ConnectRejectsGarbageHandles) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 1000; ++i) {
+    Handle h;
+    for (auto& b : h.b) b = static_cast<uint8_t>(rng());
+    std::unique_ptr<SendComm> s;
+    Status st = t_->connect(0, {}, h.b, &s);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(SocketTransportTest, TheRejectedConnectorLearnsWhy) {
+  Handle h;
+  auto lc = listen(&h);
+  Handle wrong = h;
+  // Same address, different nonce (e.g. a stale handle of an earlier listener on this port).
+  auto info = parseHandle(h.b, kHandleBytes);
+  info->nonce ^= 0xff;
+  encodeHandle(*info, wrong.b);
+  std::unique_ptr<SendComm> s;
+  std::unique_ptr<RecvComm> r;
+  Status cs, as;
+  auto until = in(3000);
+  while (cs.ok() && before(until)) {
+    cs = t_->connect(0, {}, wrong.b, &s);
+    Status a = t_->accept(lc.get(), &r);
+    if (!a.ok()) as = a;
+    ::usleep(500);
+  }
+  ASSERT_FALSE(as.ok());
+  ASSERT_FALSE(cs.ok());
+  EXPECT_NE(cs.message().find("rejected the connection"), std::string::npos) << cs.message();
+  EXPECT_NE(cs.message().find("another listener"), std::string::npos) << cs.message();
+}
+
+TEST_F(SocketTransportTest, ManyMessagesInFlightStayInOrder) {
+  std::unique_ptr<SendComm> s;
+  std::unique_ptr<RecvComm> r;
+  std::unique_ptr<ListenComm> lc;
+  Handle h;
+  pair({}, {}, &s, &r, &lc, &h);
+  constexpr int kN = 32;
+  std::vector<std::string> out(kN), in_(kN);
+  Request* sr[kN];
+  Request* rr[kN];
+  for (int i = 0; i < kN; ++i) {
+    out[i] = std::string(static_cast<size_t>(i) * 3001 + (i % 2 ? 0 : 50000), static_cast<char>('a' + i % 26));
+    in_[i].assign(200000, '\0');
+    void* d[1] = {in_[i].data()};
+    size_t sz[1] = {in_[i].size()};
+    int tag = 0;
+    ASSERT_TRUE(r->irecv(1, d, sz, &tag, nullptr, &rr[i]).ok());
+  }
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_TRUE(s->isend(out[i].data(), out[i].size(), 0, nullptr, &sr[i]).ok());
+  }
+  Request* extra = nullptr;
+  Status refused = s->isend(out[0].data(), 1, 0, nullptr, &extra);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.toString();
+  bool sd[kN] = {}, rd[kN] = {};
+  size_t got[kN] = {};
+  int left = 2 * kN;
+  auto until = in(10000);
+  while (left > 0 && before(until)) {
+    for (int i = 0; i < kN; ++i) {
+      size_t n;
+      if (!sd[i]) {
+        ASSERT_TRUE(sr[i]->test(&sd[i], &n).ok());
+        left -= sd[i] ? 1 : 0;
+      }
+      if (!rd[i]) {
+        ASSERT_TRUE(rr[i]->test(&rd[i], &got[i]).ok());
+        left -= rd[i] ? 1 : 0;
+      }
+    }
+  }
+  ASSERT_EQ(left, 0);
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_EQ(got[i], out[i].size()) << i;
+    EXPECT_EQ(in_[i].substr(0, got[i]), out[i]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace tq::plugin::socket

@@ -1,0 +1,281 @@
+// The per-tenant pacer and tenant resolution, with a fake clock and real agent files (the test
+// plays the agent with TenantShmWriter).
+#include "nccl-plugin/tenant.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/tenant_shm.h"
+
+namespace tq::plugin {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+
+class TenantPacerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tqplg-tenant-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    setLogSink(&TenantPacerTest::capture);
+    lines().clear();
+  }
+  void TearDown() override {
+    setLogSink(nullptr);
+    ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
+  }
+  static std::vector<std::string>& lines() {
+    static std::vector<std::string> l;
+    return l;
+  }
+  static void capture(LogLevel, const char*, int, const char* msg) { lines().push_back(msg); }
+
+  PacerConfig config() {
+    PacerConfig c;
+    c.run_dir = dir_;
+    c.recheck_ns = 1000 * kMs;
+    return c;
+  }
+  std::unique_ptr<TenantShmWriter> agent(const std::string& tenant, uint64_t rate,
+                                         uint64_t burst = 64 * 1024, uint32_t dscp = 26) {
+    auto w = TenantShmWriter::openOrCreate(dir_, tenant);
+    EXPECT_TRUE(w.ok()) << w.status().toString();
+    TenantParams p;
+    p.policy_version = 1;
+    p.rate_bytes_per_second = rate;
+    p.burst_bytes = burst;
+    p.dscp = dscp;
+    p.service_level = 3;
+    p.traffic_classes = {5};
+    (*w)->publish(p);
+    return std::move(w).value();
+  }
+
+  std::string dir_;
+  FakeClock clock_{1'000'000'000'000};
+};
+
+TEST(ResolveTenant, FirstMatchWins) {
+  TrafficClassLookup lookup = [](int tc) -> std::optional<std::string> {
+    if (tc == 5) return "team-a";
+    return std::nullopt;
+  };
+  auto a = resolveTenant("pod-label", 5, lookup, "default");
+  EXPECT_EQ(a.tenant, "pod-label");
+  EXPECT_EQ(a.source, TenantSource::kEnv);
+  auto b = resolveTenant("", 5, lookup, "default");
+  EXPECT_EQ(b.tenant, "team-a");
+  EXPECT_EQ(b.source, TenantSource::kTrafficClass);
+  auto c = resolveTenant("", 6, lookup, "fallback");
+  EXPECT_EQ(c.tenant, "fallback");
+  EXPECT_EQ(c.source, TenantSource::kDefault);
+  auto d = resolveTenant("", -1, lookup, "default");
+  EXPECT_EQ(d.source, TenantSource::kDefault);
+}
+
+TEST_F(TenantPacerTest, UnpacedWithoutFileAndRateSaysSoOnce) {
+  TenantPacer p("team-a", config(), clock_);
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);
+  PaceState ps;
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE(p.admit(1 << 20, &ps));
+  EXPECT_EQ(p.counters().tx_bytes.load(), 100u << 20);
+  int unpaced_lines = 0;
+  for (const auto& l : lines()) unpaced_lines += l.find("UNPACED") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(unpaced_lines, 1);
+}
+
+TEST_F(TenantPacerTest, EnvRateBucketAdmitsBurstThenRate) {
+  PacerConfig c = config();
+  c.rate = 1'000'000;  // 1 MB/s
+  c.burst = 100'000;
+  c.dscp = 10;
+  c.sl = 2;
+  TenantPacer p("team-a", c, clock_);
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kEnvRate);
+  EXPECT_EQ(p.qos().dscp, 10);
+  EXPECT_EQ(p.qos().service_level, 2);
+  EXPECT_EQ(*p.qos().priority, 2u);  // the SL when TENANTQOS_PRIORITY is unset
+  PaceState ps;
+  EXPECT_TRUE(p.admit(100'000, &ps));   // the full burst
+  EXPECT_FALSE(p.admit(10'000, &ps));   // empty
+  EXPECT_EQ(p.counters().throttle_events.load(), 1u);
+  EXPECT_EQ(p.counters().backlog_bytes.load(), 10'000u);
+  EXPECT_EQ(p.counters().throttled_since_ns.load(), clock_.nowNs());
+  EXPECT_FALSE(p.admit(10'000, &ps));   // the retry of the same message adds no backlog
+  EXPECT_EQ(p.counters().backlog_bytes.load(), 10'000u);
+  clock_.advanceNs(10 * kMs);           // earns 10'000 bytes
+  EXPECT_TRUE(p.admit(10'000, &ps));
+  EXPECT_EQ(p.counters().backlog_bytes.load(), 0u);
+  EXPECT_EQ(p.counters().throttled_since_ns.load(), 0);
+  EXPECT_EQ(p.counters().throttled_ns.load(), static_cast<uint64_t>(10 * kMs));
+  EXPECT_EQ(p.counters().tx_bytes.load(), 110'000u);
+}
+
+TEST_F(TenantPacerTest, LongRunRateHoldsForMessagesLargerThanTheBurst) {
+  PacerConfig c = config();
+  c.rate = 125'000'000;  // 1 Gbit/s
+  c.burst = 256 * 1024;
+  TenantPacer p("team-a", c, clock_);
+  PaceState ps;
+  uint64_t sent = 0;
+  const int64_t start = clock_.nowNs();
+  while (clock_.nowNs() - start < 2000 * kMs) {
+    if (p.admit(4 << 20, &ps)) sent += 4 << 20;
+    clock_.advanceNs(50'000);
+  }
+  const double achieved = static_cast<double>(sent) / 2.0;
+  EXPECT_NEAR(achieved / 125'000'000.0, 1.0, 0.02);
+}
+
+// A refused sender that retries late (descheduled) may take the tokens of the time it was late,
+// bounded by the catch-up window; on time, the burst caps as usual.
+TEST_F(TenantPacerTest, LateRetriesCatchUpWithinTheBound) {
+  for (int64_t catchup_ms : {0, 20}) {
+    PacerConfig c = config();
+    c.rate = 1'000'000;  // 1 byte per us
+    c.burst = 10'000;    // 10 ms
+    c.catchup_ns = catchup_ms * kMs;
+    TenantPacer p("team-a", c, clock_);
+    PaceState ps;
+    ASSERT_TRUE(p.admit(10'000, &ps));
+    ASSERT_FALSE(p.admit(1'000, &ps));  // could go 1 ms from now
+    clock_.advanceNs(31 * kMs);         // back 30 ms late
+    int admitted = 0;
+    while (p.admit(1'000, &ps)) ++admitted;
+    // 31 ms of tokens exist; the cap is burst (10 ms) + min(lateness, catch-up) (20 ms).
+    EXPECT_EQ(admitted, catchup_ms == 0 ? 10 : 30) << "catch-up " << catchup_ms << " ms";
+    // Caught up: the next refusal ends the catch-up; on-time behaviour again.
+    clock_.advanceNs(1 * kMs);
+    EXPECT_TRUE(p.admit(1'000, &ps));
+    EXPECT_FALSE(p.admit(1'000, &ps));
+    clock_.advanceNs(1000 * kMs);
+  }
+}
+
+TEST_F(TenantPacerTest, AgentFileGivesParametersBucketAndSlot) {
+  auto w = agent("team-a", 1'000'000, 50'000, 34);
+  TenantPacer p("team-a", config(), clock_);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  EXPECT_EQ(p.qos().dscp, 34);
+  EXPECT_EQ(p.qos().service_level, 3);
+  PaceState ps;
+  EXPECT_TRUE(p.admit(50'000, &ps));
+  EXPECT_FALSE(p.admit(1'000, &ps));
+  // The agent sees this process's slot: tx, backlog (demand), throttling.
+  TenantUsage u = w->usage(clock_.nowNs() + 1);
+  EXPECT_EQ(u.processes, 1u);
+  EXPECT_EQ(u.tx_bytes, 50'000u);
+  EXPECT_EQ(u.backlog_bytes, 1'000u);
+  EXPECT_EQ(u.throttled_processes, 1u);
+  p.onReceived(777);
+  EXPECT_EQ(w->usage(clock_.nowNs()).rx_bytes, 777u);
+  p.release(&ps);
+  EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, 0u);
+}
+
+TEST_F(TenantPacerTest, NewAgentParametersApplyOnTheNextIsend) {
+  auto w = agent("team-a", 1'000, 1'000);
+  TenantPacer p("team-a", config(), clock_);
+  PaceState ps;
+  EXPECT_TRUE(p.admit(1'000, &ps));
+  EXPECT_FALSE(p.admit(1'000'000, &ps));
+  TenantParams np = w->published();
+  np.rate_bytes_per_second = 1'000'000'000;
+  np.burst_bytes = 1'000'000;
+  np.policy_version = 2;
+  w->publish(np);
+  clock_.advanceNs(2 * kMs);  // 2 MB at the new rate, capped at the new 1 MB burst
+  EXPECT_TRUE(p.admit(1'000'000, &ps));
+  // Unpaced by policy: everything goes, still counted.
+  np.paced = false;
+  w->publish(np);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(p.admit(1 << 30, &ps));
+  EXPECT_EQ(w->usage(clock_.nowNs()).tx_bytes, 1'000u + 1'000'000u + (10ull << 30));
+}
+
+TEST_F(TenantPacerTest, ProcessesOfATenantShareTheAgentsBucket) {
+  auto w = agent("team-a", 1'000'000, 100'000);
+  // Two readers = two processes' worth of attachments (each has its own slot and fd).
+  TenantPacer p1("team-a", config(), clock_);
+  TenantPacer p2("team-a", config(), clock_);
+  PaceState s1, s2;
+  uint64_t admitted = 0;
+  for (int step = 0; step < 1000; ++step) {  // 1 s
+    if (p1.admit(5'000, &s1)) admitted += 5'000;
+    if (p2.admit(5'000, &s2)) admitted += 5'000;
+    clock_.advanceNs(kMs);
+  }
+  EXPECT_LE(admitted, 100'000u + 1'000'000u);
+  EXPECT_GE(admitted, 1'000'000u - 10'000u);
+  EXPECT_EQ(w->usage(clock_.nowNs()).processes, 2u);
+}
+
+TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
+  PacerConfig c = config();
+  c.recheck_ns = 1000 * kMs;
+  TenantPacer p("team-b", c, clock_);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);
+  auto w = agent("team-b", 1'000, 1'000, 12);
+  PaceState ps;
+  clock_.advanceNs(500 * kMs);
+  EXPECT_TRUE(p.admit(1 << 20, &ps));  // not yet looked again
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);
+  clock_.advanceNs(600 * kMs);
+  EXPECT_TRUE(p.admit(1'000, &ps));  // governed now: the agent's 1 KB burst...
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  EXPECT_FALSE(p.admit(1'000, &ps));  // ...and nothing more at 1 KB/s
+  EXPECT_EQ(p.qos().dscp, 12);
+  bool said = false;
+  for (const auto& l : lines()) said |= l.find("appeared") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+TEST_F(TenantPacerTest, DeletedTenantFallsBackAndReattachesToANewFile) {
+  PacerConfig c = config();
+  c.rate = 10'000'000;
+  TenantPacer p("team-c", c, clock_);
+  auto w = agent("team-c", 1'000, 1'000);
+  clock_.advanceNs(1001 * kMs);
+  PaceState ps;
+  (void)p.admit(1, &ps);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  ASSERT_TRUE(w->removeIfUnused().ok());  // marks deleted (the slot is still held)
+  (void)p.admit(1, &ps);
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kEnvRate);
+  w.reset();
+  ASSERT_EQ(system(("rm -f " + tenantShmPath(dir_, "team-c")).c_str()), 0);
+  auto w2 = agent("team-c", 5'000, 5'000, 40);
+  clock_.advanceNs(1001 * kMs);
+  (void)p.admit(1, &ps);
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  EXPECT_EQ(p.qos().dscp, 40);
+}
+
+TEST_F(TenantPacerTest, RegistryResolvesTrafficClassesAndSharesPacers) {
+  auto w = agent("team-a", 1'000'000);  // lists traffic class 5
+  PluginParams params;
+  params.run_dir = dir_;
+  params.default_tenant = "default";
+  params.burst = 1024;
+  params.shm_recheck_ms = 1000;
+  TenantRegistry reg(params, clock_);
+  TenantSource src;
+  auto a = reg.forTrafficClass(5, &src);
+  EXPECT_EQ(a->tenant(), "team-a");
+  EXPECT_EQ(src, TenantSource::kTrafficClass);
+  auto d = reg.forTrafficClass(6, &src);
+  EXPECT_EQ(d->tenant(), "default");
+  EXPECT_EQ(src, TenantSource::kDefault);
+  EXPECT_EQ(reg.forTrafficClass(5).get(), a.get());
+  EXPECT_EQ(reg.byName("team-a").get(), a.get());
+  params.tenant = "pinned";
+  TenantRegistry pinned(params, clock_);
+  EXPECT_EQ(pinned.forTrafficClass(5, &src)->tenant(), "pinned");
+  EXPECT_EQ(src, TenantSource::kEnv);
+}
+
+}  // namespace
+}  // namespace tq::plugin
