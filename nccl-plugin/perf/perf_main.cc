@@ -66,6 +66,9 @@ struct Options {
   uint64_t size = 4ull << 20;
   int64_t report_ms = 0;
   int window = 8;
+  uint64_t chunk = 512ull << 10;  // allreduce --duration: pipeline chunk
+  int64_t on_ms = 0;              // allreduce --duration: on/off cycle (0 = always on)
+  int64_t off_ms = 0;
   bool unidirectional = false;
   int traffic_class = -1;
   bool check = true;
@@ -182,6 +185,7 @@ class Rank {
   Status runSendRecvDuration();
   Status runPingPong();
   Status runAllReduce();
+  Status runAllReduceStream();
   Status sendRecvIterations(uint64_t size, int count, uint8_t* sbuf, void* smr,
                             const std::vector<uint8_t*>& rbufs, void* rmr, uint64_t* wrong,
                             bool verify);
@@ -637,6 +641,276 @@ Status Rank::runSendRecvDuration() {
   return rv_->barrier();
 }
 
+// Streaming ring allreduce (--duration). Back-to-back allreduces of --size floats, NCCL-style:
+// each of the 2(n-1) ring steps is cut into --chunk pieces, chunk j of step s+1 goes out as soon
+// as chunk j of step s has arrived (and, in the reduce-scatter, been reduced), and up to
+// --window sends and receives are in flight, so the link sees a steady stream rather than one
+// message per step. Tasks are numbered globally (iteration, step, chunk); sends and receives
+// are posted in that order on both sides, which is how they match.
+//
+// Ending without a deadlock: ranks decide to stop on their own clocks, so they may disagree by
+// an iteration. A rank that stops posts no more data, lets its sends complete, then sends a
+// zero-byte marker; it keeps receiving (discarding) until the marker of its predecessor
+// arrives. A rank that receives a marker stops the same way. Only complete iterations count.
+Status Rank::runAllReduceStream() {
+  const uint64_t n = static_cast<uint64_t>(n_);
+  const uint64_t count = std::max<uint64_t>(o_.size / sizeof(float) / n, 1) * n;
+  const uint64_t bytes = count * sizeof(float);
+  const uint64_t chunk_f = std::max<uint64_t>(o_.chunk / sizeof(float), 1);
+  const uint64_t seg_f = count / n;  // equal segments
+  const uint64_t cps = (seg_f + chunk_f - 1) / chunk_f;  // chunks per segment (= per step)
+  const uint64_t steps = 2 * (n - 1);
+  const uint64_t tpi = steps * cps;  // tasks per iteration
+  const uint64_t w = static_cast<uint64_t>(std::max(1, o_.window));
+
+  auto* sendbuf = static_cast<float*>(buffer(bytes));
+  float* red[2] = {static_cast<float*>(buffer(bytes)), static_cast<float*>(buffer(bytes))};
+  auto* tmp = static_cast<float*>(buffer(w * chunk_f * sizeof(float)));
+  if (sendbuf == nullptr || red[0] == nullptr || red[1] == nullptr || tmp == nullptr) {
+    return resourceExhausted("out of memory for buffers");
+  }
+  for (uint64_t i = 0; i < count; ++i) sendbuf[i] = arValue(rank_, i);
+  void *m_send = nullptr, *m_red_s[2] = {nullptr, nullptr}, *m_red_r[2] = {nullptr, nullptr},
+       *m_tmp = nullptr;
+  if (n_ > 1) {
+    TQ_ASSIGN_OR_RETURN(m_send, reg(send_, sendbuf, bytes));
+    for (int b = 0; b < 2; ++b) {
+      TQ_ASSIGN_OR_RETURN(m_red_s[b], reg(send_, red[b], bytes));
+      TQ_ASSIGN_OR_RETURN(m_red_r[b], reg(recv_, red[b], bytes));
+    }
+    TQ_ASSIGN_OR_RETURN(m_tmp, reg(recv_, tmp, w * chunk_f * sizeof(float)));
+  }
+  header(format(" | allreduce stream %.2f s | size %" PRIu64 " | chunk %" PRIu64
+                " | window %" PRIu64 " | report %" PRId64 " ms",
+                o_.duration_s, bytes, chunk_f * sizeof(float), w, o_.report_ms));
+  if (n_ == 1) return invalidArgument("allreduce --duration needs at least 2 ranks");
+
+  struct Task {
+    uint64_t iter, step, chunk;
+  };
+  auto task = [&](uint64_t t) { return Task{t / tpi, (t % tpi) / cps, t % cps}; };
+  auto sendSeg = [&](uint64_t s) -> uint64_t {
+    const uint64_t r = static_cast<uint64_t>(rank_);
+    if (s < n - 1) return (r + n - s) % n;
+    return (r + 1 + n - (s - (n - 1))) % n;
+  };
+  auto recvSeg = [&](uint64_t s) -> uint64_t {
+    const uint64_t r = static_cast<uint64_t>(rank_);
+    if (s < n - 1) return (r + 2 * n - s - 1) % n;
+    return (r + n - (s - (n - 1))) % n;
+  };
+  // [first float, float count) of chunk c of segment g.
+  auto span = [&](uint64_t g, uint64_t c) {
+    const uint64_t lo = g * seg_f + c * chunk_f;
+    return std::make_pair(lo, std::min(chunk_f, seg_f - c * chunk_f));
+  };
+
+  if (rank_ == 0 && !o_.json && o_.report_ms > 0) {
+    emitLine("# interval rank  t(s)  dt(s)  tx_bytes  rx_bytes  tx(Gbit/s)  rx(Gbit/s)");
+  }
+  TQ_RETURN_IF_ERROR(rv_->barrier());
+  const double cpu_u0 = cpuSeconds(true), cpu_s0 = cpuSeconds(false);
+  const int64_t start = nowNs();
+  const int64_t end = start + static_cast<int64_t>(o_.duration_s * 1e9);
+  const int64_t report_ns = o_.report_ms * 1'000'000;
+  const int64_t cycle_ns = (o_.on_ms + o_.off_ms) * 1'000'000;
+  int64_t last_report = start;
+  uint64_t tx = 0, rx = 0, tx_rep = 0, rx_rep = 0;
+
+  std::vector<void*> sreq(w, nullptr), rreq(w, nullptr);
+  uint64_t s_posted = 0, s_done = 0, r_posted = 0, r_done = 0;
+  // Stopping: no send task at or beyond s_limit and no real receive at or beyond r_limit.
+  uint64_t s_limit = UINT64_MAX, r_limit = UINT64_MAX;
+  bool stopping = false, marker_sent = false, marker_done = false, marker_rcvd = false;
+  void* marker_req = nullptr;
+  uint64_t complete_iters = 0, wrong = 0;
+  int64_t last_complete_ns = start;
+
+  auto report = [&](int64_t now) {
+    const double dt = static_cast<double>(now - last_report) / 1e9;
+    const double t = static_cast<double>(now - start) / 1e9;
+    const uint64_t dtx = tx - tx_rep, drx = rx - rx_rep;
+    if (o_.json) {
+      emitLine(format("{\"type\":\"interval\",\"mode\":\"allreduce\",\"rank\":%d,\"t_s\":%.6f,"
+                      "\"interval_s\":%.6f,\"wall_ns\":%" PRId64 ",\"tx_bytes\":%" PRIu64
+                      ",\"rx_bytes\":%" PRIu64 ",\"tx_gbps\":%.4f,\"rx_gbps\":%.4f}",
+                      rank_, t, dt, realClock().wallNs(), dtx, drx, dt > 0 ? dtx * 8 / dt / 1e9 : 0,
+                      dt > 0 ? drx * 8 / dt / 1e9 : 0));
+    } else {
+      emitLine(format("interval %d %.3f %.3f %" PRIu64 " %" PRIu64 " %.3f %.3f", rank_, t, dt, dtx,
+                      drx, dt > 0 ? dtx * 8 / dt / 1e9 : 0, dt > 0 ? drx * 8 / dt / 1e9 : 0));
+    }
+    tx_rep = tx;
+    rx_rep = rx;
+    last_report = now;
+  };
+  // A new iteration may start only while running and (with --on-off) in the "on" phase.
+  auto mayStartIteration = [&](int64_t now) {
+    if (now >= end) return false;
+    if (cycle_ns <= 0) return true;
+    return (now - start) % cycle_ns < o_.on_ms * 1'000'000;
+  };
+  auto beginStop = [&]() {
+    if (stopping) return;
+    stopping = true;
+    // Everything already posted completes; nothing new is posted, and later receives only
+    // drain what the predecessor still sends (up to its marker).
+    s_limit = s_posted;
+    r_limit = r_posted;
+  };
+
+  while (!(marker_done && marker_rcvd)) {
+    bool progress = false, paced = false;
+    const int64_t now = nowNs();
+    if (report_ns > 0 && now - last_report >= report_ns) report(now);
+    if (now >= end) beginStop();
+
+    // Receives, in task order. Stopping: keep receiving (discarding) until the marker.
+    while (!marker_rcvd && r_posted - r_done < w) {
+      const uint64_t slot = r_posted % w;
+      void*& r = rreq[slot];
+      float* dst = tmp + slot * chunk_f;
+      void* mh = m_tmp;
+      if (r_posted < r_limit) {
+        const Task t = task(r_posted);
+        if (t.chunk == 0 && t.step == 0 && !mayStartIteration(now)) break;
+        // red[b] of iteration i is reused by iteration i+2: its sends must be complete.
+        if (t.iter >= 2 && s_done < (t.iter - 1) * tpi) break;
+        if (t.step >= n - 1) {  // all-gather: straight into the result
+          const auto [lo, len] = span(recvSeg(t.step), t.chunk);
+          (void)len;
+          dst = red[t.iter % 2] + lo;
+          mh = m_red_r[t.iter % 2];
+        }
+      }
+      TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, dst, chunk_f * sizeof(float), 0, mh, &r),
+                             format("receive from rank %d", recv_from_));
+      if (r == nullptr) break;
+      ++r_posted;
+      progress = true;
+    }
+    while (r_done < r_posted) {
+      const uint64_t slot = r_done % w;
+      bool done = false;
+      int got = -1;
+      TQ_RETURN_IF_ERROR_CTX(net_->test(rreq[slot], &done, &got),
+                             format("receive from rank %d", recv_from_));
+      if (!done) break;
+      progress = true;
+      if (got == 0) {  // the predecessor's end marker
+        marker_rcvd = true;
+        beginStop();
+        ++r_done;
+        break;
+      }
+      rx += static_cast<uint64_t>(got);
+      if (r_done < r_limit) {
+        const Task t = task(r_done);
+        const auto [lo, len] = span(recvSeg(t.step), t.chunk);
+        if (static_cast<uint64_t>(got) != len * sizeof(float)) {
+          return dataLoss(format("received %d bytes for a %" PRIu64 "-byte chunk", got,
+                                 len * sizeof(float)));
+        }
+        if (t.step < n - 1) {  // reduce-scatter: own contribution + partial sum
+          float* out = red[t.iter % 2] + lo;
+          const float* in = sendbuf + lo;
+          const float* part = tmp + slot * chunk_f;
+          for (uint64_t i = 0; i < len; ++i) out[i] = in[i] + part[i];
+        }
+      }
+      ++r_done;
+    }
+
+    // Sends, in task order; chunk j of step s waits for chunk j of step s-1 to arrive.
+    while (s_posted < s_limit && s_posted - s_done < w) {
+      const Task t = task(s_posted);
+      if (t.step == 0 && t.chunk == 0 && !mayStartIteration(now)) break;
+      if (t.step > 0 && r_done <= s_posted - cps) break;
+      const auto [lo, len] = span(sendSeg(t.step), t.chunk);
+      float* src = t.step == 0 ? sendbuf + lo : red[t.iter % 2] + lo;
+      void* mh = t.step == 0 ? m_send : m_red_s[t.iter % 2];
+      void*& r = sreq[s_posted % w];
+      TQ_RETURN_IF_ERROR_CTX(net_->isend(send_, src, len * sizeof(float), rank_, mh, &r),
+                             format("send to rank %d", send_to_));
+      if (r == nullptr) {  // paced: retry on the next pass
+        paced = true;
+        break;
+      }
+      ++s_posted;
+      progress = true;
+    }
+    while (s_done < s_posted) {
+      bool done = false;
+      int got = -1;
+      TQ_RETURN_IF_ERROR_CTX(net_->test(sreq[s_done % w], &done, &got),
+                             format("send to rank %d", send_to_));
+      if (!done) break;
+      tx += static_cast<uint64_t>(std::max(got, 0));
+      ++s_done;
+      progress = true;
+    }
+    // An iteration is complete when all its receives (the result) and sends are done.
+    while ((complete_iters + 1) * tpi <= std::min(r_done, s_done) &&
+           (complete_iters + 1) * tpi <= std::min(s_limit, r_limit)) {
+      const uint64_t it = complete_iters;
+      if (o_.check && it == 0) {
+        const float ranks_sum = static_cast<float>(n_ * (n_ + 1) / 2);
+        const float* res = red[it % 2];
+        for (uint64_t i = 0; i < count; ++i) {
+          wrong += res[i] != ranks_sum * static_cast<float>((i % 13) + 1) ? 1 : 0;
+        }
+      }
+      ++complete_iters;
+      last_complete_ns = nowNs();
+    }
+    if (stopping && !marker_sent && s_done == s_posted) {
+      TQ_RETURN_IF_ERROR(net_->isend(send_, sendbuf, 0, rank_, m_send, &marker_req));
+      if (marker_req != nullptr) {
+        marker_sent = true;
+        progress = true;
+      } else {
+        paced = true;
+      }
+    }
+    if (marker_sent && !marker_done) {
+      bool done = false;
+      TQ_RETURN_IF_ERROR(net_->test(marker_req, &done, nullptr));
+      if (done) {
+        marker_done = true;
+        progress = true;
+      }
+    }
+    TQ_RETURN_IF_ERROR(idle(progress, paced));
+  }
+  const int64_t stop = nowNs();
+  if (report_ns > 0 && stop - last_report > 1'000'000) report(stop);
+  // busbw over the complete iterations (nccl-tests' formula).
+  const double elapsed = static_cast<double>(last_complete_ns - start) / 1e9;
+  TQ_ASSIGN_OR_RETURN(double max_elapsed, maxOverRanks(elapsed));
+  const double algbw = max_elapsed > 0 ? static_cast<double>(complete_iters * bytes) / max_elapsed / 1e9 : 0;
+  const double busbw = algbw * 2.0 * (n_ - 1) / n_;
+  const double cpu_u = cpuSeconds(true) - cpu_u0, cpu_s = cpuSeconds(false) - cpu_s0;
+  const double run_s = static_cast<double>(stop - start) / 1e9;
+  if (o_.json) {
+    emitLine(format("{\"type\":\"summary\",\"mode\":\"allreduce\",\"rank\":%d,\"nranks\":%d,"
+                    "\"size\":%" PRIu64 ",\"iterations\":%" PRIu64 ",\"elapsed_s\":%.6f,"
+                    "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"tx_bytes\":%" PRIu64
+                    ",\"rx_bytes\":%" PRIu64 ",\"tx_gbps\":%.4f,\"rx_gbps\":%.4f,\"cpu_user_s\":%.4f,"
+                    "\"cpu_sys_s\":%.4f,\"wrong\":%" PRIu64 "}",
+                    rank_, n_, bytes, complete_iters, max_elapsed, algbw, busbw, tx, rx,
+                    run_s > 0 ? tx * 8 / run_s / 1e9 : 0, run_s > 0 ? rx * 8 / run_s / 1e9 : 0,
+                    cpu_u, cpu_s, wrong));
+  } else {
+    emitLine(format("summary rank %d: %" PRIu64 " allreduces of %" PRIu64 " B in %.3f s: algbw %.4f "
+                    "GB/s busbw %.4f GB/s; tx %" PRIu64 " B rx %" PRIu64 " B; cpu %.3f s user %.3f s "
+                    "sys; %" PRIu64 " wrong",
+                    rank_, complete_iters, bytes, max_elapsed, algbw, busbw, tx, rx, cpu_u, cpu_s,
+                    wrong));
+  }
+  if (wrong > 0) return dataLoss(format("allreduce result wrong in %" PRIu64 " elements", wrong));
+  return rv_->barrier();
+}
+
 Status Rank::runPingPong() {
   const int iters = o_.iters >= 0 ? o_.iters : 1000;
   const int warmup = o_.warmup >= 0 ? o_.warmup : 100;
@@ -817,7 +1091,7 @@ Status Rank::runAllReduce() {
 
 Status Rank::run(int listen_fd) {
   TQ_RETURN_IF_ERROR(setup(listen_fd));
-  if (o_.mode == "allreduce") return runAllReduce();
+  if (o_.mode == "allreduce") return o_.duration_s > 0 ? runAllReduceStream() : runAllReduce();
   if (o_.mode == "pingpong") return runPingPong();
   if (o_.duration_s > 0) return runSendRecvDuration();
   return runSendRecvSweep();
@@ -848,9 +1122,14 @@ const char kUsage[] =
     "  -w, --warmup N            default 5 (pingpong 100)\n"
     "  --window N                messages in flight per peer, sendrecv (default 8)\n"
     "  --unidirectional          sendrecv: even ranks send to rank+1 only\n"
-    "streaming (sendrecv):\n"
-    "  --duration SEC            stream messages of --size for SEC seconds\n"
-    "  --size SIZE               message size for --duration (default 4M)\n"
+    "streaming:\n"
+    "  --duration SEC            sendrecv: stream messages of --size for SEC seconds;\n"
+    "                            allreduce: back-to-back allreduces of --size for SEC seconds,\n"
+    "                            each ring step pipelined in --chunk pieces (like NCCL)\n"
+    "  --size SIZE               message (sendrecv) or buffer (allreduce) size (default 4M)\n"
+    "  --chunk SIZE              allreduce pipeline chunk (default 512K); --window in flight\n"
+    "  --on-off ON_MS:OFF_MS     allreduce: start new allreduces only during the first ON_MS of\n"
+    "                            every ON_MS+OFF_MS cycle (a tenant going idle and back)\n"
     "  --report-interval MS      print per-interval throughput lines (with --duration)\n"
     "checks and output:\n"
     "  --check / --no-check      verify received data (default on: one message per size)\n"
@@ -934,6 +1213,21 @@ Result<Options> parseArgs(int argc, char** argv) {
     else if (a == "--unidirectional") { o.unidirectional = true; }
     else if (a == "--duration") { TQ_ASSIGN_OR_RETURN(o.duration_s, nextDouble()); }
     else if (a == "--size") { TQ_ASSIGN_OR_RETURN(o.size, nextBytes()); }
+    else if (a == "--chunk") { TQ_ASSIGN_OR_RETURN(o.chunk, nextBytes()); }
+    else if (a == "--on-off") {
+      TQ_ASSIGN_OR_RETURN(std::string v, next());
+      const size_t colon = v.find(':');
+      char* e1 = nullptr;
+      char* e2 = nullptr;
+      if (colon != std::string::npos) {
+        o.on_ms = std::strtol(v.c_str(), &e1, 10);
+        o.off_ms = std::strtol(v.c_str() + colon + 1, &e2, 10);
+      }
+      if (colon == std::string::npos || e1 != v.c_str() + colon || *e2 != '\0' || o.on_ms <= 0 ||
+          o.off_ms < 0) {
+        return invalidArgument("--on-off " + v + ": expected ON_MS:OFF_MS, ON_MS > 0");
+      }
+    }
     else if (a == "--report-interval") { TQ_ASSIGN_OR_RETURN(long v, nextInt()); o.report_ms = v; }
     else if (a == "--check") { o.check = true; }
     else if (a == "--no-check") { o.check = false; }
@@ -974,7 +1268,13 @@ Result<Options> parseArgs(int argc, char** argv) {
   if (o.min_bytes > o.max_bytes) return invalidArgument("--minbytes above --maxbytes");
   if (o.window < 1 || o.window > 32) return invalidArgument("--window must be 1..32 (NCCL_NET_MAX_REQUESTS)");
   if (o.report_ms > 0 && o.duration_s <= 0) return invalidArgument("--report-interval needs --duration");
-  if (o.duration_s > 0 && o.mode != "sendrecv") return invalidArgument("--duration applies to sendrecv");
+  if (o.duration_s > 0 && o.mode == "pingpong") {
+    return invalidArgument("--duration applies to sendrecv and allreduce");
+  }
+  if (o.on_ms > 0 && (o.mode != "allreduce" || o.duration_s <= 0)) {
+    return invalidArgument("--on-off applies to allreduce --duration");
+  }
+  if (o.chunk < 4 || o.chunk > (1ull << 30)) return invalidArgument("--chunk must be 4 B..1 GiB");
   return o;
 }
 
