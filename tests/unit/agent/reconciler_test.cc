@@ -346,14 +346,16 @@ TEST_F(ReconcilerTest, AllocatorSplitsEachLinkByDemandGuaranteeWeightAndLimit) {
   EXPECT_EQ(rate("tenant-a"), 500'000'000u) << "no process: bucket at the guarantee";
   EXPECT_EQ(rate("tenant-b"), 250'000'000u);
 
-  // Both backlogged (throttled the whole period): guarantees, then spare 2:1 up to the limits.
+  // Both backlogged (throttled the whole period): guarantees, then spare 2:1 up to the limits,
+  // out of the allocatable capacity 1.25 GB/s x (1 - 5 % headroom) = 1.1875 GB/s: a reaches
+  // its limit (750), b gets the rest (437.5, under its 500 limit).
   FakeProcess a = attachProcess(dir_.path(), "tenant-a");
   FakeProcess b = attachProcess(dir_.path(), "tenant-b");
   a.slot->throttled_since_ns.store(clock_.nowNs());
   b.slot->throttled_since_ns.store(clock_.nowNs());
   period(2);
   EXPECT_EQ(rate("tenant-a"), 750'000'000u);
-  EXPECT_EQ(rate("tenant-b"), 500'000'000u);
+  EXPECT_EQ(rate("tenant-b"), 437'500'000u);
 
   // tenant-b drops to a steady 100 MB/s (1 MB per 10 ms, never throttled): its allocation
   // follows its demand, its bucket stays at its guarantee, tenant-a takes the rest (limit 750).
