@@ -112,12 +112,14 @@ Stores the content of version N as a new version (history is never rewritten).
        1,
        1},
       {"validate",
-       R"(Usage: tenantqosctl validate FILE
+       R"(Usage: tenantqosctl validate FILE [-o json]
 
 Checks FILE against every policy rule without contacting a server. Prints every error as
 FILE:LINE:COL: FIELD: reason (on stderr) and exits 1 if there is any.
+  -o, --output json     on success, print the validated policy as JSON (rates as integer
+                        bytes per second, like `get -o json`; version 0: not stored)
 )",
-       {"-f", "--filename"},
+       {"-f", "--filename", "-o", "--output"},
        {},
        0,
        1},
@@ -488,6 +490,9 @@ int cmdValidate(const Args& a, CtlContext& ctx) {
                      : a.values.count("--filename") ? a.values.at("--filename")
                                                     : "";
   if (file.empty()) return usageError(a, ctx, "validate needs FILE");
+  const std::string format = a.values.count("--output") ? a.values.at("--output") : "";
+  if (!format.empty() && format != "json")
+    return usageError(a, ctx, "-o wants json, got \"" + format + "\"");
   ParsedPolicy p;
   if (file == "-") {
     std::string text((std::istreambuf_iterator<char>(ctx.in)), std::istreambuf_iterator<char>());
@@ -500,6 +505,12 @@ int cmdValidate(const Args& a, CtlContext& ctx) {
     ctx.err << file << ": invalid (" << p.errors.size()
             << (p.errors.size() == 1 ? " error" : " errors") << ")\n";
     return kExitRejected;
+  }
+  if (format == "json") {
+    PolicyRecord r;
+    r.policy = p.policy;
+    ctx.out << toJson(r);
+    return kExitOk;
   }
   ctx.out << file << ": valid (" << p.policy.links.size()
           << (p.policy.links.size() == 1 ? " link, " : " links, ") << p.policy.tenants.size()

@@ -1,0 +1,119 @@
+"""The control plane of a testbed run: tenantqos-policyd in the switch namespace and one
+tenantqos-agent per node namespace, each with its own run and state directory."""
+import os
+import time
+
+from .procs import run
+from .topology import SWITCH_ADDR
+
+
+class Binaries:
+    """Paths of the built programs (a CMake build directory)."""
+
+    def __init__(self, build_dir):
+        b = os.path.abspath(build_dir)
+        self.build_dir = b
+        self.policyd = os.path.join(b, "policy", "tenantqos-policyd")
+        self.ctl = os.path.join(b, "policy", "tenantqosctl")
+        self.agent = os.path.join(b, "agent", "tenantqos-agent")
+        self.perf = os.path.join(b, "bin", "tenantqos-perf")
+        self.plugin = os.path.join(b, "lib", "libnccl-net-tenantqos.so")
+
+    def check(self):
+        missing = [p for p in (self.policyd, self.ctl, self.agent, self.perf, self.plugin)
+                   if not os.access(p, os.X_OK if not p.endswith(".so") else os.R_OK)]
+        if missing:
+            raise RuntimeError("not built: " + ", ".join(missing) +
+                               f" (build with: cmake -S . -B {self.build_dir} -G Ninja && "
+                               f"ninja -C {self.build_dir})")
+
+
+class ControlPlane:
+    def __init__(self, topo, bins, procs, workdir, link_name="fabric", period_ms=10):
+        self.topo = topo
+        self.bins = bins
+        self.procs = procs
+        self.workdir = workdir
+        self.link_name = link_name
+        self.period_ms = period_ms
+        self.policyd = None
+        self.policyd_addr = None
+        self.agents = {}
+        self.agent_mode = None
+
+    # policyd ---------------------------------------------------------------------------
+    def start_policyd(self):
+        data = os.path.join(self.workdir, "policyd")
+        os.makedirs(data, exist_ok=True)
+        port_file = os.path.join(self.workdir, "policyd.port")
+        self.policyd = self.procs.start(
+            "policyd",
+            [self.bins.policyd, "--listen", f"{SWITCH_ADDR}:0", "--data-dir", data,
+             "--port-file", port_file],
+            os.path.join(self.workdir, "policyd.log"), netns=self.topo.switch)
+        self.policyd.wait_for_log("listening on", 15, "its listening address")
+        with open(port_file) as f:
+            self.policyd_addr = f"{SWITCH_ADDR}:{f.read().strip()}"
+        return self.policyd_addr
+
+    def ctl(self, *args, check=True):
+        return run([self.bins.ctl, "--server", self.policyd_addr] + list(args),
+                   netns=self.topo.switch, check=check)
+
+    def apply_policy(self, yaml_text, name):
+        path = os.path.join(self.workdir, f"policy-{name}.yaml")
+        with open(path, "w") as f:
+            f.write(yaml_text)
+        r = self.ctl("apply", "-f", path, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"policy {name} rejected by tenantqos-policyd:\n"
+                               f"{r.stderr.strip() or r.stdout.strip()}")
+        for line in r.stdout.splitlines():
+            if "version" in line and ("applied" in line or "no change" in line):
+                digits = "".join(c for c in line.split("version")[-1] if c.isdigit())
+                if digits:
+                    return int(digits)
+        raise RuntimeError(f"unexpected tenantqosctl output: {r.stdout}")
+
+    # agents ----------------------------------------------------------------------------
+    def node_run_dir(self, i):
+        return os.path.join(self.workdir, f"node{i}", "run")
+
+    def node_state_dir(self, i):
+        return os.path.join(self.workdir, f"node{i}", "state")
+
+    def metrics_url(self, i):
+        return f"http://{self.topo.node_addr(i)}:9464/metrics"
+
+    def agent_args(self, i, mode):
+        return ["--policyd", self.policyd_addr, "--node", f"node{i}",
+                "--device", f"{self.topo.node_dev}={self.link_name}",
+                "--run-dir", self.node_run_dir(i), "--state-dir", self.node_state_dir(i)]
+
+    def start_agents(self, mode, expect_version):
+        """Starts one agent per node in `mode` (htb|none); waits until each enforces the
+        policy version `expect_version`."""
+        self.agent_mode = mode
+        for i in range(1, self.topo.nodes + 1):
+            os.makedirs(self.node_run_dir(i), exist_ok=True)
+            os.makedirs(self.node_state_dir(i), exist_ok=True)
+            argv = [self.bins.agent] + self.agent_args(i, mode) + [
+                "--metrics", f"{self.topo.node_addr(i)}:9464", "--tc-mode", mode,
+                "--period-ms", str(self.period_ms)]
+            self.agents[i] = self.procs.start(
+                f"agent-node{i}", argv, os.path.join(self.workdir, f"agent-node{i}-{mode}.log"),
+                netns=self.topo.node_ns(i))
+        for i, a in self.agents.items():
+            a.wait_for_log(f"enforcing policy v{expect_version}", 20,
+                           f"policy v{expect_version} enforced on node{i}")
+
+    def stop_agents(self):
+        """SIGTERM (enforcement stays, by design), then --cleanup removes tc trees and files."""
+        for i, a in list(self.agents.items()):
+            a.stop()
+            run([self.bins.agent, "--cleanup"] + self.agent_args(i, self.agent_mode),
+                netns=self.topo.node_ns(i), check=False, timeout=30)
+        self.agents = {}
+
+    def agents_alive(self):
+        return all(a.alive() for a in self.agents.values())

@@ -1,0 +1,72 @@
+"""Tenants' training traffic: `tenantqos-perf allreduce` ranks (one per node) through the
+plugin, exactly as NCCL would drive it, streaming for a fixed duration."""
+import json
+import os
+
+RENDEZVOUS_PORT_BASE = 29500
+
+
+class TenantJob:
+    """One tenant's job: an allreduce ring with one rank per node."""
+
+    def __init__(self, tenant, index, nsocks=4, size="32M", chunk="512K", window=8,
+                 on_off=None):
+        self.tenant = tenant
+        self.index = index          # distinct rendezvous port per job
+        self.nsocks = nsocks
+        self.size = size
+        self.chunk = chunk
+        self.window = window
+        self.on_off = on_off        # "ON_MS:OFF_MS" or None
+        self.ranks = []             # Proc per rank
+
+    def start(self, topo, bins, procs, workdir, scenario, duration, report_ms, run_dir_of):
+        n = topo.nodes
+        port = RENDEZVOUS_PORT_BASE + self.index
+        for r in range(n):
+            node = r + 1
+            argv = [bins.perf, "allreduce", "--rank", str(r), "--nranks", str(n),
+                    "--rendezvous", f"{topo.node_addr(1)}:{port}", "--plugin", bins.plugin,
+                    "--duration", str(duration), "--size", self.size, "--chunk", self.chunk,
+                    "--window", str(self.window), "--report-interval", str(report_ms),
+                    "--json", "--timeout", "20"]
+            if self.on_off:
+                argv += ["--on-off", self.on_off]
+            env = {
+                "TENANTQOS_TENANT": self.tenant,
+                "TENANTQOS_RUN_DIR": run_dir_of(node),
+                "TENANTQOS_SOCKET_IFNAME": "=" + topo.node_dev,
+                "TENANTQOS_NSOCKS": str(self.nsocks),
+            }
+            log = os.path.join(workdir, f"{scenario}-{self.tenant}-rank{r}.jsonl")
+            self.ranks.append(procs.start(f"{self.tenant}/rank{r}", argv, log, env=env,
+                                          netns=topo.node_ns(node)))
+
+    def failed(self):
+        """(rank, exit code, log tail) of the first rank that exited non-zero, else None."""
+        for r, p in enumerate(self.ranks):
+            rc = p.poll()
+            if rc is not None and rc != 0:
+                return r, rc, p.log_tail(8)
+        return None
+
+    def done(self):
+        return all(p.poll() is not None for p in self.ranks)
+
+    def records(self, rank):
+        """The JSON lines a rank printed (intervals, summary, errors)."""
+        out = []
+        for line in self.ranks[rank].log_text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def summary(self, rank=0):
+        for rec in self.records(rank):
+            if rec.get("type") == "summary":
+                return rec
+        return None
