@@ -517,6 +517,13 @@ TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
             std::string::npos)
       << v.err;
   EXPECT_NE(v.err.find("invalid (2 errors)"), std::string::npos) << v.err;
+  // validate -o json: the validated policy for scripts, rates in bytes/s; invalid stays exit 1.
+  v = ctl({"validate", good, "-o", "json"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_NE(v.out.find("\"capacityBytesPerSecond\": 12500000000"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("\"guaranteeBytesPerSecond\": 5000000000"), std::string::npos) << v.out;
+  EXPECT_EQ(ctl({"validate", bad, "-o", "json"}).exit_code, 1);
+  EXPECT_EQ(ctl({"validate", good, "-o", "yaml"}).exit_code, 2);
 
   // apply: diff and version; then unchanged; invalid; stale.
   auto a = ctl({"apply", "-f", good});
