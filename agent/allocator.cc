@@ -93,7 +93,7 @@ std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInpu
   return out;
 }
 
-uint64_t DemandEstimator::update(const DemandSignals& s, int64_t period_ns) {
+uint64_t DemandEstimator::update(const DemandSignals& s, int64_t period_ns, uint64_t guarantee) {
   if (period_ns <= 0) return last_;
   // bytes x 1e9 / ns: exact for whole-millisecond periods, so tests can compare exactly.
   const double period = static_cast<double>(period_ns);
@@ -103,7 +103,10 @@ uint64_t DemandEstimator::update(const DemandSignals& s, int64_t period_ns) {
   const double throttled =
       std::min(static_cast<double>(s.throttled_ns), static_cast<double>(period_ns)) /
       static_cast<double>(period_ns);
-  if (throttled >= options_.backlogged_throttle_fraction) {
+  const double busy = std::min(static_cast<double>(s.busy_ns), period) / period;
+  const bool network_bound = guarantee > 0 && busy >= options_.network_bound_busy_fraction &&
+                             observed < static_cast<double>(guarantee);
+  if (throttled >= options_.backlogged_throttle_fraction || network_bound) {
     // Held back by the bucket: it wants more than it got, we cannot tell how much.
     smoothed_ = std::max(smoothed_, observed);
     last_ = kUnboundedDemand;

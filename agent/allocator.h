@@ -67,12 +67,20 @@ struct DemandSignals {
   uint64_t bytes_sent = 0;     // bytes sent in the period
   uint64_t throttled_ns = 0;   // time spent waiting for tokens in the period (any process)
   uint64_t backlog_bytes = 0;  // bytes waiting to be sent at the end of the period
+  uint64_t busy_ns = 0;        // time some process had sends in flight (queued in the network)
 };
 
 struct DemandEstimatorOptions {
   // A tenant throttled for at least this fraction of the period is held back by its bucket.
   // Its demand is unknown and treated as unbounded: it takes what the allocator gives.
   double backlogged_throttle_fraction = 0.05;
+  // A tenant below its guarantee whose sends were in flight for at least this fraction of the
+  // period is held back by the network, not by its bucket: on a FIFO link (RDMA-like mode)
+  // other tenants' buckets, grown while this one looked idle, can starve it. Its demand is
+  // treated as unbounded too, so the next allocation takes the lent guarantee back. Above its
+  // guarantee a busy tenant is estimated from what it sends (a CPU-bound sender is busy too,
+  // and must not hold spare it cannot use).
+  double network_bound_busy_fraction = 0.9;
   // Room to grow without being throttled first: demand = observed x (1 + headroom). This
   // matters only above the guarantee, because below it the bucket is at the guarantee anyway.
   // It costs link utilisation in the RDMA-like mode, where the other tenants' buckets are
@@ -94,7 +102,8 @@ class DemandEstimator {
   explicit DemandEstimator(DemandEstimatorOptions options) : options_(options) {}
 
   // Returns bytes/s or kUnboundedDemand. period_ns <= 0 returns the previous estimate.
-  uint64_t update(const DemandSignals& signals, int64_t period_ns);
+  // `guarantee` (bytes/s) enables the network-bound rule (0: no guarantee, rule off).
+  uint64_t update(const DemandSignals& signals, int64_t period_ns, uint64_t guarantee = 0);
   uint64_t estimate() const { return last_; }
   // Forget the history (a tenant became inactive).
   void reset() {

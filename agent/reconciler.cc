@@ -294,13 +294,17 @@ void Reconciler::allocate(int64_t now) {
       sig.bytes_sent = u.tx_bytes >= e.usage.tx_bytes ? u.tx_bytes - e.usage.tx_bytes : 0;
       sig.throttled_ns =
           u.throttled_ns >= e.usage.throttled_ns ? u.throttled_ns - e.usage.throttled_ns : 0;
+      // Summed over processes (the estimator caps it at the period); a reclaimed slot can make
+      // the sum shrink, which reads as "not busy" for one period.
+      sig.busy_ns = u.busy_ns >= e.usage.busy_ns ? u.busy_ns - e.usage.busy_ns : 0;
     }
     sig.backlog_bytes = u.backlog_bytes;
     if (u.processes == 0) {
       e.estimator.reset();
       e.demand = 0;
     } else {
-      e.demand = e.estimator.update(sig, e.usage_at_ns != 0 ? now - e.usage_at_ns : 0);
+      e.demand = e.estimator.update(sig, e.usage_at_ns != 0 ? now - e.usage_at_ns : 0,
+                                    e.spec.guarantee_bytes_per_second);
     }
     e.usage = std::move(u);
     e.usage_at_ns = now;

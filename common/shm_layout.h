@@ -20,7 +20,7 @@
 //   0     Header   (256 B)  magic, version, sizes, tenant name, agent liveness, retired totals
 //   256   Params   (192 B)  seqlock-protected policy parameters
 //   448   Bucket   ( 64 B)  token bucket state
-//   512   Slot[64] (128 B each) per-process counters
+//   512   Slot[64] (128 B each) per-process counters (tx, rx, throttled, busy, backlog, ...)
 //   8704  end
 #pragma once
 
@@ -96,7 +96,13 @@ struct Slot {
   std::atomic<uint64_t> heartbeat_ns;   // last isend/irecv/test activity
   std::atomic<uint64_t> throttle_events;  // isend calls refused by the bucket
   std::atomic<uint64_t> claim_wall_ns;  // CLOCK_REALTIME when claimed
-  uint8_t pad[128 - 72];
+  // Time this process had at least one admitted send not yet completed (closed intervals, and
+  // the start of the open one, 0 = none). A tenant whose sends stay queued in the network while
+  // its bucket admits them is held back by the network, not by lack of demand: the agent's
+  // demand estimator reads it so a starved tenant gets its share back.
+  std::atomic<uint64_t> busy_ns;
+  std::atomic<int64_t> busy_since_ns;
+  uint8_t pad[128 - 88];
 };
 
 struct TenantFile {
@@ -118,5 +124,6 @@ static_assert(sizeof(TenantFile) == 8704);
 static_assert(offsetof(Header, agent_pid) == 88);
 static_assert(offsetof(Params, traffic_classes) == 68);
 static_assert(offsetof(Slot, claim_wall_ns) == 64);
+static_assert(offsetof(Slot, busy_since_ns) == 80);
 
 }  // namespace tq::shm

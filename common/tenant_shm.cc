@@ -193,6 +193,9 @@ SlotUsage readSlot(const shm::Slot& s, uint32_t index, int64_t now_ns) {
   u.backlog_bytes = s.backlog_bytes.load(std::memory_order_relaxed);
   u.heartbeat_ns = s.heartbeat_ns.load(std::memory_order_relaxed);
   u.throttle_events = s.throttle_events.load(std::memory_order_relaxed);
+  u.busy_ns = s.busy_ns.load(std::memory_order_relaxed);
+  const int64_t busy_since = s.busy_since_ns.load(std::memory_order_relaxed);
+  if (busy_since != 0 && now_ns > busy_since) u.busy_ns += static_cast<uint64_t>(now_ns - busy_since);
   return u;
 }
 
@@ -298,6 +301,7 @@ TenantUsage TenantShmWriter::usage(int64_t now_ns) const {
     u.rx_bytes += su.rx_bytes;
     u.throttled_ns += su.throttled_ns;
     u.backlog_bytes += su.backlog_bytes;
+    u.busy_ns += su.busy_ns;
     u.processes++;
     u.throttled_processes += su.throttled_now ? 1 : 0;
     u.slots.push_back(su);
@@ -327,6 +331,8 @@ int TenantShmWriter::reclaimDeadSlots() {
       s.heartbeat_ns.store(0, std::memory_order_relaxed);
       s.throttle_events.store(0, std::memory_order_relaxed);
       s.claim_wall_ns.store(0, std::memory_order_relaxed);
+      s.busy_ns.store(0, std::memory_order_relaxed);
+      s.busy_since_ns.store(0, std::memory_order_relaxed);
       s.owner.store(0, std::memory_order_release);
       ++reclaimed;
     }
@@ -378,6 +384,7 @@ TenantShmReader::~TenantShmReader() {
     // (it needs our lock released, which close() below does).
     s->throttled_since_ns.store(0, std::memory_order_relaxed);
     s->backlog_bytes.store(0, std::memory_order_relaxed);
+    s->busy_since_ns.store(0, std::memory_order_relaxed);
   }
   if (file_ != nullptr) ::munmap(file_, sizeof(TenantFile));
   if (fd_ >= 0) ::close(fd_);

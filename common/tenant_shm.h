@@ -54,6 +54,7 @@ struct SlotUsage {
   uint64_t backlog_bytes = 0;
   uint64_t heartbeat_ns = 0;
   uint64_t throttle_events = 0;
+  uint64_t busy_ns = 0;  // sends in flight, including the currently open interval
 };
 
 // A tenant's totals on this node: live slots plus retired (reclaimed) ones. Monotonic.
@@ -61,6 +62,7 @@ struct TenantUsage {
   uint64_t tx_bytes = 0;
   uint64_t rx_bytes = 0;
   uint64_t throttled_ns = 0;
+  uint64_t busy_ns = 0;        // live slots only (a demand signal, not an accounting total)
   uint64_t backlog_bytes = 0;  // sum over live slots (current demand signal)
   uint32_t processes = 0;      // claimed slots
   uint32_t throttled_processes = 0;

@@ -236,7 +236,11 @@ Status Plugin::isend(void* send_comm, void* data, size_t size, int tag, void* mh
   if (!s->tenant->admit(size, &s->pace)) return okStatus();  // over budget: NCCL retries
   Request* r = nullptr;
   TQ_RETURN_IF_ERROR(s->comm->isend(data, size, tag, static_cast<MemRegion*>(mhandle), &r));
-  if (r != nullptr) r->tenant = s->tenant.get();
+  if (r != nullptr) {
+    r->tenant = s->tenant.get();
+    r->pace = &s->pace;
+    s->tenant->onSendStarted(&s->pace);
+  }
   *request = r;
   return okStatus();
 }
@@ -253,7 +257,10 @@ Status Plugin::irecv(void* recv_comm, int n, void** data, size_t* sizes, int* ta
   Request* req = nullptr;
   TQ_RETURN_IF_ERROR(r->comm->irecv(n, data, sizes, tags,
                                     reinterpret_cast<MemRegion**>(mhandles), &req));
-  if (req != nullptr) req->tenant = r->tenant.get();
+  if (req != nullptr) {
+    req->tenant = r->tenant.get();
+    req->pace = nullptr;
+  }
   *request = req;
   return okStatus();
 }
@@ -275,10 +282,15 @@ Status Plugin::test(void* request, int* done, int* sizes) {
   // Read before test(): a completed request returns to its pool.
   TenantPacer* tenant = r->tenant;
   const bool is_recv = r->is_recv;
+  PaceState* pace = r->pace;
   bool d = false;
   size_t bytes = 0;
   *done = 0;
-  TQ_RETURN_IF_ERROR(r->test(&d, &bytes));
+  Status st = r->test(&d, &bytes);
+  if (!is_recv && tenant != nullptr && pace != nullptr && (!st.ok() || d)) {
+    tenant->onSendFinished(pace);  // completed, or failed (a failed request is released)
+  }
+  TQ_RETURN_IF_ERROR(st);
   if (!d) return okStatus();
   *done = 1;
   if (sizes != nullptr) *sizes = bytes > INT_MAX ? INT_MAX : static_cast<int>(bytes);
@@ -290,6 +302,7 @@ Status Plugin::closeSend(void* send_comm) {
   TQ_ASSIGN_OR_RETURN(SendObj * s, (objectOf<SendObj, kSendMagic>(send_comm, "send comm")));
   s->magic = 0;
   s->tenant->release(&s->pace);
+  s->tenant->onSendFinished(&s->pace, s->pace.in_flight.load(std::memory_order_relaxed));
   delete s;
   return okStatus();
 }

@@ -245,6 +245,28 @@ void TenantPacer::onReceived(uint64_t bytes) {
       ->rx_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+void TenantPacer::onSendStarted(PaceState* ps) {
+  ps->in_flight.fetch_add(1, std::memory_order_relaxed);
+  if (sends_in_flight_.fetch_add(1, std::memory_order_acq_rel) == 0) {
+    shm::Slot* slot = slotFor(agent_.load(std::memory_order_acquire));
+    int64_t zero = 0;
+    slot->busy_since_ns.compare_exchange_strong(zero, clock_.nowNs(), std::memory_order_relaxed);
+  }
+}
+
+void TenantPacer::onSendFinished(PaceState* ps, int64_t count) {
+  if (count <= 0) return;
+  ps->in_flight.fetch_sub(count, std::memory_order_relaxed);
+  if (sends_in_flight_.fetch_sub(count, std::memory_order_acq_rel) == count) {
+    shm::Slot* slot = slotFor(agent_.load(std::memory_order_acquire));
+    const int64_t since = slot->busy_since_ns.exchange(0, std::memory_order_relaxed);
+    const int64_t now = clock_.nowNs();
+    if (since != 0 && now > since) {
+      slot->busy_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
+    }
+  }
+}
+
 void TenantPacer::release(PaceState* ps) {
   if (ps->refused_bytes == 0) return;
   ps->refused_slot->backlog_bytes.fetch_sub(ps->refused_bytes, std::memory_order_relaxed);

@@ -60,6 +60,7 @@ struct PaceState {
   shm::Slot* refused_slot = nullptr;  // the slot that backlog was added to
   int64_t ready_at_ns = 0;            // when the refused message could first be admitted
   int64_t lag_ns = 0;                 // how late the retry came (catch-up allowance)
+  std::atomic<int64_t> in_flight{0};  // sends handed to the transport, not yet completed
 };
 
 struct PacerConfig {
@@ -102,6 +103,11 @@ class TenantPacer {
   bool admit(uint64_t bytes, PaceState* ps);
   // A receive of `bytes` completed.
   void onReceived(uint64_t bytes);
+  // A send was handed to the transport / `count` sends completed, failed or were abandoned
+  // (comm closed). They keep the slot's busy time: how long this process had sends in flight,
+  // the agent's signal that a tenant is held back by the network rather than short of demand.
+  void onSendStarted(PaceState* ps);
+  void onSendFinished(PaceState* ps, int64_t count = 1);
   // A send comm closes: withdraw its backlog.
   void release(PaceState* ps);
 
@@ -132,6 +138,7 @@ class TenantPacer {
   std::atomic<uint64_t> seq_{0};
   std::atomic<int64_t> next_check_ns_{0};
   std::atomic<int64_t> local_bucket_{0};
+  std::atomic<int64_t> sends_in_flight_{0};  // this process, all comms of the tenant
   shm::Slot local_slot_{};
 
   std::mutex mu_;  // attach / refresh; try-locked from the hot path

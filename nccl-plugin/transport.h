@@ -32,6 +32,7 @@
 namespace tq::plugin {
 
 class TenantPacer;
+struct PaceState;
 
 inline constexpr size_t kHandleBytes = NCCL_NET_HANDLE_MAXSIZE;
 inline constexpr int kMaxRequests = NCCL_NET_MAX_REQUESTS;
@@ -81,6 +82,7 @@ class Request {
   // Plugin-layer bookkeeping, set when the request is handed out.
   TenantPacer* tenant = nullptr;
   bool is_recv = false;
+  PaceState* pace = nullptr;  // sends: the comm's pacing state (in-flight count)
 
  protected:
   ~Request() = default;  // owned by its comm's pool

@@ -52,6 +52,11 @@ class ControlPlane:
              "--port-file", port_file],
             os.path.join(self.workdir, "policyd.log"), netns=self.topo.switch)
         self.policyd.wait_for_log("listening on", 15, "its listening address")
+        deadline = time.monotonic() + 5  # the port file follows the log line
+        while not os.path.exists(port_file):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tenantqos-policyd wrote no {port_file}")
+            time.sleep(0.02)
         with open(port_file) as f:
             self.policyd_addr = f"{SWITCH_ADDR}:{f.read().strip()}"
         return self.policyd_addr

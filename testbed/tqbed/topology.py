@@ -67,8 +67,33 @@ class Topology:
         return out
 
     def cleanup(self):
-        """Removes everything with this prefix (namespaces take their veths with them)."""
-        for item in self.leftovers():
+        """Removes everything with this prefix: first the processes still running inside our
+        namespaces (a crashed run's agents or ranks; found by namespace, killed by PID), then
+        the namespaces (which take their veths with them) and the host port."""
+        import signal
+        import time
+        items = self.leftovers()
+        pids = set()
+        for item in items:
+            kind, name = item.split(" ", 1)
+            if kind == "netns":
+                r = run(["ip", "netns", "pids", name], check=False)
+                pids.update(int(p) for p in r.stdout.split() if p.isdigit())
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in list(pids):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pids.discard(pid)
+            deadline = time.monotonic() + 5
+            while pids and time.monotonic() < deadline:
+                for pid in list(pids):
+                    if not os.path.exists(f"/proc/{pid}"):
+                        pids.discard(pid)
+                time.sleep(0.05)
+            if not pids:
+                break
+        for item in items:
             kind, name = item.split(" ", 1)
             if kind == "netns":
                 run(["ip", "netns", "del", name], check=False)

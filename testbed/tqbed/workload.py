@@ -9,7 +9,7 @@ RENDEZVOUS_PORT_BASE = 29500
 class TenantJob:
     """One tenant's job: an allreduce ring with one rank per node."""
 
-    def __init__(self, tenant, index, nsocks=4, size="32M", chunk="512K", window=8,
+    def __init__(self, tenant, index, nsocks=4, size="32M", chunk="128K", window=16,
                  on_off=None):
         self.tenant = tenant
         self.index = index          # distinct rendezvous port per job

@@ -264,6 +264,20 @@ TEST(DemandEstimator, ThrottledSenderIsBacklogged) {
   EXPECT_EQ(e.update({0, 3 * kPeriodNs, 0}, kPeriodNs), kUnboundedDemand);
 }
 
+TEST(DemandEstimator, NetworkBoundBelowGuaranteeIsBacklogged) {
+  DemandEstimator e;
+  const uint64_t g = 200'000'000;  // 200 MB/s
+  // 1 MB in 10 ms (100 MB/s, under the guarantee) with sends in flight 95 % of the period:
+  // starved by the network (a FIFO other tenants overfill), so it takes its share back.
+  EXPECT_EQ(e.update({1'000'000, 0, 0, 9'500'000}, kPeriodNs, g), kUnboundedDemand);
+  // Busy only 80 %: an application that paces itself.
+  EXPECT_EQ(e.update({1'000'000, 0, 0, 8'000'000}, kPeriodNs, g), 105'000'000u);
+  // Busy but above its guarantee (e.g. CPU-bound): estimated from what it sends.
+  EXPECT_EQ(e.update({3'000'000, 0, 0, kPeriodNs}, kPeriodNs, g), 315'000'000u);
+  // No guarantee: the rule does not apply.
+  EXPECT_EQ(e.update({1'000'000, 0, 0, kPeriodNs}, kPeriodNs, 0), 105'000'000u);
+}
+
 TEST(DemandEstimator, BacklogCountsAsDemand) {
   DemandEstimator e;
   // 0.5 MB sent + 0.5 MB waiting, in 10 ms: 100 MB/s observed.

@@ -240,7 +240,10 @@ TEST_F(TenantShmTest, ThrottledTimeIncludesOpenInterval) {
   s->throttled_ns.store(100);
   s->throttled_since_ns.store(1000);
   s->backlog_bytes.store(4096);
+  s->busy_ns.store(50);
+  s->busy_since_ns.store(1200);
   TenantUsage u = w->usage(1500);
+  EXPECT_EQ(u.busy_ns, 350u);
   EXPECT_EQ(u.throttled_ns, 600u);
   EXPECT_EQ(u.throttled_processes, 1u);
   EXPECT_EQ(u.backlog_bytes, 4096u);

@@ -176,6 +176,29 @@ TEST_F(TenantPacerTest, AgentFileGivesParametersBucketAndSlot) {
   EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, 0u);
 }
 
+TEST_F(TenantPacerTest, BusyTimeCoversSendsInFlightAcrossComms) {
+  auto w = agent("team-a", 1'000'000'000);
+  TenantPacer p("team-a", config(), clock_);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  PaceState c1, c2;  // two send comms of one process
+  p.onSendStarted(&c1);
+  clock_.advanceNs(3 * kMs);
+  p.onSendStarted(&c2);
+  p.onSendFinished(&c1);  // c2 still in flight: busy goes on
+  clock_.advanceNs(2 * kMs);
+  EXPECT_EQ(w->usage(clock_.nowNs()).busy_ns, static_cast<uint64_t>(5 * kMs));  // open interval
+  p.onSendFinished(&c2);
+  clock_.advanceNs(10 * kMs);  // idle: not busy
+  EXPECT_EQ(w->usage(clock_.nowNs()).busy_ns, static_cast<uint64_t>(5 * kMs));
+  // A comm closed with sends in flight gives them back.
+  p.onSendStarted(&c1);
+  p.onSendStarted(&c1);
+  clock_.advanceNs(1 * kMs);
+  p.onSendFinished(&c1, c1.in_flight.load());
+  clock_.advanceNs(1 * kMs);
+  EXPECT_EQ(w->usage(clock_.nowNs()).busy_ns, static_cast<uint64_t>(6 * kMs));
+}
+
 TEST_F(TenantPacerTest, NewAgentParametersApplyOnTheNextIsend) {
   auto w = agent("team-a", 1'000, 1'000);
   TenantPacer p("team-a", config(), clock_);

@@ -1,0 +1,326 @@
+"""Command line of the testbed: demo (README's main job), bench (bench/isolation), up, cleanup."""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from .cluster import Binaries, ControlPlane
+from .procs import ProcSet
+from .scenarios import (Runner, Scenario, demo_tenants, policy_yaml, say, tenants_from_json,
+                        write_plot)
+from .topology import HOST_ADDR, Topology, rate_to_bits
+
+
+def fmt_gbps(bps):
+    return f"{bps / 1e9:.3f}"
+
+
+def load_policy(args, bins, link_bits):
+    """(link_bps, headroom, tenants) validated offline by tenantqosctl BEFORE anything starts."""
+    if args.policy:
+        path = args.policy
+    else:
+        tenants = demo_tenants(link_bits)
+        fd, path = tempfile.mkstemp(prefix="tenantqos-testbed-policy-", suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            f.write(policy_yaml(link_bits, tenants))
+    r = subprocess.run([bins.ctl, "validate", path, "-o", "json"], capture_output=True, text=True)
+    if not args.policy:
+        os.unlink(path)
+    if r.returncode != 0:
+        raise SystemExit(f"tenantqos-testbed: the policy is invalid; nothing was started:\n"
+                         f"{r.stderr.strip()}")
+    link_bps, headroom, tenants = tenants_from_json(json.loads(r.stdout))
+    if args.link_rate is None:
+        link_bits = link_bps  # a user's policy: emulate its link
+    guaranteed = sum(t.guarantee_bps for t in tenants)
+    if guaranteed > link_bits * (1 - headroom / 100.0) + 1:
+        raise SystemExit(
+            f"tenantqos-testbed: the guarantees ({guaranteed / 1e9:.3f} Gbit/s) exceed the emulated "
+            f"link ({link_bits / 1e9:.3f} Gbit/s minus {headroom:g} % headroom); nothing was started")
+    if link_bps != link_bits:
+        say(f"note: the policy's link capacity is {link_bps / 1e9:.3f} Gbit/s, the emulated link "
+            f"{link_bits / 1e9:.3f} Gbit/s")
+    return link_bits, headroom, tenants
+
+
+def demo_scenarios(tenants, seconds):
+    alone = max(4.0, seconds * 0.6)
+    names = [t.name for t in tenants]
+    out = [Scenario(f"standalone-{n}", "none", [n], alone) for n in names]
+    out += [Scenario("contended-none", "none", names, seconds),
+            Scenario("contended-tenantqos-rdma", "rdma", names, seconds),
+            Scenario("contended-tenantqos-tcp", "tcp", names, seconds)]
+    return out
+
+
+def bench_scenarios(tenants, quick):
+    alone, contended, idle = (6, 8, 10) if quick else (10, 20, 20)
+    names = [t.name for t in tenants]
+    guaranteed = [t.name for t in tenants if t.guarantee_bps > 0]
+    out = [Scenario(f"standalone-{n}", "none", [n], alone) for n in names]
+    out += [Scenario(f"standalone-capped-{n}", "rdma", [n], alone, capped=n) for n in guaranteed]
+    out += [Scenario("contended-none", "none", names, contended),
+            Scenario("contended-tenantqos-rdma", "rdma", names, contended),
+            Scenario("contended-tenantqos-tcp", "tcp", names, contended)]
+    if guaranteed:
+        sleeper = guaranteed[0]
+        out.append(Scenario("idle-wake-tenantqos-rdma", "rdma", names, idle, report_ms=10,
+                            on_off={sleeper: "1500:1000"}))
+    return out
+
+
+def by_name(results):
+    return {r["name"]: r for r in results}
+
+
+def print_table(results, tenants, link_bps):
+    r = by_name(results)
+    cols = [("alone", "standalone-{t}"), ("no tenantqos", "contended-none"),
+            ("tenantqos RDMA-like", "contended-tenantqos-rdma"),
+            ("tenantqos TCP", "contended-tenantqos-tcp")]
+    say("")
+    say(f"Per-tenant allreduce bus bandwidth on a shared {link_bps / 1e9:g} Gbit/s link "
+        "(Gbit/s, % of alone); attainment = delivered / guarantee per 100 ms window (p50 / p1)")
+    head = f"{'tenant':<10} {'guarantee':>9} {'limit':>7} |"
+    for label, _ in cols:
+        head += f" {label:^28} |"
+    say(head)
+    say("-" * len(head))
+    for t in tenants:
+        row = f"{t.name:<10} {fmt_gbps(t.guarantee_bps):>9} {fmt_gbps(t.limit_bps):>7} |"
+        alone = None
+        for label, key in cols:
+            sc = r.get(key.format(t=t.name))
+            e = next((x for x in sc["tenants"] if x["name"] == t.name), None) if sc else None
+            if e is None:
+                row += f" {'-':^28} |"
+                continue
+            bw = e["busbw_bps"]
+            if label == "alone":
+                alone = bw
+                cell = f"{fmt_gbps(bw)}"
+            else:
+                pct = f"{100 * bw / alone:4.0f}%" if alone else "  - "
+                att = (f"{e['attainment_p50']:.2f}/{e['attainment_p1']:.2f}"
+                       if e["attainment_p50"] is not None else "   -     ")
+                cell = f"{fmt_gbps(bw)} {pct} att {att}"
+            row += f" {cell:^28} |"
+        say(row)
+    util = f"{'link utilisation':<28} |"
+    for label, key in cols:
+        if "{t}" in key:
+            util += f" {'':^28} |"
+            continue
+        u = r.get(key, {}).get("link_utilization")
+        util += f" {('%.3f' % u) if u is not None else '-':^28} |"
+    say(util)
+
+
+def check_targets(results, reaction, tenants):
+    """Prints issue 5's targets as PASS/MISS lines; returns the number missed."""
+    r = by_name(results)
+    missed = 0
+
+    def line(ok, text):
+        nonlocal missed
+        missed += 0 if ok else 1
+        say(f"  [{'PASS' if ok else 'MISS'}] {text}")
+
+    say("")
+    say("Targets (issue 5), with tenantqos, all tenants backlogged:")
+    for mode in ("rdma", "tcp"):
+        sc = r.get(f"contended-tenantqos-{mode}")
+        if not sc:
+            continue
+        for e in sc["tenants"]:
+            if e["guarantee_bps"] > 0 and e["attainment_p50"] is not None:
+                line(e["attainment_p50"] >= 0.99 and e["attainment_p1"] >= 0.95,
+                     f"{mode}: {e['name']} attainment p50 {e['attainment_p50']:.3f} (>= 0.99), "
+                     f"p1 {e['attainment_p1']:.3f} (>= 0.95)")
+            if e["cap_conformance_max"] is not None and e["limit_bps"] < 0.999 * sc.get("link_bps", 1e18):
+                pass
+        caps = [e for e in sc["tenants"] if e["cap_conformance_max"] is not None]
+        worst = max(caps, key=lambda e: e["cap_conformance_max"]) if caps else None
+        if worst:
+            line(worst["cap_conformance_max"] <= 1.01,
+                 f"{mode}: cap conformance max {worst['cap_conformance_max']:.3f} ({worst['name']}, "
+                 "<= 1.01)")
+        if sc.get("link_utilization") is not None:
+            line(sc["link_utilization"] >= 0.95,
+                 f"{mode}: link utilisation {sc['link_utilization']:.3f} (>= 0.95)")
+        for e in sc["tenants"]:
+            capped = r.get(f"standalone-capped-{e['name']}")
+            if not capped or e["guarantee_bps"] <= 0:
+                continue
+            base = capped["tenants"][0]["busbw_bps"]
+            if base > 0:
+                ratio = e["busbw_bps"] / base
+                line(ratio >= 0.97, f"{mode}: {e['name']} busbw contended / alone capped at its "
+                     f"guarantee = {ratio:.3f} (>= 0.97)")
+    for key, label in (("idle_to_others_p50", "others reflect an idle tenant"),
+                       ("wake_to_guarantee_p50", "a waking tenant has its guarantee")):
+        if key in reaction:
+            line(reaction[key] <= 20, f"reaction: {label} in {reaction[key]:.1f} ms p50 (<= 20 ms)")
+    return missed
+
+
+def run(args, bench):
+    bins = Binaries(args.build_dir)
+    bins.check()
+    link_bits = rate_to_bits(args.link_rate) if args.link_rate else 1_000_000_000
+    link_bps, headroom, tenants = load_policy(args, bins, link_bits)
+    topo = Topology(prefix=args.prefix, nodes=2, link_bits=int(link_bps))
+    left = topo.leftovers()
+    if left:
+        raise SystemExit("tenantqos-testbed: a previous run left these behind: " + ", ".join(left) +
+                         f"\nremove them with: {sys.argv[0]} cleanup --prefix {args.prefix}")
+    out_dir = os.path.abspath(args.out)
+    os.makedirs(out_dir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="run-", dir=out_dir)
+    procs = ProcSet()
+    cp = ControlPlane(topo, bins, procs, workdir, period_ms=args.period_ms)
+
+    t_begin = time.time()
+    results, reaction = [], {}
+    try:
+        say(f"tenantqos testbed: 2 nodes behind a switch, emulated link {link_bps / 1e9:g} Gbit/s "
+            f"per node, namespaces {topo.prefix}-*; logs in {workdir}")
+        topo.create()
+        say(f"policyd at {cp.start_policyd()}; agents' metrics (while they run): " +
+            ", ".join(cp.metrics_url(i) for i in (1, 2)) + f" (reachable from this host via "
+            f"{HOST_ADDR})")
+        runner = Runner(topo, bins, procs, cp, workdir, link_bps, headroom, tenants)
+        scenarios = (bench_scenarios(tenants, args.quick) if bench
+                     else demo_scenarios(tenants, args.duration))
+        if args.only:
+            wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+            unknown = [w for w in wanted if w not in {s.name for s in scenarios}]
+            if unknown:
+                raise RuntimeError("--only: unknown scenario(s) " + ", ".join(unknown) +
+                                   "; known: " + ", ".join(s.name for s in scenarios))
+            scenarios = [s for s in scenarios if s.name in wanted]
+        for i, sc in enumerate(scenarios, 1):
+            results.append(runner.run(sc, i, len(scenarios)))
+        if bench:
+            idle = [s for s in scenarios if s.on_off]
+            if idle:
+                sleeper = next(iter(idle[0].on_off))
+                reaction = runner.reaction(idle[0].name, sleeper,
+                                           [t.name for t in tenants if t.name != sleeper])
+        print_table(results, tenants, link_bps)
+        png = write_plot(runner, [s.name for s in scenarios if s.name.startswith("contended")],
+                         os.path.join(out_dir, "throughput.png"), workdir)
+        if png:
+            say(f"\nplot: {png}")
+        missed = check_targets(results, reaction, tenants) if bench else 0
+        doc = {"link_bps": link_bps, "scenarios": results, "reaction_ms": reaction}
+        json_path = args.json or os.path.join(out_dir, "results.json")
+        with open(json_path, "w") as f:
+            json.dump(doc, f, indent=2)
+        say(f"results: {json_path}   ({time.time() - t_begin:.0f} s)")
+        return 0 if (not bench or missed == 0 or not args.strict) else 1
+    except KeyboardInterrupt:
+        say("\ninterrupted: cleaning up")
+        return 130
+    except (RuntimeError, TimeoutError) as e:
+        say(f"\ntenantqos-testbed: {e}\n(logs kept in {workdir})")
+        return 1
+    finally:
+        cp.stop_agents()
+        procs.stop_all()
+        topo.cleanup()
+        left = topo.leftovers()
+        if left:
+            say("warning: could not remove " + ", ".join(left))
+
+
+def up(args):
+    """Creates the cluster (policyd + agents, demo policy) and keeps it until Ctrl-C."""
+    bins = Binaries(args.build_dir)
+    bins.check()
+    link_bits = rate_to_bits(args.link_rate) if args.link_rate else 1_000_000_000
+    link_bps, headroom, tenants = load_policy(args, bins, link_bits)
+    topo = Topology(prefix=args.prefix, nodes=2, link_bits=int(link_bps))
+    if topo.leftovers():
+        raise SystemExit(f"leftovers from a previous run; run: {sys.argv[0]} cleanup")
+    os.makedirs(os.path.abspath(args.out), exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="up-", dir=os.path.abspath(args.out))
+    procs = ProcSet()
+    cp = ControlPlane(topo, bins, procs, workdir, period_ms=args.period_ms)
+    try:
+        topo.create()
+        cp.start_policyd()
+        v = cp.apply_policy(policy_yaml(link_bps, tenants, headroom), "up")
+        cp.start_agents(args.mode, v)
+        say(f"up: policyd {cp.policyd_addr} (run tenantqosctl with `ip netns exec {topo.switch}`),"
+            f" agents ({args.mode} mode) metrics " + ", ".join(cp.metrics_url(i) for i in (1, 2)))
+        say(f"run ranks with: ip netns exec {topo.node_ns(1)} env TENANTQOS_RUN_DIR="
+            f"{cp.node_run_dir(1)} ...   Ctrl-C to tear down")
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cp.stop_agents()
+        procs.stop_all()
+        topo.cleanup()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="tenantqos-testbed",
+                                description="An emulated 2-node cluster in network namespaces: "
+                                            "tenants' allreduces with and without tenantqos.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp):
+        sp.add_argument("--build-dir", default="build", help="CMake build directory (default build)")
+        sp.add_argument("--link-rate", default=None,
+                        help="emulated per-node link rate, e.g. 1gbit (default 1gbit, or the "
+                             "capacity of --policy's link)")
+        sp.add_argument("--policy", help="a policy file with one link (default: the demo's "
+                                         "tenant-a 40%%/60%% w2, tenant-b 20%%/40%% w1, noisy)")
+        sp.add_argument("--prefix", default="tqbed", help="name prefix of namespaces (default tqbed)")
+        sp.add_argument("--out", default="testbed-results", help="results and logs directory")
+        sp.add_argument("--period-ms", type=int, default=10, help="agents' allocation period")
+        sp.add_argument("--only", help="comma-separated scenario names to run (default: all)")
+
+    d = sub.add_parser("demo", help="the main job: the table of standalone / contended runs")
+    common(d)
+    d.add_argument("--duration", type=float, default=10, help="seconds per contended scenario")
+    d.add_argument("--json", help="write the results JSON here")
+    b = sub.add_parser("bench", help="bench/isolation: all scenarios, targets, JSON")
+    common(b)
+    b.add_argument("--quick", action="store_true", help="shorter scenarios (<= 5 minutes)")
+    b.add_argument("--json", help="write the results JSON here")
+    b.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    u = sub.add_parser("up", help="create the cluster and keep it until Ctrl-C")
+    common(u)
+    u.add_argument("--mode", choices=["none", "htb"], default="htb", help="agents' --tc-mode")
+    c = sub.add_parser("cleanup", help="remove what a previous run left behind")
+    c.add_argument("--prefix", default="tqbed")
+    args = p.parse_args(argv)
+
+    if os.geteuid() != 0:
+        raise SystemExit("tenantqos-testbed: needs root (network namespaces, tc)")
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # Ctrl-C, SIGTERM (and SIGINT even when started in the background, where shells ignore it)
+    # end the run through the same cleanup path.
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    if args.cmd == "cleanup":
+        t = Topology(prefix=args.prefix)
+        left = t.leftovers()
+        t.cleanup()
+        say("removed: " + (", ".join(left) if left else "nothing"))
+        return 0
+    if args.cmd == "up":
+        return up(args)
+    return run(args, bench=(args.cmd == "bench"))

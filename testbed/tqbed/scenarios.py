@@ -1,0 +1,326 @@
+"""Scenarios of the isolation testbed and the runner that measures them.
+
+A scenario = which tenants run, and how the cluster enforces:
+  none  no agents: the plugin runs unpaced (no shm files), the link is a plain FIFO at line
+        rate: whoever pushes hardest wins
+  rdma  agents in --tc-mode none: no tc at all (tc never sees RDMA); isolation comes only from
+        the plugin's pacing and the agents' allocator ("RDMA-like")
+  tcp   agents in --tc-mode htb: the HTB tree per node as well (the TCP/IPoIB/rxe path)
+"""
+import json
+import os
+import sys
+import time
+
+from . import analysis
+from .workload import TenantJob
+
+WARMUP_S = 1.0   # after the last rank's first report: slow start, the allocator's first periods
+TAIL_S = 0.3     # before the first rank's last full report
+
+
+class TenantSpec:
+    def __init__(self, name, guarantee_bps, limit_bps, weight, sl, dscp, nsocks=4):
+        self.name = name
+        self.guarantee_bps = guarantee_bps
+        self.limit_bps = limit_bps
+        self.weight = weight
+        self.sl = sl
+        self.dscp = dscp
+        self.nsocks = nsocks
+
+
+def demo_tenants(link_bps):
+    """The source articles' two tenants (40 %/60 % weight 2, 20 %/40 % weight 1) plus an
+    unguaranteed noisy tenant that opens four times as many TCP streams."""
+    return [
+        TenantSpec("tenant-a", 0.40 * link_bps, 0.60 * link_bps, 2, 1, 26),
+        TenantSpec("tenant-b", 0.20 * link_bps, 0.40 * link_bps, 1, 2, 18),
+        TenantSpec("noisy", 0, link_bps, 1, 3, 10, nsocks=16),
+    ]
+
+
+def policy_yaml(link_bps, tenants, headroom=5, capped=None):
+    """The policy file for a run; `capped` names a tenant whose limit is its guarantee."""
+    lines = ["apiVersion: tenantqos/v1", "kind: TenantPolicy", "links:",
+             "  - name: fabric", f"    capacity: {int(link_bps)}", f"    headroom: {headroom}%",
+             "tenants:"]
+    for i, t in enumerate(tenants):
+        limit = t.guarantee_bps if capped == t.name else t.limit_bps
+        lines += [f"  - name: {t.name}", "    link: fabric", f"    guarantee: {int(t.guarantee_bps)}",
+                  f"    limit: {int(limit)}", f"    weight: {t.weight}",
+                  f"    serviceLevel: {t.sl}", f"    dscp: {t.dscp}",
+                  f"    trafficClasses: [{i + 1}]"]
+    return "\n".join(lines) + "\n"
+
+
+def tenants_from_json(doc):
+    """TenantSpecs from `tenantqosctl validate FILE -o json` (a user's own policy)."""
+    if len(doc.get("links", [])) != 1:
+        raise RuntimeError("the testbed emulates one link class: the policy must define exactly "
+                           "one link")
+    out = []
+    for t in doc["tenants"]:
+        out.append(TenantSpec(t["name"], t["guaranteeBytesPerSecond"] * 8,
+                              t["limitBytesPerSecond"] * 8, t["weight"], t["serviceLevel"],
+                              t["dscp"]))
+    return doc["links"][0]["capacityBytesPerSecond"] * 8, doc["links"][0]["headroomPercent"], out
+
+
+class Scenario:
+    def __init__(self, name, mode, tenants, duration, report_ms=100, capped=None, on_off=None):
+        self.name = name
+        self.mode = mode          # none | rdma | tcp
+        self.tenants = tenants    # names of the tenants that run
+        self.duration = duration
+        self.report_ms = report_ms
+        self.capped = capped      # tenant whose limit is set to its guarantee
+        self.on_off = on_off      # {tenant: "ON_MS:OFF_MS"}
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+class Runner:
+    """Runs scenarios on a created topology with a started policyd."""
+
+    def __init__(self, topo, bins, procs, control, workdir, link_bps, headroom, tenants):
+        self.topo = topo
+        self.bins = bins
+        self.procs = procs
+        self.cp = control
+        self.workdir = workdir
+        self.link_bps = link_bps
+        self.headroom = headroom
+        self.tenants = {t.name: t for t in tenants}
+        self.order = [t.name for t in tenants]
+        self.applied = None      # (policy text) last applied
+        self.version = 0
+        self.samples = {}        # scenario -> {tenant: [series per rank]} for plots
+
+    # Enforcement setup -------------------------------------------------------------------
+    def _empty_run_dir(self, node):
+        d = os.path.join(self.workdir, f"node{node}", "no-agent-run")
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def _enforce(self, sc):
+        """Brings the agents into the scenario's mode with the scenario's policy."""
+        self.cp.stop_agents()
+        if sc.mode == "none":
+            return self._empty_run_dir
+        text = policy_yaml(self.link_bps, [self.tenants[n] for n in self.order], self.headroom,
+                           capped=sc.capped)
+        if text != self.applied:
+            self.version = self.cp.apply_policy(text, sc.name)
+            self.applied = text
+        self.cp.start_agents("none" if sc.mode == "rdma" else "htb", self.version)
+        return self.cp.node_run_dir
+
+    # One scenario ------------------------------------------------------------------------
+    def run(self, sc, index, total):
+        mode_text = {"none": "no tenantqos (plugin unpaced, FIFO link)",
+                     "rdma": "tenantqos, RDMA-like (pacing + allocator, no tc)",
+                     "tcp": "tenantqos, TCP (pacing + allocator + HTB)"}[sc.mode]
+        say(f"[{index}/{total}] {sc.name}: {', '.join(sc.tenants)} | {mode_text} | "
+            f"{sc.duration:.0f} s")
+        run_dir_of = self._enforce(sc)
+        jobs = []
+        for k, name in enumerate(sc.tenants):
+            t = self.tenants[name]
+            job = TenantJob(name, index * 10 + k, nsocks=t.nsocks,
+                            on_off=(sc.on_off or {}).get(name))
+            job.start(self.topo, self.bins, self.procs, self.workdir, sc.name, sc.duration,
+                      sc.report_ms, run_dir_of)
+            jobs.append(job)
+        t_start = time.time()
+        # Link counters: from when every rank is past setup (~1 s) plus the warm-up.
+        t0 = t_start + 1.0 + WARMUP_S
+        t1 = t_start + sc.duration - TAIL_S
+        port0 = port1 = None
+        next_progress = t_start + 2
+        deadline = t_start + sc.duration + 40
+        while True:
+            now = time.time()
+            for job in jobs:
+                f = job.failed()
+                if f:
+                    raise RuntimeError(f"scenario {sc.name}: {job.tenant} rank {f[0]} exited with "
+                                       f"code {f[1]}:\n{f[2]}")
+            if sc.mode != "none" and not self.cp.agents_alive():
+                raise RuntimeError(f"scenario {sc.name}: an agent exited; see "
+                                   f"{self.workdir}/agent-node*.log")
+            if port0 is None and now >= t0:
+                port0 = (time.time(), [self.topo.port_stats(i) for i in (1, 2)])
+            if port1 is None and now >= t1:
+                port1 = (time.time(), [self.topo.port_stats(i) for i in (1, 2)])
+            if all(job.done() for job in jobs):
+                break
+            if now > deadline:
+                raise RuntimeError(f"scenario {sc.name}: ranks still running {deadline - t_start:.0f}"
+                                   " s after start (hung?)")
+            if now >= next_progress and now < t_start + sc.duration:
+                next_progress += 2
+                say(f"    t={now - t_start:4.1f}s  " + "  ".join(
+                    f"{j.tenant} {self._live_rate(j):6.3f}" for j in jobs) + "  Gbit/s")
+            time.sleep(0.1)
+        # The measured span comes from the ranks' own reports: every tenant running.
+        firsts, lasts = [], []
+        for job in jobs:
+            for r in range(len(job.ranks)):
+                s = analysis.rate_series(job.records(r))
+                full = [w for w in s if w[1] >= 0.8 * sc.report_ms / 1000]
+                if full:
+                    firsts.append(full[0][0] - full[0][1])
+                    lasts.append(full[-1][0])
+        if firsts:
+            t0, t1 = max(firsts) + WARMUP_S, min(lasts) - TAIL_S
+        return self._measure(sc, jobs, t0, t1, port0, port1)
+
+    def _live_rate(self, job):
+        total = 0.0
+        for r in range(len(job.ranks)):
+            s = analysis.rate_series(job.records(r))
+            if s:
+                total += s[-1][2]
+        return total / max(1, len(job.ranks)) / 1e9
+
+    def _measure(self, sc, jobs, t0, t1, port0, port1):
+        res = {"name": sc.name, "mode": sc.mode, "tenants": []}
+        if port0 and port1 and port1[0] > port0[0]:
+            span = port1[0] - port0[0]
+            utils = [(b1[0] - b0[0]) * 8 / (self.link_bps * span)
+                     for b0, b1 in zip(port0[1], port1[1])]
+            res["link_utilization"] = sum(utils) / len(utils)
+            res["link_drops"] = sum(b1[2] - b0[2] for b0, b1 in zip(port0[1], port1[1]))
+        else:
+            res["link_utilization"] = None
+        self.samples[sc.name] = {}
+        for job in jobs:
+            spec = self.tenants[job.tenant]
+            limit = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
+            series = [analysis.rate_series(job.records(r)) for r in range(len(job.ranks))]
+            self.samples[sc.name][job.tenant] = series
+            fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1)
+            summ = job.summary(0) or {}
+            if summ.get("wrong", 0):
+                raise RuntimeError(f"{sc.name}: {job.tenant}'s allreduce results were wrong")
+            entry = {"name": job.tenant, "busbw_bps": summ.get("busbw_GBps", 0) * 8e9,
+                     "guarantee_bps": spec.guarantee_bps, "limit_bps": limit,
+                     "mean_bps": fig["mean_bps"], "windows": fig["windows"],
+                     "attainment_p50": fig["attainment_p50"],
+                     "attainment_p1": fig["attainment_p1"],
+                     "cap_conformance_max": fig["cap_conformance_max"]}
+            res["tenants"].append(entry)
+        for e in res["tenants"]:
+            say(f"    {e['name']:<10} busbw {e['busbw_bps'] / 1e9:6.3f} Gbit/s  "
+                f"mean {e['mean_bps'] / 1e9:6.3f} Gbit/s" +
+                (f"  attainment p50 {e['attainment_p50']:.3f} p1 {e['attainment_p1']:.3f}"
+                 if e["attainment_p50"] is not None else ""))
+        if res["link_utilization"] is not None:
+            say(f"    link utilisation {res['link_utilization']:.3f}  drops {res['link_drops']}")
+        return res
+
+    # Reaction times (idle-wake) ------------------------------------------------------------
+    def reaction(self, sc_name, sleeper, others):
+        """idle_to_others: from the sleeper's last sending window until the others' combined
+        rate reaches 90 % of what they get while it sleeps; wake_to_guarantee: from its first
+        sending window after a pause until it receives >= 95 % of its guarantee."""
+        samples = self.samples.get(sc_name, {})
+        if sleeper not in samples:
+            return {}
+        spec = self.tenants[sleeper]
+        g = spec.guarantee_bps
+        # The sleeper's rank 0 receive series: what node 2 sends it (rank 1's uplink).
+        sleeper_rx = samples[sleeper][0]
+        others_rx = [samples[o][0] for o in others if o in samples]
+        active = 0.05 * g if g > 0 else 1e6
+        offs, ons = analysis.transitions(sleeper_rx, active)
+        idle_ms, wake_ms = [], []
+        if not others_rx:
+            return {}
+        width = 0.01
+        t_lo = min(s[0][0] - s[0][1] for s in others_rx if s)
+        t_hi = max(s[-1][0] for s in others_rx if s)
+        combined = [sum(v) for v in zip(*[analysis.rebin(s, width, t_lo, t_hi) for s in others_rx])]
+
+        def combined_at(t):
+            k = int((t - t_lo) // width)
+            return combined[k] if 0 <= k < len(combined) else None
+
+        for t_off in offs:
+            nxt = [t for t in ons if t > t_off]
+            t_end = nxt[0] if nxt else t_hi
+            if t_end - t_off < 0.3:
+                continue
+            # Others' steady rate while the sleeper sleeps: median of the second half.
+            half = [combined_at(t_off + (t_end - t_off) * f) for f in (0.5, 0.6, 0.7, 0.8, 0.9)]
+            half = [h for h in half if h is not None]
+            if not half:
+                continue
+            target = 0.9 * analysis.percentile(half, 50)
+            k = int((t_off - t_lo) // width)
+            while k < len(combined) and combined[k] < target:
+                k += 1
+            if k < len(combined):
+                idle_ms.append((t_lo + (k + 1) * width - t_off) * 1000)
+        for t_on in ons:
+            t = analysis.first_time(sleeper_rx, t_on, lambda r: r >= 0.95 * g, 1.0)
+            if t is not None:
+                wake_ms.append((t - t_on) * 1000)
+        out = {}
+        if idle_ms:
+            out["idle_to_others_p50"] = analysis.percentile(idle_ms, 50)
+        if wake_ms:
+            out["wake_to_guarantee_p50"] = analysis.percentile(wake_ms, 50)
+        out["cycles"] = min(len(idle_ms), len(wake_ms))
+        return out
+
+
+def write_plot(runner, scenario_names, png_path, workdir):
+    """Per-tenant throughput over time (100 ms windows) with guarantee and limit lines, one
+    panel per scenario, drawn by gnuplot."""
+    import shutil
+    import subprocess
+    if shutil.which("gnuplot") is None:
+        say("    (gnuplot not installed: no plot)")
+        return None
+    panels = [n for n in scenario_names if n in runner.samples]
+    if not panels:
+        return None
+    script = [f"set terminal pngcairo size 1200,{300 * len(panels) + 60} font 'sans,10'",
+              f"set output '{png_path}'", f"set multiplot layout {len(panels)},1",
+              "set grid", "set key outside right", "set ylabel 'Gbit/s'",
+              f"set yrange [0:{runner.link_bps / 1e9 * 1.1:.3f}]"]
+    for name in panels:
+        files = []
+        for tenant, series in runner.samples[name].items():
+            if not series or not series[0]:
+                continue
+            t0 = series[0][0][0] - series[0][0][1]
+            path = os.path.join(workdir, f"plot-{name}-{tenant}.dat")
+            with open(path, "w") as f:
+                for end, dt, r in series[0]:
+                    f.write(f"{end - t0:.3f} {r / 1e9:.4f}\n")
+            files.append((tenant, path))
+        plots = []
+        for i, (tenant, path) in enumerate(files):
+            spec = runner.tenants[tenant]
+            plots.append(f"'{path}' using 1:2 with lines lw 2 lc {i + 1} title '{tenant}'")
+            if spec.guarantee_bps > 0:
+                plots.append(f"{spec.guarantee_bps / 1e9:.4f} with lines dt 2 lc {i + 1} "
+                             f"title '{tenant} guarantee'")
+            if spec.limit_bps < runner.link_bps:
+                plots.append(f"{spec.limit_bps / 1e9:.4f} with lines dt 3 lc {i + 1} "
+                             f"title '{tenant} limit'")
+        script += [f"set title '{name}'", "set xlabel 's'", "plot " + ", ".join(plots)]
+    script.append("unset multiplot")
+    gp = os.path.join(workdir, "plot.gp")
+    with open(gp, "w") as f:
+        f.write("\n".join(script) + "\n")
+    r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
+    if r.returncode != 0:
+        say(f"    gnuplot failed: {r.stderr.strip()}")
+        return None
+    return png_path
