@@ -18,7 +18,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev libcivetweb-dev
   # test and demo tools: real tc, real Prometheus, an independent gRPC client, plots
   iproute2 iperf3 prometheus python3 python3-grpcio python3-protobuf procps psmisc curl
-  gnuplot-nox tcpdump
+  gnuplot-nox tcpdump nftables
 )
 if [[ ${1:-} == --rxe ]]; then
   pkgs+=(qemu-system-x86 busybox-static kmod ibverbs-providers ibverbs-utils perftest xz-utils cpio)

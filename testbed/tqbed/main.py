@@ -59,7 +59,7 @@ def demo_scenarios(tenants, seconds):
 
 
 def bench_scenarios(tenants, quick):
-    alone, contended, idle = (6, 8, 10) if quick else (10, 20, 20)
+    alone, contended, idle = (6, 10, 10) if quick else (10, 20, 20)
     names = [t.name for t in tenants]
     guaranteed = [t.name for t in tenants if t.guarantee_bps > 0]
     out = [Scenario(f"standalone-{n}", "none", [n], alone) for n in names]

@@ -13,9 +13,10 @@ import sys
 import time
 
 from . import analysis
+from .meter import DscpMeter
 from .workload import TenantJob
 
-WARMUP_S = 1.0   # after the last rank's first report: slow start, the allocator's first periods
+WARMUP_S = 2.0   # after the last rank's first report: slow start, the allocator settling on all tenants
 TAIL_S = 0.3     # before the first rank's last full report
 
 
@@ -126,11 +127,20 @@ class Runner:
         say(f"[{index}/{total}] {sc.name}: {', '.join(sc.tenants)} | {mode_text} | "
             f"{sc.duration:.0f} s")
         run_dir_of = self._enforce(sc)
+        meter = DscpMeter(self.topo, {n: self.tenants[n].dscp for n in sc.tenants},
+                          sc.report_ms / 1000.0)
+        meter.start()
+        try:
+            return self._run_jobs(sc, index, run_dir_of, meter)
+        finally:
+            meter.stop()
+
+    def _run_jobs(self, sc, index, run_dir_of, meter):
         jobs = []
         for k, name in enumerate(sc.tenants):
             t = self.tenants[name]
             job = TenantJob(name, index * 10 + k, nsocks=t.nsocks,
-                            on_off=(sc.on_off or {}).get(name))
+                            on_off=(sc.on_off or {}).get(name), dscp=t.dscp)
             job.start(self.topo, self.bins, self.procs, self.workdir, sc.name, sc.duration,
                       sc.report_ms, run_dir_of)
             jobs.append(job)
@@ -148,6 +158,8 @@ class Runner:
                 if f:
                     raise RuntimeError(f"scenario {sc.name}: {job.tenant} rank {f[0]} exited with "
                                        f"code {f[1]}:\n{f[2]}")
+            if meter.error:
+                raise RuntimeError(f"scenario {sc.name}: the traffic meter failed: {meter.error}")
             if sc.mode != "none" and not self.cp.agents_alive():
                 raise RuntimeError(f"scenario {sc.name}: an agent exited; see "
                                    f"{self.workdir}/agent-node*.log")
@@ -176,7 +188,7 @@ class Runner:
                     lasts.append(full[-1][0])
         if firsts:
             t0, t1 = max(firsts) + WARMUP_S, min(lasts) - TAIL_S
-        return self._measure(sc, jobs, t0, t1, port0, port1)
+        return self._measure(sc, jobs, t0, t1, port0, port1, meter)
 
     def _live_rate(self, job):
         total = 0.0
@@ -186,7 +198,7 @@ class Runner:
                 total += s[-1][2]
         return total / max(1, len(job.ranks)) / 1e9
 
-    def _measure(self, sc, jobs, t0, t1, port0, port1):
+    def _measure(self, sc, jobs, t0, t1, port0, port1, meter):
         res = {"name": sc.name, "mode": sc.mode, "tenants": []}
         if port0 and port1 and port1[0] > port0[0]:
             span = port1[0] - port0[0]
@@ -200,8 +212,12 @@ class Runner:
         for job in jobs:
             spec = self.tenants[job.tenant]
             limit = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
-            series = [analysis.rate_series(job.records(r)) for r in range(len(job.ranks))]
+            # Delivered payload per receiving node, counted by the kernel (meter.py); one
+            # series per direction of the ring.
+            series = [meter.series(job.tenant, node) for node in range(1, self.topo.nodes + 1)]
             self.samples[sc.name][job.tenant] = series
+            with open(os.path.join(self.workdir, f"series-{sc.name}-{job.tenant}.json"), "w") as f:
+                json.dump({"t0": t0, "t1": t1, "series": series}, f)
             fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1)
             summ = job.summary(0) or {}
             if summ.get("wrong", 0):

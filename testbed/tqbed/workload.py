@@ -9,8 +9,8 @@ RENDEZVOUS_PORT_BASE = 29500
 class TenantJob:
     """One tenant's job: an allreduce ring with one rank per node."""
 
-    def __init__(self, tenant, index, nsocks=4, size="32M", chunk="128K", window=16,
-                 on_off=None):
+    def __init__(self, tenant, index, nsocks=4, size="32M", chunk="128K", window=24,
+                 on_off=None, dscp=0):
         self.tenant = tenant
         self.index = index          # distinct rendezvous port per job
         self.nsocks = nsocks
@@ -18,6 +18,7 @@ class TenantJob:
         self.chunk = chunk
         self.window = window
         self.on_off = on_off        # "ON_MS:OFF_MS" or None
+        self.dscp = dscp            # marked even without an agent (TENANTQOS_DSCP), for the meter
         self.ranks = []             # Proc per rank
 
     def start(self, topo, bins, procs, workdir, scenario, duration, report_ms, run_dir_of):
@@ -37,6 +38,7 @@ class TenantJob:
                 "TENANTQOS_RUN_DIR": run_dir_of(node),
                 "TENANTQOS_SOCKET_IFNAME": "=" + topo.node_dev,
                 "TENANTQOS_NSOCKS": str(self.nsocks),
+                "TENANTQOS_DSCP": str(self.dscp),
             }
             log = os.path.join(workdir, f"{scenario}-{self.tenant}-rank{r}.jsonl")
             self.ranks.append(procs.start(f"{self.tenant}/rank{r}", argv, log, env=env,

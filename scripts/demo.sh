@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# README command 1: install what is needed (Debian packages), build, and run the main job —
+# tenants' allreduces on an emulated 2-node cluster, standalone, contended without tenantqos,
+# and contended with tenantqos (RDMA-like and TCP modes), printed as a table against each
+# tenant's guarantee, with a plot. Extra arguments go to `tenantqos-testbed demo` (try --help).
+# Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${TQ_BUILD_DIR:-build}
+jobs=${TQ_JOBS:-$(nproc)}
+
+scripts/install-deps.sh
+
+echo "== configure ($build)"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_WERROR=ON >/dev/null
+echo "== build the programs the demo runs (-j$jobs)"
+ninja -C "$build" -j"$jobs" tenantqos-policyd tenantqosctl tenantqos-agent tenantqos-perf \
+  tq_nccl_plugin
+echo "== run"
+exec testbed/tenantqos-testbed demo --build-dir "$build" "$@"
