@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""Functional tests of the isolation testbed (testbed/tenantqos-testbed): a short real run,
+bad input rejected before anything starts, a dying rank reported and cleaned up, leftovers
+refused. Needs root; every run uses the prefix `tqtb` and the test checks nothing is left.
+
+Usage: testbed_test.py --build-dir DIR --source-dir DIR
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ARGS = None
+PREFIX = "tqtb"
+
+
+def testbed(*args, timeout=240, **kw):
+    cmd = [os.path.join(ARGS.source_dir, "testbed", "tenantqos-testbed")] + list(args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def leftovers():
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [l.split()[0] for l in r.stdout.splitlines() if l.startswith(PREFIX + "-")]
+
+
+class TestbedTest(unittest.TestCase):
+    def setUp(self):
+        self.assertEqual(leftovers(), [], "a previous test left namespaces behind")
+        self.out = tempfile.mkdtemp(prefix="tq-testbed-test-")
+
+    def tearDown(self):
+        testbed("cleanup", "--prefix", PREFIX)
+        subprocess.run(["rm", "-rf", self.out])
+        self.assertEqual(leftovers(), [])
+
+    def common(self):
+        return ["--build-dir", ARGS.build_dir, "--prefix", PREFIX, "--out", self.out]
+
+    def test_short_run_measures_guarantees_and_cleans_up(self):
+        r = testbed("demo", *self.common(), "--duration", "7", "--only",
+                    "contended-none,contended-tenantqos-rdma")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("contended-tenantqos-rdma", r.stdout)
+        doc = json.load(open(os.path.join(self.out, "results.json")))
+        sc = {s["name"]: s for s in doc["scenarios"]}
+        rdma = {t["name"]: t for t in sc["contended-tenantqos-rdma"]["tenants"]}
+        for name in ("tenant-a", "tenant-b"):
+            t = rdma[name]
+            # Lenient bounds (a shared CI machine): with tenantqos each guaranteed tenant gets
+            # its guarantee on average and never much more than its limit.
+            self.assertGreaterEqual(t["mean_bps"], 0.9 * t["guarantee_bps"], (name, t))
+            self.assertLessEqual(t["mean_bps"], 1.05 * t["limit_bps"], (name, t))
+            self.assertGreater(t["busbw_bps"], 0)
+        none = {t["name"]: t for t in sc["contended-none"]["tenants"]}
+        # Without tenantqos the noisy tenant (4x the streams) takes more than with it.
+        self.assertGreater(none["noisy"]["mean_bps"], rdma["noisy"]["mean_bps"])
+        self.assertTrue(os.path.exists(os.path.join(self.out, "throughput.png")))
+        self.assertEqual(leftovers(), [])
+
+    def test_policy_exceeding_the_link_is_rejected_before_anything_starts(self):
+        bad = os.path.join(self.out, "bad.yaml")
+        with open(bad, "w") as f:
+            f.write("apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n"
+                    "  - name: fabric\n    capacity: 1Gbps\n    headroom: 5%\n"
+                    "tenants:\n  - name: big\n    link: fabric\n    guarantee: 990Mbps\n"
+                    "    limit: 1Gbps\n    serviceLevel: 1\n    dscp: 10\n")
+        r = testbed("demo", *self.common(), "--policy", bad)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("nothing was started", r.stderr + r.stdout)
+        self.assertIn("bad.yaml", r.stderr + r.stdout)
+        self.assertEqual(leftovers(), [])
+        # Valid policy, but the emulated link is smaller than the guarantees.
+        good = os.path.join(ARGS.source_dir, "examples", "policy.yaml")
+        r = testbed("demo", *self.common(), "--policy", good, "--link-rate", "10gbit")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("exceed the emulated link", r.stderr + r.stdout)
+        self.assertEqual(leftovers(), [])
+
+    def test_dying_rank_is_reported_and_everything_is_cleaned_up(self):
+        p = subprocess.Popen(
+            [os.path.join(ARGS.source_dir, "testbed", "tenantqos-testbed"), "demo"] +
+            self.common() + ["--duration", "30", "--only", "contended-tenantqos-rdma"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        victim = None
+        deadline = time.monotonic() + 60
+        while victim is None and time.monotonic() < deadline and p.poll() is None:
+            r = subprocess.run(["ip", "netns", "pids", f"{PREFIX}-node2"], capture_output=True,
+                               text=True)
+            for pid in r.stdout.split():
+                try:
+                    cmd = open(f"/proc/{pid}/cmdline").read().split("\0")
+                    env = open(f"/proc/{pid}/environ").read().split("\0")
+                except OSError:
+                    continue
+                if any(c.endswith("tenantqos-perf") for c in cmd) and \
+                        "TENANTQOS_TENANT=tenant-b" in env:
+                    victim = int(pid)
+            time.sleep(0.2)
+        self.assertIsNotNone(victim, "no tenant-b rank appeared")
+        time.sleep(2)  # mid-run
+        os.kill(victim, signal.SIGKILL)
+        out, _ = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 1, out)
+        self.assertRegex(out, r"tenant-b rank \d exited with code")
+        self.assertEqual(leftovers(), [])
+
+    def test_leftovers_are_refused_and_cleanup_removes_them(self):
+        subprocess.run(["ip", "netns", "add", f"{PREFIX}-switch"], check=True)
+        r = testbed("demo", *self.common(), "--duration", "4")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("previous run left", r.stderr + r.stdout)
+        self.assertIn("cleanup", r.stderr + r.stdout)
+        r = testbed("cleanup", "--prefix", PREFIX)
+        self.assertEqual(r.returncode, 0)
+        self.assertIn(f"netns {PREFIX}-switch", r.stdout)
+        self.assertEqual(leftovers(), [])
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--build-dir", required=True)
+    p.add_argument("--source-dir", required=True)
+    ARGS, rest = p.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
