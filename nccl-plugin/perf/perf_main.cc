@@ -153,6 +153,40 @@ void* allocBuffer(uint64_t bytes) {
   return p;
 }
 
+// Per-interval throughput lines of the streaming modes (text or JSON), shared by sendrecv and
+// allreduce so both print the same format (docs/plugin.md).
+class IntervalReporter {
+ public:
+  IntervalReporter(const char* mode, int rank, bool json, int64_t start_ns)
+      : mode_(mode), rank_(rank), json_(json), start_(start_ns), last_(start_ns) {}
+  int64_t last() const { return last_; }
+  void report(int64_t now, uint64_t tx, uint64_t rx) {
+    const double dt = static_cast<double>(now - last_) / 1e9;
+    const double t = static_cast<double>(now - start_) / 1e9;
+    const uint64_t dtx = tx - tx_rep_, drx = rx - rx_rep_;
+    const double tx_gbps = dt > 0 ? dtx * 8 / dt / 1e9 : 0, rx_gbps = dt > 0 ? drx * 8 / dt / 1e9 : 0;
+    if (json_) {
+      emitLine(format("{\"type\":\"interval\",\"mode\":\"%s\",\"rank\":%d,\"t_s\":%.6f,"
+                      "\"interval_s\":%.6f,\"wall_ns\":%" PRId64 ",\"tx_bytes\":%" PRIu64
+                      ",\"rx_bytes\":%" PRIu64 ",\"tx_gbps\":%.4f,\"rx_gbps\":%.4f}",
+                      mode_, rank_, t, dt, realClock().wallNs(), dtx, drx, tx_gbps, rx_gbps));
+    } else {
+      emitLine(format("interval %d %.3f %.3f %" PRIu64 " %" PRIu64 " %.3f %.3f", rank_, t, dt, dtx,
+                      drx, tx_gbps, rx_gbps));
+    }
+    tx_rep_ = tx;
+    rx_rep_ = rx;
+    last_ = now;
+  }
+
+ private:
+  const char* mode_;
+  int rank_;
+  bool json_;
+  int64_t start_, last_;
+  uint64_t tx_rep_ = 0, rx_rep_ = 0;
+};
+
 // ---- the per-rank run -------------------------------------------------------------------------
 
 class Rank {
@@ -519,36 +553,18 @@ Status Rank::runSendRecvDuration() {
   const int64_t start = nowNs();
   const int64_t end = start + static_cast<int64_t>(o_.duration_s * 1e9);
   const int64_t report_ns = o_.report_ms * 1'000'000;
-  int64_t last_report = start;
-  uint64_t tx = 0, rx = 0, tx_rep = 0, rx_rep = 0, wrong = 0;
+  IntervalReporter rep("sendrecv", rank_, o_.json, start);
+  uint64_t tx = 0, rx = 0, wrong = 0;
   std::vector<void*> sreq(static_cast<size_t>(w), nullptr), rreq(static_cast<size_t>(w), nullptr);
   uint64_t sposted = 0, sdone = 0, rposted = 0, rdone = 0;
   bool marker_posted = false, marker_done = send_ == nullptr, got_marker = recv_ == nullptr;
   void* marker_req = nullptr;
 
-  auto report = [&](int64_t now) {
-    const double dt = static_cast<double>(now - last_report) / 1e9;
-    const double t = static_cast<double>(now - start) / 1e9;
-    const uint64_t dtx = tx - tx_rep, drx = rx - rx_rep;
-    if (o_.json) {
-      emitLine(format("{\"type\":\"interval\",\"mode\":\"sendrecv\",\"rank\":%d,\"t_s\":%.6f,"
-                      "\"interval_s\":%.6f,\"wall_ns\":%" PRId64 ",\"tx_bytes\":%" PRIu64
-                      ",\"rx_bytes\":%" PRIu64 ",\"tx_gbps\":%.4f,\"rx_gbps\":%.4f}",
-                      rank_, t, dt, realClock().wallNs(), dtx, drx, dt > 0 ? dtx * 8 / dt / 1e9 : 0,
-                      dt > 0 ? drx * 8 / dt / 1e9 : 0));
-    } else {
-      emitLine(format("interval %d %.3f %.3f %" PRIu64 " %" PRIu64 " %.3f %.3f", rank_, t, dt, dtx,
-                      drx, dt > 0 ? dtx * 8 / dt / 1e9 : 0, dt > 0 ? drx * 8 / dt / 1e9 : 0));
-    }
-    tx_rep = tx;
-    rx_rep = rx;
-    last_report = now;
-  };
 
   while (!marker_done || !got_marker) {
     bool progress = false, paced = false;
     const int64_t now = nowNs();
-    if (report_ns > 0 && now - last_report >= report_ns) report(now);
+    if (report_ns > 0 && now - rep.last() >= report_ns) rep.report(now, tx, rx);
     // Receives: keep w posted until the end marker arrives.
     while (!got_marker && recv_ != nullptr && rposted - rdone < static_cast<uint64_t>(w)) {
       void*& r = rreq[rposted % static_cast<uint64_t>(w)];
@@ -621,7 +637,7 @@ Status Rank::runSendRecvDuration() {
     TQ_RETURN_IF_ERROR(idle(progress, paced));
   }
   const int64_t stop = nowNs();
-  if (report_ns > 0 && stop > last_report) report(stop);
+  if (report_ns > 0 && stop - rep.last() > 1'000'000) rep.report(stop, tx, rx);
   const double elapsed = static_cast<double>(stop - start) / 1e9;
   const double cpu_u = cpuSeconds(true) - cpu_u0, cpu_s = cpuSeconds(false) - cpu_s0;
   if (o_.json) {
@@ -714,8 +730,8 @@ Status Rank::runAllReduceStream() {
   const int64_t end = start + static_cast<int64_t>(o_.duration_s * 1e9);
   const int64_t report_ns = o_.report_ms * 1'000'000;
   const int64_t cycle_ns = (o_.on_ms + o_.off_ms) * 1'000'000;
-  int64_t last_report = start;
-  uint64_t tx = 0, rx = 0, tx_rep = 0, rx_rep = 0;
+  IntervalReporter rep("allreduce", rank_, o_.json, start);
+  uint64_t tx = 0, rx = 0;
 
   std::vector<void*> sreq(w, nullptr), rreq(w, nullptr);
   uint64_t s_posted = 0, s_done = 0, r_posted = 0, r_done = 0;
@@ -726,24 +742,6 @@ Status Rank::runAllReduceStream() {
   uint64_t complete_iters = 0, wrong = 0;
   int64_t last_complete_ns = start;
 
-  auto report = [&](int64_t now) {
-    const double dt = static_cast<double>(now - last_report) / 1e9;
-    const double t = static_cast<double>(now - start) / 1e9;
-    const uint64_t dtx = tx - tx_rep, drx = rx - rx_rep;
-    if (o_.json) {
-      emitLine(format("{\"type\":\"interval\",\"mode\":\"allreduce\",\"rank\":%d,\"t_s\":%.6f,"
-                      "\"interval_s\":%.6f,\"wall_ns\":%" PRId64 ",\"tx_bytes\":%" PRIu64
-                      ",\"rx_bytes\":%" PRIu64 ",\"tx_gbps\":%.4f,\"rx_gbps\":%.4f}",
-                      rank_, t, dt, realClock().wallNs(), dtx, drx, dt > 0 ? dtx * 8 / dt / 1e9 : 0,
-                      dt > 0 ? drx * 8 / dt / 1e9 : 0));
-    } else {
-      emitLine(format("interval %d %.3f %.3f %" PRIu64 " %" PRIu64 " %.3f %.3f", rank_, t, dt, dtx,
-                      drx, dt > 0 ? dtx * 8 / dt / 1e9 : 0, dt > 0 ? drx * 8 / dt / 1e9 : 0));
-    }
-    tx_rep = tx;
-    rx_rep = rx;
-    last_report = now;
-  };
   // A new iteration may start only while running and (with --on-off) in the "on" phase.
   auto mayStartIteration = [&](int64_t now) {
     if (now >= end) return false;
@@ -762,7 +760,7 @@ Status Rank::runAllReduceStream() {
   while (!(marker_done && marker_rcvd)) {
     bool progress = false, paced = false;
     const int64_t now = nowNs();
-    if (report_ns > 0 && now - last_report >= report_ns) report(now);
+    if (report_ns > 0 && now - rep.last() >= report_ns) rep.report(now, tx, rx);
     if (now >= end) beginStop();
 
     // Receives, in task order. Stopping: keep receiving (discarding) until the marker.
@@ -883,7 +881,7 @@ Status Rank::runAllReduceStream() {
     TQ_RETURN_IF_ERROR(idle(progress, paced));
   }
   const int64_t stop = nowNs();
-  if (report_ns > 0 && stop - last_report > 1'000'000) report(stop);
+  if (report_ns > 0 && stop - rep.last() > 1'000'000) rep.report(stop, tx, rx);
   // busbw over the complete iterations (nccl-tests' formula).
   const double elapsed = static_cast<double>(last_complete_ns - start) / 1e9;
   TQ_ASSIGN_OR_RETURN(double max_elapsed, maxOverRanks(elapsed));

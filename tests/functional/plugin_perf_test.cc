@@ -77,6 +77,25 @@ TEST(PluginPerf, ReportIntervalLinesInText) {
   EXPECT_NE(r.out.find("summary rank 1"), std::string::npos);
 }
 
+TEST(PluginPerf, StreamingAllReduceIsPipelinedCorrectAndEndsCleanly) {
+  TempDir dir;
+  // Three ranks stop on their own clocks: the end markers must drain every in-flight chunk.
+  ProcResult r = run(perf({"allreduce", "--local", "3", "--duration", "1", "--size", "3M",
+                           "--chunk", "64K", "--window", "8", "--report-interval", "200",
+                           "--on-off", "400:100", "--json"}),
+                     baseEnv(dir.path()), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summaries = jsonLines(r.out, "summary");
+  ASSERT_EQ(summaries.size(), 3u) << r.out;
+  for (const auto& l : summaries) {
+    EXPECT_EQ(jsonNumber(l, "wrong").value_or(-1), 0) << l;
+    EXPECT_GT(jsonNumber(l, "iterations").value_or(0), 1) << l;
+    const double alg = jsonNumber(l, "algbw_GBps").value_or(0);
+    EXPECT_NEAR(jsonNumber(l, "busbw_GBps").value_or(0), alg * 4 / 3, 1e-3 + alg * 1e-3) << l;
+  }
+  EXPECT_GE(jsonLines(r.out, "interval").size(), 9u) << r.out;  // 3 ranks x ~5 intervals
+}
+
 TEST(PluginPerf, BadOptionsAreRejected) {
   ProcResult r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--window", "33"}, {}, 10);
   EXPECT_EQ(r.exit_code, 2);
