@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,21 @@ struct TenantStatus {
   uint64_t guarantee_bytes_per_second = 0;
   uint64_t limit_bytes_per_second = 0;
   uint32_t processes = 0;
+};
+
+// One RDMA port's state and counters as last read from sysfs (agent/rdma_ports.h). A counter
+// the device does not have is nullopt (rxe has no PMA counters, so no byte counts).
+struct RdmaPortStat {
+  std::string device;      // "mlx5_0", "rxe0"
+  int port = 0;            // 1-based
+  std::string netdev;      // RoCE: the port's netdev; empty on InfiniBand
+  std::string link_layer;  // "InfiniBand", "Ethernet", "unknown"
+  bool up = false;         // logical state ACTIVE
+  std::optional<uint64_t> transmit_bytes;
+  std::optional<uint64_t> receive_bytes;
+  std::optional<uint64_t> transmit_packets;
+  std::optional<uint64_t> receive_packets;
+  friend bool operator==(const RdmaPortStat&, const RdmaPortStat&) = default;
 };
 
 // A cumulative-bucket duration histogram with fixed bounds (seconds). Value type; not
@@ -53,11 +69,12 @@ struct AgentState {
   std::string tc_mode;
   bool ready = false;  // a policy (persisted or received) has been applied
   std::string not_ready_reason = "no policy yet";
-  uint64_t policy_version = 0;        // the version enforced (0 = none)
-  uint64_t latest_seen_version = 0;   // the newest version received (may be failing)
-  std::vector<TenantStatus> tenants;  // sorted by name
-  std::vector<ClassStat> classes;     // refreshed about every second
-  std::vector<std::string> errors;    // unresolved reconcile errors (empty when healthy)
+  uint64_t policy_version = 0;           // the version enforced (0 = none)
+  uint64_t latest_seen_version = 0;      // the newest version received (may be failing)
+  std::vector<TenantStatus> tenants;     // sorted by name
+  std::vector<ClassStat> classes;        // refreshed about every second
+  std::vector<RdmaPortStat> rdma_ports;  // refreshed about every second; by device, port
+  std::vector<std::string> errors;       // unresolved reconcile errors (empty when healthy)
   uint64_t reconcile_errors_total = 0;
   DurationHistogram reconcile_duration;
   DurationHistogram allocation_duration;

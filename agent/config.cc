@@ -77,6 +77,8 @@ memory for the NCCL plugin, work-conserving rate allocation) and exports metrics
   --state-dir DIR           persisted policy snapshot (default /var/lib/tenantqos)
   --metrics HOST:PORT       /metrics, /healthz, /readyz (default 127.0.0.1:9464; port 0 = any)
   --metrics-port-file FILE  write the bound metrics port to FILE (with port 0)
+  --sysfs-root DIR          read RDMA devices and port counters from DIR/class/infiniband
+                            (default /sys; a test points it at a fake tree)
   --log-level LEVEL         error|warn|info|debug|trace (default info)
   --period-ms N             allocation period in ms (default 10, 1..10000)
   --report-interval-ms N    usage reports to policyd every N ms (default 1000, 10..600000)
@@ -153,6 +155,9 @@ Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv) {
       TQ_RETURN_IF_ERROR_CTX(splitHostPort(c.metrics_address).status(), "--metrics");
     } else if (arg == "--metrics-port-file") {
       TQ_ASSIGN_OR_RETURN(c.metrics_port_file, need());
+    } else if (arg == "--sysfs-root") {
+      TQ_ASSIGN_OR_RETURN(c.sysfs_root, need());
+      if (c.sysfs_root.empty()) return invalidArgument("--sysfs-root: empty path");
     } else if (arg == "--log-level") {
       TQ_ASSIGN_OR_RETURN(std::string v, need());
       auto level = parseLogLevel(v);

@@ -36,6 +36,7 @@ struct AgentConfig {
   std::string state_dir = "/var/lib/tenantqos";
   std::string metrics_address = "127.0.0.1:9464";  // HOST:PORT; port 0 picks a free port
   std::string metrics_port_file;                   // if set, the bound port is written here
+  std::string sysfs_root = "/sys";  // RDMA ports are read from <sysfs_root>/class/infiniband
   LogLevel log_level = LogLevel::kInfo;
   int64_t period_ns = 10'000'000;              // allocation period
   int64_t report_interval_ns = 1'000'000'000;  // usage reports to policyd

@@ -3,6 +3,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace tq::agent {
@@ -110,6 +111,59 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, bool policyd_conne
                                 MetricType::Counter, double(c.*cf.field)));
     }
     out.push_back(std::move(f));
+  }
+
+  // RDMA ports: a family only when some port has that counter, so a host without RDMA (or a
+  // device without PMA byte counters, like rxe) exports no such series at all.
+  struct RdmaFamily {
+    const char* name;
+    const char* help;
+    MetricType type;
+    std::optional<double> (*value)(const RdmaPortStat&);
+  };
+  static const RdmaFamily kRdmaFamilies[] = {
+      {"tenantqos_rdma_port_transmit_bytes_total",
+       "Bytes the RDMA port sent, all traffic (IB PMA PortXmitData x 4; absent without PMA "
+       "counters, e.g. on rxe).",
+       MetricType::Counter,
+       [](const RdmaPortStat& p) -> std::optional<double> {
+         return p.transmit_bytes ? std::optional<double>(double(*p.transmit_bytes)) : std::nullopt;
+       }},
+      {"tenantqos_rdma_port_receive_bytes_total",
+       "Bytes the RDMA port received, all traffic (IB PMA PortRcvData x 4).", MetricType::Counter,
+       [](const RdmaPortStat& p) -> std::optional<double> {
+         return p.receive_bytes ? std::optional<double>(double(*p.receive_bytes)) : std::nullopt;
+       }},
+      {"tenantqos_rdma_port_transmit_packets_total",
+       "Packets the RDMA port sent (IB PMA PortXmitPkts, else the driver's sent_pkts).",
+       MetricType::Counter,
+       [](const RdmaPortStat& p) -> std::optional<double> {
+         return p.transmit_packets ? std::optional<double>(double(*p.transmit_packets))
+                                   : std::nullopt;
+       }},
+      {"tenantqos_rdma_port_receive_packets_total",
+       "Packets the RDMA port received (IB PMA PortRcvPkts, else the driver's rcvd_pkts).",
+       MetricType::Counter,
+       [](const RdmaPortStat& p) -> std::optional<double> {
+         return p.receive_packets ? std::optional<double>(double(*p.receive_packets))
+                                  : std::nullopt;
+       }},
+      {"tenantqos_rdma_port_up", "1 while the RDMA port's logical state is ACTIVE, else 0.",
+       MetricType::Gauge,
+       [](const RdmaPortStat& p) -> std::optional<double> { return p.up ? 1.0 : 0.0; }},
+  };
+  for (const RdmaFamily& rf : kRdmaFamilies) {
+    MetricFamily f = family(rf.name, rf.help, rf.type);
+    for (const RdmaPortStat& p : s.rdma_ports) {
+      const std::optional<double> v = rf.value(p);
+      if (!v) continue;
+      f.metric.push_back(sample({{"device", p.device},
+                                 {"link_layer", p.link_layer},
+                                 {"netdev", p.netdev},
+                                 {"port", std::to_string(p.port)}},
+                                rf.type, *v));
+    }
+    if (!f.metric.empty()) out.push_back(std::move(f));
   }
 
   auto scalar = [&](const char* name, const char* help, MetricType type, double v) {

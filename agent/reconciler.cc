@@ -41,6 +41,10 @@ Reconciler::Reconciler(ReconcilerOptions options, TcApplier* tc, Clock& clock, S
       board_(board),
       retry_backoff_(options_.retry,
                      options_.backoff_seed != 0 ? options_.backoff_seed : std::random_device{}()) {
+  if (!options_.sysfs_root.empty()) {
+    rdma_ = std::make_unique<RdmaPortMonitor>(options_.sysfs_root,
+                                              options_.rdma_rediscover_interval_ns);
+  }
   const int64_t now = clock_.nowNs();
   alloc_due_ns_ = now;
   stats_due_ns_ = now;
@@ -396,6 +400,7 @@ AgentState Reconciler::buildState() const {
     s.tenants.push_back(std::move(t));
   }
   s.classes = class_stats_;
+  if (rdma_) s.rdma_ports = rdma_->ports();
   s.errors = errors_;
   s.reconcile_errors_total = errors_total_;
   s.reconcile_duration = reconcile_hist_;
@@ -429,6 +434,7 @@ void Reconciler::tick() {
   }
   if (now >= stats_due_ns_) {
     refreshClassStats();
+    if (rdma_) rdma_->refresh(now);  // node facts: read with or without a policy
     stats_due_ns_ = now + options_.stats_interval_ns;
     dirty_ = true;
   }

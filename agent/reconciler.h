@@ -13,8 +13,8 @@
 // reclaim dead slots; per link, estimate each tenant's demand from its counters (DemandEstimator)
 // and split the link's capacity (allocate(), work-conserving water-filling); publish a tenant's
 // bucket rate only when it changed, to keep the seqlock quiet), a periodic tc resync (drift
-// repair; zero writes when nothing drifted), tc statistics (~1 s), and publishing AgentState for
-// the metrics and report threads (~100 ms).
+// repair; zero writes when nothing drifted), tc statistics and RDMA port counters (~1 s; see
+// rdma_ports.h), and publishing AgentState for the metrics and report threads (~100 ms).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,7 @@
 #include "agent/backoff.h"
 #include "agent/config.h"
 #include "agent/desired_state.h"
+#include "agent/rdma_ports.h"
 #include "agent/tc_applier.h"
 #include "common/clock.h"
 #include "common/policy.h"
@@ -47,7 +48,11 @@ struct ReconcilerOptions {
   uint64_t burst_bytes = 256 * 1024;
   int64_t publish_interval_ns = 100'000'000;  // AgentState for metrics/reports
   DemandEstimatorOptions demand;
-  int64_t stats_interval_ns = 1'000'000'000;    // tc class counters
+  int64_t stats_interval_ns = 1'000'000'000;  // tc class counters, RDMA port counters
+  // RDMA port counters from <sysfs_root>/class/infiniband at the stats cadence; empty: none
+  // (the agent passes --sysfs-root, default /sys; unit tests leave it empty or fake a tree).
+  std::string sysfs_root;
+  int64_t rdma_rediscover_interval_ns = RdmaPortMonitor::kDefaultRediscoverIntervalNs;
   int64_t resync_interval_ns = 30'000'000'000;  // re-assert tc trees (drift repair)
   BackoffOptions retry{100'000'000, 30'000'000'000, 2.0, 0.2};
   DeviceExistsFn device_exists = kernelDeviceExists;
@@ -131,6 +136,7 @@ class Reconciler {
   std::map<std::string, TenantEntry> tenants_;
   std::map<std::string, std::unique_ptr<TenantShmWriter>> retiring_;
   std::vector<ClassStat> class_stats_;
+  std::unique_ptr<RdmaPortMonitor> rdma_;  // null when options_.sysfs_root is empty
 
   DurationHistogram reconcile_hist_;
   DurationHistogram allocation_hist_;

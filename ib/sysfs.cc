@@ -240,9 +240,13 @@ Result<DeviceInfo> readDevice(const std::string& sysfs_root, std::string_view de
   return dev;
 }
 
-Result<std::vector<DeviceInfo>> discoverDevices(const std::string& sysfs_root) {
+Result<std::vector<std::string>> listDevices(const std::string& sysfs_root) {
   bool missing = false;
-  TQ_ASSIGN_OR_RETURN(auto names, listDir(sysfs_root + "/class/infiniband", &missing));
+  return listDir(sysfs_root + "/class/infiniband", &missing);
+}
+
+Result<std::vector<DeviceInfo>> discoverDevices(const std::string& sysfs_root) {
+  TQ_ASSIGN_OR_RETURN(auto names, listDevices(sysfs_root));
   std::vector<DeviceInfo> out;
   for (const auto& n : names) {
     auto d = readDevice(sysfs_root, n);
@@ -366,6 +370,25 @@ Result<PortCounters> readPortCounters(const std::string& sysfs_root, std::string
   readCounterDir(dir + "/counters", &c.counters);
   readCounterDir(dir + "/hw_counters", &c.hw_counters);
   return c;
+}
+
+Result<int> readPortState(const std::string& sysfs_root, std::string_view device, int port) {
+  const std::string path = sysfs_root + "/class/infiniband/" + std::string(device) + "/ports/" +
+                           std::to_string(port) + "/state";
+  auto text = readAttr(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return notFound("RDMA port " + std::string(device) + ":" + std::to_string(port) +
+                      " is gone (no " + path + ")");
+    }
+    return text.status();
+  }
+  int state = 0;
+  std::string name;
+  if (!parseNumberedState(*text, &state, &name)) {
+    return dataLoss(path + ": unexpected content \"" + *text + "\"");
+  }
+  return state;
 }
 
 }  // namespace tq::ib

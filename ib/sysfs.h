@@ -76,6 +76,10 @@ struct DeviceInfo {
 // cannot be read is skipped with a warning in the log.
 Result<std::vector<DeviceInfo>> discoverDevices(const std::string& sysfs_root = "/sys");
 Result<DeviceInfo> readDevice(const std::string& sysfs_root, std::string_view device);
+// The device names under <sysfs_root>/class/infiniband, sorted; empty when it does not exist.
+// For callers that read each device themselves and report failures their own way (the agent
+// logs a broken device once, not at every rediscovery).
+Result<std::vector<std::string>> listDevices(const std::string& sysfs_root = "/sys");
 
 // The GID index to use by default on a port: on Ethernet (RoCE) the first RoCE v2 GID holding an
 // IPv4-mapped address, else the first RoCE v2 GID that is not link-local; on InfiniBand index 0.
@@ -128,5 +132,10 @@ struct PortCounters {
 // directory may be absent). Unreadable or non-numeric files are skipped.
 Result<PortCounters> readPortCounters(const std::string& sysfs_root, std::string_view device,
                                       int port);
+
+// The port's logical state number from ports/<port>/state (kPortStateActive = 4); one small
+// read, for callers that poll it. kNotFound when the port (or device) is gone, kDataLoss when
+// the file does not hold "N: NAME".
+Result<int> readPortState(const std::string& sysfs_root, std::string_view device, int port);
 
 }  // namespace tq::ib

@@ -20,6 +20,7 @@
 #include "common/file_util.h"
 #include "common/units.h"
 #include "policy/policy_file.h"
+#include "policy/qos_render.h"
 #include "policy/wire.h"
 #include "proto/convert.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
@@ -45,6 +46,7 @@ Commands:
   rollback N         make the content of version N the new latest version
   validate FILE      check a policy file offline (no server), printing every error
   top                per-tenant usage per node, as reported by the node agents
+  render dcb|opensm  hardware QoS configuration for one link: RoCE dcb script, OpenSM files
 
 Global flags:
   --server HOST:PORT   policyd address (default: $TENANTQOS_SERVER, else 127.0.0.1:7400)
@@ -132,6 +134,33 @@ Prints per-tenant usage per node as last reported by the node agents, and cluste
        {},
        0,
        0},
+      {"render",
+       R"(Usage: tenantqosctl render dcb --link LINK --device DEV [-f FILE | --version N]
+       tenantqosctl render opensm --link LINK [-f FILE | --version N] [--max-vls N] [--mtu N]
+                                  [--part both|options|qos-policy]
+
+Renders the hardware QoS configuration for the tenants of one link of the policy, for an
+operator to install (docs/ib.md explains the plans and their arithmetic):
+  dcb      RoCE: a shell script of iproute2 dcb commands for device DEV: DSCP -> priority ->
+           traffic class, ETS shares from the guarantees, per-class max rate from the limits
+  opensm   InfiniBand: the OpenSM options (SL2VL, VL arbitration weights from the guarantees)
+           for opensm.conf, and a qos-levels section (one level per tenant) for
+           qos-policy.conf, each under a banner that names its file
+The policy comes from FILE (checked like `validate`; "-" reads standard input) or, without
+-f, from the server: the latest version, or version N.
+  --link LINK           the policy's link whose tenants are rendered (capacity from the link)
+  --device DEV          dcb: the node's network device that carries LINK (e.g. eth2)
+  -f, --filename FILE   a local policy file instead of the server's policy
+  --version N           a stored version instead of the latest (server only)
+  --max-vls N           opensm: data VLs the fabric runs, 1-15 (default 8)
+  --mtu N               opensm: fabric MTU in bytes, 256|512|1024|2048|4096 (default 4096)
+  --part PART           opensm: both (default), options (opensm.conf only) or qos-policy
+                        (qos-policy.conf only)
+)",
+       {"--link", "--device", "-f", "--filename", "--version", "--max-vls", "--mtu", "--part"},
+       {},
+       1,
+       1},
   };
   return kCommands;
 }
@@ -436,6 +465,7 @@ class Client {
   }
 
   v1::PolicyService::Stub& stub() { return *stub_; }
+  const std::string& server() const { return server_; }
 
  private:
   std::string server_;
@@ -485,14 +515,9 @@ int printApplyResponse(std::ostream& out, const v1::ApplyPolicyResponse& r, cons
   return kExitOk;
 }
 
-int cmdValidate(const Args& a, CtlContext& ctx) {
-  std::string file = !a.positional.empty()          ? a.positional[0]
-                     : a.values.count("--filename") ? a.values.at("--filename")
-                                                    : "";
-  if (file.empty()) return usageError(a, ctx, "validate needs FILE");
-  const std::string format = a.values.count("--output") ? a.values.at("--output") : "";
-  if (!format.empty() && format != "json")
-    return usageError(a, ctx, "-o wants json, got \"" + format + "\"");
+// Reads and validates a policy file like `validate` ("-" = ctx.in). On errors prints every
+// one and "FILE: invalid (N errors)" on stderr and returns false.
+bool loadValidatedPolicy(const std::string& file, CtlContext& ctx, PolicySpec* policy) {
   ParsedPolicy p;
   if (file == "-") {
     std::string text((std::istreambuf_iterator<char>(ctx.in)), std::istreambuf_iterator<char>());
@@ -504,17 +529,31 @@ int cmdValidate(const Args& a, CtlContext& ctx) {
     for (const PolicyError& e : p.errors) ctx.err << e.toString() << "\n";
     ctx.err << file << ": invalid (" << p.errors.size()
             << (p.errors.size() == 1 ? " error" : " errors") << ")\n";
-    return kExitRejected;
+    return false;
   }
+  *policy = std::move(p.policy);
+  return true;
+}
+
+int cmdValidate(const Args& a, CtlContext& ctx) {
+  std::string file = !a.positional.empty()          ? a.positional[0]
+                     : a.values.count("--filename") ? a.values.at("--filename")
+                                                    : "";
+  if (file.empty()) return usageError(a, ctx, "validate needs FILE");
+  const std::string format = a.values.count("--output") ? a.values.at("--output") : "";
+  if (!format.empty() && format != "json")
+    return usageError(a, ctx, "-o wants json, got \"" + format + "\"");
+  PolicySpec policy;
+  if (!loadValidatedPolicy(file, ctx, &policy)) return kExitRejected;
   if (format == "json") {
     PolicyRecord r;
-    r.policy = p.policy;
+    r.policy = std::move(policy);
     ctx.out << toJson(r);
     return kExitOk;
   }
-  ctx.out << file << ": valid (" << p.policy.links.size()
-          << (p.policy.links.size() == 1 ? " link, " : " links, ") << p.policy.tenants.size()
-          << (p.policy.tenants.size() == 1 ? " tenant)" : " tenants)") << "\n";
+  ctx.out << file << ": valid (" << policy.links.size()
+          << (policy.links.size() == 1 ? " link, " : " links, ") << policy.tenants.size()
+          << (policy.tenants.size() == 1 ? " tenant)" : " tenants)") << "\n";
   return kExitOk;
 }
 
@@ -687,6 +726,96 @@ int cmdTop(const Args&, CtlContext& ctx, Client& client) {
   return kExitOk;
 }
 
+int cmdRender(const Args& a, CtlContext& ctx, Client& client) {
+  const std::string what = a.positional[0];
+  if (what != "dcb" && what != "opensm") {
+    return usageError(a, ctx, "render wants dcb or opensm, got \"" + what + "\"");
+  }
+  auto has = [&](const char* flag) { return a.values.count(flag) > 0; };
+  if (!has("--link") || a.values.at("--link").empty()) {
+    return usageError(a, ctx, "render " + what + " needs --link LINK");
+  }
+  const std::string link = a.values.at("--link");
+  if (has("--filename") && has("--version")) {
+    return usageError(a, ctx, "-f and --version exclude each other (--version is for the server)");
+  }
+  ib::IbQosOptions ib_options;
+  OpenSmPart part = OpenSmPart::kBoth;
+  std::string device;
+  if (what == "dcb") {
+    for (const char* f : {"--max-vls", "--mtu", "--part"}) {
+      if (has(f)) return usageError(a, ctx, std::string(f) + " is for render opensm");
+    }
+    if (!has("--device")) return usageError(a, ctx, "render dcb needs --device DEV");
+    device = a.values.at("--device");
+    if (!isSafeDeviceName(device)) {
+      return usageError(a, ctx,
+                        "--device \"" + device +
+                            "\" is not a network device name (1-15 of A-Z a-z 0-9 . _ -)");
+    }
+  } else {
+    if (has("--device")) return usageError(a, ctx, "--device is for render dcb");
+    if (has("--max-vls")) {
+      auto v = parseU64(a.values.at("--max-vls"));
+      if (!v || *v < 1 || *v > 15) return usageError(a, ctx, "--max-vls needs 1..15");
+      ib_options.max_vls = static_cast<int>(*v);
+    }
+    if (has("--mtu")) {
+      auto v = parseU64(a.values.at("--mtu"));
+      if (!v || (*v != 256 && *v != 512 && *v != 1024 && *v != 2048 && *v != 4096)) {
+        return usageError(a, ctx, "--mtu needs 256, 512, 1024, 2048 or 4096");
+      }
+      ib_options.mtu = static_cast<int>(*v);
+    }
+    if (has("--part")) {
+      const std::string p = a.values.at("--part");
+      if (p == "both") {
+        part = OpenSmPart::kBoth;
+      } else if (p == "options") {
+        part = OpenSmPart::kOptions;
+      } else if (p == "qos-policy") {
+        part = OpenSmPart::kQosPolicy;
+      } else {
+        return usageError(a, ctx, "--part wants both, options or qos-policy, got \"" + p + "\"");
+      }
+    }
+  }
+
+  PolicySpec policy;
+  std::string source;
+  if (has("--filename")) {
+    const std::string file = a.values.at("--filename");
+    if (!loadValidatedPolicy(file, ctx, &policy)) return kExitRejected;
+    source = "file " + (file == "-" ? std::string("<stdin>") : file);
+  } else {
+    v1::GetPolicyRequest req;
+    if (has("--version")) {
+      auto v = parseU64(a.values.at("--version"));
+      if (!v || *v == 0) return usageError(a, ctx, "--version needs a version number >= 1");
+      req.set_version(*v);
+    }
+    if (!client.connect(ctx.err)) return kExitUnreachable;
+    v1::PolicySnapshot snap;
+    grpc::ClientContext c;
+    client.prepare(&c);
+    grpc::Status s = client.stub().GetPolicy(&c, req, &snap);
+    if (!s.ok()) return client.fail(s, "render " + what + ": get policy", ctx.err);
+    PolicyRecord r = fromSnapshot(snap);
+    policy = std::move(r.policy);
+    source = "tenantqos-policyd at " + client.server() + ", version " + std::to_string(r.version);
+  }
+
+  Result<std::string> text = what == "dcb"
+                                 ? renderDcb(policy, link, device, source)
+                                 : renderOpenSm(policy, link, ib_options, part, source);
+  if (!text.ok()) {
+    ctx.err << "tenantqosctl: render " << what << ": " << text.status().message() << "\n";
+    return kExitRejected;
+  }
+  ctx.out << *text;
+  return kExitOk;
+}
+
 }  // namespace
 
 int runCtl(const std::vector<std::string>& args, CtlContext& ctx) {
@@ -715,6 +844,7 @@ int runCtl(const std::vector<std::string>& args, CtlContext& ctx) {
   if (cmd == "history") return cmdHistory(a, ctx, client);
   if (cmd == "rollback") return cmdRollback(a, ctx, client);
   if (cmd == "top") return cmdTop(a, ctx, client);
+  if (cmd == "render") return cmdRender(a, ctx, client);
   return usageError(a, ctx, "unknown command");
 }
 

@@ -7,6 +7,8 @@
 //     rollback N [--expected-version N]
 //     validate FILE            (offline: no server needed)
 //     top
+//     render dcb --link LINK --device DEV [-f FILE | --version N]
+//     render opensm --link LINK [-f FILE | --version N] [--max-vls N] [--mtu N] [--part P]
 // The server address comes from --server, else $TENANTQOS_SERVER, else 127.0.0.1:7400.
 // Exit codes: 0 ok, 1 rejected or invalid (message on stderr), 2 usage error, 3 server
 // unreachable (connect deadline 3 s; the message names the address).

@@ -4,6 +4,7 @@
 
 #include "agent_harness.h"
 #include "common/units.h"
+#include "tests/support/fake_sysfs.h"
 #include "tests/support/tiny_json.h"
 
 namespace tq::agent::functional {
@@ -362,6 +363,96 @@ TEST_F(PrivilegedAgentTest, CleanupRemovesEverythingItCreated) {
   EXPECT_NE(::access((state_dir_ + "/tc-classes").c_str(), F_OK), 0);
 }
 
+// RDMA port metrics: the agent reads a fake sysfs tree (--sysfs-root; this host has no RDMA)
+// with an InfiniBand HCA (PMA counters; port 2 down) and rxe0 (packets only).
+const std::string kIbPort1 = R"({device="mlx5_0",link_layer="InfiniBand",netdev="",port="1"})";
+const std::string kIbPort2 = R"({device="mlx5_0",link_layer="InfiniBand",netdev="",port="2"})";
+const std::string kRxePort = R"({device="rxe0",link_layer="Ethernet",netdev="rxeveth0",port="1"})";
+
+int countOf(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(PrivilegedAgentTest, RdmaPortCountersFromSysfs) {
+  tq::testing::FakeSysfs sysfs;
+  sysfs.mlx5Ib();
+  sysfs.rxe0();
+  extra_agent_args_ = {"--sysfs-root", sysfs.root()};
+  startPolicyd();
+  startAgent();  // no policy needed: ports are node facts
+  ASSERT_TRUE(eventually(
+      [&] { return metric("tenantqos_rdma_port_transmit_bytes_total" + kIbPort1) == 4000.0; },
+      3000))
+      << get("/metrics").body << readText(agent_log_);
+  EXPECT_EQ(metric("tenantqos_rdma_port_receive_bytes_total" + kIbPort1), 1000.0);
+  EXPECT_EQ(metric("tenantqos_rdma_port_transmit_packets_total" + kIbPort1), 40.0);
+  EXPECT_EQ(metric("tenantqos_rdma_port_receive_packets_total" + kIbPort1), 10.0);
+  EXPECT_EQ(metric("tenantqos_rdma_port_up" + kIbPort1), 1.0);
+  EXPECT_EQ(metric("tenantqos_rdma_port_up" + kIbPort2), 0.0);
+  EXPECT_FALSE(metric("tenantqos_rdma_port_transmit_packets_total" + kIbPort2).has_value());
+  EXPECT_EQ(metric("tenantqos_rdma_port_transmit_packets_total" + kRxePort), 12345.0);
+  EXPECT_EQ(metric("tenantqos_rdma_port_receive_packets_total" + kRxePort), 678.0);
+  EXPECT_FALSE(metric("tenantqos_rdma_port_transmit_bytes_total" + kRxePort).has_value())
+      << "rxe has no PMA byte counters";
+  EXPECT_EQ(metric("tenantqos_rdma_port_up" + kRxePort), 1.0);
+
+  // promtool accepts the exposition with these families.
+  const std::string exposition = tmp_ + "/metrics-rdma.txt";
+  ASSERT_TRUE(writeFileAtomic(exposition, get("/metrics").body).ok());
+  auto lint = runCommand({"sh", "-c", "promtool check metrics < '" + exposition + "'"}, 20'000);
+  ASSERT_TRUE(lint.ok()) << lint.status().toString();
+  EXPECT_EQ(lint->exit_code, 0) << lint->output;
+
+  // Counters and state are re-read about every second.
+  sysfs.counter("mlx5_0", 1, "port_xmit_data", 2'000'000'000);
+  sysfs.setState("rxe0", 1, "1: DOWN");
+  EXPECT_TRUE(eventually(
+      [&] {
+        return metric("tenantqos_rdma_port_transmit_bytes_total" + kIbPort1) == 8e9 &&
+               metric("tenantqos_rdma_port_up" + kRxePort) == 0.0;
+      },
+      3000))
+      << get("/metrics").body;
+  // A device that goes away leaves the exposition at the next read.
+  sysfs.remove("class/infiniband/mlx5_0");
+  EXPECT_TRUE(eventually(
+      [&] { return get("/metrics").body.find(R"(device="mlx5_0")") == std::string::npos; }, 3000))
+      << get("/metrics").body;
+  EXPECT_EQ(metric("tenantqos_rdma_port_transmit_packets_total" + kRxePort), 12345.0);
+  EXPECT_EQ(get("/metrics").body.find("tenantqos_rdma_port_transmit_bytes_total"),
+            std::string::npos);
+  const std::string log = readText(agent_log_);
+  EXPECT_EQ(countOf(log,
+                    "RDMA port metrics for 3 port(s): mlx5_0:1 (InfiniBand), mlx5_0:2 "
+                    "(InfiniBand), rxe0:1 (Ethernet, rxeveth0)"),
+            1)
+      << log;
+  EXPECT_EQ(countOf(log, "RDMA port metrics for 1 port(s): rxe0:1 (Ethernet, rxeveth0)"), 1) << log;
+}
+
+TEST_F(PrivilegedAgentTest, NoRdmaDevicesNoSeriesAndNoLogSpam) {
+  tq::testing::FakeSysfs sysfs;  // empty: no class/infiniband at all
+  extra_agent_args_ = {"--sysfs-root", sysfs.root()};
+  startPolicyd();
+  startAgent();
+  apply(v1());
+  ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200; }, 3000));
+  // Let several ~1 s stats ticks pass (a bounded wait: the point is what does NOT happen).
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  const std::string body = get("/metrics").body;
+  EXPECT_NE(body.find("tenantqos_tc_class_bytes_total"), std::string::npos) << body;
+  EXPECT_EQ(body.find("tenantqos_rdma"), std::string::npos) << body;
+  const std::string log = readText(agent_log_);
+  int rdma_lines = 0;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    rdma_lines += line.find("RDMA") != std::string::npos;
+  EXPECT_EQ(rdma_lines, 1) << log;  // "no RDMA ports under ...", once, at start
+  EXPECT_EQ(countOf(log, "no RDMA ports under " + sysfs.root() + "/class/infiniband"), 1) << log;
+}
+
 TEST_F(PrivilegedAgentTest, UsageErrorsExitTwo) {
   auto r = runCommand({TQ_AGENT_BIN, "--device", "x"}, 10'000);
   ASSERT_TRUE(r.ok());
@@ -402,6 +493,10 @@ class PrivilegedAgentPrometheusTest : public PrivilegedAgentTest {
 };
 
 TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccepts) {
+  tq::testing::FakeSysfs sysfs;  // RDMA port series too (see RdmaPortCountersFromSysfs)
+  sysfs.mlx5Ib();
+  sysfs.rxe0();
+  extra_agent_args_ = {"--sysfs-root", sysfs.root()};
   startPolicyd();
   startAgent();
   apply(v1());
@@ -461,6 +556,13 @@ TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccep
       << last_prom_answer_;
   EXPECT_EQ(promSeries(prom_port, R"(up{job="tenantqos-agent"} == 1)"), 1);
   EXPECT_EQ(promSeries(prom_port, R"(tenantqos_policy_version == 1)"), 1);
+  EXPECT_EQ(
+      promSeries(prom_port, R"(tenantqos_rdma_port_transmit_bytes_total{device="mlx5_0"} == 4000)"),
+      1)
+      << last_prom_answer_;
+  EXPECT_EQ(promSeries(prom_port, R"(tenantqos_rdma_port_up)"), 3) << last_prom_answer_;
+  EXPECT_EQ(promSeries(prom_port, R"(tenantqos_rdma_port_transmit_packets_total)"), 2)
+      << last_prom_answer_;
 
   ASSERT_EQ(::kill(prometheus_->pid(), SIGTERM), 0);
   EXPECT_TRUE(prometheus_->wait(10'000).ok());

@@ -636,6 +636,185 @@ TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
   close(s);
 }
 
+// `tenantqosctl render` against files computed by hand (tests/functional/testdata/; "@SOURCE@"
+// stands for the provenance line, which names the file or the server and version).
+//
+// examples/policy.yaml: link fabric 100 Gbit/s; tenant-a guarantee 40G, limit 60G, SL 1,
+// DSCP 26; tenant-b guarantee 20G, limit 40G, SL 2, DSCP 18 ("G" = Gbit/s).
+// example_fabric_eth2.dcb: groups ranked by guarantee: a, b -> TC 1, TC 2. ETS share =
+//   ceil(100 * guarantee / capacity): a 40, b 20; TC 0 (traffic of no tenant) gets the rest,
+//   100 - 60 = 40; unused TCs 3-7 get 0. Max rate = the class's limit when below the link:
+//   TC 1 60Gbit, TC 2 40Gbit; TC 0 is never capped (0bit = no cap). DSCP -> priority = the
+//   tenant's TC: 18:2, 26:1.
+// example_fabric.opensm (defaults: 8 data VLs, MTU 4096): the same classes as VLs 0-2; SL 1 ->
+//   VL 1, SL 2 -> VL 2, every other SL -> VL 0. VL arbitration: a VL sends share-% packets per
+//   table round (VL0 40, VL1 40, VL2 20); one 4096-byte packet = 4096 / 64 = 64 credits; an entry
+//   holds at most floor(255 / 64) = 3 packets = 192 credits. Passes over VLs 0..2, each entry
+//   taking min(packets left, 3):
+//     passes 1-6: 0:192 1:192 2:192  (18 packets each; VL2 has 2 left, VL0 and VL1 22)
+//     pass 7:     0:192 1:192 2:128  (VL2 done; VL0 and VL1 19 left)
+//     passes 8-13: 0:192 1:192       (1 left each);  pass 14: 0:64 1:64
+//   35 entries (OpenSM takes at most 64). qos-levels: DEFAULT (SL 0), then tenants in rank order.
+// example_fabric_2vls_mtu2048.opensm.conf (--max-vls 2 --mtu 2048 --part options): one tenant VL
+//   for two SL groups, so both share VL 1 (SL 1 and 2 -> VL 1; "[shared: out of VLs]"), with
+//   guarantee 40 + 20 = 60G, share 60; VL 0 gets 40. One 2048-byte packet = 32 credits, an entry
+//   at most floor(255 / 32) = 7 packets = 224 credits. VL0 40 = 5 * 7 + 5, VL1 60 = 8 * 7 + 4:
+//     passes 1-5: 0:224 1:224;  pass 6: 0:160 1:224;  passes 7-8: 1:224;  pass 9: 1:128
+//   15 entries.
+std::string expectedRender(const std::string& name, const std::string& source) {
+  std::string s = readWholeFile(std::string(TQ_SOURCE_DIR) + "/tests/functional/testdata/" + name);
+  EXPECT_FALSE(s.empty()) << name;
+  const size_t at = s.find("@SOURCE@");
+  EXPECT_NE(at, std::string::npos) << name;
+  if (at != std::string::npos) s.replace(at, 8, source);
+  return s;
+}
+
+const std::vector<std::string> kRenderDcb = {"render", "dcb",      "--link",
+                                             "fabric", "--device", "eth2"};
+const std::vector<std::string> kRenderOpenSm = {"render", "opensm", "--link", "fabric"};
+const std::vector<std::string> kRenderOpenSm2Vls = {
+    "render", "opensm", "--link=fabric", "--max-vls", "2", "--mtu", "2048", "--part", "options"};
+
+std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(PolicydTest, RenderFromFileAndFromServerMatchesHandCheckedFiles) {
+  // From a file: offline (the --server address is never contacted).
+  auto offline = [&](const std::vector<std::string>& args) {
+    return runProcess(plus(plus({kCtl, "--server", "127.0.0.1:1"}, args), {"-f", kExample}));
+  };
+  const std::string from_file = "file " + kExample;
+  auto r = offline(kRenderDcb);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expectedRender("example_fabric_eth2.dcb", from_file));
+  // The script is valid sh (dcb itself needs a DCB-capable NIC, which this host has not).
+  const std::string script = writeFile("qos.sh", r.out);
+  EXPECT_EQ(runProcess({"/bin/sh", "-n", script}).exit_code, 0);
+  r = offline(kRenderOpenSm);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expectedRender("example_fabric.opensm", from_file));
+  r = offline(kRenderOpenSm2Vls);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expectedRender("example_fabric_2vls_mtu2048.opensm.conf", from_file));
+  // --part qos-policy: the qos-levels section alone, exactly as part 2 of the full output.
+  r = offline(plus(kRenderOpenSm, {"--part", "qos-policy"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string full = expectedRender("example_fabric.opensm", from_file);
+  const std::string levels = full.substr(full.find("# tenantqos: OpenSM QoS levels"));
+  EXPECT_TRUE(r.out.size() >= levels.size() &&
+              r.out.compare(r.out.size() - levels.size(), levels.size(), levels) == 0)
+      << r.out;
+  EXPECT_EQ(r.out.find("qos_vlarb_low"), std::string::npos);
+  r = ctl(plus(kRenderDcb, {"-f", "-"}), examplePolicy());  // stdin
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expectedRender("example_fabric_eth2.dcb", "file <stdin>"));
+
+  // From the server: the latest version, then an older one by number.
+  start();
+  ASSERT_EQ(ctl({"apply", "-f", kExample}).exit_code, 0);
+  const std::string v1 = "tenantqos-policyd at " + address() + ", version 1";
+  r = ctl(kRenderDcb);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expectedRender("example_fabric_eth2.dcb", v1));
+  r = ctl(kRenderOpenSm);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expectedRender("example_fabric.opensm", v1));
+  r = ctl(kRenderOpenSm2Vls);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expectedRender("example_fabric_2vls_mtu2048.opensm.conf", v1));
+  // Version 2 raises tenant-a's limit to 70G: only TC 1's max rate changes.
+  ASSERT_EQ(ctl({"apply", "-f", writeFile("p70.yaml", policyWithLimit(70))}).exit_code, 0);
+  r = ctl(kRenderDcb);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("# Policy: tenantqos-policyd at " + address() + ", version 2\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("tc-maxrate 0:0bit 1:70Gbit 2:40Gbit 3:0bit"), std::string::npos) << r.out;
+  r = ctl(plus(kRenderDcb, {"--version", "1"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expectedRender("example_fabric_eth2.dcb", v1));
+}
+
+TEST_F(PolicydTest, RenderErrorsAndExitCodes) {
+  // Invalid file: every error, exactly as `validate` prints them; nothing on stdout.
+  std::string bad_text = examplePolicy();
+  bad_text.replace(bad_text.find("dscp: 18"), 8, "dscp: 64");
+  const std::string bad = writeFile("bad.yaml", bad_text);
+  auto v = runProcess({kCtl, "validate", bad});
+  ASSERT_EQ(v.exit_code, 1);
+  for (const auto& args : {kRenderDcb, kRenderOpenSm}) {
+    auto r = runProcess(plus(plus({kCtl}, args), {"-f", bad}));
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err, v.err);
+    EXPECT_NE(r.err.find(bad + ":43:11: tenants[1].dscp: must be between 0 and 63, got 64"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+    r = runProcess(plus(plus({kCtl}, args), {"-f", dir_ + "/missing.yaml"}));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("missing.yaml"), std::string::npos) << r.err;
+    // Unknown link.
+    std::vector<std::string> other = args;
+    other[3] = "nope";
+    r = runProcess(plus(plus({kCtl}, other), {"-f", kExample}));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find(": link \"nope\" is not in the policy (its links: fabric)"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+
+  // Server: no policy yet -> 1 (NOT_FOUND); unknown link -> 1; unknown version -> 1.
+  start();
+  auto r = ctl(kRenderDcb);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
+  ASSERT_EQ(ctl({"apply", "-f", kExample}).exit_code, 0);
+  r = ctl({"render", "opensm", "--link", "storage"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("link \"storage\" is not in the policy (its links: fabric)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(ctl(plus(kRenderDcb, {"--version", "9"})).exit_code, 1);
+
+  // Usage errors: 2, with the command's help.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"render"},
+           {"render", "tc", "--link", "fabric"},
+           {"render", "dcb", "opensm", "--link", "fabric"},
+           {"render", "dcb", "--device", "eth2"},
+           {"render", "dcb", "--link", "fabric"},
+           {"render", "dcb", "--link", "fabric", "--device", "eth2;reboot"},
+           {"render", "dcb", "--link", "fabric", "--device", "eth2", "--mtu", "4096"},
+           {"render", "opensm", "--link", "fabric", "--device", "eth2"},
+           {"render", "opensm", "--link", "fabric", "--max-vls", "16"},
+           {"render", "opensm", "--link", "fabric", "--max-vls", "0"},
+           {"render", "opensm", "--link", "fabric", "--mtu", "1500"},
+           {"render", "opensm", "--link", "fabric", "--part", "all"},
+           {"render", "opensm", "--link", "fabric", "-f", kExample, "--version", "1"},
+           {"render", "opensm", "--link", "fabric", "--version", "x"},
+           {"render", "opensm", "--link", "fabric", "--dry-run"}}) {
+    auto u = ctl(args);
+    EXPECT_EQ(u.exit_code, 2) << ::testing::PrintToString(args) << ": " << u.err;
+    EXPECT_NE(u.err.find("Usage: tenantqosctl render"), std::string::npos) << u.err;
+  }
+  auto h = ctl({"render", "--help"});
+  EXPECT_EQ(h.exit_code, 0);
+  EXPECT_NE(h.out.find("Usage: tenantqosctl render dcb"), std::string::npos) << h.out;
+  EXPECT_NE(ctl({"--help"}).out.find("render dcb|opensm"), std::string::npos);
+
+  // Unreachable server: 3, naming the address; with -f the server is not needed.
+  proc_.reset();
+  r = ctl(kRenderOpenSm);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("cannot reach tenantqos-policyd at " + address()), std::string::npos)
+      << r.err;
+  EXPECT_EQ(ctl(plus(kRenderOpenSm, {"-f", kExample})).exit_code, 0);
+}
+
 TEST_F(PolicydTest, SigtermClosesWatchStreamsAndExitsZeroPromptly) {
   start();
   ASSERT_TRUE(apply(examplePolicy()).ok());

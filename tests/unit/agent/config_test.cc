@@ -24,6 +24,7 @@ TEST(AgentConfigTest, DefaultsAndRequiredFlags) {
   EXPECT_EQ(c->period_ns, 10'000'000);
   EXPECT_EQ(c->report_interval_ns, 1'000'000'000);
   EXPECT_EQ(c->tc_mode, TcMode::kHtb);
+  EXPECT_EQ(c->sysfs_root, "/sys");
   EXPECT_FALSE(c->cleanup);
 }
 
@@ -47,7 +48,8 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
                   "none",
                   "--report-interval-ms=250",
                   "--burst",
-                  "1MiB"});
+                  "1MiB",
+                  "--sysfs-root=/tmp/fake-sys"});
   ASSERT_TRUE(c.ok()) << c.status().toString();
   EXPECT_EQ(c->devices[1], (DeviceMapping{"ib0", "storage"}));
   EXPECT_EQ(c->run_dir, "/tmp/r");
@@ -59,6 +61,7 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
   EXPECT_EQ(c->report_interval_ns, 250'000'000);
   EXPECT_EQ(c->tc_mode, TcMode::kNone);
   EXPECT_EQ(c->burst_bytes, 1u << 20);
+  EXPECT_EQ(c->sysfs_root, "/tmp/fake-sys");
   EXPECT_FALSE(c->node.empty());  // host name
 }
 
@@ -92,6 +95,8 @@ TEST(AgentConfigTest, UsageErrors) {
       {{"--policyd", "h:1", "--device", "e=a", "--run-dir"}, "needs a value"},
       {{"--policyd", "h:1", "--device", "e=a", "--metrics", "localhost"}, "HOST:PORT"},
       {{"--policyd", "h:1", "--device", "e=a", "--burst", "10B"}, "outside"},
+      {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root="}, "--sysfs-root: empty path"},
+      {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root"}, "needs a value"},
       {{"--cleanup=yes", "--device", "e=a"}, "no value"},
   };
   for (const Case& c : cases) {

@@ -37,6 +37,24 @@ AgentState sampleState() {
     s.tenants.push_back(t);
   }
   s.classes = {{"eth0", "1:1", "", 1, 2, 3, 4}, {"eth0", "1:10", "tenant-a", 5, 6, 7, 8}};
+  RdmaPortStat ib;
+  ib.device = "mlx5_0";
+  ib.port = 1;
+  ib.link_layer = "InfiniBand";
+  ib.up = true;
+  ib.transmit_bytes = 4000;
+  ib.receive_bytes = 1000;
+  ib.transmit_packets = 40;
+  ib.receive_packets = 10;
+  RdmaPortStat rxe;  // no PMA counters: packets only
+  rxe.device = "rxe0";
+  rxe.port = 1;
+  rxe.netdev = "rxeveth0";
+  rxe.link_layer = "Ethernet";
+  rxe.up = false;
+  rxe.transmit_packets = 12345;
+  rxe.receive_packets = 678;
+  s.rdma_ports = {ib, rxe};
   s.errors = {"apply policy v8: boom"};
   s.reconcile_errors_total = 3;
   s.reconcile_duration.observe(0.002);
@@ -126,6 +144,35 @@ TEST(MetricsTest, NamesLabelsAndValues) {
   EXPECT_EQ(q.series.at("tenantqos_agent_ready"), 0);
 }
 
+TEST(MetricsTest, RdmaPortSeriesOnlyForCountersTheDeviceHas) {
+  Parsed p = parse(renderMetrics(sampleState(), true));
+  const std::string ib = R"({device="mlx5_0",link_layer="InfiniBand",netdev="",port="1"})";
+  const std::string rxe = R"({device="rxe0",link_layer="Ethernet",netdev="rxeveth0",port="1"})";
+  EXPECT_EQ(p.series.at("tenantqos_rdma_port_transmit_bytes_total" + ib), 4000);
+  EXPECT_EQ(p.series.at("tenantqos_rdma_port_receive_bytes_total" + ib), 1000);
+  EXPECT_EQ(p.series.at("tenantqos_rdma_port_transmit_packets_total" + ib), 40);
+  EXPECT_EQ(p.series.at("tenantqos_rdma_port_receive_packets_total" + ib), 10);
+  EXPECT_EQ(p.series.at("tenantqos_rdma_port_up" + ib), 1);
+  EXPECT_EQ(p.series.count("tenantqos_rdma_port_transmit_bytes_total" + rxe), 0u);
+  EXPECT_EQ(p.series.count("tenantqos_rdma_port_receive_bytes_total" + rxe), 0u);
+  EXPECT_EQ(p.series.at("tenantqos_rdma_port_transmit_packets_total" + rxe), 12345);
+  EXPECT_EQ(p.series.at("tenantqos_rdma_port_receive_packets_total" + rxe), 678);
+  EXPECT_EQ(p.series.at("tenantqos_rdma_port_up" + rxe), 0);
+  EXPECT_EQ(p.types.at("tenantqos_rdma_port_transmit_bytes_total"), "counter");
+  EXPECT_EQ(p.types.at("tenantqos_rdma_port_up"), "gauge");
+
+  // No RDMA ports: not even a HELP/TYPE line.
+  AgentState none = sampleState();
+  none.rdma_ports.clear();
+  EXPECT_EQ(renderMetrics(none, true).find("tenantqos_rdma"), std::string::npos);
+  // Only rxe: the byte families are absent altogether.
+  AgentState only_rxe = sampleState();
+  only_rxe.rdma_ports.erase(only_rxe.rdma_ports.begin());
+  const std::string text = renderMetrics(only_rxe, true);
+  EXPECT_EQ(text.find("tenantqos_rdma_port_transmit_bytes_total"), std::string::npos);
+  EXPECT_NE(text.find("tenantqos_rdma_port_transmit_packets_total"), std::string::npos);
+}
+
 TEST(MetricsTest, HistogramBucketsAreCumulativeAndMonotonic) {
   AgentState s;
   for (double v : {1e-6, 3e-5, 2e-4, 0.004, 0.004, 0.03, 1.0, 10.0})
@@ -152,7 +199,7 @@ TEST(MetricsTest, EveryFamilyNameCarriesAUnitOrIsDimensionless) {
   const std::regex ok(
       "tenantqos_[a-z_]+(_bytes_total|_packets_total|_drops_total|_overlimits_total|"
       "_seconds_total|_bytes_per_second|_seconds|_errors_total|_bytes|_processes|_version|"
-      "_connected|_ready|_errors)");
+      "_connected|_ready|_errors|_up)");
   for (const auto& [name, type] : p.types) EXPECT_TRUE(std::regex_match(name, ok)) << name;
 }
 

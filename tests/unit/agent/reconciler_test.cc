@@ -12,6 +12,7 @@
 
 #include "agent/reconcile_loop.h"
 #include "test_util.h"
+#include "tests/support/fake_sysfs.h"
 
 namespace tq::agent {
 namespace {
@@ -471,6 +472,32 @@ TEST_F(ReconcilerTest, LinkDroppedFromPolicyRemovesThatTree) {
   EXPECT_EQ(r->appliedVersion(), 2u);
   EXPECT_EQ(tc_.trees.count("eth1"), 0u);
   EXPECT_EQ(tc_.trees.count("eth0"), 1u);
+}
+
+// RDMA port counters ride on the ~1 s stats tick, with or without a policy; empty sysfs_root
+// (the other tests) reads nothing.
+TEST_F(ReconcilerTest, RdmaPortCountersAtTheStatsCadence) {
+  tq::testing::FakeSysfs sysfs;
+  sysfs.rxe0();
+  ReconcilerOptions o = options();
+  o.sysfs_root = sysfs.root();
+  Reconciler r(o, &tc_, clock_, &board_);
+  r.tick();
+  ASSERT_EQ(board_.snapshot().rdma_ports.size(), 1u);
+  EXPECT_FALSE(r.ready());
+  EXPECT_EQ(board_.snapshot().rdma_ports[0].transmit_packets, 12345u);
+  sysfs.hwCounter("rxe0", 1, "sent_pkts", 13000);
+  clock_.advanceNs(500'000'000);
+  r.tick();
+  EXPECT_EQ(board_.snapshot().rdma_ports[0].transmit_packets, 12345u) << "before the next tick";
+  clock_.advanceNs(500'000'000);
+  r.tick();
+  EXPECT_EQ(board_.snapshot().rdma_ports[0].transmit_packets, 13000u);
+  EXPECT_LE(r.nextDueNs(), clock_.nowNs() + 1'000'000'000);
+
+  auto without = make();
+  without->tick();
+  EXPECT_TRUE(board_.snapshot().rdma_ports.empty());
 }
 
 TEST(ReconcileLoopTest, RunsPostedWorkInOrderOnItsThreadAndStopsCleanly) {

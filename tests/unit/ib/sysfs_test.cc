@@ -4,74 +4,25 @@
 // a native InfiniBand port with PMA counters.
 #include "ib/sysfs.h"
 
-#include <stdlib.h>
-
 #include <gtest/gtest.h>
 
-#include "common/file_util.h"
+#include "tests/support/fake_sysfs.h"
 
 namespace tq::ib {
 namespace {
 
-class SysfsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tq-ib-sysfs-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { ASSERT_EQ(system(("rm -rf " + root_).c_str()), 0); }
-
-  void put(const std::string& rel, const std::string& content) {
-    std::string path = root_ + "/" + rel;
-    ASSERT_TRUE(makeDirs(path.substr(0, path.rfind('/'))).ok());
-    ASSERT_TRUE(writeFileAtomic(path, content).ok());
-  }
-  void port(const std::string& dev, int p, const std::string& state, const std::string& ll,
-            const std::string& rate) {
-    std::string d = "class/infiniband/" + dev + "/ports/" + std::to_string(p) + "/";
-    put(d + "state", state + "\n");
-    put(d + "phys_state", "5: LinkUp\n");
-    put(d + "link_layer", ll + "\n");
-    put(d + "rate", rate + "\n");
-    put(d + "lid", "0x0\n");
-  }
-  void gid(const std::string& dev, int p, int i, const std::string& g, const std::string& type,
-           const std::string& ndev) {
-    std::string d = "class/infiniband/" + dev + "/ports/" + std::to_string(p) + "/";
-    put(d + "gids/" + std::to_string(i), g + "\n");
-    if (!type.empty()) put(d + "gid_attrs/types/" + std::to_string(i), type + "\n");
-    if (!ndev.empty()) put(d + "gid_attrs/ndevs/" + std::to_string(i), ndev + "\n");
-  }
-  void rxe0() {
-    put("class/infiniband/rxe0/node_type", "1: CA\n");
-    put("class/infiniband/rxe0/node_guid", "d478:75ff:fed2:9ccf\n");
-    put("class/infiniband/rxe0/fw_ver", "\n");
-    port("rxe0", 1, "4: ACTIVE", "Ethernet", "10 Gb/sec (1X FDR10)");
-    gid("rxe0", 1, 0, "fe80:0000:0000:0000:d478:75ff:fed2:9ccf", "RoCE v2", "rxeveth0");
-    gid("rxe0", 1, 1, "0000:0000:0000:0000:0000:ffff:0a4d:0001", "RoCE v2", "rxeveth0");
-    // Unused entries: zeros, and their attributes cannot be read (no files here).
-    gid("rxe0", 1, 2, "0000:0000:0000:0000:0000:0000:0000:0000", "", "");
-    gid("rxe0", 1, 10, "0000:0000:0000:0000:0000:0000:0000:0000", "", "");
-    put("class/net/rxeveth0/mtu", "9000\n");
-    std::string hw = "class/infiniband/rxe0/ports/1/hw_counters/";
-    put(hw + "sent_pkts", "12345\n");
-    put(hw + "rcvd_pkts", "678\n");
-    put(hw + "retry_exceeded_err", "0\n");
-    put(hw + "lifespan", "12\n");
-  }
-  std::string root_;
-};
+// The fake tree (tests/support/fake_sysfs.h) is shared with the agent's tests.
+class SysfsTest : public ::testing::Test, public tq::testing::FakeSysfs {};
 
 TEST_F(SysfsTest, NoInfinibandClassMeansNoDevices) {
-  auto devs = discoverDevices(root_);
+  auto devs = discoverDevices(root());
   ASSERT_TRUE(devs.ok()) << devs.status().toString();
   EXPECT_TRUE(devs->empty());
 }
 
 TEST_F(SysfsTest, ReadsRxePort) {
   rxe0();
-  auto devs = discoverDevices(root_);
+  auto devs = discoverDevices(root());
   ASSERT_TRUE(devs.ok()) << devs.status().toString();
   ASSERT_EQ(devs->size(), 1u);
   const DeviceInfo& d = (*devs)[0];
@@ -105,7 +56,7 @@ TEST_F(SysfsTest, PrefersIpv4MappedRoceV2OverV1AndIpv6) {
   gid("mlx5_1", 1, 4, "::ffff:192.0.2.5", "IB/RoCE v1", "eth2");
   gid("mlx5_1", 1, 5, "::ffff:192.0.2.5", "RoCE v2", "eth2");
   put("class/net/eth2/mtu", "1500\n");
-  auto d = readDevice(root_, "mlx5_1");
+  auto d = readDevice(root(), "mlx5_1");
   ASSERT_TRUE(d.ok()) << d.status().toString();
   EXPECT_EQ(d->ports[0].active_mtu, 1024);
   EXPECT_EQ(d->ports[0].rate_bytes_per_second, 12500000000u);
@@ -128,16 +79,8 @@ TEST_F(SysfsTest, PrefersIpv4MappedRoceV2OverV1AndIpv6) {
 }
 
 TEST_F(SysfsTest, InfinibandPortAndPmaCounters) {
-  port("mlx5_0", 1, "4: ACTIVE", "InfiniBand", "200 Gb/sec (4X HDR)");
-  port("mlx5_0", 2, "1: DOWN", "InfiniBand", "10 Gb/sec (4X SDR)");
-  gid("mlx5_0", 1, 0, "fe80:0000:0000:0000:0c42:a103:0065:4a2e", "IB/RoCE v1", "");
-  std::string c = "class/infiniband/mlx5_0/ports/1/counters/";
-  put(c + "port_xmit_data", "1000\n");
-  put(c + "port_rcv_data", "250\n");
-  put(c + "port_xmit_packets", "40\n");
-  put(c + "port_rcv_packets", "10\n");
-  put(c + "symbol_error", "N/A\n");  // non-numeric files are skipped
-  auto devs = discoverDevices(root_);
+  mlx5Ib();  // port 2 DOWN; port 1 PMA counters, symbol_error "N/A" (non-numeric: skipped)
+  auto devs = discoverDevices(root());
   ASSERT_TRUE(devs.ok());
   ASSERT_EQ(devs->size(), 1u);
   const DeviceInfo& d = (*devs)[0];
@@ -150,7 +93,7 @@ TEST_F(SysfsTest, InfinibandPortAndPmaCounters) {
   ASSERT_TRUE(idx.ok());
   EXPECT_EQ(*idx, 0);
 
-  auto pc = readPortCounters(root_, "mlx5_0", 1);
+  auto pc = readPortCounters(root(), "mlx5_0", 1);
   ASSERT_TRUE(pc.ok()) << pc.status().toString();
   EXPECT_EQ(pc->transmitBytes(), 4000u);  // 4-octet words
   EXPECT_EQ(pc->receiveBytes(), 1000u);
@@ -162,7 +105,7 @@ TEST_F(SysfsTest, InfinibandPortAndPmaCounters) {
 
 TEST_F(SysfsTest, RxeCountersFallBackToHwCounters) {
   rxe0();
-  auto pc = readPortCounters(root_, "rxe0", 1);
+  auto pc = readPortCounters(root(), "rxe0", 1);
   ASSERT_TRUE(pc.ok()) << pc.status().toString();
   EXPECT_TRUE(pc->counters.empty());
   EXPECT_FALSE(pc->transmitBytes().has_value());
@@ -170,7 +113,7 @@ TEST_F(SysfsTest, RxeCountersFallBackToHwCounters) {
   EXPECT_EQ(pc->receivePackets(), 678u);
   EXPECT_EQ(pc->hw_counters.count("lifespan"), 0u);  // a setting, not a counter
   EXPECT_EQ(pc->hw_counters.at("retry_exceeded_err"), 0u);
-  auto missing = readPortCounters(root_, "rxe0", 2);
+  auto missing = readPortCounters(root(), "rxe0", 2);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
@@ -178,11 +121,11 @@ TEST_F(SysfsTest, RxeCountersFallBackToHwCounters) {
 TEST_F(SysfsTest, BrokenDeviceIsSkippedNotFatal) {
   rxe0();
   put("class/infiniband/bad0/ports/1/state", "garbage\n");
-  auto devs = discoverDevices(root_);
+  auto devs = discoverDevices(root());
   ASSERT_TRUE(devs.ok());
   ASSERT_EQ(devs->size(), 1u);
   EXPECT_EQ((*devs)[0].name, "rxe0");
-  auto bad = readDevice(root_, "bad0");
+  auto bad = readDevice(root(), "bad0");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("bad0 port 1"), std::string::npos);
   EXPECT_NE(bad.status().message().find("garbage"), std::string::npos);
@@ -196,7 +139,7 @@ TEST_F(SysfsTest, SelectPortsAppliesFilterStateAndGid) {
   gid("mlx5_0", 1, 0, "fe80::c42:a103:65:4a2e", "IB/RoCE v1", "");
   port("mlx5_2", 1, "4: ACTIVE", "Ethernet", "100 Gb/sec (2X HDR)");
   gid("mlx5_2", 1, 0, "fe80::2", "RoCE v2", "eth9");  // no IP address configured
-  auto devs = discoverDevices(root_);
+  auto devs = discoverDevices(root());
   ASSERT_TRUE(devs.ok());
   ASSERT_EQ(devs->size(), 4u);
 
@@ -228,6 +171,34 @@ TEST_F(SysfsTest, SelectPortsAppliesFilterStateAndGid) {
   auto missing = selectPorts(*devs, *parseHcaFilter("=rxe0"), 7, &skipped);
   EXPECT_TRUE(missing.empty());
   EXPECT_EQ(skipped.back(), "rxe0:1: GID index 7 is not populated");
+}
+
+TEST_F(SysfsTest, ListDevicesAndPortState) {
+  auto none = listDevices(root());
+  ASSERT_TRUE(none.ok()) << none.status().toString();
+  EXPECT_TRUE(none->empty());
+  rxe0();
+  mlx5Ib();
+  auto names = listDevices(root());
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, (std::vector<std::string>{"mlx5_0", "rxe0"}));
+
+  EXPECT_EQ(readPortState(root(), "rxe0", 1).value(), kPortStateActive);
+  EXPECT_EQ(readPortState(root(), "mlx5_0", 2).value(), 1);  // DOWN
+  setState("rxe0", 1, "1: DOWN");
+  EXPECT_EQ(readPortState(root(), "rxe0", 1).value(), 1);
+  auto gone = readPortState(root(), "rxe0", 2);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(gone.status().message().find("RDMA port rxe0:2 is gone"), std::string::npos)
+      << gone.status().message();
+  setState("rxe0", 1, "ACTIVE");
+  auto bad = readPortState(root(), "rxe0", 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  remove("class/infiniband/rxe0");
+  EXPECT_EQ(readPortState(root(), "rxe0", 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*listDevices(root()), std::vector<std::string>{"mlx5_0"});
 }
 
 TEST(SysfsParseTest, Rates) {
