@@ -14,6 +14,9 @@
 #       tests/rxe/ collects every verbs test into a separate ctest tree (label `verbs`) that the
 #       ctest test `rxe_verbs_suite` (label `rxe`) runs inside one VM. Build for baseline x86-64:
 #       the VM's CPU model (qemu64) has no SSE4/AVX.
+#   tq_verbs_command(NAME COMMAND prog args... [ENVIRONMENT VAR=value...] [TIMEOUT seconds])
+#       Any command (generator expressions allowed) added to the same in-VM ctest tree, e.g. a
+#       non-gtest program run with RDMA-specific settings. Tests run in declaration order.
 
 set(TQ_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 if(TQ_WERROR)
@@ -74,5 +77,19 @@ function(tq_verbs_test name)
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 300)
   endif()
-  set_property(GLOBAL APPEND PROPERTY TQ_VERBS_TESTS "${name}:${A_TIMEOUT}")
+  set_property(GLOBAL APPEND PROPERTY TQ_VERBS_TESTS "${name}")
+  set_property(GLOBAL PROPERTY TQ_VERBS_${name}_COMMAND "$<TARGET_FILE:${name}>")
+  set_property(GLOBAL PROPERTY TQ_VERBS_${name}_ENV "")
+  set_property(GLOBAL PROPERTY TQ_VERBS_${name}_TIMEOUT "${A_TIMEOUT}")
+endfunction()
+
+function(tq_verbs_command name)
+  cmake_parse_arguments(A "" "TIMEOUT" "COMMAND;ENVIRONMENT" ${ARGN})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  set_property(GLOBAL APPEND PROPERTY TQ_VERBS_TESTS "${name}")
+  set_property(GLOBAL PROPERTY TQ_VERBS_${name}_COMMAND "${A_COMMAND}")
+  set_property(GLOBAL PROPERTY TQ_VERBS_${name}_ENV "${A_ENVIRONMENT}")
+  set_property(GLOBAL PROPERTY TQ_VERBS_${name}_TIMEOUT "${A_TIMEOUT}")
 endfunction()

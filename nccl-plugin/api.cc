@@ -92,6 +92,14 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
   });
 }
 
+ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                         void** mhandle) {
+  return firewall("regMrDmaBuf", [&] {
+    TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
+    return p->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+  });
+}
+
 ncclResult_t deregMr(void* comm, void* mhandle) {
   return firewall("deregMr", [&] {
     TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());

@@ -20,6 +20,8 @@ namespace tq::plugin::api {
 ncclResult_t devices(int* ndev);
 ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_v11_t** dev_comm);
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
+ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                         void** mhandle);
 ncclResult_t deregMr(void* comm, void* mhandle);
 ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mhandle,
                    void* phandle, void** request);

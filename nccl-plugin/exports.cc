@@ -11,7 +11,7 @@ namespace api = tq::plugin::api;
 extern "C" TQ_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     tq::plugin::kPluginName, api::initV11,  api::devices,   api::getPropertiesV12,
     api::listenV11,          api::connectV11, api::accept,  api::regMr,
-    /*regMrDmaBuf=*/nullptr, api::deregMr,  api::isend,     api::irecv,
+    api::regMrDmaBuf,       api::deregMr,   api::isend,     api::irecv,
     api::iflush,             api::test,     api::closeSend, api::closeRecv,
     api::closeListen,        /*getDeviceMr=*/nullptr,       /*irecvConsumed=*/nullptr,
     /*makeVDevice=*/nullptr, api::finalizeV11,              /*setNetAttr=*/nullptr,
@@ -20,7 +20,7 @@ extern "C" TQ_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
 extern "C" TQ_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     tq::plugin::kPluginName, api::initV11,  api::devices,   api::getPropertiesV11,
     api::listenV11,          api::connectV11, api::accept,  api::regMr,
-    /*regMrDmaBuf=*/nullptr, api::deregMr,  api::isend,     api::irecv,
+    api::regMrDmaBuf,       api::deregMr,   api::isend,     api::irecv,
     api::iflush,             api::test,     api::closeSend, api::closeRecv,
     api::closeListen,        /*getDeviceMr=*/nullptr,       /*irecvConsumed=*/nullptr,
     /*makeVDevice=*/nullptr, api::finalizeV11,              /*setNetAttr=*/nullptr,
@@ -29,7 +29,7 @@ extern "C" TQ_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
 extern "C" TQ_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     tq::plugin::kPluginName, api::initV10,  api::devices,   api::getPropertiesV10,
     api::listenV10,          api::connectV10, api::accept,  api::regMr,
-    /*regMrDmaBuf=*/nullptr, api::deregMr,  api::isend,     api::irecv,
+    api::regMrDmaBuf,       api::deregMr,   api::isend,     api::irecv,
     api::iflush,             api::test,     api::closeSend, api::closeRecv,
     api::closeListen,        /*getDeviceMr=*/nullptr,       /*irecvConsumed=*/nullptr,
     /*makeVDevice=*/nullptr,
@@ -38,7 +38,7 @@ extern "C" TQ_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
 extern "C" TQ_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     tq::plugin::kPluginName, api::initV9,   api::devices,   api::getPropertiesV9,
     api::listenV10,          api::connectV9, api::accept,   api::regMr,
-    /*regMrDmaBuf=*/nullptr, api::deregMr,  api::isendV9,   api::irecvV9,
+    api::regMrDmaBuf,       api::deregMr,   api::isendV9,   api::irecvV9,
     api::iflush,             api::test,     api::closeSend, api::closeRecv,
     api::closeListen,        /*getDeviceMr=*/nullptr,       /*irecvConsumed=*/nullptr,
     /*makeVDevice=*/nullptr,

@@ -59,11 +59,13 @@ enum class ParamType {
     "SO_PRIORITY of every socket. Unset: the tenant's service level. Values above 6 need "         \
     "CAP_NET_ADMIN; if refused the plugin says so once and leaves the priority alone.")            \
   X(transport, "TENANTQOS_TRANSPORT", std::string, kString, "auto", 0, 0,                          \
-    "auto or socket. (ib arrives with the InfiniBand verbs transport.)")                           \
+    "auto, ib or socket. auto: ib when an active RDMA port passes TENANTQOS_IB_HCA and "           \
+    "libibverbs loads, else socket; NCCL's log says which and why, once.")                         \
   X(socket_ifname, "TENANTQOS_SOCKET_IFNAME", std::string, kString, "", 0, 0,                      \
     "Interfaces used as devices, NCCL_SOCKET_IFNAME syntax: prefix list \"eth,ens\", \"^\" "      \
     "excludes, \"=\" matches exactly. Unset: every up interface except lo and docker*, or lo "     \
-    "when it is the only one.")                                                                    \
+    "when it is the only one. The ib transport runs its out-of-band TCP handshake on the first "   \
+    "of them.")                                                                                    \
   X(socket_family, "TENANTQOS_SOCKET_FAMILY", std::string, kString, "", 0, 0,                      \
     "AF_INET or AF_INET6 to restrict device addresses. Unset: IPv4 preferred, else IPv6.")        \
   X(nsocks, "TENANTQOS_NSOCKS", int64_t, kInt, "4", 1, 16,                                         \
@@ -76,6 +78,30 @@ enum class ParamType {
     "NCCL's thread (lowest latency); larger ones are striped over the data streams.")             \
   X(socket_min_chunk, "TENANTQOS_SOCKET_MIN_CHUNK", uint64_t, kSize, "64KiB", 4096, 1073741824,    \
     "Smallest stripe of a message on one data stream.")                                            \
+  X(ib_hca, "TENANTQOS_IB_HCA", std::string, kString, "", 0, 0,                                   \
+    "RDMA ports the ib transport uses, NCCL_IB_HCA syntax: \"mlx5_0:1,mlx5_1\" (name prefixes, "  \
+    "optional port), \"^\" excludes, \"=\" matches exactly. Unset: every active port.")           \
+  X(ib_gid_index, "TENANTQOS_IB_GID_INDEX", std::optional<int64_t>, kInt, "", 0, 255,              \
+    "GID index of every port. Unset: on RoCE the first RoCE v2 GID holding an IPv4-mapped "        \
+    "address (else one that is not link-local), on InfiniBand 0.")                                 \
+  X(ibverbs_lib, "TENANTQOS_IBVERBS_LIB", std::string, kString, "libibverbs.so.1", 0, 0,           \
+    "The libibverbs the ib transport dlopens (soname or path). Nothing links against it, so the "  \
+    "plugin loads on hosts without it (and then uses the socket transport).")                     \
+  X(ib_cts_dscp, "TENANTQOS_IB_CTS_DSCP", std::optional<int64_t>, kInt, "", 0, 63,                 \
+    "RoCE DSCP of the receiving side's QPs, which carry its clear-to-send writes and the ACKs of " \
+    "the data it receives. Unset: the sender's DSCP (the receiver adopts the sender's marking).")  \
+  X(ib_qps_per_conn, "TENANTQOS_IB_QPS_PER_CONN", int64_t, kInt, "1", 1, 8,                        \
+    "RC queue pairs per ib connection; messages rotate over them. The connecting side's value "    \
+    "wins.")                                                                                       \
+  X(ib_timeout, "TENANTQOS_IB_TIMEOUT", int64_t, kInt, "20", 1, 31,                                \
+    "RC QP ACK timeout exponent: one try lasts 4.096 us x 2^N (20: about 4.3 s). With "            \
+    "TENANTQOS_IB_RETRY_CNT it bounds how long a lost peer takes to fail a transfer.")             \
+  X(ib_retry_cnt, "TENANTQOS_IB_RETRY_CNT", int64_t, kInt, "7", 0, 7,                              \
+    "RC QP transport retries before a work request fails.")                                        \
+  X(pace_chunk_us, "TENANTQOS_PACE_CHUNK_US", int64_t, kInt, "1000", 10, 1000000,                  \
+    "Transports that pace in chunks (ib) cut a message into pieces of at most rate x this (and "   \
+    "at most the burst), each admitted by the bucket on its own, so the rate holds at "            \
+    "millisecond scales, not only on average.")                                                    \
   X(handshake_timeout_ms, "TENANTQOS_HANDSHAKE_TIMEOUT_MS", int64_t, kMillis, "30000", 10,         \
     86400000,                                                                                      \
     "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "  \

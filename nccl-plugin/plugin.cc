@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/tenant_shm.h"
+#include "nccl-plugin/ib/ib_transport.h"
 #include "nccl-plugin/nccl_log.h"
 #include "nccl-plugin/socket/socket_transport.h"
 
@@ -20,11 +21,28 @@ struct ListenObj {
   std::shared_ptr<TenantPacer> tenant;
   TenantSource source = TenantSource::kDefault;
 };
+// The tenant's bucket as seen by a send comm that paces in chunks (transport.h).
+class TenantAdmission final : public Admission {
+ public:
+  TenantAdmission(TenantPacer* tenant, PaceState* pace) : tenant_(tenant), pace_(pace) {}
+  bool tryAdmit(uint64_t bytes, uint64_t pending) override {
+    return tenant_->admit(bytes, pace_, pending);
+  }
+  uint64_t chunkBytes() const override { return tenant_->chunkBytes(); }
+  uint64_t rateBytesPerSecond() const override { return tenant_->rateBytesPerSecond(); }
+
+ private:
+  TenantPacer* tenant_;
+  PaceState* pace_;
+};
+
 struct SendObj {
+  SendObj(std::shared_ptr<TenantPacer> t) : tenant(std::move(t)), admission(tenant.get(), &pace) {}
   uint32_t magic = kSendMagic;
-  std::unique_ptr<SendComm> comm;
   std::shared_ptr<TenantPacer> tenant;
   PaceState pace;
+  TenantAdmission admission;
+  std::unique_ptr<SendComm> comm;  // last: destroyed first, while `admission` still exists
 };
 struct RecvObj {
   uint32_t magic = kRecvMagic;
@@ -63,12 +81,8 @@ Status checkParams(const PluginParams& p) {
     return invalidArgument("TENANTQOS_DEFAULT_TENANT=" + p.default_tenant +
                            ": not a DNS-1123 label");
   }
-  if (p.transport != "auto" && p.transport != "socket") {
-    if (p.transport == "ib") {
-      return unimplemented("TENANTQOS_TRANSPORT=ib: this build has no InfiniBand transport yet; "
-                           "use auto or socket");
-    }
-    return invalidArgument("TENANTQOS_TRANSPORT=" + p.transport + ": expected auto or socket");
+  if (p.transport != "auto" && p.transport != "socket" && p.transport != "ib") {
+    return invalidArgument("TENANTQOS_TRANSPORT=" + p.transport + ": expected auto, ib or socket");
   }
   auto level = parseLogLevel(p.log_level);
   if (!level.ok()) return level.status().withContext("TENANTQOS_LOG_LEVEL");
@@ -97,9 +111,37 @@ Plugin::Plugin(PluginParams params, std::unique_ptr<Transport> transport, Clock&
       transport_(std::move(transport)),
       tenants_(params_, clock, std::move(lookup)) {}
 
-Result<std::unique_ptr<Plugin>> Plugin::create(const PluginParams& params, Clock& clock) {
+Result<std::unique_ptr<Transport>> makeTransport(const PluginParams& params, Clock& clock,
+                                                 std::string* why) {
+  if (params.transport == "socket") {
+    *why = "TENANTQOS_TRANSPORT=socket";
+    TQ_ASSIGN_OR_RETURN(auto t, socket::SocketTransport::create(params, clock));
+    return std::unique_ptr<Transport>(std::move(t));
+  }
+  auto ibt = ib::IbTransport::create(params, clock);
+  if (ibt.ok()) {
+    *why = (params.transport == "ib" ? "TENANTQOS_TRANSPORT=ib" : "auto: active RDMA ports") +
+           std::string(" ") + (*ibt)->summary();
+    return std::unique_ptr<Transport>(std::move(ibt).value());
+  }
+  if (params.transport == "ib") return ibt.status().withContext("TENANTQOS_TRANSPORT=ib");
+  // auto: no usable RDMA port is the normal case on hosts without RDMA; anything else (a port
+  // exists but cannot be opened) deserves a warning before falling back.
+  if (ibt.status().code() != StatusCode::kNotFound) {
+    TQ_LOG(kWarn, "the ib transport is unusable here, using socket: %s",
+           ibt.status().message().c_str());
+  }
+  *why = "auto: " + ibt.status().message();
+  TQ_ASSIGN_OR_RETURN(auto t, socket::SocketTransport::create(params, clock));
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+Result<std::unique_ptr<Plugin>> Plugin::create(const PluginParams& params, Clock& clock,
+                                               std::string* why) {
   TQ_RETURN_IF_ERROR(checkParams(params));
-  TQ_ASSIGN_OR_RETURN(auto transport, socket::SocketTransport::create(params, clock));
+  std::string reason;
+  TQ_ASSIGN_OR_RETURN(auto transport, makeTransport(params, clock, &reason));
+  if (why != nullptr) *why = std::move(reason);
   return std::make_unique<Plugin>(params, std::move(transport), clock);
 }
 
@@ -112,7 +154,8 @@ Result<Plugin*> Plugin::instance(ncclDebugLogger_t logger) {
   const EnvLookup env = processEnv();
   TQ_ASSIGN_OR_RETURN(PluginParams params, loadParams(env));
   if (auto level = parseLogLevel(params.log_level); level.ok()) setLogLevel(*level);
-  TQ_ASSIGN_OR_RETURN(auto p, create(params, realClock()));
+  std::string why;
+  TQ_ASSIGN_OR_RETURN(auto p, create(params, realClock(), &why));
   the = p.release();
   std::string devs;
   for (int d = 0; d < the->transport().deviceCount(); ++d) {
@@ -122,8 +165,9 @@ Result<Plugin*> Plugin::instance(ncclDebugLogger_t logger) {
     }
   }
   const std::string settings = describeNonDefault(env);
-  TQ_LOG(kInfo, "%s plugin: transport %s, devices [%s]%s%s", kPluginName, the->transport().name(),
-         devs.c_str(), settings.empty() ? "" : ", settings: ", settings.c_str());
+  TQ_LOG(kInfo, "%s plugin: transport %s (%s), devices [%s]%s%s", kPluginName,
+         the->transport().name(), why.c_str(), devs.c_str(), settings.empty() ? "" : ", settings: ",
+         settings.c_str());
   return the;
 }
 
@@ -171,9 +215,9 @@ Status Plugin::connect(void* ctx, int traffic_class, int dev, void* handle, void
   std::unique_ptr<SendComm> comm;
   TQ_RETURN_IF_ERROR(transport_->connect(dev, tenant->qos(), handle, &comm));
   if (comm == nullptr) return okStatus();  // in progress: NCCL calls again
-  auto obj = std::make_unique<SendObj>();
+  auto obj = std::make_unique<SendObj>(std::move(tenant));
   obj->comm = std::move(comm);
-  obj->tenant = std::move(tenant);
+  if (obj->comm->pacesInChunks()) obj->comm->setAdmission(&obj->admission);
   *send_comm = obj.release();
   return okStatus();
 }
@@ -216,6 +260,28 @@ Status Plugin::regMr(void* comm, void* data, size_t size, int type, void** mhand
   return okStatus();
 }
 
+Status Plugin::regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                           void** mhandle) {
+  if (comm == nullptr || mhandle == nullptr) return invalidArgument("regMrDmaBuf: NULL argument");
+  *mhandle = nullptr;
+  if (type != NCCL_PTR_CUDA) {
+    return invalidArgument("regMrDmaBuf: pointer type " + std::to_string(type) +
+                           " (only NCCL_PTR_CUDA memory comes as DMA-BUF)");
+  }
+  MemRegion* mr = nullptr;
+  switch (magicOf(comm)) {
+    case kSendMagic:
+      TQ_RETURN_IF_ERROR(static_cast<SendObj*>(comm)->comm->regMrDmaBuf(data, size, offset, fd, &mr));
+      break;
+    case kRecvMagic:
+      TQ_RETURN_IF_ERROR(static_cast<RecvObj*>(comm)->comm->regMrDmaBuf(data, size, offset, fd, &mr));
+      break;
+    default: return invalidArgument("regMrDmaBuf: not a live tenantqos send or receive comm");
+  }
+  *mhandle = mr;
+  return okStatus();
+}
+
 Status Plugin::deregMr(void* comm, void* mhandle) {
   if (comm == nullptr || mhandle == nullptr) return invalidArgument("deregMr: NULL argument");
   auto* mr = static_cast<MemRegion*>(mhandle);
@@ -233,7 +299,10 @@ Status Plugin::isend(void* send_comm, void* data, size_t size, int tag, void* mh
   if (data == nullptr && size > 0) return invalidArgument("isend: NULL buffer");
   *request = nullptr;
   if (s->comm->wouldBlock()) return okStatus();
-  if (!s->tenant->admit(size, &s->pace)) return okStatus();  // over budget: NCCL retries
+  // Whole-message pacing; a chunk-pacing comm admits through its Admission itself.
+  if (!s->comm->pacesInChunks() && !s->tenant->admit(size, &s->pace)) {
+    return okStatus();  // over budget: NCCL retries
+  }
   Request* r = nullptr;
   TQ_RETURN_IF_ERROR(s->comm->isend(data, size, tag, static_cast<MemRegion*>(mhandle), &r));
   if (r != nullptr) {
@@ -260,6 +329,7 @@ Status Plugin::irecv(void* recv_comm, int n, void** data, size_t* sizes, int* ta
   if (req != nullptr) {
     req->tenant = r->tenant.get();
     req->pace = nullptr;
+    req->count = n;
   }
   *request = req;
   return okStatus();
@@ -283,18 +353,23 @@ Status Plugin::test(void* request, int* done, int* sizes) {
   TenantPacer* tenant = r->tenant;
   const bool is_recv = r->is_recv;
   PaceState* pace = r->pace;
+  const int count = r->count < 1 ? 1 : (r->count > kMaxRecvs ? kMaxRecvs : r->count);
   bool d = false;
-  size_t bytes = 0;
+  size_t bytes[kMaxRecvs] = {};
   *done = 0;
-  Status st = r->test(&d, &bytes);
+  Status st = r->test(&d, bytes);
   if (!is_recv && tenant != nullptr && pace != nullptr && (!st.ok() || d)) {
     tenant->onSendFinished(pace);  // completed, or failed (a failed request is released)
   }
   TQ_RETURN_IF_ERROR(st);
   if (!d) return okStatus();
   *done = 1;
-  if (sizes != nullptr) *sizes = bytes > INT_MAX ? INT_MAX : static_cast<int>(bytes);
-  if (is_recv && tenant != nullptr) tenant->onReceived(bytes);
+  uint64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    if (sizes != nullptr) sizes[i] = bytes[i] > INT_MAX ? INT_MAX : static_cast<int>(bytes[i]);
+    total += bytes[i];
+  }
+  if (is_recv && tenant != nullptr) tenant->onReceived(total);
   return okStatus();
 }
 

@@ -76,7 +76,9 @@ class Plugin {
   // For tests: a plugin over an explicit transport, parameters and clock.
   Plugin(PluginParams params, std::unique_ptr<Transport> transport, Clock& clock,
          TrafficClassLookup lookup = nullptr);
-  static Result<std::unique_ptr<Plugin>> create(const PluginParams& params, Clock& clock);
+  // Picks the transport (TENANTQOS_TRANSPORT); *why (optional) says which and why, for the log.
+  static Result<std::unique_ptr<Plugin>> create(const PluginParams& params, Clock& clock,
+                                                std::string* why = nullptr);
 
   const PluginParams& params() const { return params_; }
   Transport& transport() { return *transport_; }
@@ -92,6 +94,8 @@ class Plugin {
   Status connect(void* ctx, int traffic_class, int dev, void* handle, void** send_comm);
   Status accept(void* listen_comm, void** recv_comm);
   Status regMr(void* comm, void* data, size_t size, int type, void** mhandle);
+  Status regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                     void** mhandle);
   Status deregMr(void* comm, void* mhandle);
   Status isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void** request);
   Status irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,

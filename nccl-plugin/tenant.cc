@@ -42,6 +42,7 @@ PacerConfig pacerConfigFromParams(const PluginParams& p) {
   c.priority = p.priority;
   c.recheck_ns = p.shm_recheck_ms * 1'000'000;
   c.catchup_ns = p.catchup_ms * 1'000'000;
+  c.chunk_ns = p.pace_chunk_us * 1'000;
   return c;
 }
 
@@ -177,7 +178,23 @@ void TenantPacer::refresh(AgentBinding* a) {
   if (was_paced != p.paced) TQ_LOG(kInfo, "%s", describe().c_str());
 }
 
-bool TenantPacer::admit(uint64_t bytes, PaceState* ps) {
+uint64_t TenantPacer::rateBytesPerSecond() const {
+  return paced_.load(std::memory_order_relaxed) ? rate_.load(std::memory_order_relaxed) : 0;
+}
+
+uint64_t TenantPacer::chunkBytes() const {
+  if (!paced_.load(std::memory_order_relaxed)) return 0;
+  const uint64_t rate = rate_.load(std::memory_order_relaxed);
+  const uint64_t burst = burst_.load(std::memory_order_relaxed);
+  const unsigned __int128 by_time =
+      static_cast<unsigned __int128>(rate) * static_cast<uint64_t>(cfg_.chunk_ns) / 1'000'000'000u;
+  uint64_t c = static_cast<uint64_t>(std::min<unsigned __int128>(by_time, burst));
+  c -= c % kMinPaceChunk;
+  return std::max(c, kMinPaceChunk);
+}
+
+bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
+  if (pending == 0) pending = bytes;
   const int64_t now = clock_.nowNs();
   AgentBinding* a = agent_.load(std::memory_order_acquire);
   if (a != nullptr) {
@@ -222,10 +239,13 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps) {
       int64_t zero = 0;
       slot->throttled_since_ns.compare_exchange_strong(zero, now, std::memory_order_relaxed);
     }
-    if (ps->refused_bytes == 0) {
-      ps->refused_bytes = bytes;
+    if (ps->refused_bytes != pending) {
+      // One backlog entry per comm: the bytes it is waiting to send now (they change as a
+      // chunked message progresses).
+      release(ps);
+      ps->refused_bytes = pending;
       ps->refused_slot = slot;
-      slot->backlog_bytes.fetch_add(bytes, std::memory_order_relaxed);
+      slot->backlog_bytes.fetch_add(pending, std::memory_order_relaxed);
     }
     return false;
   }

@@ -70,7 +70,11 @@ struct PacerConfig {
   std::optional<int64_t> dscp, sl, priority;
   int64_t recheck_ns = 1'000'000'000;
   int64_t catchup_ns = 20'000'000;
+  int64_t chunk_ns = 1'000'000;  // TENANTQOS_PACE_CHUNK_US: time one paced chunk covers
 };
+
+// Smallest chunk a paced message is cut into (one page; also the registration granule).
+inline constexpr uint64_t kMinPaceChunk = 4096;
 PacerConfig pacerConfigFromParams(const PluginParams& p);
 
 class TenantPacer {
@@ -100,7 +104,16 @@ class TenantPacer {
   // has caught up (its next refusal). Tokens are only there if nobody used them — the bucket
   // state is shared — so this restores the rate of a backlogged tenant without ever exceeding
   // it; the extra burst is bounded by rate x catchup.
-  bool admit(uint64_t bytes, PaceState* ps);
+  //
+  // `pending` (0: same as `bytes`) is what a refusal adds to the slot's backlog: a transport
+  // that admits chunks passes the bytes still waiting behind this chunk, so the agent sees the
+  // real demand rather than one chunk.
+  bool admit(uint64_t bytes, PaceState* ps, uint64_t pending = 0);
+  // Chunk size for transports that pace in chunks: min(burst, rate x cfg.chunk_ns), rounded
+  // down to a multiple of kMinPaceChunk and at least kMinPaceChunk; 0 when unpaced.
+  uint64_t chunkBytes() const;
+  // The current rate (bytes/s); 0 when unpaced.
+  uint64_t rateBytesPerSecond() const;
   // A receive of `bytes` completed.
   void onReceived(uint64_t bytes);
   // A send was handed to the transport / `count` sends completed, failed or were abandoned

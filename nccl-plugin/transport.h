@@ -5,7 +5,7 @@
 // the transport sees the message), the shared-memory counters. A Transport owns devices,
 // connection setup, the 128-byte handle format, requests and data movement, and the marking of
 // its traffic with the QoS it is given. The socket transport (socket/) is the first; the
-// InfiniBand verbs transport slots in beside it.
+// InfiniBand verbs transport (ib/) is the second.
 //
 // Contracts every transport keeps (NCCL relies on them; docs/plugin.md):
 //  * listen/connect/accept never block; connect/accept return ok with a null comm until done
@@ -18,6 +18,16 @@
 //  * At most kMaxRequests requests in flight per comm; one more is refused (kFailedPrecondition)
 //    without disturbing the comm.
 //  * Destroying a comm with requests in flight neither hangs nor leaks.
+//
+// Pacing contract (two modes, chosen per send comm by SendComm::pacesInChunks()):
+//  * whole messages (socket): the plugin layer takes tokens for the whole message in isend and
+//    calls the transport only when they were granted; the transport never sees the pacer.
+//  * chunks (ib): the plugin layer hands the comm an Admission right after connect and takes no
+//    tokens itself. The comm cuts messages into chunks of at most Admission::chunkBytes() and
+//    admits each before putting it on the wire: the first one from isend (refused and nothing
+//    else in flight: isend returns no request, exactly as without clear-to-send), the later ones
+//    from test()/isend progress, never blocking. So a large message leaves at the tenant's
+//    rate instead of as one burst.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +46,8 @@ struct PaceState;
 
 inline constexpr size_t kHandleBytes = NCCL_NET_HANDLE_MAXSIZE;
 inline constexpr int kMaxRequests = NCCL_NET_MAX_REQUESTS;
+// Most buffers one irecv may carry on any transport (NCCL's own IB uses 8 as well).
+inline constexpr int kMaxRecvs = 8;
 
 // Version-neutral device properties. Each transport fills them in ONE function; the per-ABI
 // entry points only copy fields. Strings point at storage that lives as long as the process.
@@ -74,28 +86,55 @@ class MemRegion {
 
 class Request {
  public:
-  // Non-blocking. When *done becomes true, *bytes holds the transferred size and the request
-  // returns to its comm's pool: the caller must not use the pointer again. An error also
-  // releases the request.
-  virtual Status test(bool* done, size_t* bytes) = 0;
+  // Non-blocking. When *done becomes true, sizes[0..count) hold the transferred sizes (one per
+  // buffer of a multi-receive; one for a send) and the request returns to its comm's pool: the
+  // caller must not use the pointer again. An error also releases the request. `sizes` has room
+  // for at least `count` entries.
+  virtual Status test(bool* done, size_t* sizes) = 0;
 
   // Plugin-layer bookkeeping, set when the request is handed out.
   TenantPacer* tenant = nullptr;
   bool is_recv = false;
   PaceState* pace = nullptr;  // sends: the comm's pacing state (in-flight count)
+  int count = 1;  // buffers of the irecv (n), 1 for a send
 
  protected:
   ~Request() = default;  // owned by its comm's pool
+};
+
+// Admission control of a send comm that paces in chunks (see "Pacing contract" above). The
+// plugin layer implements it over the tenant's shared token bucket (tenant.h). One per send
+// comm; called only from that comm's isend/test path (NCCL's progress thread); never blocks.
+class Admission {
+ public:
+  virtual ~Admission() = default;
+  // Takes tokens for `bytes` (true) or refuses (false: nothing taken, try again later).
+  // `pending`: bytes waiting to be admitted on this comm, these included — the demand the agent
+  // sees (backlog) while the comm is refused.
+  virtual bool tryAdmit(uint64_t bytes, uint64_t pending) = 0;
+  // Largest piece one admission should cover: min(burst, rate x TENANTQOS_PACE_CHUNK_US),
+  // a multiple of 4 KiB; 0 when the tenant is unpaced (send whole messages).
+  virtual uint64_t chunkBytes() const = 0;
+  // The tenant's current rate in bytes/s; 0 when unpaced. Hardware rate limiters follow it.
+  virtual uint64_t rateBytesPerSecond() const = 0;
 };
 
 class SendComm {
  public:
   virtual ~SendComm() = default;
   virtual Status regMr(void* data, size_t size, MemType type, MemRegion** out) = 0;
+  // DMA-BUF registration of device memory (NCCL_PTR_DMABUF); transports without it refuse.
+  virtual Status regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, MemRegion** out) {
+    return unimplemented("regMrDmaBuf: this transport cannot register DMA-BUF memory");
+  }
   virtual Status deregMr(MemRegion* mr) = 0;
   // True when isend would hand out no request now for a transport reason (e.g. no
   // clear-to-send credit). The plugin layer then returns NULL without taking tokens.
   virtual bool wouldBlock() const { return false; }
+  // See "Pacing contract". When true, setAdmission() is called once before the first isend;
+  // `admission` outlives the comm.
+  virtual bool pacesInChunks() const { return false; }
+  virtual void setAdmission(Admission* admission) {}
   virtual Status isend(void* data, size_t size, int tag, MemRegion* mr, Request** req) = 0;
   virtual std::string describe() const = 0;
 };
@@ -104,11 +143,15 @@ class RecvComm {
  public:
   virtual ~RecvComm() = default;
   virtual Status regMr(void* data, size_t size, MemType type, MemRegion** out) = 0;
+  virtual Status regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, MemRegion** out) {
+    return unimplemented("regMrDmaBuf: this transport cannot register DMA-BUF memory");
+  }
   virtual Status deregMr(MemRegion* mr) = 0;
   // n buffers at most DeviceProperties::max_recvs; sizes are upper bounds.
   virtual Status irecv(int n, void** data, const size_t* sizes, const int* tags, MemRegion** mrs,
                        Request** req) = 0;
-  // Leaves *req null when there is nothing to flush (host memory).
+  // Makes data received into device memory visible to the GPU (GPUDirect flush). Leaves *req
+  // null when there is nothing to flush (host memory).
   virtual Status iflush(int n, void** data, const int* sizes, MemRegion** mrs, Request** req) = 0;
   // The marking adopted from the sender (its tenant name included).
   virtual const TrafficQos& peerQos() const = 0;

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <string>
 
+#include "nccl-plugin/ib/ib_wire.h"
 #include "nccl-plugin/socket/wire.h"
 
 using namespace tq::plugin::socket;
+namespace ibw = tq::plugin::ib;
 
 static void write(const std::string& path, const uint8_t* data, size_t n) {
   FILE* f = std::fopen(path.c_str(), "wb");
@@ -52,5 +54,51 @@ int main(int argc, char** argv) {
   write(dir + "/frame", fb, sizeof fb);
   encodeFrame({FrameType::kError, 0, 7, 100}, fb);
   write(dir + "/error_frame", fb, sizeof fb);
+
+  ibw::IbHandle ih;
+  ih.addr = h.addr;
+  ih.nonce = h.nonce;
+  uint8_t ihb[ibw::kIbHandlePublicBytes];
+  ibw::encodeIbHandle(ih, ihb);
+  write(dir + "/ib_handle", ihb, sizeof ihb);
+  ibw::IbHello ihello;
+  ihello.nonce = h.nonce;
+  ihello.conn_id = 42;
+  ihello.dscp = 26;
+  ihello.service_level = 3;
+  ihello.tenant = "team-a";
+  ihello.ep.gid = *tq::ib::parseGid("::ffff:10.77.0.1");
+  ihello.ep.mtu_bytes = 4096;
+  ihello.ep.nqps = 2;
+  ihello.ep.qpn[0] = 0x11;
+  ihello.ep.qpn[1] = 0x12;
+  ihello.ep.psn = 0x1234;
+  ihello.ep.device = "rxe0";
+  ihello.cts_addr = 0x7f0000001000ull;
+  ihello.cts_rkey = 0x99;
+  uint8_t ihelb[ibw::kIbHelloBytes];
+  ibw::encodeIbHello(ihello, ihelb);
+  write(dir + "/ib_hello", ihelb, sizeof ihelb);
+  ibw::IbReply rep;
+  rep.conn_id = 42;
+  rep.ep = ihello.ep;
+  rep.ep.device = "rxe1";
+  rep.sizes_addr = 0x7f0000002000ull;
+  rep.sizes_rkey = 0x98;
+  uint8_t repb[ibw::kIbReplyBytes];
+  ibw::encodeIbReply(rep, repb);
+  write(dir + "/ib_reply", repb, sizeof repb);
+  ibw::IbReply rej;
+  rej.status = ibw::IbReplyStatus::kSetupFailed;
+  rej.reason = "modify rxe1 QP 0x11 to RTR: Network is unreachable";
+  ibw::encodeIbReply(rej, repb);
+  write(dir + "/ib_reject", repb, sizeof repb);
+  ibw::IbReady ready;
+  ready.conn_id = 42;
+  ready.ok = false;
+  ready.reason = "QPs towards rxe1";
+  uint8_t rdyb[ibw::kIbReadyBytes];
+  ibw::encodeIbReady(ready, rdyb);
+  write(dir + "/ib_ready", rdyb, sizeof rdyb);
   return 0;
 }

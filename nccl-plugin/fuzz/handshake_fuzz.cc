@@ -1,5 +1,6 @@
-// libFuzzer target for the socket transport's wire parsers: the listen handle, the hello every
-// connecting stream sends, the acceptor's reply and the per-message control frame. These parse
+// libFuzzer target for the transports' wire parsers: the socket transport's listen handle,
+// per-stream hello, acceptor's reply and control frame; the ib transport's handle, hello, reply
+// and ready message. These parse
 // bytes from the network (or from another rank's handle), so any input must be rejected with a
 // message or accepted — never crash, hang or read out of bounds (ASan/UBSan on).
 //
@@ -9,9 +10,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "nccl-plugin/ib/ib_wire.h"
 #include "nccl-plugin/socket/wire.h"
 
 using namespace tq::plugin::socket;
+namespace ibw = tq::plugin::ib;
 
 #define FUZZ_CHECK(cond) \
   do {                   \
@@ -41,6 +44,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint8_t buf[kFrameBytes];
     encodeFrame(*f, buf);
     FUZZ_CHECK(std::memcmp(buf, data, kFrameBytes) == 0);
+  }
+  if (auto h = ibw::parseIbHandle(data, size); h.ok()) {
+    uint8_t buf[ibw::kIbHandlePublicBytes];
+    ibw::encodeIbHandle(*h, buf);
+    auto again = ibw::parseIbHandle(buf, sizeof buf);
+    FUZZ_CHECK(again.ok() && again->nonce == h->nonce);
+    FUZZ_CHECK(again->addr.toString() == h->addr.toString());
+  }
+  if (auto h = ibw::parseIbHello(data, size); h.ok() && h->version == ibw::kIbProtocolVersion) {
+    uint8_t buf[ibw::kIbHelloBytes];
+    ibw::encodeIbHello(*h, buf);
+    FUZZ_CHECK(std::memcmp(buf, data, ibw::kIbHelloBytes) == 0);
+    FUZZ_CHECK(ibw::checkEndpoint(h->ep, "fuzz").ok());
+  }
+  if (auto r = ibw::parseIbReply(data, size); r.ok()) {
+    uint8_t buf[ibw::kIbReplyBytes];
+    ibw::encodeIbReply(*r, buf);
+    FUZZ_CHECK(std::memcmp(buf, data, ibw::kIbReplyBytes) == 0);
+  }
+  if (auto r = ibw::parseIbReady(data, size); r.ok()) {
+    uint8_t buf[ibw::kIbReadyBytes];
+    ibw::encodeIbReady(*r, buf);
+    FUZZ_CHECK(std::memcmp(buf, data, ibw::kIbReadyBytes) == 0);
   }
   if (size >= 16) {
     uint64_t msg = 0, chunk = 0;

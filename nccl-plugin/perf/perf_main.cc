@@ -221,8 +221,8 @@ class Rank {
   Status runAllReduce();
   Status runAllReduceStream();
   Status sendRecvIterations(uint64_t size, int count, uint8_t* sbuf, void* smr,
-                            const std::vector<uint8_t*>& rbufs, void* rmr, uint64_t* wrong,
-                            bool verify);
+                            const std::vector<uint8_t*>& rbufs, const std::vector<void*>& rmrs,
+                            uint64_t* wrong, bool verify);
   Result<double> maxOverRanks(double v);
 
   void header(const std::string& extra);
@@ -413,8 +413,8 @@ Status Rank::waitAll(std::vector<void*>& reqs) {
 // `count` messages of `size` from this rank to send_to_ and from recv_from_, at most
 // o_.window in flight each way, completions tested oldest first.
 Status Rank::sendRecvIterations(uint64_t size, int count, uint8_t* sbuf, void* smr,
-                                const std::vector<uint8_t*>& rbufs, void* rmr, uint64_t* wrong,
-                                bool verify) {
+                                const std::vector<uint8_t*>& rbufs,
+                                const std::vector<void*>& rmrs, uint64_t* wrong, bool verify) {
   const int w = static_cast<int>(rbufs.size());
   std::vector<void*> sreq(static_cast<size_t>(w), nullptr), rreq(static_cast<size_t>(w), nullptr);
   int sposted = 0, sdone = 0, rposted = 0, rdone = 0;
@@ -423,7 +423,8 @@ Status Rank::sendRecvIterations(uint64_t size, int count, uint8_t* sbuf, void* s
     bool progress = false, paced = false;
     while (receiver && rposted < count && rposted - rdone < w) {
       void*& r = rreq[static_cast<size_t>(rposted % w)];
-      TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, rbufs[static_cast<size_t>(rposted % w)], size, 0, rmr, &r),
+      TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, rbufs[static_cast<size_t>(rposted % w)], size, 0,
+                                         rmrs[static_cast<size_t>(rposted % w)], &r),
                              format("receive from rank %d", recv_from_));
       if (r == nullptr) break;
       ++rposted;
@@ -480,14 +481,14 @@ Status Rank::runSendRecvSweep() {
   if (sbuf == nullptr || rbufs.back() == nullptr) return resourceExhausted("out of memory for buffers");
   fillPattern(sbuf, o_.max_bytes, rank_);
   void* smr = nullptr;
-  void* rmr = nullptr;
+  std::vector<void*> rmrs(rbufs.size(), nullptr);
   if (send_ != nullptr) {
     TQ_ASSIGN_OR_RETURN(smr, reg(send_, sbuf, o_.max_bytes));
   }
   if (recv_ != nullptr) {
     // One registration per buffer; the plugin's mhandle argument is per-buffer in NCCL too.
-    for (uint8_t* b : rbufs) {
-      TQ_ASSIGN_OR_RETURN(rmr, reg(recv_, b, o_.max_bytes));
+    for (size_t i = 0; i < rbufs.size(); ++i) {
+      TQ_ASSIGN_OR_RETURN(rmrs[i], reg(recv_, rbufs[i], o_.max_bytes));
     }
   }
   header(format(" | iters %d warmup %d", iters, warmup));
@@ -498,10 +499,10 @@ Status Rank::runSendRecvSweep() {
   for (uint64_t size = o_.min_bytes; size <= o_.max_bytes;
        size = o_.step_factor > 1 ? size * o_.step_factor : size + 1) {
     uint64_t wrong = 0;
-    TQ_RETURN_IF_ERROR(sendRecvIterations(size, warmup, sbuf, smr, rbufs, rmr, &wrong, false));
+    TQ_RETURN_IF_ERROR(sendRecvIterations(size, warmup, sbuf, smr, rbufs, rmrs, &wrong, false));
     TQ_RETURN_IF_ERROR(rv_->barrier());
     const int64_t t0 = nowNs();
-    TQ_RETURN_IF_ERROR(sendRecvIterations(size, iters, sbuf, smr, rbufs, rmr, &wrong, o_.check));
+    TQ_RETURN_IF_ERROR(sendRecvIterations(size, iters, sbuf, smr, rbufs, rmrs, &wrong, o_.check));
     const double us = iters > 0 ? static_cast<double>(nowNs() - t0) / 1e3 / iters : 0;
     TQ_ASSIGN_OR_RETURN(double max_us, maxOverRanks(us));
     TQ_ASSIGN_OR_RETURN(double total_wrong, maxOverRanks(static_cast<double>(wrong)));
@@ -534,13 +535,13 @@ Status Rank::runSendRecvDuration() {
   if (sbuf == nullptr || rbufs.back() == nullptr) return resourceExhausted("out of memory for buffers");
   fillPattern(sbuf, size, rank_);
   void* smr = nullptr;
-  void* rmr = nullptr;
+  std::vector<void*> rmrs(rbufs.size(), nullptr);
   if (send_ != nullptr) {
     TQ_ASSIGN_OR_RETURN(smr, reg(send_, sbuf, size));
   }
   if (recv_ != nullptr) {
-    for (uint8_t* b : rbufs) {
-      TQ_ASSIGN_OR_RETURN(rmr, reg(recv_, b, size));
+    for (size_t i = 0; i < rbufs.size(); ++i) {
+      TQ_ASSIGN_OR_RETURN(rmrs[i], reg(recv_, rbufs[i], size));
     }
   }
   header(format(" | duration %.2f s | size %" PRIu64 " | report %" PRId64 " ms", o_.duration_s,
@@ -568,7 +569,8 @@ Status Rank::runSendRecvDuration() {
     // Receives: keep w posted until the end marker arrives.
     while (!got_marker && recv_ != nullptr && rposted - rdone < static_cast<uint64_t>(w)) {
       void*& r = rreq[rposted % static_cast<uint64_t>(w)];
-      TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, rbufs[rposted % static_cast<uint64_t>(w)], size, 0, rmr, &r),
+      TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, rbufs[rposted % static_cast<uint64_t>(w)], size, 0,
+                                         rmrs[rposted % static_cast<uint64_t>(w)], &r),
                              format("receive from rank %d", recv_from_));
       if (r == nullptr) break;
       ++rposted;

@@ -1,6 +1,7 @@
 #include "nccl-plugin/socket/sock_util.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -127,6 +128,84 @@ IoResult recvSome(int fd, void* buf, size_t len, size_t* done, int* err) {
     *err = errno;
     return IoResult::kError;
   }
+}
+
+IoResult peekAlive(int fd, int* err) {
+  for (;;) {
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n > 0) return IoResult::kProgress;
+    if (n == 0) return IoResult::kClosed;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return IoResult::kWouldBlock;
+    *err = errno;
+    return IoResult::kError;
+  }
+}
+
+Result<Fd> listenTcp(SocketAddress* addr, const TrafficQos& qos, int backlog) {
+  const int family = addr->family();
+  Fd fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return netError(errno, "listen on " + addr->toString() + ": socket");
+  TQ_RETURN_IF_ERROR_CTX(applyQos(fd.get(), family, qos), "listen on " + addr->toString());
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr->storage), addr->len) != 0) {
+    return netError(errno, "listen: bind " + addr->toString());
+  }
+  if (::listen(fd.get(), backlog) != 0) return netError(errno, "listen on " + addr->toString());
+  socklen_t len = sizeof addr->storage;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr->storage), &len) != 0) {
+    return netError(errno, "listen on " + addr->toString() + ": getsockname");
+  }
+  addr->len = len;
+  return fd;
+}
+
+Result<Fd> acceptTcp(int listen_fd, SocketAddress* peer) {
+  for (;;) {
+    socklen_t len = sizeof peer->storage;
+    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer->storage), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Fd();
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return netError(errno, "accept");
+    }
+    peer->len = len;
+    Fd out(fd);
+    TQ_RETURN_IF_ERROR(setNoDelay(fd));
+    return out;
+  }
+}
+
+Result<TcpConnect> startTcpConnect(const SocketAddress& to, const TrafficQos& qos, Fd* fd) {
+  const int family = to.family();
+  fd->reset(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd->valid()) return netError(errno, "socket");
+  TQ_RETURN_IF_ERROR(applyQos(fd->get(), family, qos));  // before connect(): the SYN is marked
+  TQ_RETURN_IF_ERROR(setNoDelay(fd->get()));
+  if (::connect(fd->get(), reinterpret_cast<const sockaddr*>(&to.storage), to.len) == 0) {
+    return TcpConnect::kConnected;
+  }
+  if (errno == ECONNREFUSED) {
+    fd->reset();
+    return TcpConnect::kRefused;
+  }
+  if (errno == EINPROGRESS || errno == EINTR) return TcpConnect::kInProgress;
+  const int err = errno;
+  fd->reset();
+  return netError(err, "TCP connect");
+}
+
+Result<TcpConnect> pollTcpConnect(Fd* fd) {
+  pollfd p{fd->get(), POLLOUT, 0};
+  if (::poll(&p, 1, 0) <= 0) return TcpConnect::kInProgress;
+  int err = 0;
+  socklen_t len = sizeof err;
+  ::getsockopt(fd->get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err == 0) return TcpConnect::kConnected;
+  fd->reset();
+  if (err == ECONNREFUSED) return TcpConnect::kRefused;
+  return netError(err, "TCP connect");
 }
 
 }  // namespace tq::plugin::socket

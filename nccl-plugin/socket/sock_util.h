@@ -1,5 +1,7 @@
-// Small socket helpers of the socket transport: an owning fd, non-blocking I/O results, and
-// the QoS marking (IP_TOS / IPV6_TCLASS = DSCP << 2, SO_PRIORITY) applied to every socket.
+// Small socket helpers of the socket transport, also used by the ib transport's out-of-band
+// handshake: an owning fd, non-blocking TCP listen/connect/accept, non-blocking I/O results,
+// and the QoS marking (IP_TOS / IPV6_TCLASS = DSCP << 2, SO_PRIORITY) applied to every socket.
+// Nothing here blocks.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +10,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "nccl-plugin/socket/wire.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin::socket {
@@ -60,10 +63,28 @@ Status setNonBlocking(int fd);
 Status setBuffers(int fd, int bytes);
 Status setNoDelay(int fd);
 
+// A non-blocking, close-on-exec listening socket marked with `qos`, bound to `*addr` (port 0:
+// any); *addr receives the bound address. Errors name the address.
+Result<Fd> listenTcp(SocketAddress* addr, const TrafficQos& qos, int backlog);
+// Takes one completed connection (non-blocking, TCP_NODELAY): an invalid Fd when none waits.
+Result<Fd> acceptTcp(int listen_fd, SocketAddress* peer);
+
+// Non-blocking connect. startTcpConnect makes a socket marked with `qos` BEFORE connect() (so
+// even the SYN is marked), with TCP_NODELAY, and starts connecting; pollTcpConnect checks an
+// attempt in progress. kRefused (ECONNREFUSED: the listener's backlog is full, or it is not
+// listening yet) leaves *fd closed: retry later.
+enum class TcpConnect { kConnected, kInProgress, kRefused };
+Result<TcpConnect> startTcpConnect(const SocketAddress& to, const TrafficQos& qos, Fd* fd);
+Result<TcpConnect> pollTcpConnect(Fd* fd);
+
 // Non-blocking transfer outcome.
 enum class IoResult { kProgress, kWouldBlock, kClosed, kError };
 // Sends/receives up to `len` bytes once (MSG_DONTWAIT, MSG_NOSIGNAL); adds to *done.
 IoResult sendSome(int fd, const void* buf, size_t len, size_t* done, int* err);
 IoResult recvSome(int fd, void* buf, size_t len, size_t* done, int* err);
+// Liveness of an idle connection the peer never writes to after its handshake: kClosed when the
+// peer closed it (process gone), kError (with *err) when it was reset, else kWouldBlock. Bytes
+// the peer sent are left in the socket (MSG_PEEK) and reported as kProgress.
+IoResult peekAlive(int fd, int* err);
 
 }  // namespace tq::plugin::socket

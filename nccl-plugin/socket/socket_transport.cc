@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "common/log.h"
+#include "nccl-plugin/handle_state.h"
 #include "nccl-plugin/socket/socket_comm.h"
 #include "nccl-plugin/socket/sock_util.h"
 #include "nccl-plugin/socket/wire.h"
@@ -187,42 +188,8 @@ struct ConnectState {
   size_t ack_got = 0;
 };
 
-constexpr size_t kPrivateOffset = 64;
 constexpr uint64_t kPrivateGuard = 0x54534e4e4f435154ULL;  // "TQCONNST"
-
-std::mutex g_connect_mu;
-std::unordered_set<ConnectState*>& liveConnects() {
-  static auto* s = new std::unordered_set<ConnectState*>();  // never destroyed: exit-safe
-  return *s;
-}
-
-ConnectState* findConnect(const uint8_t* handle) {
-  uint64_t guard = 0;
-  ConnectState* st = nullptr;
-  std::memcpy(&guard, handle + kPrivateOffset, 8);
-  std::memcpy(&st, handle + kPrivateOffset + 8, sizeof st);
-  if (guard != kPrivateGuard || st == nullptr) return nullptr;
-  std::lock_guard<std::mutex> lock(g_connect_mu);
-  return liveConnects().count(st) != 0 ? st : nullptr;
-}
-
-void attachConnect(uint8_t* handle, ConnectState* st) {
-  {
-    std::lock_guard<std::mutex> lock(g_connect_mu);
-    liveConnects().insert(st);
-  }
-  std::memcpy(handle + kPrivateOffset, &kPrivateGuard, 8);
-  std::memcpy(handle + kPrivateOffset + 8, &st, sizeof st);
-}
-
-void detachConnect(uint8_t* handle, ConnectState* st) {
-  {
-    std::lock_guard<std::mutex> lock(g_connect_mu);
-    liveConnects().erase(st);
-  }
-  std::memset(handle + kPrivateOffset, 0, kHandleBytes - kPrivateOffset);
-  delete st;
-}
+using ConnectStates = HandleStates<ConnectState, kPrivateGuard>;
 
 }  // namespace
 
@@ -278,24 +245,12 @@ Status SocketTransport::listen(int dev, const TrafficQos& qos, void* handle,
   }
   const NetInterface& ni = devices_[static_cast<size_t>(dev)];
   auto lc = std::make_unique<SocketListenComm>();
-  const int family = ni.addr.family();
-  lc->fd.reset(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!lc->fd.valid()) return netError(errno, "listen on " + ni.name + ": socket");
   // The listener's marking applies to SYN-ACKs; accepted streams then adopt the sender's.
-  TQ_RETURN_IF_ERROR_CTX(applyQos(lc->fd.get(), family, qos), "listen on " + ni.name);
   SocketAddress addr = ni.addr;
   addr.setPort(0);
-  if (::bind(lc->fd.get(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0) {
-    return netError(errno, "listen on " + ni.name + ": bind " + addr.toString());
-  }
-  if (::listen(lc->fd.get(), 16384) != 0) {
-    return netError(errno, "listen on " + ni.name + ": listen");
-  }
-  socklen_t len = sizeof addr.storage;
-  if (::getsockname(lc->fd.get(), reinterpret_cast<sockaddr*>(&addr.storage), &len) != 0) {
-    return netError(errno, "listen on " + ni.name + ": getsockname");
-  }
-  addr.len = len;
+  auto fd = listenTcp(&addr, qos, 16384);
+  if (!fd.ok()) return fd.status().withContext("listen on " + ni.name);
+  lc->fd = std::move(fd).value();
   lc->info.addr = addr;
   lc->info.nsocks = cfg_.nsocks;
   lc->info.nonce = randomU64();
@@ -314,7 +269,7 @@ Status SocketTransport::connect(int dev, const TrafficQos& qos, void* handle,
   out->reset();
   auto* h = static_cast<uint8_t*>(handle);
   const int64_t now = clock_.nowNs();
-  ConnectState* st = findConnect(h);
+  ConnectState* st = ConnectStates::find(h);
   if (st == nullptr) {
     TQ_ASSIGN_OR_RETURN(HandleInfo info, parseHandle(h, kHandleBytes));
     st = new ConnectState();
@@ -337,13 +292,13 @@ Status SocketTransport::connect(int dev, const TrafficQos& qos, void* handle,
       hello.min_chunk = static_cast<uint32_t>(std::min<uint64_t>(cfg_.min_chunk, UINT32_MAX));
       encodeHello(hello, st->socks[i].hello);
     }
-    attachConnect(h, st);
+    ConnectStates::attach(h, st);
   }
   const std::string peer = st->target.addr.toString();
   const int family = st->target.addr.family();
 
   auto finish = [&](Status s) {
-    detachConnect(h, st);
+    ConnectStates::detach(h, st);
     return s.withContext("connect to " + peer);
   };
 
@@ -351,37 +306,16 @@ Status SocketTransport::connect(int dev, const TrafficQos& qos, void* handle,
   for (size_t i = 0; i < st->socks.size(); ++i) {
     ConnectState::Sock& s = st->socks[i];
     if (!s.connected && !s.fd.valid() && now >= s.retry_at) {
-      s.fd.reset(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-      if (!s.fd.valid()) return finish(netError(errno, "socket"));
-      Status q = applyQos(s.fd.get(), family, st->qos);  // before connect(): the SYN is marked too
-      if (!q.ok()) return finish(q);
-      Status nd = setNoDelay(s.fd.get());
-      if (!nd.ok()) return finish(nd);
-      const sockaddr* sa = reinterpret_cast<const sockaddr*>(&st->target.addr.storage);
-      if (::connect(s.fd.get(), sa, st->target.addr.len) == 0) {
-        s.connected = true;
-      } else if (errno == ECONNREFUSED) {
-        s.fd.reset();
-        s.retry_at = now + kConnectRetryNs;
-      } else if (errno != EINPROGRESS && errno != EINTR) {
-        return finish(netError(errno, "TCP connect"));
-      }
+      auto r = startTcpConnect(st->target.addr, st->qos, &s.fd);
+      if (!r.ok()) return finish(r.status());
+      if (*r == TcpConnect::kConnected) s.connected = true;
+      if (*r == TcpConnect::kRefused) s.retry_at = now + kConnectRetryNs;
     }
     if (!s.connected && s.fd.valid()) {
-      pollfd p{s.fd.get(), POLLOUT, 0};
-      if (::poll(&p, 1, 0) > 0) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        ::getsockopt(s.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err == 0) {
-          s.connected = true;
-        } else if (err == ECONNREFUSED) {
-          s.fd.reset();
-          s.retry_at = now + kConnectRetryNs;
-        } else {
-          return finish(netError(err, "TCP connect"));
-        }
-      }
+      auto r = pollTcpConnect(&s.fd);
+      if (!r.ok()) return finish(r.status());
+      if (*r == TcpConnect::kConnected) s.connected = true;
+      if (*r == TcpConnect::kRefused) s.retry_at = now + kConnectRetryNs;
     }
     if (s.connected && s.sent < kHelloBytes) {
       int err = 0;
@@ -426,7 +360,7 @@ Status SocketTransport::connect(int dev, const TrafficQos& qos, void* handle,
       TQ_LOG(kDebug, "connected to %s: %d data streams, dscp %d, tenant %s", peer.c_str(),
              st->target.nsocks, st->qos.dscp, st->qos.tenant.c_str());
       *out = std::make_unique<SocketSendComm>(std::move(comm));
-      detachConnect(h, st);
+      ConnectStates::detach(h, st);
       return okStatus();
     }
   }
@@ -457,21 +391,13 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
   // 1. Take every connection the kernel completed.
   for (;;) {
     SocketAddress peer;
-    socklen_t len = sizeof peer.storage;
-    const int fd = ::accept4(lc->fd.get(), reinterpret_cast<sockaddr*>(&peer.storage), &len,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      return netError(errno, "accept on " + self);
-    }
-    peer.len = len;
+    auto fd = acceptTcp(lc->fd.get(), &peer);
+    if (!fd.ok()) return fd.status().withContext("accept on " + self);
+    if (!fd->valid()) break;
     SocketListenComm::Pending p;
-    p.fd.reset(fd);
+    p.fd = std::move(fd).value();
     p.since = now;
     p.peer = peer.toString();
-    Status nd = setNoDelay(fd);
-    if (!nd.ok()) return nd.withContext("accept on " + self);
     lc->pending.push_back(std::move(p));
   }
 

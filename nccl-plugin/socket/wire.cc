@@ -7,62 +7,15 @@
 #include <string_view>
 
 #include "common/file_util.h"
+#include "nccl-plugin/wire_bytes.h"
 
 namespace tq::plugin::socket {
 namespace {
 
-constexpr uint64_t magicOf(const char (&s)[9]) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(s[i]);
-  return v;
-}
-constexpr uint64_t kHandleMagic = magicOf("TQHANDL1");
-constexpr uint64_t kHelloMagic = magicOf("TQHELLO1");
-constexpr uint64_t kAckMagic = magicOf("TQACK001");
-
-void put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-uint32_t crcOf(const uint8_t* p, size_t n) {
-  return crc32c(std::string_view(reinterpret_cast<const char*>(p), n));
-}
-
-bool allZero(const uint8_t* p, size_t n) {
-  return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
-}
-
-Status bad(std::string_view what, std::string_view why) {
-  return invalidArgument(std::string(what) + ": " + std::string(why));
-}
-
-// Text fields: NUL-padded, printable ASCII only (they end up in log lines).
-Result<std::string> getText(const uint8_t* p, size_t cap, size_t len, std::string_view what) {
-  if (len > cap) return bad(what, "text length out of range");
-  for (size_t i = 0; i < len; ++i) {
-    if (p[i] < 0x20 || p[i] > 0x7e) return bad(what, "non-printable text");
-  }
-  if (!allZero(p + len, cap - len)) return bad(what, "text not NUL-padded");
-  return std::string(reinterpret_cast<const char*>(p), len);
-}
+using namespace wire;  // NOLINT: byte helpers of this file's formats
+constexpr uint64_t kHandleMagic = magic64("TQHANDL1");
+constexpr uint64_t kHelloMagic = magic64("TQHELLO1");
+constexpr uint64_t kAckMagic = magic64("TQACK001");
 
 }  // namespace
 

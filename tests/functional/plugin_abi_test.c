@@ -4,7 +4,13 @@
  *
  *   plugin_abi_test <path/to/libnccl-net-tenantqos.so> <case>
  *
- * One ctest test per case (see CMakeLists.txt). Every wait is bounded (kDeadlineSec). */
+ * One ctest test per case (see CMakeLists.txt). Every wait is bounded (kDeadlineSec).
+ *
+ * The same cases run over the ib transport inside the Soft-RoCE VM (tests/rxe, ctest names
+ * plugin_abi_ib.*) with TENANTQOS_TRANSPORT=ib: listen on TQ_ABI_LISTEN_DEV, connect from
+ * TQ_ABI_CONNECT_DEV (rxe1 and rxe0 there, so the traffic crosses the veth pair). Where the
+ * transports legitimately differ the case checks the ib behaviour: maxRecvs 8, and a send
+ * without a posted receive gets no request (no clear-to-send) instead of being queued. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -29,6 +35,9 @@ static const char* g_case = "";
 static void* g_lib = NULL;
 static ncclNet_v11_t* g_net = NULL;
 static int g_log_lines = 0;
+static int g_ib = 0;          /* TENANTQOS_TRANSPORT=ib */
+static int g_listen_dev = 0;  /* TQ_ABI_LISTEN_DEV */
+static int g_connect_dev = 0; /* TQ_ABI_CONNECT_DEV */
 static int g_log_prefixed = 0;
 
 #define FAIL(...)                                                 \
@@ -111,14 +120,14 @@ static void connect_pair(void* ctx_s, void* ctx_r, void** send, void** recv, voi
   ncclNetDeviceHandle_v11_t* dev_s = NULL;
   ncclNetDeviceHandle_v11_t* dev_r = NULL;
   memset(handle, 0xab, sizeof handle);
-  NCCLCHECK(g_net->listen(ctx_r, 0, handle, listen));
+  NCCLCHECK(g_net->listen(ctx_r, g_listen_dev, handle, listen));
   CHECK(*listen != NULL, "listen returned a NULL comm");
   memcpy(wire, handle, sizeof wire); /* "out of band" exchange */
   *send = *recv = NULL;
   double deadline = now_sec() + kDeadlineSec;
   int polls = 0;
   while (*send == NULL || *recv == NULL) {
-    if (*send == NULL) NCCLCHECK(g_net->connect(ctx_s, 0, wire, send, &dev_s));
+    if (*send == NULL) NCCLCHECK(g_net->connect(ctx_s, g_connect_dev, wire, send, &dev_s));
     if (*recv == NULL) NCCLCHECK(g_net->accept(*listen, recv, &dev_r));
     polls++;
     CHECK(now_sec() < deadline, "connect/accept did not complete (%d polls)", polls);
@@ -208,7 +217,9 @@ static void case_init_devices(void) {
     NCCLCHECK(g_net->getProperties(d, &p));
     CHECK(p.name != NULL && p.name[0] != '\0', "device %d has no name", d);
     CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport 0x%x", p.ptrSupport);
-    CHECK(p.maxRecvs == 1 && p.maxComms > 0, "maxRecvs %d maxComms %d", p.maxRecvs, p.maxComms);
+    CHECK(p.maxRecvs == (g_ib ? 8 : 1) && p.maxComms > 0, "maxRecvs %d maxComms %d", p.maxRecvs,
+          p.maxComms);
+    CHECK(p.regIsGlobal == g_ib, "regIsGlobal %d", p.regIsGlobal);
     CHECK(p.netDeviceType == NCCL_NET_DEVICE_HOST, "netDeviceType %d", (int)p.netDeviceType);
     CHECK(p.maxP2pBytes > 0 && p.maxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES, "maxP2pBytes");
     CHECK(p.maxCollBytes > 0 && p.maxCollBytes <= NCCL_MAX_NET_SIZE_BYTES, "maxCollBytes");
@@ -355,9 +366,16 @@ static void case_inflight32(void) {
   }
   for (int k = 0; k <= N; k++) {
     sreq[k] = NULL;
-    ncclResult_t r = g_net->isend(send, k < N ? sbuf + (size_t)k * SZ : sbuf, SZ, tag, smr, NULL, &sreq[k]);
+    ncclResult_t r;
+    double until = now_sec() + kDeadlineSec;
+    do { /* ib: the receiver's clear-to-send may still be on its way */
+      r = g_net->isend(send, k < N ? sbuf + (size_t)k * SZ : sbuf, SZ, tag, smr, NULL, &sreq[k]);
+    } while (g_ib && k < N && r == ncclSuccess && sreq[k] == NULL && now_sec() < until);
     if (k < N) {
       CHECK(r == ncclSuccess && sreq[k] != NULL, "isend %d failed (%d)", k, (int)r);
+    } else if (g_ib) {
+      /* No 33rd receive was posted: no clear-to-send, so no request (NCCL retries). */
+      CHECK(r == ncclSuccess && sreq[k] == NULL, "the 33rd isend got a request (%d)", (int)r);
     } else {
       CHECK(r != ncclSuccess && sreq[k] == NULL, "the 33rd isend was not refused (%d)", (int)r);
     }
@@ -415,10 +433,14 @@ static void case_close_inflight(void) {
       req = NULL;
       NCCLCHECK(g_net->irecv(recv, 1, data, size, &tag, &rmr, NULL, &req));
       req = NULL;
-      NCCLCHECK(g_net->isend(send, sbuf, sz, 0, smr, NULL, &req));
+      double until = now_sec() + kDeadlineSec;
+      do { /* ib: wait for the clear-to-send without testing anything */
+        NCCLCHECK(g_net->isend(send, sbuf, sz, 0, smr, NULL, &req));
+      } while (g_ib && req == NULL && now_sec() < until);
       CHECK(req != NULL, "isend returned no request");
     }
-    /* Nobody tests: 256 MiB cannot fit in socket buffers, so requests are in flight. */
+    /* Nobody tests: 256 MiB cannot fit in socket buffers (nor cross rxe this fast), so requests
+     * are in flight. */
     double t0 = now_sec();
     if (round == 1) {
       close_all(NULL, recv, NULL); /* receiver first */
@@ -453,15 +475,15 @@ static void case_v10(void) {
   CHECK(ndev >= 1, "v10 ndev %d", ndev);
   ncclNetProperties_v10_t props;
   NCCLCHECK(v10->getProperties(0, &props));
-  CHECK(props.ptrSupport == NCCL_PTR_HOST && props.maxRecvs == 1, "v10 props");
+  CHECK(props.ptrSupport == NCCL_PTR_HOST && props.maxRecvs == (g_ib ? 8 : 1), "v10 props");
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void *listen = NULL, *send = NULL, *recv = NULL;
   ncclNetDeviceHandle_v10_t *ds = NULL, *dr = NULL;
-  NCCLCHECK(v10->listen(0, handle, &listen));
+  NCCLCHECK(v10->listen(g_listen_dev, handle, &listen));
   ncclNetCommConfig_v10_t cfg = {3};
   double deadline = now_sec() + kDeadlineSec;
   while (send == NULL || recv == NULL) {
-    if (send == NULL) NCCLCHECK(v10->connect(0, &cfg, handle, &send, &ds));
+    if (send == NULL) NCCLCHECK(v10->connect(g_connect_dev, &cfg, handle, &send, &ds));
     if (recv == NULL) NCCLCHECK(v10->accept(listen, &recv, &dr));
     CHECK(now_sec() < deadline, "v10 connect/accept did not complete");
   }
@@ -504,7 +526,7 @@ static void case_two_process(void) {
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     void *listen = NULL, *recv = NULL;
     ncclNetDeviceHandle_v11_t* dr = NULL;
-    NCCLCHECK(g_net->listen(ctx, 0, handle, &listen));
+    NCCLCHECK(g_net->listen(ctx, g_listen_dev, handle, &listen));
     CHECK(write(pfd[1], handle, sizeof handle) == (ssize_t)sizeof handle, "write handle");
     close(pfd[1]);
     double deadline = now_sec() + kDeadlineSec;
@@ -549,7 +571,7 @@ static void case_two_process(void) {
   ncclNetDeviceHandle_v11_t* ds = NULL;
   double deadline = now_sec() + kDeadlineSec;
   while (send == NULL) {
-    NCCLCHECK(g_net->connect(ctx, 0, handle, &send, &ds));
+    NCCLCHECK(g_net->connect(ctx, g_connect_dev, handle, &send, &ds));
     CHECK(now_sec() < deadline, "parent: connect did not complete");
   }
   for (int k = 0; k < K; k++) {
@@ -591,7 +613,7 @@ static void case_peer_dies(void) {
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     void *listen = NULL, *recv = NULL;
     ncclNetDeviceHandle_v11_t* dr = NULL;
-    NCCLCHECK(g_net->listen(ctx, 0, handle, &listen));
+    NCCLCHECK(g_net->listen(ctx, g_listen_dev, handle, &listen));
     CHECK(write(pfd[1], handle, sizeof handle) == (ssize_t)sizeof handle, "write handle");
     while (recv == NULL) NCCLCHECK(g_net->accept(listen, &recv, &dr));
     _exit(0); /* dies with the connection open, nothing received */
@@ -604,7 +626,7 @@ static void case_peer_dies(void) {
   ncclNetDeviceHandle_v11_t* ds = NULL;
   double deadline = now_sec() + kDeadlineSec;
   while (send == NULL) {
-    NCCLCHECK(g_net->connect(ctx, 0, handle, &send, &ds));
+    NCCLCHECK(g_net->connect(ctx, g_connect_dev, handle, &send, &ds));
     CHECK(now_sec() < deadline, "connect did not complete");
   }
   waitpid(child, NULL, 0);
@@ -626,6 +648,109 @@ static void case_peer_dies(void) {
   NCCLCHECK(g_net->finalize(ctx));
 }
 
+/* Multi-receive: one irecv of n buffers with distinct tags, matched by n isends in any tag
+ * order, sizes reported per buffer; a second grouped receive queued behind the first. A
+ * transport with maxRecvs 1 must refuse n = 2. */
+static void case_multirecv(void) {
+  void* ctx = init_ctx(-1);
+  ncclNetProperties_v11_t props;
+  NCCLCHECK(g_net->getProperties(g_listen_dev, &props));
+  void *send, *recv, *listen;
+  connect_pair(ctx, ctx, &send, &recv, &listen);
+  enum { MAXN = 8, CAP = 300000 };
+  unsigned char* sbuf = must_alloc((size_t)MAXN * CAP);
+  unsigned char* rbuf = must_alloc((size_t)2 * MAXN * CAP);
+  void *smr, *rmr;
+  NCCLCHECK(g_net->regMr(send, sbuf, (size_t)MAXN * CAP, NCCL_PTR_HOST, &smr));
+  NCCLCHECK(g_net->regMr(recv, rbuf, (size_t)2 * MAXN * CAP, NCCL_PTR_HOST, &rmr));
+  if (props.maxRecvs < 2) {
+    void* data[2] = {rbuf, rbuf + CAP};
+    size_t sizes[2] = {CAP, CAP};
+    int tags[2] = {1, 2};
+    void* mrs[2] = {rmr, rmr};
+    void* req = NULL;
+    CHECK(g_net->irecv(recv, 2, data, sizes, tags, mrs, NULL, &req) != ncclSuccess && req == NULL,
+          "a transport with maxRecvs %d accepted a 2-buffer irecv", props.maxRecvs);
+  } else {
+    static const int ns[] = {2, 4, 8, 3};
+    for (size_t round = 0; round < sizeof ns / sizeof ns[0]; round++) {
+      const int n = ns[round];
+      /* Two grouped receives (A then B) of n buffers each; message i of group g has tag 100+i
+       * and size sz(g, i) (one of them 0 bytes). */
+      void* rreq[2] = {NULL, NULL};
+      for (int g = 0; g < 2; g++) {
+        void* data[MAXN];
+        size_t sizes[MAXN];
+        int tags[MAXN];
+        void* mrs[MAXN];
+        for (int i = 0; i < n; i++) {
+          data[i] = rbuf + ((size_t)g * MAXN + (size_t)i) * CAP;
+          sizes[i] = CAP;
+          tags[i] = 100 + i;
+          mrs[i] = rmr;
+          memset(data[i], 0x5a, CAP);
+        }
+        double until = now_sec() + kDeadlineSec;
+        while (rreq[g] == NULL) {
+          NCCLCHECK(g_net->irecv(recv, n, data, sizes, tags, mrs, NULL, &rreq[g]));
+          CHECK(now_sec() < until, "irecv of %d buffers never accepted", n);
+        }
+      }
+      for (int g = 0; g < 2; g++) {
+        /* Sends in reverse tag order: tags, not order, assign them to buffers. */
+        void* sreq[MAXN];
+        size_t ssz[MAXN];
+        for (int i = n - 1; i >= 0; i--) {
+          ssz[i] = i == 1 ? 0 : (size_t)(1000 * (i + 1) + 37 * g + (round % 2) * 150000);
+          unsigned char* p = sbuf + (size_t)i * CAP;
+          for (size_t b = 0; b < ssz[i]; b++) p[b] = pattern(b, (unsigned)(round * 31 + g * 7 + i));
+          sreq[i] = NULL;
+          double until = now_sec() + kDeadlineSec;
+          while (sreq[i] == NULL) {
+            NCCLCHECK(g_net->isend(send, p, ssz[i], 100 + i, smr, NULL, &sreq[i]));
+            CHECK(now_sec() < until, "isend tag %d of a %d-buffer receive never accepted", 100 + i, n);
+          }
+        }
+        int left = n + 1, rdone = 0, sizes[MAXN];
+        int sdone[MAXN] = {0};
+        double until = now_sec() + kDeadlineSec;
+        for (int i = 0; i < MAXN; i++) sizes[i] = -1;
+        while (left > 0) {
+          for (int i = 0; i < n; i++) {
+            if (!sdone[i]) {
+              NCCLCHECK(g_net->test(sreq[i], &sdone[i], NULL));
+              if (sdone[i]) left--;
+            }
+          }
+          if (!rdone) {
+            NCCLCHECK(g_net->test(rreq[g], &rdone, sizes));
+            if (rdone) left--;
+          }
+          CHECK(now_sec() < until, "%d-buffer receive %d did not complete (%d left)", n, g, left);
+        }
+        for (int i = 0; i < n; i++) {
+          CHECK(sizes[i] == (int)ssz[i], "round %zu group %d buffer %d: size %d, sent %zu", round, g,
+                i, sizes[i], ssz[i]);
+          unsigned char* p = rbuf + ((size_t)g * MAXN + (size_t)i) * CAP;
+          for (size_t b = 0; b < ssz[i]; b++) {
+            CHECK(p[b] == pattern(b, (unsigned)(round * 31 + g * 7 + i)),
+                  "round %zu group %d buffer %d byte %zu corrupted", round, g, i, b);
+          }
+          CHECK(p[ssz[i]] == 0x5a, "round %zu group %d buffer %d written past its message", round,
+                g, i);
+        }
+      }
+      fprintf(stderr, "  two %d-buffer receives ok\n", n);
+    }
+  }
+  NCCLCHECK(g_net->deregMr(send, smr));
+  NCCLCHECK(g_net->deregMr(recv, rmr));
+  close_all(send, recv, listen);
+  free(sbuf);
+  free(rbuf);
+  NCCLCHECK(g_net->finalize(ctx));
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s <plugin.so> <case>\n", argv[0]);
@@ -637,6 +762,9 @@ int main(int argc, char** argv) {
   setenv("TENANTQOS_SOCKET_IFNAME", "lo", 0);
   setenv("TENANTQOS_RUN_DIR", "/nonexistent/tqplg-abi", 0);
   setenv("TENANTQOS_HANDSHAKE_TIMEOUT_MS", "10000", 0);
+  g_ib = getenv("TENANTQOS_TRANSPORT") != NULL && strcmp(getenv("TENANTQOS_TRANSPORT"), "ib") == 0;
+  if (getenv("TQ_ABI_LISTEN_DEV") != NULL) g_listen_dev = atoi(getenv("TQ_ABI_LISTEN_DEV"));
+  if (getenv("TQ_ABI_CONNECT_DEV") != NULL) g_connect_dev = atoi(getenv("TQ_ABI_CONNECT_DEV"));
   load();
   struct {
     const char* name;
@@ -648,6 +776,7 @@ int main(int argc, char** argv) {
       {"send_larger", case_send_larger}, {"inflight32", case_inflight32},
       {"close_inflight", case_close_inflight}, {"v10", case_v10},
       {"two_process", case_two_process}, {"peer_dies", case_peer_dies},
+      {"multirecv", case_multirecv},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(cases[i].name, argv[2]) == 0) {

@@ -255,6 +255,85 @@ TEST_F(PluginTest, StaleAndForeignPointersAreRejected) {
   ASSERT_TRUE(plugin_->finalize(*c).ok());
 }
 
+// A transport whose send comm paces in chunks (like ib): the plugin layer must hand it the
+// tenant's Admission and take no tokens itself; tokens, counters and backlog then follow what
+// the comm admits.
+class ChunkingSendComm final : public SendComm {
+ public:
+  Status regMr(void*, size_t, MemType, MemRegion**) override { return okStatus(); }
+  Status deregMr(MemRegion*) override { return okStatus(); }
+  bool pacesInChunks() const override { return true; }
+  void setAdmission(Admission* a) override { admission = a; }
+  Status isend(void* data, size_t size, int tag, MemRegion* mr, Request** req) override {
+    ++isends;
+    *req = nullptr;
+    return okStatus();
+  }
+  std::string describe() const override { return "chunking test comm"; }
+  Admission* admission = nullptr;
+  int isends = 0;
+};
+
+class ChunkingTransport final : public Transport {
+ public:
+  const char* name() const override { return "chunking"; }
+  int deviceCount() const override { return 1; }
+  Status properties(int, DeviceProperties* out) const override { return okStatus(); }
+  Status listen(int, const TrafficQos&, void* handle, std::unique_ptr<ListenComm>* out) override {
+    return unimplemented("listen");
+  }
+  Status connect(int, const TrafficQos&, void*, std::unique_ptr<SendComm>* out) override {
+    auto c = std::make_unique<ChunkingSendComm>();
+    last = c.get();
+    *out = std::move(c);
+    return okStatus();
+  }
+  Status accept(ListenComm*, std::unique_ptr<RecvComm>*) override { return unimplemented("accept"); }
+  ChunkingSendComm* last = nullptr;
+};
+
+TEST_F(PluginTest, ChunkPacingCommsAdmitThroughTheirAdmission) {
+  TenantShmWriter* a = agent("team-a", 1, 10, 2, /*rate=*/125'000'000, /*burst=*/256 * 1024);
+  PluginParams p;
+  p.default_tenant = "default";
+  p.run_dir = dir_;
+  p.burst = 256 * 1024;
+  p.pace_chunk_us = 1000;
+  p.shm_recheck_ms = 1000;
+  auto owned = std::make_unique<ChunkingTransport>();
+  ChunkingTransport* t = owned.get();
+  Plugin plugin(p, std::move(owned), realClock());
+  auto c = plugin.newContext(1, 1);
+  ASSERT_TRUE(c.ok());
+  char handle[kHandleBytes] = {};
+  void* send = nullptr;
+  ASSERT_TRUE(plugin.connect(*c, 1, 0, handle, &send).ok());
+  ASSERT_NE(send, nullptr);
+  ChunkingSendComm* comm = t->last;
+  ASSERT_NE(comm->admission, nullptr) << "a chunk-pacing comm gets its Admission at connect";
+  // rate x 1 ms = 125000 bytes, rounded down to 4 KiB; below the burst.
+  EXPECT_EQ(comm->admission->chunkBytes(), 122880u);
+  EXPECT_EQ(comm->admission->rateBytesPerSecond(), 125'000'000u);
+  // isend of a message far larger than the bucket reaches the comm: the plugin layer took no
+  // tokens for it (whole-message admission would have refused it and counted a throttle).
+  std::string big(1 << 20, 'x');
+  void* req = reinterpret_cast<void*>(1);
+  ASSERT_TRUE(plugin.isend(send, big.data(), big.size(), 0, nullptr, &req).ok());
+  EXPECT_EQ(comm->isends, 1);
+  EXPECT_EQ(a->usage(realClock().nowNs()).slots.at(0).tx_bytes, 0u);
+  // The comm admits chunks: the bucket's 256 KiB burst lets two chunks through, then refuses
+  // and the backlog shows what is still waiting.
+  EXPECT_TRUE(comm->admission->tryAdmit(122880, 1 << 20));
+  EXPECT_TRUE(comm->admission->tryAdmit(122880, (1 << 20) - 122880));
+  EXPECT_FALSE(comm->admission->tryAdmit(122880, (1 << 20) - 2 * 122880));
+  TenantUsage u = a->usage(realClock().nowNs());
+  EXPECT_EQ(u.slots.at(0).tx_bytes, 2u * 122880);
+  EXPECT_EQ(u.backlog_bytes, (1u << 20) - 2 * 122880);
+  ASSERT_TRUE(plugin.closeSend(send).ok());
+  EXPECT_EQ(a->usage(realClock().nowNs()).backlog_bytes, 0u) << "closing withdraws the demand";
+  ASSERT_TRUE(plugin.finalize(*c).ok());
+}
+
 TEST(PluginCreate, BadParametersFailWithTheVariableName) {
   PluginParams p;
   p.default_tenant = "default";

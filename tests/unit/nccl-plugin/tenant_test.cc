@@ -76,6 +76,48 @@ TEST(ResolveTenant, FirstMatchWins) {
   EXPECT_EQ(d.source, TenantSource::kDefault);
 }
 
+TEST_F(TenantPacerTest, ChunkSizeFollowsRateAndBurst) {
+  PacerConfig c = config();
+  c.chunk_ns = 1'000'000;  // 1 ms
+  {
+    TenantPacer unpaced("team-u", c, clock_);
+    EXPECT_EQ(unpaced.chunkBytes(), 0u) << "unpaced: whole messages";
+    EXPECT_EQ(unpaced.rateBytesPerSecond(), 0u);
+  }
+  auto w = agent("team-c", 12'500'000, 256 * 1024);  // 100 Mbit/s
+  TenantPacer p("team-c", c, clock_);
+  EXPECT_EQ(p.rateBytesPerSecond(), 12'500'000u);
+  EXPECT_EQ(p.chunkBytes(), 12288u);  // 12500 B per ms, rounded down to 4 KiB
+  TenantParams q;
+  q.policy_version = 2;
+  q.rate_bytes_per_second = 10'000'000'000ull;  // 80 Gbit/s: 10 MB per ms, capped by the burst
+  q.burst_bytes = 256 * 1024;
+  w->publish(q);
+  PaceState ps;
+  (void)p.admit(1, &ps);  // the hot path notices the new parameters
+  EXPECT_EQ(p.chunkBytes(), 256u * 1024);
+  q.policy_version = 3;
+  q.rate_bytes_per_second = 1000;  // far below one page per ms: at least one page
+  w->publish(q);
+  (void)p.admit(1, &ps);
+  EXPECT_EQ(p.chunkBytes(), kMinPaceChunk);
+}
+
+TEST_F(TenantPacerTest, RefusalRecordsThePendingBytesAsBacklog) {
+  auto w = agent("team-b", 1'000'000, 64 * 1024);
+  TenantPacer p("team-b", config(), clock_);
+  PaceState ps;
+  EXPECT_TRUE(p.admit(64 * 1024, &ps, 1 << 20));
+  EXPECT_FALSE(p.admit(64 * 1024, &ps, (1 << 20) - 64 * 1024));
+  EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, (1u << 20) - 64 * 1024);
+  // A later refusal with less pending replaces the entry (one per comm), never adds to it.
+  EXPECT_FALSE(p.admit(4096, &ps, 4096));
+  EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, 4096u);
+  clock_.advanceNs(100 * kMs);
+  EXPECT_TRUE(p.admit(4096, &ps, 4096));
+  EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, 0u);
+}
+
 TEST_F(TenantPacerTest, UnpacedWithoutFileAndRateSaysSoOnce) {
   TenantPacer p("team-a", config(), clock_);
   EXPECT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);

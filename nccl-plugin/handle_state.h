@@ -1,0 +1,70 @@
+// Connect state that survives between non-blocking connect() calls.
+//
+// NCCL calls connect() again with the same 128-byte handle buffer until it returns a comm, so a
+// transport parks a pointer to its per-attempt state in the handle's private half (bytes 64-127;
+// the listener's public part is bytes 0-63). A registry of live states validates the pointer
+// before it is followed: a stale, copied or garbage handle is never dereferenced, it simply
+// starts a new attempt (whose parse of the public part then decides).
+//
+// `kGuard` tells the transports' states apart (a socket handle's state is never taken for an ib
+// one). Thread-safety: the registry is locked; one state is driven by one caller at a time (NCCL
+// connects a comm from one thread).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "nccl-plugin/transport.h"
+
+namespace tq::plugin {
+
+inline constexpr size_t kHandlePrivateOffset = 64;
+
+template <typename State, uint64_t kGuard>
+class HandleStates {
+ public:
+  // The live state parked in `handle`, or nullptr.
+  static State* find(const uint8_t* handle) {
+    uint64_t guard = 0;
+    State* st = nullptr;
+    std::memcpy(&guard, handle + kHandlePrivateOffset, 8);
+    std::memcpy(&st, handle + kHandlePrivateOffset + 8, sizeof st);
+    if (guard != kGuard || st == nullptr) return nullptr;
+    std::lock_guard<std::mutex> lock(mu());
+    return live().count(st) != 0 ? st : nullptr;
+  }
+  // Parks `st` (owned by the registry from now on) in `handle`.
+  static void attach(uint8_t* handle, State* st) {
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      live().insert(st);
+    }
+    const uint64_t guard = kGuard;
+    std::memcpy(handle + kHandlePrivateOffset, &guard, 8);
+    std::memcpy(handle + kHandlePrivateOffset + 8, &st, sizeof st);
+  }
+  // Forgets and deletes `st`, and clears the private half of `handle`.
+  static void detach(uint8_t* handle, State* st) {
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      live().erase(st);
+    }
+    std::memset(handle + kHandlePrivateOffset, 0, kHandleBytes - kHandlePrivateOffset);
+    delete st;
+  }
+
+ private:
+  static std::mutex& mu() {
+    static auto* m = new std::mutex();  // never destroyed: safe during exit
+    return *m;
+  }
+  static std::unordered_set<State*>& live() {
+    static auto* s = new std::unordered_set<State*>();
+    return *s;
+  }
+};
+
+}  // namespace tq::plugin
