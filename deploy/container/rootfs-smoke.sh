@@ -118,13 +118,15 @@ ip -n "$ns" addr add 10.251.0.1/24 dev tqd0
 ip -n "$ns" addr add 10.251.0.2/24 dev tqd1
 ip -n "$ns" link set tqd0 up
 ip -n "$ns" link set tqd1 up
+# Foreground only: backgrounded, a shell function runs in a subshell and $! names that subshell,
+# not the process (the long-running ones below call ip netns exec directly).
 in_ns() { ip netns exec "$ns" "$@"; }
 rm -rf "$root/tmp/pd" "$root/run/tenantqos" "$root/var/lib/tenantqos"
 mkdir -p "$root/tmp/pd" "$root/run/tenantqos" "$root/var/lib/tenantqos"
 chown 65532:65532 "$root/tmp/pd"
 
 echo "== policyd as uid 65532"
-in_ns chroot --userspec=65532:65532 "$root" /usr/local/bin/tenantqos-policyd \
+ip netns exec "$ns" chroot --userspec=65532:65532 "$root" /usr/local/bin/tenantqos-policyd \
   --listen=0.0.0.0:7400 --data-dir=/tmp/pd --metrics=0.0.0.0:7401 >"$work/policyd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$work/policyd.log" && break; sleep 0.1; done
@@ -135,7 +137,7 @@ check "tenantqosctl apply (uid 65532)" \
   "in_ns chroot --userspec=65532:65532 '$root' /usr/local/bin/tenantqosctl apply -f /tmp/policy.yaml"
 
 echo "== agent as uid 0, gid 7400, CAP_NET_ADMIN only"
-in_ns chroot "$root" setpriv --regid=7400 --clear-groups --inh-caps=-all --bounding-set=-all,+net_admin -- \
+ip netns exec "$ns" chroot "$root" setpriv --regid=7400 --clear-groups --inh-caps=-all --bounding-set=-all,+net_admin -- \
   /usr/local/bin/tenantqos-agent --policyd=127.0.0.1:7400 --node=smoke --device=tqd0=fabric \
   --run-dir=/run/tenantqos --state-dir=/var/lib/tenantqos --metrics=0.0.0.0:9464 >"$work/agent.log" 2>&1 &
 agent=$!
