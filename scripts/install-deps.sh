@@ -19,6 +19,8 @@ pkgs=(
   # test and demo tools: real tc, real Prometheus, an independent gRPC client, plots
   iproute2 iperf3 prometheus python3 python3-grpcio python3-protobuf procps psmisc curl
   gnuplot-nox tcpdump nftables
+  # offline checks of the Kubernetes manifests (deploy/): YAML and the API's field schemas
+  python3-yaml python3-kubernetes
 )
 if [[ ${1:-} == --rxe ]]; then
   pkgs+=(qemu-system-x86 busybox-static kmod ibverbs-providers ibverbs-utils perftest xz-utils cpio)
