@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "common/log.h"
 
@@ -103,7 +104,11 @@ void IbDevice::failWatched(int port, const Status& s) {
   std::lock_guard<std::mutex> lock(watch_mu_);
   for (auto& [qpn, w] : by_qpn_) {
     if (port != 0 && w.port != port) continue;
-    if (auto h = w.health.lock()) h->fail(s);
+    char q[16];
+    snprintf(q, sizeof q, "0x%x", qpn);
+    if (auto h = w.health.lock()) {
+      h->fail(Status(s.code(), s.message() + " (affects " + name_ + " QP " + q + ")"));
+    }
   }
 }
 
