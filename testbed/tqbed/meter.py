@@ -6,6 +6,11 @@ answers "list table" every tick, so a sample costs a pipe round trip, not a fork
 estimated as IP bytes - 52 x packets (IPv4 20 B + TCP 32 B with timestamps), which matches what
 the plugin paces. The tenants' ranks carry their DSCP in every mode (in the no-tenantqos mode
 through TENANTQOS_DSCP, which marks without pacing).
+
+Timing: each node's counters carry their own timestamp, the midpoint of that node's request and
+answer (the kernel reads the counters in between), so a late answer from one node or a meter
+thread that was not scheduled does not move the other node's window edges. Sample intervals are
+only approximately the tick; analysis.tenant_figures re-bins them into fixed windows.
 """
 import json
 import subprocess
@@ -21,7 +26,7 @@ class DscpMeter:
         self.topo = topo
         self.dscp = dict(dscp_by_tenant)
         self.interval_s = interval_s
-        self.samples = []  # (time.time(), {node: {tenant: (bytes, packets)}})
+        self.samples = []  # {node: (wall time s, {tenant: (bytes, packets)})} per tick
         self._procs = {}
         self._stop = threading.Event()
         self._thread = None
@@ -47,10 +52,13 @@ class DscpMeter:
         self._thread.start()
 
     def _read(self, node):
+        """(wall time of the counters, {tenant: (bytes, packets)})."""
         p = self._procs[node]
+        t_ask = time.time()
         p.stdin.write(f"list table inet {TABLE}\n")
         p.stdin.flush()
         line = p.stdout.readline()
+        t_got = time.time()
         out = {}
         for obj in json.loads(line).get("nftables", []):
             rule = obj.get("rule")
@@ -59,14 +67,13 @@ class DscpMeter:
             for e in rule.get("expr", []):
                 if "counter" in e:
                     out[rule["comment"]] = (e["counter"]["bytes"], e["counter"]["packets"])
-        return out
+        return ((t_ask + t_got) / 2, out)
 
     def _run(self):
         next_t = time.monotonic()
         try:
             while not self._stop.is_set():
-                sample = {i: self._read(i) for i in self._procs}
-                self.samples.append((time.time(), sample))
+                self.samples.append({i: self._read(i) for i in self._procs})
                 next_t += self.interval_s
                 delay = next_t - time.monotonic()
                 if delay > 0:
@@ -95,8 +102,11 @@ class DscpMeter:
         """[(window end, window length, payload bits/s)] the tenant received on `node`."""
         out = []
         prev = None
-        for t, sample in self.samples:
-            cur = sample.get(node, {}).get(tenant)
+        for sample in self.samples:
+            if node not in sample:
+                continue
+            t, counters = sample[node]
+            cur = counters.get(tenant)
             if cur is None:
                 continue
             if prev is not None and t > prev[0]:

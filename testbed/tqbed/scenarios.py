@@ -209,16 +209,25 @@ class Runner:
         else:
             res["link_utilization"] = None
         self.samples[sc.name] = {}
+        width = sc.report_ms / 1000.0
+        all_series = {job.tenant: [meter.series(job.tenant, node)
+                                   for node in range(1, self.topo.nodes + 1)] for job in jobs}
+        # Windows in which the link carried >= 90 % of its rate in payload (diagnostic, below).
+        mask = analysis.busy_mask(list(all_series.values()), width, t0, t1, self.link_bps)
+        busy = [sum(m) for m in mask]
+        res["busy_windows"] = sum(busy)
+        res["windows_per_node"] = len(mask[0]) if mask else 0
         for job in jobs:
             spec = self.tenants[job.tenant]
             limit = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
             # Delivered payload per receiving node, counted by the kernel (meter.py); one
             # series per direction of the ring.
-            series = [meter.series(job.tenant, node) for node in range(1, self.topo.nodes + 1)]
+            series = all_series[job.tenant]
             self.samples[sc.name][job.tenant] = series
             with open(os.path.join(self.workdir, f"series-{sc.name}-{job.tenant}.json"), "w") as f:
                 json.dump({"t0": t0, "t1": t1, "series": series}, f)
-            fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1)
+            fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1,
+                                          width_s=width)
             summ = job.summary(0) or {}
             if summ.get("wrong", 0):
                 raise RuntimeError(f"{sc.name}: {job.tenant}'s allreduce results were wrong")
@@ -227,6 +236,9 @@ class Runner:
                      "mean_bps": fig["mean_bps"], "windows": fig["windows"],
                      "attainment_p50": fig["attainment_p50"],
                      "attainment_p1": fig["attainment_p1"],
+                     # Diagnostic: p1 over the windows in which the link as a whole was busy.
+                     "attainment_p1_link_busy": analysis.attainment_p1_busy(
+                         series, spec.guarantee_bps, width, t0, t1, mask),
                      "cap_conformance_max": fig["cap_conformance_max"]}
             res["tenants"].append(entry)
         for e in res["tenants"]:
@@ -235,7 +247,8 @@ class Runner:
                 (f"  attainment p50 {e['attainment_p50']:.3f} p1 {e['attainment_p1']:.3f}"
                  if e["attainment_p50"] is not None else ""))
         if res["link_utilization"] is not None:
-            say(f"    link utilisation {res['link_utilization']:.3f}  drops {res['link_drops']}")
+            say(f"    link utilisation {res['link_utilization']:.3f}  drops {res['link_drops']}"
+                f"  busy windows {res['busy_windows']}/{res['windows_per_node'] * len(mask)}")
         return res
 
     # Reaction times (idle-wake) ------------------------------------------------------------
