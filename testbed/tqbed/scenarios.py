@@ -17,7 +17,7 @@ from .meter import DscpMeter
 from .workload import TenantJob
 
 WARMUP_S = 2.0   # after the last rank's first report: slow start, the allocator settling on all tenants
-TAIL_S = 0.3     # before the first rank's last full report
+TAIL_S = 0.3     # before the first rank stops (--duration after its start) or its last full report
 
 
 class TenantSpec:
@@ -187,7 +187,11 @@ class Runner:
                     firsts.append(full[0][0] - full[0][1])
                     lasts.append(full[-1][0])
         if firsts:
-            t0, t1 = max(firsts) + WARMUP_S, min(lasts) - TAIL_S
+            # Ends: a rank stops starting allreduces --duration after its start, then drains
+            # (reports go on, with less and less traffic) — so the span ends at the first
+            # tenant's stop, not at the last report.
+            t0 = max(firsts) + WARMUP_S
+            t1 = min(min(lasts), min(firsts) + sc.duration) - TAIL_S
         return self._measure(sc, jobs, t0, t1, port0, port1, meter)
 
     def _live_rate(self, job):
