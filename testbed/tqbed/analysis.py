@@ -94,14 +94,14 @@ def transitions(series, active_threshold_bps):
     return offs, ons
 
 
-def first_time(series, t_from, predicate, horizon_s):
-    """End time of the first window starting at/after t_from (within horizon) whose rate
-    satisfies predicate; None if none."""
+def first_time(series, t_from, predicate, horizon_s, min_window_s=0.0, at_start=False):
+    """End (at_start: start) time of the first window starting at/after t_from (within
+    horizon), at least min_window_s long, whose rate satisfies predicate; None if none."""
     for end, dt, r in series:
-        if end - dt < t_from - 1e-3 or end > t_from + horizon_s:
+        if end - dt < t_from - 1e-3 or end > t_from + horizon_s or dt < min_window_s:
             continue
         if predicate(r):
-            return end
+            return end - dt if at_start else end
     return None
 
 

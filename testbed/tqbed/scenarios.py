@@ -296,12 +296,17 @@ class Runner:
             k = int((t_off - t_lo) // width)
             while k < len(combined) and combined[k] < target:
                 k += 1
+            # Upper bounds with one window's resolution: the sleeper stopped inside its last busy
+            # window (from t_off - width), and the others held the target from the START of the
+            # first window that is at it throughout. (Taking that window's end would add a
+            # whole window to every figure; starting from t_off would be a lower bound.)
             if k < len(combined):
-                idle_ms.append((t_lo + (k + 1) * width - t_off) * 1000)
+                idle_ms.append(max(0.0, t_lo + k * width - (t_off - width)) * 1000)
         for t_on in ons:
-            t = analysis.first_time(sleeper_rx, t_on, lambda r: r >= 0.95 * g, 1.0)
+            t = analysis.first_time(sleeper_rx, t_on, lambda r: r >= 0.95 * g, 1.0,
+                                    min_window_s=0.5 * width, at_start=True)
             if t is not None:
-                wake_ms.append((t - t_on) * 1000)
+                wake_ms.append(max(0.0, t - t_on) * 1000)
         out = {}
         if idle_ms:
             out["idle_to_others_p50"] = analysis.percentile(idle_ms, 50)

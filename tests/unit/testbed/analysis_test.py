@@ -49,6 +49,24 @@ class RebinTest(unittest.TestCase):
         self.assertAlmostEqual(sum(b * 0.1 for b in bins), total_in, delta=1.0)
 
 
+class ReactionTest(unittest.TestCase):
+    def test_first_time_at_start_is_when_the_rate_was_already_held(self):
+        # 10 ms windows; the tenant wakes in the window starting at 0.02 and is at its rate from
+        # the window starting at 0.03 on.
+        series = [(0.01, 0.01, 0.0), (0.02, 0.01, 0.0), (0.03, 0.01, 1e8), (0.04, 0.01, 4e8),
+                  (0.05, 0.01, 4e8)]
+        ok = lambda r: r >= 0.95 * 4e8
+        self.assertAlmostEqual(analysis.first_time(series, 0.02, ok, 1.0), 0.04)
+        self.assertAlmostEqual(analysis.first_time(series, 0.02, ok, 1.0, at_start=True), 0.03)
+
+    def test_short_windows_are_not_trusted(self):
+        # A 2 ms window right after a late tick shows the rate by chance; it is skipped.
+        series = [(0.02, 0.01, 0.0), (0.022, 0.002, 5e8), (0.03, 0.008, 1e8), (0.04, 0.01, 4e8)]
+        ok = lambda r: r >= 0.95 * 4e8
+        self.assertAlmostEqual(
+            analysis.first_time(series, 0.02, ok, 1.0, min_window_s=0.005, at_start=True), 0.03)
+
+
 class BusyMaskTest(unittest.TestCase):
     def test_a_window_with_the_whole_link_idle_is_not_counted_against_a_tenant(self):
         link = 1e9
