@@ -47,8 +47,8 @@ enum class ParamType {
     "message is admitted from a full bucket and leaves debt.")                                     \
   X(catchup_ms, "TENANTQOS_CATCHUP_MS", int64_t, kMillis, "20", 0, 1000,                          \
     "How much sending time a backlogged sender that retries late (descheduled, busy) may make up " \
-    "from tokens nobody used, so its long-run rate holds; bounds that extra burst to rate x this. " \
-    "0 disables.")                                                                                 \
+    "from tokens nobody used, so its long-run rate holds; bounds that extra burst to rate x this, " \
+    "and to (limit - rate) x this when the agent's file gives a limit. 0 disables.")               \
   X(dscp, "TENANTQOS_DSCP", std::optional<int64_t>, kInt, "", 0, 63,                               \
     "DSCP marked on the tenant's sockets while it has no agent file (TOS byte = DSCP << 2). "       \
     "Unset: 0.")                                                                                   \

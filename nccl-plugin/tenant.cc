@@ -99,6 +99,7 @@ std::string TenantPacer::describe() const {
 void TenantPacer::useFallback() {
   rate_.store(cfg_.rate.value_or(0), std::memory_order_relaxed);
   burst_.store(cfg_.burst, std::memory_order_relaxed);
+  limit_.store(0, std::memory_order_relaxed);
   paced_.store(cfg_.rate.has_value(), std::memory_order_relaxed);
   dscp_.store(static_cast<int>(cfg_.dscp.value_or(0)), std::memory_order_relaxed);
   sl_.store(static_cast<int>(cfg_.sl.value_or(0)), std::memory_order_relaxed);
@@ -139,6 +140,7 @@ void TenantPacer::tryAttach(int64_t now, bool first) {
   }
   rate_.store(p.rate_bytes_per_second, std::memory_order_relaxed);
   burst_.store(p.burst_bytes != 0 ? p.burst_bytes : cfg_.burst, std::memory_order_relaxed);
+  limit_.store(p.limit_bytes_per_second, std::memory_order_relaxed);
   paced_.store(p.paced, std::memory_order_relaxed);
   dscp_.store(static_cast<int>(p.dscp & 63), std::memory_order_relaxed);
   sl_.store(static_cast<int>(p.service_level & 15), std::memory_order_relaxed);
@@ -171,6 +173,7 @@ void TenantPacer::refresh(AgentBinding* a) {
   const bool was_paced = paced_.load(std::memory_order_relaxed);
   rate_.store(p.rate_bytes_per_second, std::memory_order_relaxed);
   burst_.store(p.burst_bytes != 0 ? p.burst_bytes : cfg_.burst, std::memory_order_relaxed);
+  limit_.store(p.limit_bytes_per_second, std::memory_order_relaxed);
   paced_.store(p.paced, std::memory_order_relaxed);
   dscp_.store(static_cast<int>(p.dscp & 63), std::memory_order_relaxed);
   sl_.store(static_cast<int>(p.service_level & 15), std::memory_order_relaxed);
@@ -223,8 +226,15 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
     }
     BucketConfig eff = bc;
     if (ps->lag_ns > 0) {
-      const unsigned __int128 extra =
+      unsigned __int128 extra =
           static_cast<unsigned __int128>(ps->lag_ns) * bc.rate_bytes_per_second / 1'000'000'000u;
+      const uint64_t limit = limit_.load(std::memory_order_relaxed);
+      if (limit != 0) {  // never past the limit: only the headroom above the rate
+        const uint64_t headroom = limit > bc.rate_bytes_per_second ? limit - bc.rate_bytes_per_second : 0;
+        extra = std::min<unsigned __int128>(
+            extra, static_cast<unsigned __int128>(headroom) * static_cast<uint64_t>(cfg_.catchup_ns) /
+                       1'000'000'000u);
+      }
       eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(extra, UINT64_MAX / 2));
     }
     ok = bucketTryTake(bucket, now, bytes, eff);

@@ -103,7 +103,10 @@ class TenantPacer {
   // too (at most cfg.catchup_ns): the bucket's cap moves back by the lateness until the sender
   // has caught up (its next refusal). Tokens are only there if nobody used them — the bucket
   // state is shared — so this restores the rate of a backlogged tenant without ever exceeding
-  // it; the extra burst is bounded by rate x catchup.
+  // it; the extra burst is bounded by rate x catchup. The limit is a hard cap, the rate is not:
+  // when the agent's file gives a limit, the catch-up is also bounded by (limit - rate) x
+  // catchup, so the tenant stays under its limit over any window of >= catchup + burst / limit
+  // (none at all when its rate is its limit).
   //
   // `pending` (0: same as `bytes`) is what a refusal adds to the slot's backlog: a transport
   // that admits chunks passes the bytes still waiting behind this chunk, so the agent sees the
@@ -145,6 +148,7 @@ class TenantPacer {
   std::atomic<AgentBinding*> agent_{nullptr};
   std::atomic<uint64_t> rate_{0};
   std::atomic<uint64_t> burst_{0};
+  std::atomic<uint64_t> limit_{0};  // bytes/s from the agent's file; 0: none (fallback, env)
   std::atomic<bool> paced_{false};
   std::atomic<int> dscp_{0};
   std::atomic<int> sl_{0};

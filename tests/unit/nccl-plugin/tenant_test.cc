@@ -197,6 +197,37 @@ TEST_F(TenantPacerTest, LateRetriesCatchUpWithinTheBound) {
   }
 }
 
+// With the agent's limit in the file, a late retry makes up only the headroom between the rate
+// and the limit: the limit is a hard cap, the allocated rate is not.
+TEST_F(TenantPacerTest, LateRetriesNeverCatchUpPastTheLimit) {
+  // {limit (bytes/s), chunks of 1000 B admitted after being 30 ms late}
+  const std::pair<uint64_t, int> cases[] = {
+      {0, 30},          // no limit in the file: rate x min(lateness, catch-up) on top
+      {1'000'000, 10},  // limit == rate: the burst only
+      {1'250'000, 15},  // headroom 0.25 B/us x 20 ms = 5000 B on top of the burst
+      {4'000'000, 30},  // headroom larger than rate x catch-up: no change
+  };
+  for (const auto& [limit, expect] : cases) {
+    const std::string tenant = "team-l" + std::to_string(limit);
+    auto w = agent(tenant, 1'000'000, 10'000);  // 1 byte per us, 10 ms of burst
+    TenantParams q = w->published();
+    q.policy_version = 2;
+    q.limit_bytes_per_second = limit;
+    w->publish(q);
+    PacerConfig c = config();
+    c.catchup_ns = 20 * kMs;
+    TenantPacer p(tenant, c, clock_);
+    PaceState ps;
+    ASSERT_TRUE(p.admit(10'000, &ps));
+    ASSERT_FALSE(p.admit(1'000, &ps));
+    clock_.advanceNs(31 * kMs);
+    int admitted = 0;
+    while (p.admit(1'000, &ps)) ++admitted;
+    EXPECT_EQ(admitted, expect) << "limit " << limit << " B/s";
+    clock_.advanceNs(1000 * kMs);
+  }
+}
+
 TEST_F(TenantPacerTest, AgentFileGivesParametersBucketAndSlot) {
   auto w = agent("team-a", 1'000'000, 50'000, 34);
   TenantPacer p("team-a", config(), clock_);
