@@ -68,17 +68,7 @@ void encodeIbHandle(const IbHandle& h, uint8_t out[kIbHandlePublicBytes]) {
   std::memset(out, 0, kIbHandlePublicBytes);
   put64(out, kHandleMagic);
   put16(out + 8, h.version);
-  put16(out + 12, h.addr.port());
-  if (h.addr.family() == AF_INET) {
-    out[10] = 4;
-    std::memcpy(out + 16, &reinterpret_cast<const sockaddr_in&>(h.addr.storage).sin_addr, 4);
-  } else if (h.addr.family() == AF_INET6) {
-    out[10] = 6;
-    const auto& a6 = reinterpret_cast<const sockaddr_in6&>(h.addr.storage);
-    std::memcpy(out + 16, &a6.sin6_addr, 16);
-    put32(out + 40, a6.sin6_scope_id);
-  }
-  put64(out + 32, h.nonce);
+  socket::putHandleAddress(out, h.addr, h.nonce);
   put32(out + 60, crcOf(out, 60));
 }
 
@@ -100,25 +90,7 @@ Result<IbHandle> parseIbHandle(const uint8_t* p, size_t len) {
   if (p[11] != 0 || !allZero(p + 14, 2) || !allZero(p + 44, 16)) {
     return bad(kWhat, "reserved bytes set");
   }
-  const uint16_t port = get16(p + 12);
-  if (port == 0) return bad(kWhat, "port 0");
-  if (p[10] == 4) {
-    auto& a4 = reinterpret_cast<sockaddr_in&>(h.addr.storage);
-    a4.sin_family = AF_INET;
-    std::memcpy(&a4.sin_addr, p + 16, 4);
-    if (!allZero(p + 20, 12) || get32(p + 40) != 0) return bad(kWhat, "reserved bytes set");
-    h.addr.len = sizeof(sockaddr_in);
-  } else if (p[10] == 6) {
-    auto& a6 = reinterpret_cast<sockaddr_in6&>(h.addr.storage);
-    a6.sin6_family = AF_INET6;
-    std::memcpy(&a6.sin6_addr, p + 16, 16);
-    a6.sin6_scope_id = get32(p + 40);
-    h.addr.len = sizeof(sockaddr_in6);
-  } else {
-    return bad(kWhat, "unknown address family");
-  }
-  h.addr.setPort(port);
-  h.nonce = get64(p + 32);
+  TQ_RETURN_IF_ERROR(socket::getHandleAddress(p, kWhat, &h.addr, &h.nonce));
   return h;
 }
 

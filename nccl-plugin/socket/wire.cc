@@ -44,22 +44,50 @@ std::string SocketAddress::toString() const {
   return "<no address>";
 }
 
+void putHandleAddress(uint8_t* out, const SocketAddress& addr, uint64_t nonce) {
+  put16(out + 12, addr.port());
+  if (addr.family() == AF_INET) {
+    out[10] = 4;
+    std::memcpy(out + 16, &reinterpret_cast<const sockaddr_in&>(addr.storage).sin_addr, 4);
+  } else if (addr.family() == AF_INET6) {
+    out[10] = 6;
+    const auto& a6 = reinterpret_cast<const sockaddr_in6&>(addr.storage);
+    std::memcpy(out + 16, &a6.sin6_addr, 16);
+    put32(out + 40, a6.sin6_scope_id);
+  }
+  put64(out + 32, nonce);
+}
+
+Status getHandleAddress(const uint8_t* p, std::string_view what, SocketAddress* addr,
+                        uint64_t* nonce) {
+  const uint16_t port = get16(p + 12);
+  if (port == 0) return bad(what, "port 0");
+  if (p[10] == 4) {
+    auto& a4 = reinterpret_cast<sockaddr_in&>(addr->storage);
+    a4.sin_family = AF_INET;
+    std::memcpy(&a4.sin_addr, p + 16, 4);
+    if (!allZero(p + 20, 12) || get32(p + 40) != 0) return bad(what, "reserved bytes set");
+    addr->len = sizeof(sockaddr_in);
+  } else if (p[10] == 6) {
+    auto& a6 = reinterpret_cast<sockaddr_in6&>(addr->storage);
+    a6.sin6_family = AF_INET6;
+    std::memcpy(&a6.sin6_addr, p + 16, 16);
+    a6.sin6_scope_id = get32(p + 40);
+    addr->len = sizeof(sockaddr_in6);
+  } else {
+    return bad(what, "unknown address family");
+  }
+  addr->setPort(port);
+  *nonce = get64(p + 32);
+  return okStatus();
+}
+
 void encodeHandle(const HandleInfo& h, uint8_t out[kHandlePublicBytes]) {
   std::memset(out, 0, kHandlePublicBytes);
   put64(out, kHandleMagic);
   put16(out + 8, h.version);
   out[11] = static_cast<uint8_t>(h.nsocks);
-  put16(out + 12, h.addr.port());
-  if (h.addr.family() == AF_INET) {
-    out[10] = 4;
-    std::memcpy(out + 16, &reinterpret_cast<const sockaddr_in&>(h.addr.storage).sin_addr, 4);
-  } else if (h.addr.family() == AF_INET6) {
-    out[10] = 6;
-    const auto& a6 = reinterpret_cast<const sockaddr_in6&>(h.addr.storage);
-    std::memcpy(out + 16, &a6.sin6_addr, 16);
-    put32(out + 40, a6.sin6_scope_id);
-  }
-  put64(out + 32, h.nonce);
+  putHandleAddress(out, h.addr, h.nonce);
   put32(out + 60, crcOf(out, 60));
 }
 
@@ -77,25 +105,7 @@ Result<HandleInfo> parseHandle(const uint8_t* p, size_t len) {
   h.nsocks = p[11];
   if (h.nsocks < 1 || h.nsocks > kMaxSocks) return bad(kWhat, "stream count out of range");
   if (!allZero(p + 14, 2) || !allZero(p + 44, 16)) return bad(kWhat, "reserved bytes set");
-  const uint16_t port = get16(p + 12);
-  if (port == 0) return bad(kWhat, "port 0");
-  if (p[10] == 4) {
-    auto& a4 = reinterpret_cast<sockaddr_in&>(h.addr.storage);
-    a4.sin_family = AF_INET;
-    std::memcpy(&a4.sin_addr, p + 16, 4);
-    if (!allZero(p + 20, 12) || get32(p + 40) != 0) return bad(kWhat, "reserved bytes set");
-    h.addr.len = sizeof(sockaddr_in);
-  } else if (p[10] == 6) {
-    auto& a6 = reinterpret_cast<sockaddr_in6&>(h.addr.storage);
-    a6.sin6_family = AF_INET6;
-    std::memcpy(&a6.sin6_addr, p + 16, 16);
-    a6.sin6_scope_id = get32(p + 40);
-    h.addr.len = sizeof(sockaddr_in6);
-  } else {
-    return bad(kWhat, "unknown address family");
-  }
-  h.addr.setPort(port);
-  h.nonce = get64(p + 32);
+  TQ_RETURN_IF_ERROR(getHandleAddress(p, kWhat, &h.addr, &h.nonce));
   return h;
 }
 

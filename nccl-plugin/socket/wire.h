@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -96,6 +97,14 @@ struct Frame {
   uint32_t seq = 0;
   uint64_t size = 0;
 };
+
+// The listener's address inside a 64-byte handle, the same block in the socket and ib
+// transports' handles: address family at byte 10 (4 or 6), port at 12, address at 16 (4 or 16
+// bytes), nonce at 32, IPv6 scope id at 40. get checks the port and family and that an IPv4
+// address leaves the IPv6-only bytes zero; errors are bad(what, reason).
+void putHandleAddress(uint8_t* handle, const SocketAddress& addr, uint64_t nonce);
+Status getHandleAddress(const uint8_t* handle, std::string_view what, SocketAddress* addr,
+                        uint64_t* nonce);
 
 void encodeHandle(const HandleInfo& h, uint8_t out[kHandlePublicBytes]);
 // Errors are kInvalidArgument with the reason ("bad magic", "crc mismatch", ...).
