@@ -15,32 +15,6 @@
 namespace tq::plugin::testing {
 namespace {
 
-constexpr double kWarmupS = 0.5;
-
-struct Window {
-  double bytes = 0;
-  double seconds = 0;
-  double rate() const { return seconds > 0 ? bytes / seconds : 0; }
-};
-
-// Receiver-side bytes per second over the intervals that end within [from_wall, to_wall]
-// (CLOCK_REALTIME seconds), or after the warm-up when no bounds are given.
-Window receiverWindow(const std::string& out, int rank, double from_wall = 0,
-                      double to_wall = 1e300) {
-  Window w;
-  for (const std::string& l : jsonLines(out, "interval")) {
-    if (jsonNumber(l, "rank").value_or(-1) != rank) continue;
-    const double t = jsonNumber(l, "t_s").value_or(0);
-    const double dt = jsonNumber(l, "interval_s").value_or(0);
-    const double end_wall = jsonNumber(l, "wall_ns").value_or(0) / 1e9;
-    if (dt < 0.09) continue;  // the partial last interval
-    if (t - dt < kWarmupS) continue;
-    if (end_wall - dt < from_wall || end_wall > to_wall) continue;
-    w.bytes += jsonNumber(l, "rx_bytes").value_or(0);
-    w.seconds += dt;
-  }
-  return w;
-}
 
 class PluginPacingTest : public ::testing::Test {
  protected:
@@ -80,7 +54,7 @@ class PluginPacingTest : public ::testing::Test {
     auto w = agent(tenant, rate);
     ProcResult r = run(perf(3.0, size, tenant), env(), 60);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const Window win = receiverWindow(r.out, 1);
+    const RateWindow win = receiverWindow(r.out, 1);
     ASSERT_GE(win.seconds, 2.0) << r.out;
     const double ratio = win.rate() / static_cast<double>(rate);
     std::printf("pacing at %s with %s messages: achieved %s over %.2f s, ratio %.4f\n",
@@ -113,7 +87,7 @@ TEST_F(PluginPacingTest, EnvRateWithoutAgentFile) {
   ProcResult r = run(perf(3.0, "256K", "tqplg-env"), env({{"TENANTQOS_RATE", "1Gbps"}}), 60);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("pacing at TENANTQOS_RATE 1Gbps"), std::string::npos) << r.err;
-  const Window win = receiverWindow(r.out, 1);
+  const RateWindow win = receiverWindow(r.out, 1);
   ASSERT_GE(win.seconds, 2.0);
   const double ratio = win.rate() / static_cast<double>(rate);
   std::printf("TENANTQOS_RATE=1Gbps: ratio %.4f\n", ratio);
@@ -142,10 +116,10 @@ TEST_F(PluginPacingTest, TwoProcessesOfATenantShareOneBucket) {
   };
   const auto [a0, a1] = span(ra.out);
   const auto [b0, b1] = span(rb.out);
-  const double from = std::max(a0, b0) + kWarmupS, to = std::min(a1, b1) - 0.2;
+  const double from = std::max(a0, b0) + kRateWarmupS, to = std::min(a1, b1) - 0.2;
   ASSERT_GT(to - from, 1.5) << "the two runs barely overlapped";
-  const Window wa = receiverWindow(ra.out, 1, from, to);
-  const Window wb = receiverWindow(rb.out, 1, from, to);
+  const RateWindow wa = receiverWindow(ra.out, 1, from, to);
+  const RateWindow wb = receiverWindow(rb.out, 1, from, to);
   const double sum = wa.rate() + wb.rate();
   std::printf("shared bucket at 1Gbps: job A %s, job B %s, sum ratio %.4f over %.2f s\n",
               formatRate(static_cast<uint64_t>(wa.rate())).c_str(),
@@ -176,8 +150,8 @@ TEST_F(PluginPacingTest, JobStartedBeforeTheAgentBecomesGoverned) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("UNPACED"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("appeared"), std::string::npos) << r.err;
-  const Window before = receiverWindow(r.out, 1, 0, created);
-  const Window after = receiverWindow(r.out, 1, created + 0.5);
+  const RateWindow before = receiverWindow(r.out, 1, 0, created);
+  const RateWindow after = receiverWindow(r.out, 1, created + 0.5);
   ASSERT_GT(before.seconds, 0.5);
   ASSERT_GT(after.seconds, 1.5);
   std::printf("before the agent: %s, after: %s (allocated %s)\n",

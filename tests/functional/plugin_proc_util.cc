@@ -157,4 +157,19 @@ TempDir::~TempDir() {
   }
 }
 
+RateWindow receiverWindow(const std::string& out, int rank, double from_wall, double to_wall) {
+  RateWindow w;
+  for (const std::string& l : jsonLines(out, "interval")) {
+    if (jsonNumber(l, "rank").value_or(-1) != rank) continue;
+    const double t = jsonNumber(l, "t_s").value_or(0);
+    const double dt = jsonNumber(l, "interval_s").value_or(0);
+    const double end_wall = jsonNumber(l, "wall_ns").value_or(0) / 1e9;
+    if (dt < 0.09 || t - dt < kRateWarmupS) continue;  // partial last interval, warm-up
+    if (end_wall - dt < from_wall || end_wall > to_wall) continue;
+    w.bytes += jsonNumber(l, "rx_bytes").value_or(0);
+    w.seconds += dt;
+  }
+  return w;
+}
+
 }  // namespace tq::plugin::testing

@@ -54,6 +54,20 @@ double monotonicSeconds();
 // Minimal JSON-lines access: the lines whose "type" is `type`, and numeric/string fields.
 std::vector<std::string> jsonLines(const std::string& out, const std::string& type);
 std::optional<double> jsonNumber(const std::string& line, const std::string& key);
+
+// tenantqos-perf --duration runs: the first kRateWarmupS seconds are not counted.
+inline constexpr double kRateWarmupS = 0.5;
+
+struct RateWindow {
+  double bytes = 0;
+  double seconds = 0;
+  double rate() const { return seconds > 0 ? bytes / seconds : 0; }
+};
+
+// Receiver-side bytes per second of `rank` over its full interval reports that lie within
+// [from_wall, to_wall] (CLOCK_REALTIME seconds) and start after the warm-up.
+RateWindow receiverWindow(const std::string& out, int rank, double from_wall = 0,
+                          double to_wall = 1e300);
 std::optional<std::string> jsonText(const std::string& line, const std::string& key);
 
 // A free TCP port on 127.0.0.1 (bound then released; tiny race, fine for tests).

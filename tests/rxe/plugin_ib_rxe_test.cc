@@ -460,30 +460,6 @@ TEST_F(PluginIbTest, ServiceLevelReachesEveryModifyQpOfBothSides) {
 
 // ---- pacing -------------------------------------------------------------------------------------
 
-constexpr double kWarmupS = 0.5;
-
-struct Window {
-  double bytes = 0;
-  double seconds = 0;
-  double rate() const { return seconds > 0 ? bytes / seconds : 0; }
-};
-
-Window receiverWindow(const std::string& out, int rank, double from_wall = 0,
-                      double to_wall = 1e300) {
-  Window w;
-  for (const std::string& l : jsonLines(out, "interval")) {
-    if (jsonNumber(l, "rank").value_or(-1) != rank) continue;
-    const double t = jsonNumber(l, "t_s").value_or(0);
-    const double dt = jsonNumber(l, "interval_s").value_or(0);
-    const double end_wall = jsonNumber(l, "wall_ns").value_or(0) / 1e9;
-    if (dt < 0.09 || t - dt < kWarmupS) continue;
-    if (end_wall - dt < from_wall || end_wall > to_wall) continue;
-    w.bytes += jsonNumber(l, "rx_bytes").value_or(0);
-    w.seconds += dt;
-  }
-  return w;
-}
-
 // Samples a netdev's tx_bytes every ~10 ms while alive.
 class WireSampler {
  public:
@@ -549,7 +525,7 @@ class PluginIbPacingTest : public PluginIbTest {
     wire.stop();
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("transport ib"), std::string::npos) << r.err;
-    const Window win = receiverWindow(r.out, 1);
+    const RateWindow win = receiverWindow(r.out, 1);
     ASSERT_GE(win.seconds, 2.0) << r.out;
     const double ratio = win.rate() / static_cast<double>(rate);
     // ~10 ms windows on the wire, over the steady middle of the stream (between 20 % and 80 %
@@ -642,7 +618,7 @@ class PluginIbIsolationTest : public PluginIbPacingTest {
     };
     const auto [a0, a1] = span(ra.out);
     const auto [b0, b1] = span(rb.out);
-    const double from = std::max(a0, b0) + kWarmupS, to = std::min(a1, b1) - 0.2;
+    const double from = std::max(a0, b0) + kRateWarmupS, to = std::min(a1, b1) - 0.2;
     EXPECT_GT(to - from, 1.5) << "the two jobs barely overlapped";
     return {receiverWindow(ra.out, 1, from, to).rate(), receiverWindow(rb.out, 1, from, to).rate()};
   }
