@@ -296,7 +296,8 @@ def main(argv=None):
     d.add_argument("--json", help="write the results JSON here")
     b = sub.add_parser("bench", help="bench/isolation: all scenarios, targets, JSON")
     common(b)
-    b.add_argument("--quick", action="store_true", help="shorter scenarios (<= 5 minutes)")
+    b.add_argument("--quick", action="store_true",
+                   help="shorter scenarios (about 1.5 minutes; the full bench about 3)")
     b.add_argument("--json", help="write the results JSON here")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
     u = sub.add_parser("up", help="create the cluster and keep it until Ctrl-C")
