@@ -138,13 +138,7 @@ void TenantPacer::tryAttach(int64_t now, bool first) {
            "this process's usage is not reported to the agent",
            tenant_.c_str(), shm::kMaxSlots, path.c_str());
   }
-  rate_.store(p.rate_bytes_per_second, std::memory_order_relaxed);
-  burst_.store(p.burst_bytes != 0 ? p.burst_bytes : cfg_.burst, std::memory_order_relaxed);
-  limit_.store(p.limit_bytes_per_second, std::memory_order_relaxed);
-  paced_.store(p.paced, std::memory_order_relaxed);
-  dscp_.store(static_cast<int>(p.dscp & 63), std::memory_order_relaxed);
-  sl_.store(static_cast<int>(p.service_level & 15), std::memory_order_relaxed);
-  seq_.store(seq, std::memory_order_relaxed);
+  applyParams(p, seq);
   AgentBinding* raw = b.get();
   bindings_.push_back(std::move(b));
   agent_.store(raw, std::memory_order_release);
@@ -154,6 +148,16 @@ void TenantPacer::tryAttach(int64_t now, bool first) {
   }
   TQ_LOG(kInfo, "%s", describe().c_str());
   (void)now;
+}
+
+void TenantPacer::applyParams(const TenantParams& p, uint64_t seq) {
+  rate_.store(p.rate_bytes_per_second, std::memory_order_relaxed);
+  burst_.store(p.burst_bytes != 0 ? p.burst_bytes : cfg_.burst, std::memory_order_relaxed);
+  limit_.store(p.limit_bytes_per_second, std::memory_order_relaxed);
+  paced_.store(p.paced, std::memory_order_relaxed);
+  dscp_.store(static_cast<int>(p.dscp & 63), std::memory_order_relaxed);
+  sl_.store(static_cast<int>(p.service_level & 15), std::memory_order_relaxed);
+  seq_.store(seq, std::memory_order_release);  // last: a reader that sees seq sees the values
 }
 
 void TenantPacer::refresh(AgentBinding* a) {
@@ -171,13 +175,7 @@ void TenantPacer::refresh(AgentBinding* a) {
     return;
   }
   const bool was_paced = paced_.load(std::memory_order_relaxed);
-  rate_.store(p.rate_bytes_per_second, std::memory_order_relaxed);
-  burst_.store(p.burst_bytes != 0 ? p.burst_bytes : cfg_.burst, std::memory_order_relaxed);
-  limit_.store(p.limit_bytes_per_second, std::memory_order_relaxed);
-  paced_.store(p.paced, std::memory_order_relaxed);
-  dscp_.store(static_cast<int>(p.dscp & 63), std::memory_order_relaxed);
-  sl_.store(static_cast<int>(p.service_level & 15), std::memory_order_relaxed);
-  seq_.store(seq, std::memory_order_release);
+  applyParams(p, seq);
   if (was_paced != p.paced) TQ_LOG(kInfo, "%s", describe().c_str());
 }
 

@@ -138,6 +138,8 @@ class TenantPacer {
   };
   void tryAttach(int64_t now, bool first);
   void refresh(AgentBinding* a);
+  // Copies the agent file's parameters (sequence `seq`) into the hot-path atomics.
+  void applyParams(const TenantParams& p, uint64_t seq);
   void useFallback();
   shm::Slot* slotFor(AgentBinding* a) { return a != nullptr && a->slot != nullptr ? a->slot : &local_slot_; }
 
