@@ -225,6 +225,16 @@ class Rank {
                             uint64_t* wrong, bool verify);
   Result<double> maxOverRanks(double v);
 
+  // The zero-byte end marker of a streaming sender (its receiver stops at it): posted once
+  // `ready` (all data sent), then tested to completion. Never blocks; sets *paced when the
+  // plugin refused it, *progress when it moved.
+  struct EndMarker {
+    void* req = nullptr;
+    bool sent = false;
+    bool done = false;
+  };
+  Status stepEndMarker(bool ready, void* buf, void* mh, EndMarker* m, bool* progress, bool* paced);
+
   void header(const std::string& extra);
 
   Options o_;
@@ -558,11 +568,12 @@ Status Rank::runSendRecvDuration() {
   uint64_t tx = 0, rx = 0, wrong = 0;
   std::vector<void*> sreq(static_cast<size_t>(w), nullptr), rreq(static_cast<size_t>(w), nullptr);
   uint64_t sposted = 0, sdone = 0, rposted = 0, rdone = 0;
-  bool marker_posted = false, marker_done = send_ == nullptr, got_marker = recv_ == nullptr;
-  void* marker_req = nullptr;
+  EndMarker marker;
+  marker.done = send_ == nullptr;
+  bool got_marker = recv_ == nullptr;
 
 
-  while (!marker_done || !got_marker) {
+  while (!marker.done || !got_marker) {
     bool progress = false, paced = false;
     const int64_t now = nowNs();
     if (report_ns > 0 && now - rep.last() >= report_ns) rep.report(now, tx, rx);
@@ -618,23 +629,8 @@ Status Rank::runSendRecvDuration() {
         ++sdone;
         progress = true;
       }
-      if (now >= end && sdone == sposted && !marker_posted) {
-        TQ_RETURN_IF_ERROR(net_->isend(send_, sbuf, 0, rank_, smr, &marker_req));
-        if (marker_req != nullptr) {
-          marker_posted = true;
-          progress = true;
-        } else {
-          paced = true;
-        }
-      }
-      if (marker_posted && !marker_done) {
-        bool done = false;
-        TQ_RETURN_IF_ERROR(net_->test(marker_req, &done, nullptr));
-        if (done) {
-          marker_done = true;
-          progress = true;
-        }
-      }
+      TQ_RETURN_IF_ERROR(
+          stepEndMarker(now >= end && sdone == sposted, sbuf, smr, &marker, &progress, &paced));
     }
     TQ_RETURN_IF_ERROR(idle(progress, paced));
   }
@@ -657,6 +653,28 @@ Status Rank::runSendRecvDuration() {
   }
   if (wrong > 0) return dataLoss(format("%" PRIu64 " corrupted bytes received", wrong));
   return rv_->barrier();
+}
+
+Status Rank::stepEndMarker(bool ready, void* buf, void* mh, EndMarker* m, bool* progress,
+                           bool* paced) {
+  if (ready && !m->sent) {
+    TQ_RETURN_IF_ERROR(net_->isend(send_, buf, 0, rank_, mh, &m->req));
+    if (m->req == nullptr) {
+      *paced = true;
+      return okStatus();
+    }
+    m->sent = true;
+    *progress = true;
+  }
+  if (m->sent && !m->done) {
+    bool done = false;
+    TQ_RETURN_IF_ERROR(net_->test(m->req, &done, nullptr));
+    if (done) {
+      m->done = true;
+      *progress = true;
+    }
+  }
+  return okStatus();
 }
 
 // Streaming ring allreduce (--duration). Back-to-back allreduces of --size floats, NCCL-style:
@@ -739,8 +757,8 @@ Status Rank::runAllReduceStream() {
   uint64_t s_posted = 0, s_done = 0, r_posted = 0, r_done = 0;
   // Stopping: no send task at or beyond s_limit and no real receive at or beyond r_limit.
   uint64_t s_limit = UINT64_MAX, r_limit = UINT64_MAX;
-  bool stopping = false, marker_sent = false, marker_done = false, marker_rcvd = false;
-  void* marker_req = nullptr;
+  bool stopping = false, marker_rcvd = false;
+  EndMarker marker;
   uint64_t complete_iters = 0, wrong = 0;
   int64_t last_complete_ns = start;
 
@@ -759,7 +777,7 @@ Status Rank::runAllReduceStream() {
     r_limit = r_posted;
   };
 
-  while (!(marker_done && marker_rcvd)) {
+  while (!(marker.done && marker_rcvd)) {
     bool progress = false, paced = false;
     const int64_t now = nowNs();
     if (report_ns > 0 && now - rep.last() >= report_ns) rep.report(now, tx, rx);
@@ -863,23 +881,8 @@ Status Rank::runAllReduceStream() {
       ++complete_iters;
       last_complete_ns = nowNs();
     }
-    if (stopping && !marker_sent && s_done == s_posted) {
-      TQ_RETURN_IF_ERROR(net_->isend(send_, sendbuf, 0, rank_, m_send, &marker_req));
-      if (marker_req != nullptr) {
-        marker_sent = true;
-        progress = true;
-      } else {
-        paced = true;
-      }
-    }
-    if (marker_sent && !marker_done) {
-      bool done = false;
-      TQ_RETURN_IF_ERROR(net_->test(marker_req, &done, nullptr));
-      if (done) {
-        marker_done = true;
-        progress = true;
-      }
-    }
+    TQ_RETURN_IF_ERROR(
+        stepEndMarker(stopping && s_done == s_posted, sendbuf, m_send, &marker, &progress, &paced));
     TQ_RETURN_IF_ERROR(idle(progress, paced));
   }
   const int64_t stop = nowNs();
