@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/fd.h"
+
 namespace tq {
 namespace {
 
@@ -32,12 +34,9 @@ Status writeAll(int fd, std::string_view data, const std::string& path) {
 }
 
 Status fsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errnoStatus("open directory " + dir);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return errnoStatus(err, "fsync directory " + dir);
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return errnoStatus("open directory " + dir);
+  if (::fsync(fd.get()) != 0) return errnoStatus("fsync directory " + dir);
   return okStatus();
 }
 
@@ -46,11 +45,12 @@ Status fsyncDir(const std::string& dir) {
 Status writeFileAtomic(const std::string& path, std::string_view data, uint32_t mode,
                        BeforeRenameHook hook) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return errnoStatus("create " + tmp);
-  Status st = writeAll(fd, data, tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = errnoStatus("fsync " + tmp);
-  if (::close(fd) != 0 && st.ok()) st = errnoStatus("close " + tmp);
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+  if (!fd.valid()) return errnoStatus("create " + tmp);
+  Status st = writeAll(fd.get(), data, tmp);
+  if (st.ok() && ::fsync(fd.get()) != 0) st = errnoStatus("fsync " + tmp);
+  Status closed = fd.close(tmp);
+  if (st.ok()) st = std::move(closed);
   if (st.ok() && hook != nullptr) st = hook(tmp, path);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     st = errnoStatus("rename " + tmp + " to " + path);
@@ -63,33 +63,28 @@ Status writeFileAtomic(const std::string& path, std::string_view data, uint32_t 
 }
 
 Result<std::string> readFile(const std::string& path, uint64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errnoStatus("open " + path);
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return errnoStatus("open " + path);
   std::string out;
   struct stat st{};
-  if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > max_bytes) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) > max_bytes) {
     return resourceExhausted(path + ": file is " + std::to_string(st.st_size) +
                              " bytes, more than the limit of " + std::to_string(max_bytes));
   }
   std::array<char, 65536> buf;
   for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
+    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      Status s = errnoStatus("read " + path);
-      ::close(fd);
-      return s;
+      return errnoStatus("read " + path);
     }
     if (n == 0) break;
     out.append(buf.data(), static_cast<size_t>(n));
     if (out.size() > max_bytes) {
-      ::close(fd);
       return resourceExhausted(path + ": file is larger than the limit of " +
                                std::to_string(max_bytes) + " bytes");
     }
   }
-  ::close(fd);
   return out;
 }
 
@@ -112,9 +107,9 @@ Status makeDirs(const std::string& path, uint32_t mode) {
 Status checkWritableDir(const std::string& dir) {
   TQ_RETURN_IF_ERROR(makeDirs(dir, 0755));
   std::string probe = dir + "/.write-probe." + std::to_string(::getpid());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return errnoStatus("directory " + dir + " is not writable: create " + probe);
-  ::close(fd);
+  Fd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return errnoStatus("directory " + dir + " is not writable: create " + probe);
+  fd.reset();
   ::unlink(probe.c_str());
   return okStatus();
 }

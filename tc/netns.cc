@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <utility>
 
 #include "common/log.h"
 
@@ -18,31 +19,22 @@ std::string netnsPath(std::string_view name) {
 
 Result<ScopedNetns> ScopedNetns::enter(std::string_view name) {
   const std::string path = netnsPath(name);
-  int saved = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (saved < 0) return errnoStatus("open /proc/thread-self/ns/net");
-  int target = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (target < 0) {
-    Status st = errnoStatus("open network namespace " + path);
-    ::close(saved);
-    return st;
+  Fd saved(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  if (!saved.valid()) return errnoStatus("open /proc/thread-self/ns/net");
+  const Fd target(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!target.valid()) return errnoStatus("open network namespace " + path);
+  if (::setns(target.get(), CLONE_NEWNET) != 0) {
+    return errnoStatus("enter network namespace " + path);
   }
-  if (::setns(target, CLONE_NEWNET) != 0) {
-    Status st = errnoStatus("enter network namespace " + path);
-    ::close(target);
-    ::close(saved);
-    return st;
-  }
-  ::close(target);
-  return ScopedNetns(saved);
+  return ScopedNetns(std::move(saved));
 }
 
 ScopedNetns::~ScopedNetns() {
-  if (saved_fd_ < 0) return;
-  if (::setns(saved_fd_, CLONE_NEWNET) != 0) {
+  if (!saved_.valid()) return;
+  if (::setns(saved_.get(), CLONE_NEWNET) != 0) {
     TQ_LOG(kError, "cannot return to the original network namespace: errno %d; aborting", errno);
     std::abort();
   }
-  ::close(saved_fd_);
 }
 
 }  // namespace tq::tc

@@ -11,7 +11,9 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace tq::tc {
@@ -25,7 +27,7 @@ class ScopedNetns {
   // Enters the namespace; kNotFound if it does not exist.
   static Result<ScopedNetns> enter(std::string_view name);
 
-  ScopedNetns(ScopedNetns&& other) noexcept : saved_fd_(other.saved_fd_) { other.saved_fd_ = -1; }
+  ScopedNetns(ScopedNetns&& other) noexcept = default;
   ScopedNetns& operator=(ScopedNetns&&) = delete;
   ScopedNetns(const ScopedNetns&) = delete;
   // Returns to the original namespace. Failing to return is a broken invariant (the thread would
@@ -33,8 +35,8 @@ class ScopedNetns {
   ~ScopedNetns();
 
  private:
-  explicit ScopedNetns(int saved_fd) : saved_fd_(saved_fd) {}
-  int saved_fd_ = -1;
+  explicit ScopedNetns(Fd saved) : saved_(std::move(saved)) {}
+  Fd saved_;  // the namespace to return to; invalid once moved from
 };
 
 }  // namespace tq::tc

@@ -220,7 +220,7 @@ Result<const IbMr*> CommMrs::resolve(MemRegion* mr, const void* data, size_t siz
 // ---- connection --------------------------------------------------------------------------------
 
 IbConnection::IbConnection(std::unique_ptr<IbConnResources> res, IbEndpointInfo remote,
-                           socket::Fd oob, std::string peer, const IbCommConfig& cfg, Clock& clock)
+                           Fd oob, std::string peer, const IbCommConfig& cfg, Clock& clock)
     : res_(std::move(res)),
       remote_(std::move(remote)),
       oob_(std::move(oob)),
@@ -336,7 +336,7 @@ void IbConnection::checkPeer() {
 Status IbSendRequest::test(bool* d, size_t* sizes) { return comm->test(this, d, sizes); }
 Status IbRecvRequest::test(bool* d, size_t* sizes) { return comm->test(this, d, sizes); }
 
-IbSendComm::IbSendComm(std::unique_ptr<IbConnResources> res, const IbReply& reply, socket::Fd oob,
+IbSendComm::IbSendComm(std::unique_ptr<IbConnResources> res, const IbReply& reply, Fd oob,
                        std::string peer, const IbCommConfig& cfg, Clock& clock)
     : IbConnection(std::move(res), reply.ep, std::move(oob), std::move(peer), cfg, clock),
       mrs_(res_->dev),
@@ -669,7 +669,7 @@ Status IbSendComm::test(IbSendRequest* r, bool* done, size_t* sizes) {
 // ---- receive -----------------------------------------------------------------------------------
 
 IbRecvComm::IbRecvComm(std::unique_ptr<IbConnResources> res, const IbHello& hello,
-                       TrafficQos peer_qos, socket::Fd oob, std::string peer,
+                       TrafficQos peer_qos, Fd oob, std::string peer,
                        const IbCommConfig& cfg, Clock& clock)
     : IbConnection(std::move(res), hello.ep, std::move(oob), std::move(peer), cfg, clock),
       mrs_(res_->dev),

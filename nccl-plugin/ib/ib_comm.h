@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "ib/rc_qp.h"
 #include "ib/sysfs.h"
 #include "nccl-plugin/ib/ib_device.h"
@@ -156,7 +157,7 @@ class CommMrs {
 // Shared by both ends: QPs, CQ, health, liveness, error text.
 class IbConnection {
  public:
-  IbConnection(std::unique_ptr<IbConnResources> res, IbEndpointInfo remote, socket::Fd oob,
+  IbConnection(std::unique_ptr<IbConnResources> res, IbEndpointInfo remote, Fd oob,
                std::string peer, const IbCommConfig& cfg, Clock& clock);
   virtual ~IbConnection();
   IbConnection(const IbConnection&) = delete;
@@ -192,7 +193,7 @@ class IbConnection {
 
   std::unique_ptr<IbConnResources> res_;
   const IbEndpointInfo remote_;
-  socket::Fd oob_;
+  Fd oob_;
   const std::string peer_;
   const IbCommConfig cfg_;
   Clock& clock_;
@@ -246,7 +247,7 @@ class IbRecvRequest final : public Request {
 
 class IbSendComm final : public SendComm, public IbConnection {
  public:
-  IbSendComm(std::unique_ptr<IbConnResources> res, const IbReply& reply, socket::Fd oob,
+  IbSendComm(std::unique_ptr<IbConnResources> res, const IbReply& reply, Fd oob,
              std::string peer, const IbCommConfig& cfg, Clock& clock);
   ~IbSendComm() override;
 
@@ -318,7 +319,7 @@ class IbSendComm final : public SendComm, public IbConnection {
 class IbRecvComm final : public RecvComm, public IbConnection {
  public:
   IbRecvComm(std::unique_ptr<IbConnResources> res, const IbHello& hello, TrafficQos peer_qos,
-             socket::Fd oob, std::string peer, const IbCommConfig& cfg, Clock& clock);
+             Fd oob, std::string peer, const IbCommConfig& cfg, Clock& clock);
   ~IbRecvComm() override;
 
   Status regMr(void* data, size_t size, MemType type, MemRegion** out) override {

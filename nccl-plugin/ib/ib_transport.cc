@@ -18,7 +18,6 @@
 namespace tq::plugin::ib {
 namespace {
 
-using socket::Fd;
 using socket::IoResult;
 
 constexpr int64_t kConnectRetryNs = 20'000'000;  // after ECONNREFUSED

@@ -34,9 +34,11 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "common/status.h"
 #include "common/units.h"
 #include "nccl-plugin/perf/net_plugin.h"
@@ -203,10 +205,11 @@ class Rank {
     for (void* b : buffers_) std::free(b);
   }
 
-  Status run(int listen_fd);
+  // `listen`: rank 0's already-listening rendezvous socket (--local), or invalid.
+  Status run(Fd listen);
 
  private:
-  Status setup(int listen_fd);
+  Status setup(Fd listen);
   Status connectPeers();
   // Poll strategy, the no-progress deadline and the liveness of the other ranks. `paced`: an
   // isend was refused (NULL request); retry soon rather than after a long nap.
@@ -318,12 +321,13 @@ Result<double> Rank::maxOverRanks(double v) {
   return m;
 }
 
-Status Rank::setup(int listen_fd) {
+Status Rank::setup(Fd listen) {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
-  if (listen_fd < 0) TQ_RETURN_IF_ERROR(parseHostPort(o_.rendezvous, &host, &port));
+  if (!listen.valid()) TQ_RETURN_IF_ERROR(parseHostPort(o_.rendezvous, &host, &port));
   const int64_t timeout_ns = static_cast<int64_t>(o_.timeout_s * 1e9);
-  TQ_ASSIGN_OR_RETURN(rv_, Rendezvous::create(rank_, n_, host, port, listen_fd, timeout_ns));
+  TQ_ASSIGN_OR_RETURN(rv_,
+                      Rendezvous::create(rank_, n_, host, port, std::move(listen), timeout_ns));
 
   char self[4096];
   std::vector<std::string> dirs;
@@ -1092,8 +1096,8 @@ Status Rank::runAllReduce() {
   return okStatus();
 }
 
-Status Rank::run(int listen_fd) {
-  TQ_RETURN_IF_ERROR(setup(listen_fd));
+Status Rank::run(Fd listen) {
+  TQ_RETURN_IF_ERROR(setup(std::move(listen)));
   if (o_.mode == "allreduce") return o_.duration_s > 0 ? runAllReduceStream() : runAllReduce();
   if (o_.mode == "pingpong") return runPingPong();
   if (o_.duration_s > 0) return runSendRecvDuration();
@@ -1293,13 +1297,13 @@ void applyEnv(const Options& o, int rank) {
   }
 }
 
-int runRank(const Options& o, int rank, int listen_fd) {
+int runRank(const Options& o, int rank, Fd listen) {
   applyEnv(o, rank);
   setPluginLogPrefix(format("[rank %d] ", rank));
   Status s;
   {
     Rank r(o, rank, o.nranks);
-    s = r.run(listen_fd);
+    s = r.run(std::move(listen));
   }
   if (s.ok()) return 0;
   if (o.json) {
@@ -1312,13 +1316,14 @@ int runRank(const Options& o, int rank, int listen_fd) {
 
 // --local N: one listening socket for the rendezvous, N forked ranks, a bounded wait.
 int runLocal(Options o) {
-  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  Fd lfd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t alen = sizeof a;
-  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 256) != 0 ||
-      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen) != 0) {
+  if (!lfd.valid() || ::bind(lfd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(lfd.get(), 256) != 0 ||
+      ::getsockname(lfd.get(), reinterpret_cast<sockaddr*>(&a), &alen) != 0) {
     std::perror("tenantqos-perf: rendezvous socket");
     return 1;
   }
@@ -1334,12 +1339,12 @@ int runLocal(Options o) {
     }
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed launcher takes its ranks along
-      if (r != 0) ::close(lfd);
-      std::_Exit(runRank(o, r, r == 0 ? lfd : -1));
+      if (r != 0) lfd.reset();
+      std::_Exit(runRank(o, r, std::move(lfd)));
     }
     kids.push_back(pid);
   }
-  ::close(lfd);
+  lfd.reset();
   int failed = 0;
   size_t left = kids.size();
   int64_t kill_at = -1;
@@ -1387,5 +1392,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (opts->local > 0) return tq::perf::runLocal(*opts);
-  return tq::perf::runRank(*opts, opts->rank, -1);
+  return tq::perf::runRank(*opts, opts->rank, tq::Fd());
 }

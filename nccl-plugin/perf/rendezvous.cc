@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/clock.h"
 
@@ -36,14 +37,19 @@ Status waitFd(int fd, short events, int64_t deadline, const std::string& what) {
   }
 }
 
-Result<addrinfo*> resolve(const std::string& host, uint16_t port) {
+struct AddrinfoFree {
+  void operator()(addrinfo* a) const { ::freeaddrinfo(a); }
+};
+using AddrinfoPtr = std::unique_ptr<addrinfo, AddrinfoFree>;
+
+Result<AddrinfoPtr> resolve(const std::string& host, uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (rc != 0) return invalidArgument("resolve " + host + ": " + gai_strerror(rc));
-  return res;
+  return AddrinfoPtr(res);
 }
 
 }  // namespace
@@ -66,86 +72,67 @@ Status parseHostPort(const std::string& text, std::string* host, uint16_t* port)
 
 Result<std::unique_ptr<Rendezvous>> Rendezvous::create(int rank, int nranks,
                                                        const std::string& host, uint16_t port,
-                                                       int listen_fd, int64_t timeout_ns) {
+                                                       Fd listen, int64_t timeout_ns) {
   std::unique_ptr<Rendezvous> r(new Rendezvous(rank, nranks, timeout_ns));
   const int64_t deadline = nowNs() + timeout_ns;
   if (rank == 0) {
-    int lfd = listen_fd;
-    if (lfd < 0) {
-      TQ_ASSIGN_OR_RETURN(addrinfo * ai, resolve(host, port));
-      lfd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (!listen.valid()) {
+      TQ_ASSIGN_OR_RETURN(AddrinfoPtr ai, resolve(host, port));
+      listen.reset(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
       const int one = 1;
-      ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      if (lfd < 0 || ::bind(lfd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(lfd, 256) != 0) {
-        Status s = errnoStatus("rendezvous: listen on " + host + ":" + std::to_string(port));
-        ::freeaddrinfo(ai);
-        if (lfd >= 0) ::close(lfd);
-        return s;
+      ::setsockopt(listen.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (!listen.valid() || ::bind(listen.get(), ai->ai_addr, ai->ai_addrlen) != 0 ||
+          ::listen(listen.get(), 256) != 0) {
+        return errnoStatus("rendezvous: listen on " + host + ":" + std::to_string(port));
       }
-      ::freeaddrinfo(ai);
     }
-    r->peers_.assign(static_cast<size_t>(nranks), -1);
+    r->peers_.resize(static_cast<size_t>(nranks));
     for (int got = 1; got < nranks;) {
-      TQ_RETURN_IF_ERROR(waitFd(lfd, POLLIN, deadline,
+      TQ_RETURN_IF_ERROR(waitFd(listen.get(), POLLIN, deadline,
                                 std::to_string(got - 1) + " of " + std::to_string(nranks - 1) +
                                     " ranks connected to rank 0"));
-      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
+      Fd fd(::accept4(listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!fd.valid()) continue;
       const int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       std::string hello;
-      if (!r->recvMsg(fd, deadline, "a connecting rank", &hello).ok() || hello.size() != 12) {
-        ::close(fd);  // not one of ours (e.g. a port scanner): ignore
-        continue;
+      if (!r->recvMsg(fd.get(), deadline, "a connecting rank", &hello).ok() ||
+          hello.size() != 12) {
+        continue;  // not one of ours (e.g. a port scanner): ignore
       }
       uint32_t magic, peer_rank, peer_n;
       std::memcpy(&magic, hello.data(), 4);
       std::memcpy(&peer_rank, hello.data() + 4, 4);
       std::memcpy(&peer_n, hello.data() + 8, 4);
       if (magic != kMagic || static_cast<int>(peer_n) != nranks || peer_rank == 0 ||
-          static_cast<int>(peer_rank) >= nranks || r->peers_[peer_rank] >= 0) {
-        ::close(fd);
-        if (listen_fd < 0) ::close(lfd);
+          static_cast<int>(peer_rank) >= nranks || r->peers_[peer_rank].valid()) {
         return invalidArgument("rendezvous: a peer announced rank " + std::to_string(peer_rank) +
                                " of " + std::to_string(peer_n) + " (expected nranks " +
                                std::to_string(nranks) + ", each rank once)");
       }
-      r->peers_[peer_rank] = fd;
+      r->peers_[peer_rank] = std::move(fd);
       ++got;
     }
-    ::close(lfd);
     return r;
   }
-  TQ_ASSIGN_OR_RETURN(addrinfo * ai, resolve(host, port));
-  int fd = -1;
-  Status last;
-  while (fd < 0) {
-    fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
-    last = errnoStatus("connect to rank 0 at " + host + ":" + std::to_string(port));
-    ::close(fd);
-    fd = -1;
-    if (nowNs() >= deadline) {
-      ::freeaddrinfo(ai);
-      return deadlineExceeded("rendezvous timed out: " + last.message());
-    }
+  TQ_ASSIGN_OR_RETURN(AddrinfoPtr ai, resolve(host, port));
+  Fd fd;
+  for (;;) {
+    fd.reset(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) break;
+    const Status last = errnoStatus("connect to rank 0 at " + host + ":" + std::to_string(port));
+    fd.reset();
+    if (nowNs() >= deadline) return deadlineExceeded("rendezvous timed out: " + last.message());
     ::usleep(20'000);
   }
-  ::freeaddrinfo(ai);
   const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  r->peers_.push_back(fd);
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   std::string hello(12, '\0');
   const uint32_t vals[3] = {kMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(nranks)};
   std::memcpy(hello.data(), vals, 12);
-  TQ_RETURN_IF_ERROR(r->sendMsg(fd, hello, deadline));
+  TQ_RETURN_IF_ERROR(r->sendMsg(fd.get(), hello, deadline));
+  r->peers_.push_back(std::move(fd));
   return r;
-}
-
-Rendezvous::~Rendezvous() {
-  for (int fd : peers_) {
-    if (fd >= 0) ::close(fd);
-  }
 }
 
 Status Rendezvous::sendMsg(int fd, const std::string& m, int64_t deadline) {
@@ -190,19 +177,21 @@ Result<std::vector<std::string>> Rendezvous::allGather(const std::string& mine) 
   if (rank_ == 0) {
     all[0] = mine;
     for (int r = 1; r < nranks_; ++r) {
-      TQ_RETURN_IF_ERROR(recvMsg(peers_[r], deadline, "rank " + std::to_string(r), &all[r]));
+      TQ_RETURN_IF_ERROR(recvMsg(peers_[r].get(), deadline, "rank " + std::to_string(r), &all[r]));
     }
     std::string packed;
     for (const std::string& b : all) {
       const uint32_t len = static_cast<uint32_t>(b.size());
       packed.append(reinterpret_cast<const char*>(&len), 4).append(b);
     }
-    for (int r = 1; r < nranks_; ++r) TQ_RETURN_IF_ERROR(sendMsg(peers_[r], packed, deadline));
+    for (int r = 1; r < nranks_; ++r) {
+      TQ_RETURN_IF_ERROR(sendMsg(peers_[r].get(), packed, deadline));
+    }
     return all;
   }
-  TQ_RETURN_IF_ERROR(sendMsg(peers_[0], mine, deadline));
+  TQ_RETURN_IF_ERROR(sendMsg(peers_[0].get(), mine, deadline));
   std::string packed;
-  TQ_RETURN_IF_ERROR(recvMsg(peers_[0], deadline, "rank 0", &packed));
+  TQ_RETURN_IF_ERROR(recvMsg(peers_[0].get(), deadline, "rank 0", &packed));
   size_t off = 0;
   for (int r = 0; r < nranks_; ++r) {
     if (off + 4 > packed.size()) return dataLoss("rendezvous: short gather message");
@@ -220,7 +209,7 @@ Status Rendezvous::barrier() { return allGather("").status(); }
 
 Status Rendezvous::checkAlive() {
   for (size_t i = 0; i < peers_.size(); ++i) {
-    const int fd = peers_[i];
+    const int fd = peers_[i].get();
     if (fd < 0) continue;
     pollfd p{fd, POLLIN | POLLRDHUP, 0};
     if (::poll(&p, 1, 0) <= 0) continue;

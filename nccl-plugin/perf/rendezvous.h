@@ -12,18 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace tq::perf {
 
 class Rendezvous {
  public:
-  // `listen_fd` >= 0: rank 0 uses this already-listening socket (--local mode) instead of
-  // binding host:port.
+  // A valid `listen`: rank 0 uses (and closes) this already-listening socket (--local mode)
+  // instead of binding host:port.
   static Result<std::unique_ptr<Rendezvous>> create(int rank, int nranks, const std::string& host,
-                                                    uint16_t port, int listen_fd,
-                                                    int64_t timeout_ns);
-  ~Rendezvous();
+                                                    uint16_t port, Fd listen, int64_t timeout_ns);
 
   // Every rank contributes a blob; every rank gets all blobs, by rank.
   Result<std::vector<std::string>> allGather(const std::string& mine);
@@ -43,7 +42,7 @@ class Rendezvous {
   int rank_;
   int nranks_;
   int64_t timeout_ns_;
-  std::vector<int> peers_;  // rank 0: fd per rank (index 0 unused); others: [0] = rank 0
+  std::vector<Fd> peers_;  // rank 0: one per rank (index 0 unused); others: [0] = rank 0
 };
 
 // "host:port" -> parts. Accepts "[v6]:port".

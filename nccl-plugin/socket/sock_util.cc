@@ -14,11 +14,6 @@
 
 namespace tq::plugin::socket {
 
-void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 Status netError(int err, std::string_view what) {
   Status s = errnoStatus(err, what);
   StatusCode code = StatusCode::kUnavailable;

@@ -1,5 +1,5 @@
 // Small socket helpers of the socket transport, also used by the ib transport's out-of-band
-// handshake: an owning fd, non-blocking TCP listen/connect/accept, non-blocking I/O results,
+// handshake: non-blocking TCP listen/connect/accept, non-blocking I/O results,
 // and the QoS marking (IP_TOS / IPV6_TCLASS = DSCP << 2, SO_PRIORITY) applied to every socket.
 // Nothing here blocks.
 #pragma once
@@ -9,37 +9,12 @@
 #include <string>
 #include <string_view>
 
+#include "common/fd.h"
 #include "common/status.h"
 #include "nccl-plugin/socket/wire.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin::socket {
-
-// Owning file descriptor; closes on destruction. Move-only.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) reset(o.release());
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
 
 // A network failure: like errnoStatus, but always kUnavailable (or kDeadlineExceeded for
 // ETIMEDOUT, kResourceExhausted for fd/memory exhaustion), so that it reaches NCCL as
