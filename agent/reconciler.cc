@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "common/capacity.h"
 #include "common/log.h"
 #include "common/units.h"
 
@@ -11,17 +12,6 @@ namespace {
 
 double secondsBetween(int64_t from_ns, int64_t to_ns) {
   return static_cast<double>(std::max<int64_t>(0, to_ns - from_ns)) / 1e9;
-}
-
-
-// What the allocator may hand out on a link: its capacity minus the policy's headroom. The
-// plugin paces payload bytes while the link carries headers too (TCP/IP/Ethernet: ~4.4 % at
-// MTU 1500; RoCE: ~2 % at MTU 4096), and traffic outside tenantqos needs room: handing out the
-// whole capacity would fill the NIC's FIFO and bring back the contention pacing is meant to
-// remove. Admission (policyd) keeps the sum of guarantees within the same bound.
-uint64_t allocatableCapacity(const LinkSpec& link) {
-  const double keep = 1.0 - std::clamp(link.headroom_percent, 0.0, 100.0) / 100.0;
-  return static_cast<uint64_t>(static_cast<double>(link.capacity_bytes_per_second) * keep);
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ class Reconciler {
  private:
   struct TenantEntry {
     TenantSpec spec;
-    uint64_t link_capacity = 0;  // allocatable: capacity x (1 - headroom)
+    uint64_t link_capacity = 0;  // allocatableCapacity() of its link
     std::unique_ptr<TenantShmWriter> writer;
     TenantParams params;      // as last published
     TenantUsage usage;        // as last read

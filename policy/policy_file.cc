@@ -12,6 +12,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "common/capacity.h"
 #include "common/file_util.h"
 #include "common/tenant_shm.h"
 #include "common/units.h"
@@ -402,21 +403,6 @@ class YamlReader {
   FieldIndex& index_;
 };
 
-// Admissible guarantee total of a link: floor(capacity * (1 - headroom/100)).
-bool admits(uint64_t capacity, double headroom_percent, unsigned __int128 total) {
-  if (headroom_percent == std::floor(headroom_percent)) {
-    auto h = static_cast<unsigned __int128>(headroom_percent);
-    return total * 100 <= static_cast<unsigned __int128>(capacity) * (100 - h);
-  }
-  long double allowed = static_cast<long double>(capacity) * (100.0L - headroom_percent) / 100.0L;
-  return static_cast<long double>(total) <= allowed * (1 + 1e-15L);
-}
-
-uint64_t admissible(uint64_t capacity, double headroom_percent) {
-  long double allowed = static_cast<long double>(capacity) * (100.0L - headroom_percent) / 100.0L;
-  return static_cast<uint64_t>(std::floor(allowed + 1e-6L));
-}
-
 std::string percentText(double p) {
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, p);
@@ -535,7 +521,7 @@ void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& error
     if (link != nullptr && g_ok && !over_admitted.count(link->name)) {
       unsigned __int128& sum = guarantee_sum[link->name];
       sum += t.guarantee_bytes_per_second;
-      if (!admits(link->capacity_bytes_per_second, link->headroom_percent, sum)) {
+      if (sum > allocatableCapacity(*link)) {
         over_admitted.insert(link->name);
         unsigned __int128 total = 0;
         for (const TenantSpec& o : p.tenants) {
@@ -547,7 +533,7 @@ void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& error
         err(f("guarantee"),
             "admission: guarantees on link " + quote(link->name) + " add up to " + total_text +
                 ", more than the " +
-                formatRate(admissible(link->capacity_bytes_per_second, link->headroom_percent)) +
+                formatRate(allocatableCapacity(*link)) +
                 " it admits (capacity " + formatRate(link->capacity_bytes_per_second) + " minus " +
                 percentText(link->headroom_percent) + " headroom); the sum first exceeds it here");
       }

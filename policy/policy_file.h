@@ -16,7 +16,7 @@
 //     limit > 0, weight 1..10000 (default 1), serviceLevel 0..15, dscp 0..63, trafficClasses
 //     0..2^31-1 each mapping to exactly one tenant, shareClass (default false);
 //   - two tenants with the same serviceLevel or dscp need shareClass: true on both;
-//   - admission per link: sum of guarantees <= capacity * (1 - headroom/100);
+//   - admission per link: sum of guarantees <= allocatableCapacity() (common/capacity.h);
 //   - at most kMaxTenants tenants, kMaxLinks links, kMaxTrafficClasses per tenant;
 //   - the file is at most kMaxPolicyBytes (checked before parsing).
 // Thread-safety: pure functions.

@@ -1,5 +1,7 @@
 #include "policy/policy_file.h"
 
+#include "common/capacity.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -389,6 +391,24 @@ TEST(PolicyFile, AdmissionPerLink) {
                   "less than 100%");
   expectOnlyError(parse(withLine(6, "    headroom: lots")), 6, 15, "links[0].headroom",
                   "expected a number");
+}
+
+// Admission and the agent's allocator share allocatableCapacity() (common/capacity.h), so the
+// edge is exact: capacity 100000000001 B/s (800000000008 bps) minus 2.5 % is 97500000000.975,
+// which admits 97500000000 B/s. Rates are whole bytes per second, so the smallest step over
+// is one byte/s (8 bit/s); the former long-double check admitted it, the agent did not.
+TEST(PolicyFile, AdmissionEdgeIsExactAndTheAgentsRule) {
+  ASSERT_EQ(allocatableCapacity(100'000'000'001, 2.5), 97'500'000'000u);
+  auto policy = [](const std::string& tenant_b_guarantee) {
+    std::string y = withLine(5, "    capacity: 800000000008bps");
+    y = y.replace(y.find("    headroom: 5%"), 16, "    headroom: 2.5%");
+    y = y.replace(y.find("    guarantee: 20Gbps"), 21, "    guarantee: " + tenant_b_guarantee);
+    return y.replace(y.find("    limit: 40Gbps"), 17, "    limit: 780Gbps");
+  };
+  // tenant-a 40Gbps = 5e9 B/s; tenant-b 740Gbps = 92.5e9 B/s: exactly 97.5e9.
+  expectOk(parse(policy("740000000000bps")));
+  expectOnlyError(parse(policy("740000000008bps")), 18, 16, "tenants[1].guarantee",
+                  "more than the 780Gbps it admits");
 }
 
 TEST(PolicyFile, ServiceLevelAndDscpSharing) {
