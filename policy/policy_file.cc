@@ -409,105 +409,103 @@ std::string percentText(double p) {
   return std::string(buf, ec == std::errc() ? end : buf) + "%";
 }
 
-// The semantic rules. Fields in index.invalid failed to parse and are skipped.
-void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& errors) {
-  auto err = [&](const std::string& path, std::string reason) {
-    errors.add(index.find(path), path, std::move(reason));
-  };
-  auto at = [](std::string_view list, size_t i, std::string_view f = {}) {
-    std::string s = std::string(list) + "[" + std::to_string(i) + "]";
-    if (!f.empty()) s += "." + std::string(f);
-    return s;
-  };
-  auto where = [&](std::string_view list, size_t i) {
-    std::string s = at(list, i);
-    Pos ps = index.find(s);
-    if (ps.line > 0) s += ", line " + std::to_string(ps.line);
-    return s;
-  };
+// The semantic rules, in four groups: links, each tenant's own fields, class sharing (SL, DSCP,
+// traffic classes) and admission. Fields in index.invalid failed to parse and are skipped.
+// Errors are sorted by position afterwards; the order here only matters between errors at the
+// same position (validatePolicy, which has none): per tenant, its fields, then admission, then
+// class sharing.
+class SpecValidator {
+ public:
+  SpecValidator(const PolicySpec& p, const FieldIndex& index, ErrorList& errors)
+      : p_(p), index_(index), errors_(errors) {}
 
-  std::map<std::string, size_t, std::less<>> links;
-  bool all_link_names_known = true;  // else "unknown link" could be a consequence, not a cause
-  for (size_t i = 0; i < p.links.size(); ++i) {
-    if (!index.usable(at("links", i, "name"))) all_link_names_known = false;
-    const LinkSpec& l = p.links[i];
-    if (index.usable(at("links", i, "name"))) {
-      if (!isDns1123Label(l.name)) {
-        err(at("links", i, "name"), quote(l.name) + " is not a DNS-1123 label");
-      } else if (auto [it, fresh] = links.emplace(l.name, i); !fresh) {
-        err(at("links", i, "name"),
-            "duplicate link name " + quote(l.name) + " (also " + where("links", it->second) + ")");
-      }
-    }
-    if (index.usable(at("links", i, "capacity")) && l.capacity_bytes_per_second == 0) {
-      err(at("links", i, "capacity"), "must be greater than 0");
-    }
-    if (index.usable(at("links", i, "headroom")) &&
-        !(l.headroom_percent >= 0 && l.headroom_percent < 100)) {
-      err(at("links", i, "headroom"),
-          "must be at least 0% and less than 100%, got " + percentText(l.headroom_percent));
+  void run() {
+    checkLinks();
+    for (size_t j = 0; j < p_.tenants.size(); ++j) {
+      const LinkSpec* link = checkTenant(j);
+      checkAdmission(j, link);
+      checkClassSharing(j);
     }
   }
 
+ private:
   struct ClassUse {
     size_t first = SIZE_MAX;            // first tenant using the value
     size_t first_exclusive = SIZE_MAX;  // first tenant using it without shareClass
   };
-  std::map<uint32_t, ClassUse> sl_use, dscp_use;
-  std::map<int32_t, size_t> tc_owner;
-  std::map<std::string, size_t, std::less<>> names;
-  std::map<std::string, unsigned __int128, std::less<>> guarantee_sum;
-  std::set<std::string, std::less<>> over_admitted;
 
-  auto checkShared = [&](std::map<uint32_t, ClassUse>& use, uint32_t value, size_t j,
-                         std::string_view field, std::string_view what) {
-    const TenantSpec& t = p.tenants[j];
-    const std::string path = at("tenants", j, field);
-    const bool share_ok = index.usable(at("tenants", j, "shareClass"));
-    ClassUse& u = use[value];
-    size_t other = SIZE_MAX;
-    if (u.first != SIZE_MAX) other = (t.share_class && share_ok) ? u.first_exclusive : u.first;
-    if (other != SIZE_MAX) {
-      err(path, std::string(what) + " " + std::to_string(value) + " is also used by tenant " +
-                    quote(p.tenants[other].name) + " (" + where("tenants", other) +
-                    "); tenants may share it only if both set shareClass: true");
+  void err(const std::string& path, std::string reason) {
+    errors_.add(index_.find(path), path, std::move(reason));
+  }
+  static std::string at(std::string_view list, size_t i, std::string_view f = {}) {
+    std::string s = std::string(list) + "[" + std::to_string(i) + "]";
+    if (!f.empty()) s += "." + std::string(f);
+    return s;
+  }
+  std::string where(std::string_view list, size_t i) const {
+    std::string s = at(list, i);
+    Pos ps = index_.find(s);
+    if (ps.line > 0) s += ", line " + std::to_string(ps.line);
+    return s;
+  }
+
+  void checkLinks() {
+    for (size_t i = 0; i < p_.links.size(); ++i) {
+      if (!index_.usable(at("links", i, "name"))) all_link_names_known_ = false;
+      const LinkSpec& l = p_.links[i];
+      if (index_.usable(at("links", i, "name"))) {
+        if (!isDns1123Label(l.name)) {
+          err(at("links", i, "name"), quote(l.name) + " is not a DNS-1123 label");
+        } else if (auto [it, fresh] = links_.emplace(l.name, i); !fresh) {
+          err(at("links", i, "name"), "duplicate link name " + quote(l.name) + " (also " +
+                                          where("links", it->second) + ")");
+        }
+      }
+      if (index_.usable(at("links", i, "capacity")) && l.capacity_bytes_per_second == 0) {
+        err(at("links", i, "capacity"), "must be greater than 0");
+      }
+      if (index_.usable(at("links", i, "headroom")) &&
+          !(l.headroom_percent >= 0 && l.headroom_percent < 100)) {
+        err(at("links", i, "headroom"),
+            "must be at least 0% and less than 100%, got " + percentText(l.headroom_percent));
+      }
     }
-    if (u.first == SIZE_MAX) u.first = j;
-    if (u.first_exclusive == SIZE_MAX && !(t.share_class && share_ok)) u.first_exclusive = j;
-  };
+  }
 
-  for (size_t j = 0; j < p.tenants.size(); ++j) {
-    const TenantSpec& t = p.tenants[j];
+  // Name, link, limit and weight of tenant j. Returns its link when that link's numbers are
+  // valid (else the checks that need them are skipped: the link's errors are reported there).
+  const LinkSpec* checkTenant(size_t j) {
+    const TenantSpec& t = p_.tenants[j];
     auto f = [&](std::string_view field) { return at("tenants", j, field); };
-    if (index.usable(f("name"))) {
+    if (index_.usable(f("name"))) {
       if (!isDns1123Label(t.name)) {
         err(f("name"), quote(t.name) + " is not a DNS-1123 label");
-      } else if (auto [it, fresh] = names.emplace(t.name, j); !fresh) {
+      } else if (auto [it, fresh] = tenant_names_.emplace(t.name, j); !fresh) {
         err(f("name"), "duplicate tenant name " + quote(t.name) + " (also " +
                            where("tenants", it->second) + ")");
       }
     }
     const LinkSpec* link = nullptr;
-    if (index.usable(f("link"))) {
-      auto it = links.find(t.link);
-      if (it == links.end() && all_link_names_known) {
+    if (index_.usable(f("link"))) {
+      auto it = links_.find(t.link);
+      if (it == links_.end() && all_link_names_known_) {
         std::string known;
-        for (const auto& [name, i] : links) known += (known.empty() ? "" : ", ") + name;
+        for (const auto& [name, i] : links_) known += (known.empty() ? "" : ", ") + name;
         err(f("link"),
             "unknown link " + quote(t.link) +
                 (known.empty() ? " (no links are defined)" : " (defined: " + known + ")"));
-      } else if (it != links.end()) {
-        link = &p.links[it->second];
-        if (!index.usable(at("links", it->second, "capacity")) ||
-            !index.usable(at("links", it->second, "headroom")) ||
+      } else if (it != links_.end()) {
+        link = &p_.links[it->second];
+        if (!index_.usable(at("links", it->second, "capacity")) ||
+            !index_.usable(at("links", it->second, "headroom")) ||
             link->capacity_bytes_per_second == 0 ||
             !(link->headroom_percent >= 0 && link->headroom_percent < 100)) {
-          link = nullptr;  // its numbers are wrong (reported there): skip the checks that need them
+          link = nullptr;
         }
       }
     }
-    const bool g_ok = index.usable(f("guarantee"));
-    const bool l_ok = index.usable(f("limit"));
+    const bool g_ok = index_.usable(f("guarantee"));
+    const bool l_ok = index_.usable(f("limit"));
     if (l_ok && t.limit_bytes_per_second == 0) err(f("limit"), "must be greater than 0");
     if (g_ok && l_ok && t.limit_bytes_per_second < t.guarantee_bytes_per_second) {
       err(f("limit"), "must be >= guarantee (limit " + formatRate(t.limit_bytes_per_second) +
@@ -518,67 +516,115 @@ void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& error
                           quote(link->name) + " (" + formatRate(link->capacity_bytes_per_second) +
                           ")");
     }
-    if (link != nullptr && g_ok && !over_admitted.count(link->name)) {
-      unsigned __int128& sum = guarantee_sum[link->name];
-      sum += t.guarantee_bytes_per_second;
-      if (sum > allocatableCapacity(*link)) {
-        over_admitted.insert(link->name);
-        unsigned __int128 total = 0;
-        for (const TenantSpec& o : p.tenants) {
-          if (o.link == link->name) total += o.guarantee_bytes_per_second;
-        }
-        std::string total_text = total > std::numeric_limits<uint64_t>::max()
-                                     ? std::string("more than 2^64 B/s")
-                                     : formatRate(static_cast<uint64_t>(total));
-        err(f("guarantee"),
-            "admission: guarantees on link " + quote(link->name) + " add up to " + total_text +
-                ", more than the " +
-                formatRate(allocatableCapacity(*link)) +
-                " it admits (capacity " + formatRate(link->capacity_bytes_per_second) + " minus " +
-                percentText(link->headroom_percent) + " headroom); the sum first exceeds it here");
-      }
-    }
-    if (index.usable(f("weight")) && (t.weight < 1 || t.weight > kMaxWeight)) {
+    if (index_.usable(f("weight")) && (t.weight < 1 || t.weight > kMaxWeight)) {
       err(f("weight"), rangeReason(1, kMaxWeight, std::to_string(t.weight)));
     }
-    if (index.usable(f("serviceLevel"))) {
+    return link;
+  }
+
+  // Per link: the running sum of guarantees must stay within allocatableCapacity(); reported
+  // once per link, at the tenant where the sum first exceeds it.
+  void checkAdmission(size_t j, const LinkSpec* link) {
+    const TenantSpec& t = p_.tenants[j];
+    if (link == nullptr || !index_.usable(at("tenants", j, "guarantee")) ||
+        over_admitted_.count(link->name)) {
+      return;
+    }
+    unsigned __int128& sum = guarantee_sum_[link->name];
+    sum += t.guarantee_bytes_per_second;
+    const uint64_t allocatable = allocatableCapacity(*link);
+    if (sum <= allocatable) return;
+    over_admitted_.insert(link->name);
+    unsigned __int128 total = 0;
+    for (const TenantSpec& o : p_.tenants) {
+      if (o.link == link->name) total += o.guarantee_bytes_per_second;
+    }
+    std::string total_text = total > std::numeric_limits<uint64_t>::max()
+                                 ? std::string("more than 2^64 B/s")
+                                 : formatRate(static_cast<uint64_t>(total));
+    err(at("tenants", j, "guarantee"),
+        "admission: guarantees on link " + quote(link->name) + " add up to " + total_text +
+            ", more than the " + formatRate(allocatable) + " it admits (capacity " +
+            formatRate(link->capacity_bytes_per_second) + " minus " +
+            percentText(link->headroom_percent) + " headroom); the sum first exceeds it here");
+  }
+
+  // serviceLevel and dscp: ranges, and sharing only between tenants that both set
+  // shareClass; trafficClasses: each value maps to one tenant.
+  void checkClassSharing(size_t j) {
+    const TenantSpec& t = p_.tenants[j];
+    auto f = [&](std::string_view field) { return at("tenants", j, field); };
+    if (index_.usable(f("serviceLevel"))) {
       if (t.service_level > kMaxServiceLevel) {
         err(f("serviceLevel"), rangeReason(0, kMaxServiceLevel, std::to_string(t.service_level)));
       } else {
-        checkShared(sl_use, t.service_level, j, "serviceLevel", "serviceLevel");
+        checkShared(sl_use_, t.service_level, j, "serviceLevel");
       }
     }
-    if (index.usable(f("dscp"))) {
+    if (index_.usable(f("dscp"))) {
       if (t.dscp > kMaxDscp) {
         err(f("dscp"), rangeReason(0, kMaxDscp, std::to_string(t.dscp)));
       } else {
-        checkShared(dscp_use, t.dscp, j, "dscp", "dscp");
+        checkShared(dscp_use_, t.dscp, j, "dscp");
       }
     }
-    if (index.usable(f("trafficClasses"))) {
-      if (t.traffic_classes.size() > kMaxTrafficClasses) {
-        err(f("trafficClasses"), "too many items: " + std::to_string(t.traffic_classes.size()) +
-                                     " (at most " + std::to_string(kMaxTrafficClasses) + ")");
+    if (!index_.usable(f("trafficClasses"))) return;
+    if (t.traffic_classes.size() > kMaxTrafficClasses) {
+      err(f("trafficClasses"), "too many items: " + std::to_string(t.traffic_classes.size()) +
+                                   " (at most " + std::to_string(kMaxTrafficClasses) + ")");
+    }
+    for (size_t k = 0; k < t.traffic_classes.size(); ++k) {
+      const std::string path = f("trafficClasses") + "[" + std::to_string(k) + "]";
+      if (!index_.usable(path)) continue;
+      int32_t tc = t.traffic_classes[k];
+      if (tc < 0) {
+        err(path, rangeReason(0, std::numeric_limits<int32_t>::max(), std::to_string(tc)));
+        continue;
       }
-      for (size_t k = 0; k < t.traffic_classes.size(); ++k) {
-        const std::string path = f("trafficClasses") + "[" + std::to_string(k) + "]";
-        if (!index.usable(path)) continue;
-        int32_t tc = t.traffic_classes[k];
-        if (tc < 0) {
-          err(path, rangeReason(0, std::numeric_limits<int32_t>::max(), std::to_string(tc)));
-          continue;
-        }
-        auto [it, fresh] = tc_owner.emplace(tc, j);
-        if (!fresh) {
-          err(path, it->second == j
-                        ? "trafficClass " + std::to_string(tc) + " is listed twice"
-                        : "trafficClass " + std::to_string(tc) + " already maps to tenant " +
-                              quote(p.tenants[it->second].name) + " (" +
-                              where("tenants", it->second) + "); a value must mean one tenant");
-        }
+      auto [it, fresh] = tc_owner_.emplace(tc, j);
+      if (!fresh) {
+        err(path, it->second == j
+                      ? "trafficClass " + std::to_string(tc) + " is listed twice"
+                      : "trafficClass " + std::to_string(tc) + " already maps to tenant " +
+                            quote(p_.tenants[it->second].name) + " (" +
+                            where("tenants", it->second) + "); a value must mean one tenant");
       }
     }
   }
+
+  // `field` of tenant j uses `value`: an error if an earlier tenant uses it too, unless both
+  // set shareClass.
+  void checkShared(std::map<uint32_t, ClassUse>& use, uint32_t value, size_t j,
+                   std::string_view field) {
+    const TenantSpec& t = p_.tenants[j];
+    const std::string path = at("tenants", j, field);
+    const bool shares = t.share_class && index_.usable(at("tenants", j, "shareClass"));
+    ClassUse& u = use[value];
+    size_t other = SIZE_MAX;
+    if (u.first != SIZE_MAX) other = shares ? u.first_exclusive : u.first;
+    if (other != SIZE_MAX) {
+      err(path, std::string(field) + " " + std::to_string(value) + " is also used by tenant " +
+                    quote(p_.tenants[other].name) + " (" + where("tenants", other) +
+                    "); tenants may share it only if both set shareClass: true");
+    }
+    if (u.first == SIZE_MAX) u.first = j;
+    if (u.first_exclusive == SIZE_MAX && !shares) u.first_exclusive = j;
+  }
+
+  const PolicySpec& p_;
+  const FieldIndex& index_;
+  ErrorList& errors_;
+  std::map<std::string, size_t, std::less<>> links_;  // name -> index in p_.links
+  bool all_link_names_known_ = true;  // else "unknown link" could be a consequence, not a cause
+  std::map<std::string, size_t, std::less<>> tenant_names_;
+  std::map<std::string, unsigned __int128, std::less<>> guarantee_sum_;
+  std::set<std::string, std::less<>> over_admitted_;
+  std::map<uint32_t, ClassUse> sl_use_, dscp_use_;
+  std::map<int32_t, size_t> tc_owner_;
+};
+
+void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& errors) {
+  SpecValidator(p, index, errors).run();
 }
 
 // Marks the trafficClasses entries that failed to parse (stored as -1 placeholders) invalid.
