@@ -158,12 +158,15 @@ Verbs::~Verbs() {
 
 Result<const Verbs*> sharedVerbs(std::string_view library) {
   static std::once_flag once;
-  static std::unique_ptr<Verbs> instance;
+  // Never destroyed, so libibverbs is never dlclose'd: as a static unique_ptr it was unloaded
+  // by this library's static destructors (dlclose of the NCCL plugin, or exit) while providers
+  // stayed registered and verbs objects of other users of it could still exist.
+  static const Verbs* instance = nullptr;
   static Status load_error;
   std::call_once(once, [&] {
     auto r = Verbs::load(library);
     if (r.ok()) {
-      instance = std::move(*r);
+      instance = r->release();
     } else {
       load_error = r.status();
     }
@@ -173,7 +176,7 @@ Result<const Verbs*> sharedVerbs(std::string_view library) {
     return failedPrecondition("libibverbs already loaded from " + instance->library() +
                               ", cannot switch to " + std::string(library));
   }
-  return static_cast<const Verbs*>(instance.get());
+  return instance;
 }
 
 // --- devices ----------------------------------------------------------------------------------

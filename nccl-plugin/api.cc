@@ -1,12 +1,24 @@
 #include "nccl-plugin/api.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 
+#include "nccl-plugin/nccl_log.h"
 #include "nccl-plugin/plugin.h"
 
 namespace tq::plugin::api {
 namespace {
 
+// The plugin's lifetime. The first init makes it; it ends, with every thread and device of its
+// transport, when the last context is finalized and the last comm closed (whichever comes
+// last), so that after NCCL's last finalize nothing of the plugin runs and NCCL may dlclose it;
+// a later init makes a new one. v9/v10 have no finalize: their process context ends when the
+// library is unloaded or the process exits (unloadHook), provided no comm is open then (a
+// comm NCCL still holds may still be in use by one of its threads: that plugin is left alone).
+// g_life_mu orders init, finalize, the check after a close and the unload hook; the entry
+// points on the data path only load g_plugin (NCCL calls nothing of a plugin it has finalized).
+std::mutex g_life_mu;  // trivially destructible: safe to lock from the unload hook
 std::atomic<Plugin*> g_plugin{nullptr};
 std::atomic<NetContext*> g_process_ctx{nullptr};  // v9/v10: one context per process
 
@@ -16,10 +28,50 @@ Result<Plugin*> plugin() {
   return p;
 }
 
-Status initPlugin(ncclDebugLogger_t logger) {
-  TQ_ASSIGN_OR_RETURN(Plugin * p, Plugin::instance(logger));
+void endPluginLocked() {
+  Plugin* p = g_plugin.exchange(nullptr, std::memory_order_acq_rel);
+  if (NetContext* c = g_process_ctx.exchange(nullptr, std::memory_order_acq_rel)) {
+    (void)p->finalize(c);
+  }
+  delete p;  // joins the transport's threads (ib: the devices' async-event threads)
+}
+
+// Registered with atexit() from inside the shared object: glibc's atexit is
+// __cxa_atexit(fn, NULL, __dso_handle), so it runs at dlclose of this library as well as at
+// exit, and (registered after the first plugin was made) before the destructors of the statics
+// that plugin uses. NCCL's logger is dropped first: at exit NCCL may be half torn down.
+void unloadHook() {
+  std::lock_guard<std::mutex> lock(g_life_mu);
+  Plugin* p = g_plugin.load(std::memory_order_acquire);
+  if (p == nullptr || p->liveComms() != 0) return;
+  installNcclLogger(nullptr);
+  endPluginLocked();
+}
+
+// g_life_mu held.
+Result<Plugin*> pluginForInit(ncclDebugLogger_t logger) {
+  if (logger != nullptr) installNcclLogger(logger);
+  if (Plugin* p = g_plugin.load(std::memory_order_acquire)) return p;
+  TQ_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> made, Plugin::fromEnvironment());
+  static bool hooked = false;
+  if (!hooked) {
+    if (std::atexit(unloadHook) != 0) {
+      return internalError("init: cannot register the plugin's unload hook (atexit)");
+    }
+    hooked = true;
+  }
+  Plugin* p = made.release();
   g_plugin.store(p, std::memory_order_release);
-  return okStatus();
+  return p;
+}
+
+// After a finalize or a close: the last one ends the plugin.
+void endPluginIfIdle() {
+  std::lock_guard<std::mutex> lock(g_life_mu);
+  Plugin* p = g_plugin.load(std::memory_order_acquire);
+  if (p == nullptr || !p->idle()) return;
+  TQ_LOG(kDebug, "last context finalized and last comm closed: the plugin's transport is stopped");
+  endPluginLocked();
 }
 
 // v9/v10 listen and connect have no ctx: they use the process context made by init.
@@ -30,14 +82,21 @@ Result<NetContext*> processContext() {
 }
 
 Status initProcessContext(ncclDebugLogger_t logger) {
-  TQ_RETURN_IF_ERROR(initPlugin(logger));
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(g_life_mu);
+  TQ_ASSIGN_OR_RETURN(Plugin * p, pluginForInit(logger));
   if (g_process_ctx.load(std::memory_order_acquire) != nullptr) return okStatus();
-  TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
   TQ_ASSIGN_OR_RETURN(NetContext * c, p->newContext(0, NCCL_NET_TRAFFIC_CLASS_UNDEF));
   g_process_ctx.store(c, std::memory_order_release);
   return okStatus();
+}
+
+// A close, then the lifetime check.
+template <typename F>
+Status closeThenMaybeEnd(F&& close) {
+  TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
+  Status s = close(p);
+  if (s.ok()) endPluginIfIdle();
+  return s;
 }
 
 // Copies the version-neutral properties into any ABI version's struct.
@@ -140,22 +199,19 @@ ncclResult_t test(void* request, int* done, int* sizes) {
 
 ncclResult_t closeSend(void* send_comm) {
   return firewall("closeSend", [&] {
-    TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
-    return p->closeSend(send_comm);
+    return closeThenMaybeEnd([&](Plugin* p) { return p->closeSend(send_comm); });
   });
 }
 
 ncclResult_t closeRecv(void* recv_comm) {
   return firewall("closeRecv", [&] {
-    TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
-    return p->closeRecv(recv_comm);
+    return closeThenMaybeEnd([&](Plugin* p) { return p->closeRecv(recv_comm); });
   });
 }
 
 ncclResult_t closeListen(void* listen_comm) {
   return firewall("closeListen", [&] {
-    TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
-    return p->closeListen(listen_comm);
+    return closeThenMaybeEnd([&](Plugin* p) { return p->closeListen(listen_comm); });
   });
 }
 
@@ -166,8 +222,8 @@ ncclResult_t initV11(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t* conf
   return firewall("init", [&]() -> Status {
     if (ctx == nullptr) return invalidArgument("init: ctx is NULL");
     *ctx = nullptr;
-    TQ_RETURN_IF_ERROR(initPlugin(logger));
-    TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
+    std::lock_guard<std::mutex> lock(g_life_mu);
+    TQ_ASSIGN_OR_RETURN(Plugin * p, pluginForInit(logger));
     // `config` points at NCCL's stack temporary: copy what we need now.
     const int tc = config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
     TQ_ASSIGN_OR_RETURN(NetContext * c, p->newContext(comm_id, tc));
@@ -213,8 +269,13 @@ ncclResult_t connectV11(void* ctx, int dev, void* handle, void** send_comm,
 
 ncclResult_t finalizeV11(void* ctx) {
   return firewall("finalize", [&] {
+    // NCCL 2.28.9 calls finalize with the NULL context a failed init gave it back (2.30 no
+    // longer does): nothing was made, so there is nothing to finalize and nothing to warn about.
+    if (ctx == nullptr) return okStatus();
     TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
-    return p->finalize(ctx);
+    TQ_RETURN_IF_ERROR(p->finalize(ctx));
+    endPluginIfIdle();
+    return okStatus();
   });
 }
 

@@ -6,8 +6,9 @@
 // before it is followed: a stale, copied or garbage handle is never dereferenced, it simply
 // starts a new attempt (whose parse of the public part then decides).
 //
-// `kGuard` tells the transports' states apart (a socket handle's state is never taken for an ib
-// one). Thread-safety: the registry is locked; one state is driven by one caller at a time (NCCL
+// `State::owner` names the transport that made it (eraseOwnedBy). `kGuard` tells the
+// transports' states apart (a socket handle's state is never taken for an ib one).
+// Thread-safety: the registry is locked; one state is driven by one caller at a time (NCCL
 // connects a comm from one thread).
 #pragma once
 
@@ -54,6 +55,20 @@ class HandleStates {
     }
     std::memset(handle + kHandlePrivateOffset, 0, kHandleBytes - kHandlePrivateOffset);
     delete st;
+  }
+  // Deletes every live state whose `owner` is `owner` (a transport being destroyed: attempts
+  // NCCL abandoned must not keep its devices, QPs or sockets alive). The handles that still
+  // point at them no longer find them: a later connect starts afresh.
+  static void eraseOwnedBy(const void* owner) {
+    std::lock_guard<std::mutex> lock(mu());
+    for (auto it = live().begin(); it != live().end();) {
+      if ((*it)->owner == owner) {
+        delete *it;
+        it = live().erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 
  private:

@@ -5,7 +5,6 @@
 
 #include "common/tenant_shm.h"
 #include "nccl-plugin/ib/ib_transport.h"
-#include "nccl-plugin/nccl_log.h"
 #include "nccl-plugin/socket/socket_transport.h"
 
 namespace tq::plugin {
@@ -145,30 +144,24 @@ Result<std::unique_ptr<Plugin>> Plugin::create(const PluginParams& params, Clock
   return std::make_unique<Plugin>(params, std::move(transport), clock);
 }
 
-Result<Plugin*> Plugin::instance(ncclDebugLogger_t logger) {
-  if (logger != nullptr) installNcclLogger(logger);
-  static std::mutex mu;
-  static Plugin* the = nullptr;  // never destroyed: comms and their threads may outlive main()
-  std::lock_guard<std::mutex> lock(mu);
-  if (the != nullptr) return the;
+Result<std::unique_ptr<Plugin>> Plugin::fromEnvironment() {
   const EnvLookup env = processEnv();
   TQ_ASSIGN_OR_RETURN(PluginParams params, loadParams(env));
   if (auto level = parseLogLevel(params.log_level); level.ok()) setLogLevel(*level);
   std::string why;
   TQ_ASSIGN_OR_RETURN(auto p, create(params, realClock(), &why));
-  the = p.release();
   std::string devs;
-  for (int d = 0; d < the->transport().deviceCount(); ++d) {
+  for (int d = 0; d < p->transport().deviceCount(); ++d) {
     DeviceProperties props;
-    if (the->transport().properties(d, &props).ok()) {
+    if (p->transport().properties(d, &props).ok()) {
       devs += (devs.empty() ? "" : ", ") + std::to_string(d) + ":" + props.name;
     }
   }
   const std::string settings = describeNonDefault(env);
   TQ_LOG(kInfo, "%s plugin: transport %s (%s), devices [%s]%s%s", kPluginName,
-         the->transport().name(), why.c_str(), devs.c_str(), settings.empty() ? "" : ", settings: ",
+         p->transport().name(), why.c_str(), devs.c_str(), settings.empty() ? "" : ", settings: ",
          settings.c_str());
-  return the;
+  return p;
 }
 
 Result<NetContext*> Plugin::newContext(uint64_t comm_id, int traffic_class) {
@@ -176,6 +169,7 @@ Result<NetContext*> Plugin::newContext(uint64_t comm_id, int traffic_class) {
   ctx->comm_id = comm_id;
   ctx->traffic_class = traffic_class;
   ctx->tenant = tenants_.forTrafficClass(traffic_class, &ctx->source);
+  contexts_.fetch_add(1);
   return ctx.release();
 }
 
@@ -183,6 +177,7 @@ Status Plugin::finalize(void* ctx) {
   TQ_ASSIGN_OR_RETURN(NetContext * c, contextOf(ctx));
   c->magic = 0;
   delete c;
+  contexts_.fetch_sub(1);
   return okStatus();
 }
 
@@ -203,6 +198,7 @@ Status Plugin::listen(void* ctx, int dev, void* handle, void** listen_comm) {
   obj->source = c->source;
   TQ_RETURN_IF_ERROR(transport_->listen(dev, c->tenant->qos(), handle, &obj->comm));
   *listen_comm = obj.release();
+  comms_.fetch_add(1);
   return okStatus();
 }
 
@@ -219,6 +215,7 @@ Status Plugin::connect(void* ctx, int traffic_class, int dev, void* handle, void
   obj->comm = std::move(comm);
   if (obj->comm->pacesInChunks()) obj->comm->setAdmission(&obj->admission);
   *send_comm = obj.release();
+  comms_.fetch_add(1);
   return okStatus();
 }
 
@@ -240,6 +237,7 @@ Status Plugin::accept(void* listen_comm, void** recv_comm) {
   }
   obj->comm = std::move(comm);
   *recv_comm = obj.release();
+  comms_.fetch_add(1);
   return okStatus();
 }
 
@@ -379,6 +377,7 @@ Status Plugin::closeSend(void* send_comm) {
   s->tenant->release(&s->pace);
   s->tenant->onSendFinished(&s->pace, s->pace.in_flight.load(std::memory_order_relaxed));
   delete s;
+  comms_.fetch_sub(1);
   return okStatus();
 }
 
@@ -386,6 +385,7 @@ Status Plugin::closeRecv(void* recv_comm) {
   TQ_ASSIGN_OR_RETURN(RecvObj * r, (objectOf<RecvObj, kRecvMagic>(recv_comm, "receive comm")));
   r->magic = 0;
   delete r;
+  comms_.fetch_sub(1);
   return okStatus();
 }
 
@@ -393,6 +393,7 @@ Status Plugin::closeListen(void* listen_comm) {
   TQ_ASSIGN_OR_RETURN(ListenObj * l, (objectOf<ListenObj, kListenMagic>(listen_comm, "listen comm")));
   l->magic = 0;
   delete l;
+  comms_.fetch_sub(1);
   return okStatus();
 }
 

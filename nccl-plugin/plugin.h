@@ -15,6 +15,7 @@
 // and the pacers (lock-free on the hot path).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -69,9 +70,10 @@ struct NetContext {
 
 class Plugin {
  public:
-  // The process-wide instance, created by the first call (later calls only update the logger).
-  // Fails, naming the variable, when a parameter is invalid or no device is usable.
-  static Result<Plugin*> instance(ncclDebugLogger_t logger);
+  // The plugin NCCL gets: parameters from the environment, the real clock; logs the transport
+  // chosen. Fails, naming the variable, when a parameter is invalid or no device is usable.
+  // Its lifetime (one per process at a time, ended by the last finalize) is api.cc's.
+  static Result<std::unique_ptr<Plugin>> fromEnvironment();
 
   // For tests: a plugin over an explicit transport, parameters and clock.
   Plugin(PluginParams params, std::unique_ptr<Transport> transport, Clock& clock,
@@ -86,6 +88,10 @@ class Plugin {
 
   Result<NetContext*> newContext(uint64_t comm_id, int traffic_class);
   Status finalize(void* ctx);
+  // No context and no listen/send/recv comm is alive: destroying the plugin now stops all of
+  // its threads and frees its devices, and nothing NCCL holds points into it any more.
+  bool idle() const { return contexts_.load() == 0 && comms_.load() == 0; }
+  int liveComms() const { return comms_.load(); }
 
   Status devices(int* ndev);
   Status properties(int dev, DeviceProperties* out);
@@ -117,6 +123,8 @@ class Plugin {
   Clock& clock_;
   std::unique_ptr<Transport> transport_;
   TenantRegistry tenants_;
+  std::atomic<int> contexts_{0};  // contexts made and not finalized
+  std::atomic<int> comms_{0};     // listen/send/recv comms handed to NCCL and not closed
 };
 
 }  // namespace tq::plugin

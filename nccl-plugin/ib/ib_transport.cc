@@ -97,6 +97,7 @@ void sendRejection(int fd, IbReplyStatus status, uint64_t conn_id, const std::st
 // ---- connect state ----------------------------------------------------------------------------
 
 struct ConnectState {
+  const Transport* owner = nullptr;  // the transport that made it (HandleStates::eraseOwnedBy)
   enum class Phase { kTcpConnect, kSendHello, kAwaitReply, kSendReady };
   IbHandle target;
   TrafficQos qos;
@@ -239,6 +240,8 @@ Result<std::unique_ptr<IbTransport>> IbTransport::create(const IbTransportConfig
   return t;
 }
 
+IbTransport::~IbTransport() { ConnectStates::eraseOwnedBy(this); }
+
 std::string IbTransport::summary() const {
   std::string s = "[";
   for (size_t i = 0; i < ports_.size(); ++i) {
@@ -313,6 +316,7 @@ Status IbTransport::connect(int dev, const TrafficQos& qos, void* handle,
   if (st == nullptr) {
     TQ_ASSIGN_OR_RETURN(IbHandle info, parseIbHandle(h, kHandleBytes));
     auto fresh = std::make_unique<ConnectState>();
+    fresh->owner = this;
     fresh->target = info;
     fresh->qos = qos;
     fresh->dev = dev;

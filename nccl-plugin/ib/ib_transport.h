@@ -51,6 +51,9 @@ class IbTransport final : public Transport {
   // TENANTQOS_IB_HCA; an interface error when no interface can carry the handshake.
   static Result<std::unique_ptr<IbTransport>> create(const IbTransportConfig& cfg, Clock& clock);
   static Result<std::unique_ptr<IbTransport>> create(const PluginParams& p, Clock& clock);
+  // Frees the connect attempts NCCL abandoned; the devices (and their event threads) end with
+  // the last comm still using them.
+  ~IbTransport() override;
 
   const char* name() const override { return "ib"; }
   int deviceCount() const override { return static_cast<int>(ports_.size()); }

@@ -171,6 +171,7 @@ void sendReject(int fd, AckStatus status, uint64_t conn_id, const std::string& r
 enum class ConnectPhase { kConnecting, kSendingHello, kAwaitAck };
 
 struct ConnectState {
+  const Transport* owner = nullptr;  // the transport that made it (HandleStates::eraseOwnedBy)
   struct Sock {
     Fd fd;
     bool connected = false;
@@ -206,6 +207,8 @@ SocketTransportConfig socketConfigFromParams(const PluginParams& p) {
 SocketTransport::SocketTransport(std::vector<NetInterface> devices, SocketTransportConfig cfg,
                                  Clock& clock)
     : devices_(std::move(devices)), cfg_(cfg), clock_(clock) {}
+
+SocketTransport::~SocketTransport() { ConnectStates::eraseOwnedBy(this); }
 
 Result<std::unique_ptr<SocketTransport>> SocketTransport::create(const PluginParams& p,
                                                                  Clock& clock) {
@@ -273,6 +276,7 @@ Status SocketTransport::connect(int dev, const TrafficQos& qos, void* handle,
   if (st == nullptr) {
     TQ_ASSIGN_OR_RETURN(HandleInfo info, parseHandle(h, kHandleBytes));
     st = new ConnectState();
+    st->owner = this;
     st->target = info;
     st->qos = qos;
     st->conn_id = randomU64();

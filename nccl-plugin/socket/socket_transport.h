@@ -40,6 +40,7 @@ class SocketTransport final : public Transport {
   SocketTransport(std::vector<NetInterface> devices, SocketTransportConfig cfg, Clock& clock);
   // Finds the devices (TENANTQOS_SOCKET_IFNAME / _FAMILY) and builds the transport.
   static Result<std::unique_ptr<SocketTransport>> create(const PluginParams& p, Clock& clock);
+  ~SocketTransport() override;  // frees the connect attempts NCCL abandoned
 
   const char* name() const override { return "socket"; }
   int deviceCount() const override { return static_cast<int>(devices_.size()); }

@@ -13,6 +13,7 @@
  * without a posted receive gets no request (no clear-to-send) instead of being queued. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <signal.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -39,6 +40,7 @@ static int g_ib = 0;          /* TENANTQOS_TRANSPORT=ib */
 static int g_listen_dev = 0;  /* TQ_ABI_LISTEN_DEV */
 static int g_connect_dev = 0; /* TQ_ABI_CONNECT_DEV */
 static int g_log_prefixed = 0;
+static int g_log_warnings = 0;
 
 #define FAIL(...)                                                 \
   do {                                                            \
@@ -71,6 +73,7 @@ static void stub_logger(ncclDebugLogLevel level, unsigned long flags, const char
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   g_log_lines++;
+  if (level == NCCL_LOG_WARN) g_log_warnings++;
   if (strncmp(buf, "NET/tenantqos", 13) == 0) g_log_prefixed++;
   fprintf(stderr, "  [plugin level=%d flags=0x%lx %s:%d] %s\n", (int)level, flags, file, line, buf);
 }
@@ -411,6 +414,29 @@ static void case_inflight32(void) {
   NCCLCHECK(g_net->finalize(ctx));
 }
 
+/* Posts n receives and n sends of sz bytes (registered here, never deregistered: close frees
+ * them) and tests none: n x 64 MiB cannot fit in socket buffers (nor cross rxe this fast), so
+ * the requests are still in flight when the caller closes the comms (NCCL's abort path). */
+static void post_untested(void* send, void* recv, unsigned char* sbuf, unsigned char* rbuf,
+                          size_t sz, int n) {
+  void *smr, *rmr, *req;
+  NCCLCHECK(g_net->regMr(send, sbuf, sz, NCCL_PTR_HOST, &smr));
+  NCCLCHECK(g_net->regMr(recv, rbuf, sz, NCCL_PTR_HOST, &rmr));
+  for (int k = 0; k < n; k++) {
+    void* data[1] = {rbuf};
+    size_t size[1] = {sz};
+    int tag = 0;
+    req = NULL;
+    NCCLCHECK(g_net->irecv(recv, 1, data, size, &tag, &rmr, NULL, &req));
+    req = NULL;
+    double until = now_sec() + kDeadlineSec;
+    do { /* ib: wait for the clear-to-send without testing anything */
+      NCCLCHECK(g_net->isend(send, sbuf, sz, 0, smr, NULL, &req));
+    } while (g_ib && req == NULL && now_sec() < until);
+    CHECK(req != NULL, "isend returned no request");
+  }
+}
+
 static void case_close_inflight(void) {
   void* ctx = init_ctx(-1);
   const int fds0 = count_dir("/proc/self/fd");
@@ -423,24 +449,7 @@ static void case_close_inflight(void) {
     unsigned char* sbuf = must_alloc(sz);
     unsigned char* rbuf = must_alloc(sz);
     memset(sbuf, 1, sz);
-    void *smr, *rmr, *req;
-    NCCLCHECK(g_net->regMr(send, sbuf, sz, NCCL_PTR_HOST, &smr));
-    NCCLCHECK(g_net->regMr(recv, rbuf, sz, NCCL_PTR_HOST, &rmr));
-    for (int k = 0; k < N; k++) {
-      void* data[1] = {rbuf};
-      size_t size[1] = {sz};
-      int tag = 0;
-      req = NULL;
-      NCCLCHECK(g_net->irecv(recv, 1, data, size, &tag, &rmr, NULL, &req));
-      req = NULL;
-      double until = now_sec() + kDeadlineSec;
-      do { /* ib: wait for the clear-to-send without testing anything */
-        NCCLCHECK(g_net->isend(send, sbuf, sz, 0, smr, NULL, &req));
-      } while (g_ib && req == NULL && now_sec() < until);
-      CHECK(req != NULL, "isend returned no request");
-    }
-    /* Nobody tests: 256 MiB cannot fit in socket buffers (nor cross rxe this fast), so requests
-     * are in flight. */
+    post_untested(send, recv, sbuf, rbuf, sz, N);
     double t0 = now_sec();
     if (round == 1) {
       close_all(NULL, recv, NULL); /* receiver first */
@@ -751,6 +760,104 @@ static void case_multirecv(void) {
   NCCLCHECK(g_net->finalize(ctx));
 }
 
+/* NCCL 2.28.9 calls finalize with the NULL context a failed init gave back: a quiet success,
+ * before any init and after a failed one. The plugin still initialises afterwards. */
+static void case_finalize_null(void) {
+  CHECK(g_net->finalize(NULL) == ncclSuccess, "finalize(NULL) before any init failed");
+  const char* transport = getenv("TENANTQOS_TRANSPORT");
+  char* saved = transport != NULL ? strdup(transport) : NULL;
+  setenv("TENANTQOS_TRANSPORT", "carrier-pigeon", 1);
+  void* ctx = (void*)&ctx;
+  ncclNetCommConfig_v11_t cfg = {-1};
+  CHECK(g_net->init(&ctx, 1, &cfg, stub_logger, NULL) != ncclSuccess,
+        "init with TENANTQOS_TRANSPORT=carrier-pigeon succeeded");
+  CHECK(ctx == NULL, "a failed init left a context behind");
+  const int warnings = g_log_warnings;
+  CHECK(g_net->finalize(ctx) == ncclSuccess, "finalize(NULL) after a failed init failed");
+  CHECK(g_log_warnings == warnings, "finalize(NULL) logged %d warnings",
+        g_log_warnings - warnings);
+  if (saved != NULL) {
+    setenv("TENANTQOS_TRANSPORT", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("TENANTQOS_TRANSPORT");
+  }
+  NCCLCHECK(g_net->finalize(init_ctx(-1)));
+}
+
+/* Waits (bounded) until the process runs `want` threads again: the plugin's threads are gone. */
+static void expect_threads(int want, const char* when) {
+  double deadline = now_sec() + 5;
+  while (count_dir("/proc/self/task") != want && now_sec() < deadline) usleep(10000);
+  CHECK(count_dir("/proc/self/task") == want, "%s: %d threads run, %d before the plugin was loaded",
+        when, count_dir("/proc/self/task"), want);
+}
+
+/* One NCCL lifetime of the plugin, v11: two contexts, a pair that transfers, a pair closed with
+ * requests in flight, every comm closed, every context finalized, then dlclose. */
+static void lifecycle_v11(int threads0) {
+  void* ctx_s = init_ctx(-1);
+  void* ctx_r = init_ctx(-1);
+  void *send, *recv, *listen, *send2, *recv2, *listen2;
+  connect_pair(ctx_s, ctx_r, &send, &recv, &listen);
+  NCCLCHECK(transfer(send, recv, (1u << 20) + 7, (1u << 20) + 7, 3, NULL));
+  connect_pair(ctx_s, ctx_r, &send2, &recv2, &listen2);
+  const size_t sz = 64u << 20;
+  unsigned char* sbuf = must_alloc(sz);
+  unsigned char* rbuf = must_alloc(sz);
+  memset(sbuf, 1, sz);
+  post_untested(send2, recv2, sbuf, rbuf, sz, 2);
+  close_all(send2, recv2, listen2);
+  close_all(send, recv, listen);
+  NCCLCHECK(g_net->finalize(ctx_s));
+  NCCLCHECK(g_net->finalize(ctx_r));
+  expect_threads(threads0, "after finalize of the last context");
+  free(sbuf);
+  free(rbuf);
+  CHECK(dlclose(g_lib) == 0, "dlclose: %s", dlerror());
+  g_lib = NULL;
+  g_net = NULL;
+}
+
+/* NCCL unloads its net plugin with dlclose when the last communicator is gone, and a process
+ * may go on (a second process group): dlclose, a second dlopen and lifetime, then a v10
+ * lifetime (no finalize in that ABI: dlclose itself tears down), then exit. All of it runs in a
+ * child, so a crash at any step (a plugin thread or callback left running in unmapped code)
+ * fails the test with the signal instead of killing it obscurely. */
+static void case_lifecycle(void) {
+  pid_t child = fork();
+  CHECK(child >= 0, "fork");
+  if (child == 0) {
+    g_case = "lifecycle/child";
+    CHECK(dlclose(g_lib) == 0, "dlclose: %s", dlerror());
+    const int threads0 = count_dir("/proc/self/task");
+    for (int round = 0; round < 2; round++) {
+      load();
+      lifecycle_v11(threads0);
+      fprintf(stderr, "  v11 lifetime %d: finalized, unloaded\n", round + 1);
+    }
+    load();
+    case_v10();
+    CHECK(dlclose(g_lib) == 0, "dlclose: %s", dlerror());
+    expect_threads(threads0, "after dlclose of a v10 lifetime");
+    fprintf(stderr, "  v10 lifetime: unloaded\n");
+    exit(0); /* through exit(): atexit handlers and destructors run as in a training process */
+  }
+  int status = 0;
+  double deadline = now_sec() + 4 * kDeadlineSec;
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (now_sec() > deadline) {
+      kill(child, SIGKILL);
+      FAIL("the child did not finish within %.0f s", 4 * kDeadlineSec);
+    }
+    usleep(10000);
+  }
+  CHECK(!WIFSIGNALED(status), "the child died of signal %d (%s)", WTERMSIG(status),
+        strsignal(WTERMSIG(status)));
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child exited with %d",
+        WEXITSTATUS(status));
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s <plugin.so> <case>\n", argv[0]);
@@ -776,7 +883,8 @@ int main(int argc, char** argv) {
       {"send_larger", case_send_larger}, {"inflight32", case_inflight32},
       {"close_inflight", case_close_inflight}, {"v10", case_v10},
       {"two_process", case_two_process}, {"peer_dies", case_peer_dies},
-      {"multirecv", case_multirecv},
+      {"multirecv", case_multirecv},     {"lifecycle", case_lifecycle},
+      {"finalize_null", case_finalize_null},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(cases[i].name, argv[2]) == 0) {
