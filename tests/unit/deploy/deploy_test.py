@@ -916,6 +916,10 @@ class PluginCompatTest(unittest.TestCase):
         self.assertIsNotNone(m, "docs/deploy.md must say `glibc >= X.Y`")
         self.assertGreaterEqual(tuple(int(x) for x in m.group(1).split(".")), glibc,
                                 f"the plugin needs GLIBC_{'.'.join(map(str, glibc))}")
+        if glibcxx is None:  # libstdc++ linked in statically
+            self.assertIn("needs no GLIBCXX_ version", doc.replace("\n", " "),
+                          "docs/deploy.md must say the plugin needs no GLIBCXX_ version")
+            return
         m = re.search(r"GLIBCXX_([0-9.]+)", doc)
         self.assertIsNotNone(m, "docs/deploy.md must name the GLIBCXX_ version needed")
         self.assertGreaterEqual(tuple(int(x) for x in m.group(1).split(".")), glibcxx,
