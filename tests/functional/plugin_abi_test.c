@@ -438,9 +438,11 @@ static void post_untested(void* send, void* recv, unsigned char* sbuf, unsigned 
 }
 
 static void case_close_inflight(void) {
-  void* ctx = init_ctx(-1);
+  /* Counted before init: after the last finalize the plugin's own fds and threads (ib: the
+   * devices' contexts and event threads) are gone too. */
   const int fds0 = count_dir("/proc/self/fd");
   const int threads0 = count_dir("/proc/self/task");
+  void* ctx = init_ctx(-1);
   for (int round = 0; round < 3; round++) {
     void *send, *recv, *listen;
     connect_pair(ctx, ctx, &send, &recv, &listen);
@@ -785,17 +787,24 @@ static void case_finalize_null(void) {
   NCCLCHECK(g_net->finalize(init_ctx(-1)));
 }
 
-/* Waits (bounded) until the process runs `want` threads again: the plugin's threads are gone. */
-static void expect_threads(int want, const char* when) {
+/* Waits (bounded) until the process runs as many threads and holds as many fds as before the
+ * plugin was loaded: the plugin's threads are gone and its sockets and devices closed. */
+static void expect_released(int threads0, int fds0, const char* when) {
   double deadline = now_sec() + 5;
-  while (count_dir("/proc/self/task") != want && now_sec() < deadline) usleep(10000);
-  CHECK(count_dir("/proc/self/task") == want, "%s: %d threads run, %d before the plugin was loaded",
-        when, count_dir("/proc/self/task"), want);
+  while ((count_dir("/proc/self/task") != threads0 || count_dir("/proc/self/fd") != fds0) &&
+         now_sec() < deadline) {
+    usleep(10000);
+  }
+  CHECK(count_dir("/proc/self/task") == threads0,
+        "%s: %d threads run, %d before the plugin was loaded", when, count_dir("/proc/self/task"),
+        threads0);
+  CHECK(count_dir("/proc/self/fd") == fds0, "%s: %d fds open, %d before the plugin was loaded",
+        when, count_dir("/proc/self/fd"), fds0);
 }
 
 /* One NCCL lifetime of the plugin, v11: two contexts, a pair that transfers, a pair closed with
  * requests in flight, every comm closed, every context finalized, then dlclose. */
-static void lifecycle_v11(int threads0) {
+static void lifecycle_v11(int threads0, int fds0) {
   void* ctx_s = init_ctx(-1);
   void* ctx_r = init_ctx(-1);
   void *send, *recv, *listen, *send2, *recv2, *listen2;
@@ -811,7 +820,7 @@ static void lifecycle_v11(int threads0) {
   close_all(send, recv, listen);
   NCCLCHECK(g_net->finalize(ctx_s));
   NCCLCHECK(g_net->finalize(ctx_r));
-  expect_threads(threads0, "after finalize of the last context");
+  expect_released(threads0, fds0, "after finalize of the last context");
   free(sbuf);
   free(rbuf);
   CHECK(dlclose(g_lib) == 0, "dlclose: %s", dlerror());
@@ -831,15 +840,16 @@ static void case_lifecycle(void) {
     g_case = "lifecycle/child";
     CHECK(dlclose(g_lib) == 0, "dlclose: %s", dlerror());
     const int threads0 = count_dir("/proc/self/task");
+    const int fds0 = count_dir("/proc/self/fd");
     for (int round = 0; round < 2; round++) {
       load();
-      lifecycle_v11(threads0);
+      lifecycle_v11(threads0, fds0);
       fprintf(stderr, "  v11 lifetime %d: finalized, unloaded\n", round + 1);
     }
     load();
     case_v10();
     CHECK(dlclose(g_lib) == 0, "dlclose: %s", dlerror());
-    expect_threads(threads0, "after dlclose of a v10 lifetime");
+    expect_released(threads0, fds0, "after dlclose of a v10 lifetime");
     fprintf(stderr, "  v10 lifetime: unloaded\n");
     exit(0); /* through exit(): atexit handlers and destructors run as in a training process */
   }
