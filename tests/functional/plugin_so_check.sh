@@ -13,9 +13,10 @@ set -euo pipefail
 so=$1
 max_glibc=2.28
 loader='ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1'
-allowed="^(libc\.so\.6|libm\.so\.6|libgcc_s\.so\.1|libpthread\.so\.0|libdl\.so\.2|$loader)$"
+glibc='libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|libgcc_s\.so\.1'
+allowed="^($glibc|$loader)$"
 [[ ${TQ_SANITIZE:-OFF} == ON ]] &&
-  allowed="^(libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libpthread\.so\.0|libdl\.so\.2|$loader|libasan\.so\.[0-9]+|libubsan\.so\.[0-9]+)$"
+  allowed="^($glibc|$loader|libstdc\+\+\.so\.6|libasan\.so\.[0-9]+|libubsan\.so\.[0-9]+)$"
 fail=0
 needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 echo "NEEDED: $(echo $needed)"
@@ -31,8 +32,8 @@ if [[ ${TQ_SANITIZE:-OFF} != ON ]]; then
              tr -d '()' | sort -u)
   highest_glibc=$(grep '^GLIBC_' <<<"$versions" | sed 's/^GLIBC_//' | sort -V | tail -1)
   echo "highest GLIBC_ version referenced: ${highest_glibc:-none} (limit $max_glibc)"
-  if [[ -n $highest_glibc ]] &&
-     [[ $(printf '%s\n%s\n' "$highest_glibc" "$max_glibc" | sort -V | tail -1) != "$max_glibc" ]]; then
+  newer=$(printf '%s\n%s\n' "${highest_glibc:-0}" "$max_glibc" | sort -V | tail -1)
+  if [[ $newer != "$max_glibc" ]]; then
     echo "FAIL: symbols need GLIBC_$highest_glibc (> $max_glibc):" >&2
     objdump -T "$so" | awk -v m="$max_glibc" '
       match($0, /\(GLIBC_[0-9.]+\)/) {
