@@ -91,6 +91,24 @@ Status Agent::start() {
   watcher_->start();
   reporter_ = std::make_unique<UsageReporter>(channel_, board_, config_.report_interval_ns);
   reporter_->start();
+  if (config_.qp_scan_interval_ns > 0) {
+    // The one place that says which processes are attached: today the pids the reconcile
+    // thread last published from the tenant files' slots (read every period once a policy is
+    // applied; before that, nothing is known).
+    AttachedProcessesFn attached = [this]() -> std::optional<AttachedProcesses> {
+      AgentState s = board_.snapshot();
+      if (!s.ready) return std::nullopt;
+      AttachedProcesses out;
+      for (const AttachedProcess& p : s.attached) out.emplace(p.pid, p.tenant);
+      return out;
+    };
+    qp_scanner_ = std::make_unique<UngovernedQpScanner>(
+        std::make_unique<ib::NetlinkQpSource>([] { return ib::openRdmaNetlink(1000); },
+                                              realClock()),
+        std::make_unique<ProcFsProcessTable>(), std::move(attached), &board_, realClock(),
+        config_.qp_scan_interval_ns);
+    qp_scanner_->start();
+  }
   TQ_LOG(kInfo, "tenantqos-agent started: node %s, %zu device(s), tc-mode %s, period %lld ms",
          config_.node.c_str(), config_.devices.size(),
          std::string(tcModeName(config_.tc_mode)).c_str(),
@@ -103,6 +121,7 @@ void Agent::stop() {
   stopped_ = true;
   if (watcher_) watcher_->stop();
   if (reporter_) reporter_->stop();
+  if (qp_scanner_) qp_scanner_->stop();
   if (loop_) loop_->stop();
   http_.reset();
   TQ_LOG(kInfo, "tenantqos-agent stopped; tc trees and shm files left in place (fail-static)");

@@ -3,8 +3,8 @@
 // handles signals and calls this.
 //
 // Threads: tq-reconcile (owns all enforcement state), tq-watch (gRPC stream, persists
-// snapshots), tq-report (ReportUsage), civetweb workers (/metrics, /healthz, /readyz, reading
-// the StateBoard only).
+// snapshots), tq-report (ReportUsage), tq-qpscan (RDMA QPs of processes not attached to the
+// agent), civetweb workers (/metrics, /healthz, /readyz, reading the StateBoard only).
 #pragma once
 
 #include <memory>
@@ -17,6 +17,7 @@
 #include "agent/reconciler.h"
 #include "agent/snapshot_store.h"
 #include "agent/tc_applier.h"
+#include "agent/ungoverned_qps.h"
 #include "agent/usage_reporter.h"
 
 namespace tq::agent {
@@ -47,6 +48,7 @@ class Agent {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<PolicyWatcher> watcher_;
   std::unique_ptr<UsageReporter> reporter_;
+  std::unique_ptr<UngovernedQpScanner> qp_scanner_;
   bool stopped_ = false;
 };
 

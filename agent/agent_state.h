@@ -45,6 +45,35 @@ struct RdmaPortStat {
   friend bool operator==(const RdmaPortStat&, const RdmaPortStat&) = default;
 };
 
+// A process attached to the agent (holding a slot in its tenant's shm file), by pid in the agent's
+// pid namespace. What the ungoverned-QP scan (agent/ungoverned_qps.h) checks QP owners against.
+struct AttachedProcess {
+  int32_t pid = 0;
+  std::string tenant;
+  friend bool operator==(const AttachedProcess&, const AttachedProcess&) = default;
+};
+
+// One process owning RDMA QPs without being attached to the agent.
+struct UngovernedOwner {
+  int32_t pid = 0;   // thread group id in the agent's pid namespace
+  std::string comm;  // its name (/proc/<pid>/comm, printable ASCII): a label, never identity
+  uint64_t qps = 0;
+  friend bool operator==(const UngovernedOwner&, const UngovernedOwner&) = default;
+};
+
+// The QPs of one RDMA device by owner, from RDMA netlink (agent/ungoverned_qps.h).
+struct RdmaQpCounts {
+  std::string device;
+  uint64_t governed = 0;    // user QPs of processes attached to the agent
+  uint64_t ungoverned = 0;  // user QPs of processes not attached
+  uint64_t kernel = 0;      // kernel QPs (ib_core's QP0/QP1, IPoIB, storage ULPs)
+  uint64_t unknown = 0;     // user QPs whose owner the agent cannot see (other pid namespace)
+  uint64_t ungoverned_owners = 0;
+  std::vector<UngovernedOwner> top;  // the owners with the most ungoverned QPs, bounded
+  uint64_t other_ungoverned = 0;     // ungoverned QPs of the owners not in `top`
+  friend bool operator==(const RdmaQpCounts&, const RdmaQpCounts&) = default;
+};
+
 // A cumulative-bucket duration histogram with fixed bounds (seconds). Value type; not
 // thread-safe (the reconcile thread observes into its own copy and publishes copies).
 class DurationHistogram {
@@ -74,6 +103,10 @@ struct AgentState {
   std::vector<TenantStatus> tenants;     // sorted by name
   std::vector<ClassStat> classes;        // refreshed about every second
   std::vector<RdmaPortStat> rdma_ports;  // refreshed about every second; by device, port
+  std::vector<AttachedProcess> attached;  // by pid
+  // Published by the QP scan thread, not the reconcile thread (StateBoard::publishRdmaQps);
+  // nullopt while RDMA netlink cannot be read (no RDMA on the node, scan disabled).
+  std::optional<std::vector<RdmaQpCounts>> rdma_qps;
   std::vector<std::string> errors;       // unresolved reconcile errors (empty when healthy)
   uint64_t reconcile_errors_total = 0;
   DurationHistogram reconcile_duration;
@@ -87,9 +120,16 @@ class StateBoard {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = std::move(state);
   }
+  // The QP scan thread's result, merged into every snapshot.
+  void publishRdmaQps(std::optional<std::vector<RdmaQpCounts>> qps) {
+    std::lock_guard<std::mutex> lock(mu_);
+    rdma_qps_ = std::move(qps);
+  }
   AgentState snapshot() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return state_;
+    AgentState s = state_;
+    s.rdma_qps = rdma_qps_;
+    return s;
   }
   void setPolicydConnected(bool connected) {
     connected_.store(connected, std::memory_order_relaxed);
@@ -99,6 +139,7 @@ class StateBoard {
  private:
   mutable std::mutex mu_;
   AgentState state_;
+  std::optional<std::vector<RdmaQpCounts>> rdma_qps_;
   std::atomic<bool> connected_{false};
 };
 

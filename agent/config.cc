@@ -82,6 +82,8 @@ memory for the NCCL plugin, work-conserving rate allocation) and exports metrics
   --log-level LEVEL         error|warn|info|debug|trace (default info)
   --period-ms N             allocation period in ms (default 10, 1..10000)
   --report-interval-ms N    usage reports to policyd every N ms (default 1000, 10..600000)
+  --qp-scan-interval-ms N   list the node's RDMA QPs every N ms for the ungoverned-QP metrics
+                            (default 5000, 100..600000; 0 = off)
   --tc-mode htb|none        htb: an HTB class per tenant (default); none: "RDMA-like", no tc at
                             all (tc cannot see RDMA): tenants are separated by plugin pacing and
                             the allocator; a tree left from htb mode is removed
@@ -169,6 +171,12 @@ Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv) {
     } else if (arg == "--report-interval-ms") {
       TQ_ASSIGN_OR_RETURN(std::string v, need());
       TQ_ASSIGN_OR_RETURN(c.report_interval_ns, parseMillis(arg, v, 10, 600'000));
+    } else if (arg == "--qp-scan-interval-ms") {
+      TQ_ASSIGN_OR_RETURN(std::string v, need());
+      TQ_ASSIGN_OR_RETURN(c.qp_scan_interval_ns, parseMillis(arg, v, 0, 600'000));
+      if (c.qp_scan_interval_ns != 0 && c.qp_scan_interval_ns < 100'000'000) {
+        return invalidArgument("--qp-scan-interval-ms: " + v + " is below 100 (0 turns it off)");
+      }
     } else if (arg == "--tc-mode") {
       TQ_ASSIGN_OR_RETURN(std::string v, need());
       if (v == "htb") {

@@ -40,6 +40,7 @@ struct AgentConfig {
   LogLevel log_level = LogLevel::kInfo;
   int64_t period_ns = 10'000'000;              // allocation period
   int64_t report_interval_ns = 1'000'000'000;  // usage reports to policyd
+  int64_t qp_scan_interval_ns = 5'000'000'000;  // RDMA QP listing (ungoverned QPs); 0 = off
   TcMode tc_mode = TcMode::kHtb;
   uint64_t burst_bytes = 256 * 1024;  // token-bucket depth published to the plugin
   bool cleanup = false;

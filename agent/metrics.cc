@@ -6,6 +6,8 @@
 #include <optional>
 #include <sstream>
 
+#include "tc/plan.h"
+
 namespace tq::agent {
 namespace {
 
@@ -164,6 +166,61 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, bool policyd_conne
                                 rf.type, *v));
     }
     if (!f.metric.empty()) out.push_back(std::move(f));
+  }
+
+  // Ungoverned traffic (docs/agent.md, "Ungoverned traffic").
+  // TCP path: what the HTB default class carried, i.e. traffic with no tenant's DSCP.
+  const std::string default_class =
+      tc::formatHandle(tc::makeHandle(tc::kRootMajor, tc::kDefaultClassMinor));
+  MetricFamily bytes = family("tenantqos_ungoverned_bytes_total",
+                              "Bytes sent outside every tenant: on the TCP path, what the HTB "
+                              "default class carried (kernel counter).",
+                              MetricType::Counter);
+  for (const ClassStat& c : s.classes) {
+    if (c.class_id != default_class) continue;
+    bytes.metric.push_back(
+        sample({{"device", c.device}, {"path", "tcp"}}, MetricType::Counter, double(c.bytes)));
+  }
+  if (!bytes.metric.empty()) out.push_back(std::move(bytes));
+  // RDMA: QPs by owner, only while RDMA netlink can be read.
+  if (s.rdma_qps) {
+    MetricFamily qps = family("tenantqos_rdma_qps",
+                              "RDMA QPs on the device by owner: governed (a process attached to "
+                              "the agent), ungoverned, kernel, unknown (owner not visible).",
+                              MetricType::Gauge);
+    MetricFamily owners = family("tenantqos_ungoverned_qp_owners",
+                                 "Processes owning RDMA QPs on the device without being attached "
+                                 "to the agent.",
+                                 MetricType::Gauge);
+    MetricFamily top = family("tenantqos_ungoverned_qps",
+                              "RDMA QPs of a process not attached to the agent: the processes "
+                              "with the most such QPs per device, the rest as pid=\"other\".",
+                              MetricType::Gauge);
+    for (const RdmaQpCounts& d : *s.rdma_qps) {
+      const std::pair<const char*, uint64_t> by_owner[] = {{"governed", d.governed},
+                                                           {"kernel", d.kernel},
+                                                           {"ungoverned", d.ungoverned},
+                                                           {"unknown", d.unknown}};
+      for (const auto& [owner, n] : by_owner) {
+        qps.metric.push_back(
+            sample({{"device", d.device}, {"owner", owner}}, MetricType::Gauge, double(n)));
+      }
+      owners.metric.push_back(
+          sample({{"device", d.device}}, MetricType::Gauge, double(d.ungoverned_owners)));
+      for (const UngovernedOwner& o : d.top) {
+        top.metric.push_back(
+            sample({{"comm", o.comm}, {"device", d.device}, {"pid", std::to_string(o.pid)}},
+                   MetricType::Gauge, double(o.qps)));
+      }
+      if (d.other_ungoverned > 0) {
+        top.metric.push_back(
+            sample({{"comm", "other"}, {"device", d.device}, {"pid", "other"}},
+                   MetricType::Gauge, double(d.other_ungoverned)));
+      }
+    }
+    for (MetricFamily* f : {&qps, &owners, &top}) {
+      if (!f->metric.empty()) out.push_back(std::move(*f));
+    }
   }
 
   auto scalar = [&](const char* name, const char* help, MetricType type, double v) {

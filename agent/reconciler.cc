@@ -388,7 +388,16 @@ AgentState Reconciler::buildState() const {
     t.limit_bytes_per_second = e.spec.limit_bytes_per_second;
     t.processes = e.usage.processes;
     s.tenants.push_back(std::move(t));
+    // Today the attached processes are the owners of the file's slots (the pid each plugin
+    // wrote, in its own pid namespace: right only for plugins in the agent's pid namespace).
+    for (const SlotUsage& slot : e.usage.slots) {
+      if (slot.owner != 0 && slot.owner <= 0x7fffffff) {
+        s.attached.push_back({static_cast<int32_t>(slot.owner), name});
+      }
+    }
   }
+  std::sort(s.attached.begin(), s.attached.end(),
+            [](const AttachedProcess& a, const AttachedProcess& b) { return a.pid < b.pid; });
   s.classes = class_stats_;
   if (rdma_) s.rdma_ports = rdma_->ports();
   s.errors = errors_;

@@ -391,6 +391,7 @@ Result<QpListing> NetlinkQpSource::listQps() {
                             return done;
                           }));
   QpListing out;
+  out.devices = devices;
   for (const RdmaDevice& dev : devices) {
     const uint32_t seq = ++seq_;
     const size_t before = out.qps.size();

@@ -126,7 +126,8 @@ class NetlinkTransport {
 Result<std::unique_ptr<NetlinkTransport>> openRdmaNetlink(int timeout_ms);
 
 struct QpListing {
-  std::vector<RdmaQp> qps;  // by device, then in the kernel's order
+  std::vector<RdmaDevice> devices;  // in the kernel's order (by index)
+  std::vector<RdmaQp> qps;          // by device, in `devices` order, then in the kernel's order
   // Devices whose QP dump failed (their QPs are missing from `qps`), one line each.
   std::vector<std::string> device_errors;
   bool truncated = false;  // more than max_qps QPs: the listing stops there

@@ -49,7 +49,8 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
                   "--report-interval-ms=250",
                   "--burst",
                   "1MiB",
-                  "--sysfs-root=/tmp/fake-sys"});
+                  "--sysfs-root=/tmp/fake-sys",
+                  "--qp-scan-interval-ms=200"});
   ASSERT_TRUE(c.ok()) << c.status().toString();
   EXPECT_EQ(c->devices[1], (DeviceMapping{"ib0", "storage"}));
   EXPECT_EQ(c->run_dir, "/tmp/r");
@@ -62,7 +63,17 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
   EXPECT_EQ(c->tc_mode, TcMode::kNone);
   EXPECT_EQ(c->burst_bytes, 1u << 20);
   EXPECT_EQ(c->sysfs_root, "/tmp/fake-sys");
+  EXPECT_EQ(c->qp_scan_interval_ns, 200'000'000);
   EXPECT_FALSE(c->node.empty());  // host name
+}
+
+TEST(AgentConfigTest, QpScanIsOnByDefaultAndZeroTurnsItOff) {
+  auto c = parse({"--policyd", "h:1", "--device", "e=a"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->qp_scan_interval_ns, 5'000'000'000);
+  c = parse({"--policyd", "h:1", "--device", "e=a", "--qp-scan-interval-ms", "0"});
+  ASSERT_TRUE(c.ok()) << c.status().toString();
+  EXPECT_EQ(c->qp_scan_interval_ns, 0);
 }
 
 TEST(AgentConfigTest, CleanupNeedsNoPolicyd) {
@@ -98,6 +109,7 @@ TEST(AgentConfigTest, UsageErrors) {
       {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root="}, "--sysfs-root: empty path"},
       {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root"}, "needs a value"},
       {{"--cleanup=yes", "--device", "e=a"}, "no value"},
+      {{"--policyd", "h:1", "--device", "e=a", "--qp-scan-interval-ms", "50"}, "below 100"},
   };
   for (const Case& c : cases) {
     auto r = parse(c.args);

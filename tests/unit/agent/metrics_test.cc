@@ -36,7 +36,9 @@ AgentState sampleState() {
     t.processes = 2;
     s.tenants.push_back(t);
   }
-  s.classes = {{"eth0", "1:1", "", 1, 2, 3, 4}, {"eth0", "1:10", "tenant-a", 5, 6, 7, 8}};
+  s.classes = {{"eth0", "1:1", "", 1, 2, 3, 4},
+               {"eth0", "1:2", "", 900, 9, 0, 0},
+               {"eth0", "1:10", "tenant-a", 5, 6, 7, 8}};
   RdmaPortStat ib;
   ib.device = "mlx5_0";
   ib.port = 1;
@@ -55,6 +57,15 @@ AgentState sampleState() {
   rxe.transmit_packets = 12345;
   rxe.receive_packets = 678;
   s.rdma_ports = {ib, rxe};
+  RdmaQpCounts qps;
+  qps.device = "rxe0";
+  qps.governed = 4;
+  qps.ungoverned = 7;
+  qps.kernel = 1;
+  qps.ungoverned_owners = 3;
+  qps.top = {{4242, "ib_write_bw", 4}, {77, "a\"b", 2}};
+  qps.other_ungoverned = 1;
+  s.rdma_qps = std::vector<RdmaQpCounts>{qps, RdmaQpCounts{"mlx5_0"}};
   s.errors = {"apply policy v8: boom"};
   s.reconcile_errors_total = 3;
   s.reconcile_duration.observe(0.002);
@@ -164,13 +175,41 @@ TEST(MetricsTest, RdmaPortSeriesOnlyForCountersTheDeviceHas) {
   // No RDMA ports: not even a HELP/TYPE line.
   AgentState none = sampleState();
   none.rdma_ports.clear();
-  EXPECT_EQ(renderMetrics(none, true).find("tenantqos_rdma"), std::string::npos);
+  EXPECT_EQ(renderMetrics(none, true).find("tenantqos_rdma_port"), std::string::npos);
   // Only rxe: the byte families are absent altogether.
   AgentState only_rxe = sampleState();
   only_rxe.rdma_ports.erase(only_rxe.rdma_ports.begin());
   const std::string text = renderMetrics(only_rxe, true);
   EXPECT_EQ(text.find("tenantqos_rdma_port_transmit_bytes_total"), std::string::npos);
   EXPECT_NE(text.find("tenantqos_rdma_port_transmit_packets_total"), std::string::npos);
+}
+
+TEST(MetricsTest, UngovernedTrafficSeries) {
+  Parsed p = parse(renderMetrics(sampleState(), true));
+  EXPECT_EQ(p.series.at(R"(tenantqos_ungoverned_bytes_total{device="eth0",path="tcp"})"), 900);
+  EXPECT_EQ(p.types.at("tenantqos_ungoverned_bytes_total"), "counter");
+  for (const auto& [owner, n] :
+       std::map<std::string, double>{{"governed", 4}, {"ungoverned", 7}, {"kernel", 1},
+                                     {"unknown", 0}}) {
+    EXPECT_EQ(p.series.at("tenantqos_rdma_qps{device=\"rxe0\",owner=\"" + owner + "\"}"), n);
+    EXPECT_EQ(p.series.at("tenantqos_rdma_qps{device=\"mlx5_0\",owner=\"" + owner + "\"}"), 0);
+  }
+  EXPECT_EQ(p.series.at(R"(tenantqos_ungoverned_qp_owners{device="rxe0"})"), 3);
+  EXPECT_EQ(p.series.at(R"(tenantqos_ungoverned_qps{comm="ib_write_bw",device="rxe0",pid="4242"})"),
+            4);
+  EXPECT_EQ(p.series.at(R"(tenantqos_ungoverned_qps{comm="a\"b",device="rxe0",pid="77"})"), 2);
+  EXPECT_EQ(p.series.at(R"(tenantqos_ungoverned_qps{comm="other",device="rxe0",pid="other"})"), 1);
+  EXPECT_EQ(p.series.count(R"(tenantqos_ungoverned_qps{comm="other",device="mlx5_0",pid="other"})"),
+            0u);
+  EXPECT_EQ(p.types.at("tenantqos_ungoverned_qps"), "gauge");
+
+  // No listing (no RDMA netlink) and no HTB tree: no such series at all.
+  AgentState none = sampleState();
+  none.rdma_qps.reset();
+  none.classes.clear();
+  const std::string text = renderMetrics(none, true);
+  EXPECT_EQ(text.find("_qps"), std::string::npos);
+  EXPECT_EQ(text.find("tenantqos_ungoverned"), std::string::npos);
 }
 
 TEST(MetricsTest, HistogramBucketsAreCumulativeAndMonotonic) {
@@ -199,7 +238,7 @@ TEST(MetricsTest, EveryFamilyNameCarriesAUnitOrIsDimensionless) {
   const std::regex ok(
       "tenantqos_[a-z_]+(_bytes_total|_packets_total|_drops_total|_overlimits_total|"
       "_seconds_total|_bytes_per_second|_seconds|_errors_total|_bytes|_processes|_version|"
-      "_connected|_ready|_errors|_up)");
+      "_connected|_ready|_errors|_up|_qps|_qp_owners)");
   for (const auto& [name, type] : p.types) EXPECT_TRUE(std::regex_match(name, ok)) << name;
 }
 

@@ -429,6 +429,9 @@ TEST_F(ReconcilerTest, ExistingFileIsReusedAcrossRestart) {
   r2->tick();
   EXPECT_EQ(board_.snapshot().tenants[0].transmit_bytes, 12345u);
   EXPECT_EQ(board_.snapshot().tenants[0].processes, 1u);
+  // The slot's owner is published as attached (what the ungoverned-QP scan checks against).
+  EXPECT_EQ(board_.snapshot().attached,
+            (std::vector<AttachedProcess>{{static_cast<int32_t>(::getpid()), "tenant-a"}}));
 }
 
 TEST_F(ReconcilerTest, NoneModeProgramsOnlyTheLinkShaper) {

@@ -380,6 +380,7 @@ TEST_F(NetlinkQpSourceTest, ListsEveryDevicesQpsOverSeveralDatagrams) {
   ASSERT_TRUE(l.ok()) << l.status().toString();
   EXPECT_TRUE(l->device_errors.empty());
   EXPECT_FALSE(l->truncated);
+  EXPECT_EQ(l->devices, (std::vector<RdmaDevice>{{0, "mlx5_0"}, {4, "rxe0"}, {5, "rxe1"}}));
   ASSERT_EQ(l->qps.size(), 6u);
   EXPECT_EQ(l->qps[4].qpn, 102u);
   EXPECT_EQ(l->qps[4].pid, 8);
