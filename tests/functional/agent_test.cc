@@ -554,6 +554,11 @@ TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccep
   EXPECT_EQ(promSeries(prom_port, R"(tenantqos_tc_class_bytes_total{device=")" + dev0_ + R"("})"),
             4)
       << last_prom_answer_;
+  // What the default class carried counts as ungoverned TCP bytes, one series per device.
+  EXPECT_EQ(promSeries(prom_port, R"(tenantqos_ungoverned_bytes_total{path="tcp",device=")" +
+                                      dev0_ + R"("})"),
+            1)
+      << last_prom_answer_;
   EXPECT_EQ(promSeries(prom_port, R"(up{job="tenantqos-agent"} == 1)"), 1);
   EXPECT_EQ(promSeries(prom_port, R"(tenantqos_policy_version == 1)"), 1);
   EXPECT_EQ(
