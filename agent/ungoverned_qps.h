@@ -18,10 +18,10 @@
 // when the window ends. An owner that disappears and comes back is new again. Listing errors,
 // per-device errors and the first "unknown" QPs are logged when they change, not per scan.
 //
-// Pid namespaces: the agent must run in the host pid namespace (hostPID on Kubernetes, the
-// DaemonSet in deploy/ does): RDMA netlink reports pids in the reader's namespace and none at
-// all for owners outside it, and /proc must show the owners. A containerised agent without it
-// sees every user QP as "unknown" (and logs that once).
+// Pid namespaces: RDMA netlink reports pids in the reader's pid namespace and none for owners
+// outside it, and /proc must show the owners: the split by owner needs an agent in the host pid
+// namespace (hostPID on Kubernetes). A containerised agent without it sees every user QP as
+// "unknown" (and logs that once).
 //
 // Threads: UngovernedQpTracker is pure logic for one thread (the scanner's); the scanner owns
 // its thread ("tq-qpscan"), reads the attached set through the injected function and publishes
