@@ -18,7 +18,7 @@ without them:
 
 Usage (ctest runs one TestCase class per test):
   deploy_test.py --source-dir DIR --build-dir DIR --kubectl PATH --agent BIN --policyd BIN
-                 --ctl BIN --perf BIN --plugin SO [--sanitize ON|OFF] [unittest args, e.g. AgentTest]
+                 --ctl BIN --perf BIN --webhook BIN --plugin SO [--sanitize ON|OFF] [unittest args, e.g. AgentTest]
 Needs /usr/bin/python3 with python3-yaml and python3-kubernetes (scripts/install-deps.sh).
 """
 import argparse
@@ -681,10 +681,10 @@ class TrainingExampleTest(unittest.TestCase):
         self.assertEqual(env(self.trainer, "NCCL_NET_PLUGIN")["value"], "tenantqos")
         self.assertEqual(env(self.trainer, "NCCL_NET")["value"], "tenantqos")
 
-    def test_tenant_from_the_pod_label(self):
+    def test_tenant_as_in_the_pod_label(self):
         self.assertRegex(self.tenant, r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-        self.assertEqual(env(self.trainer, "TENANTQOS_TENANT")["valueFrom"],
-                         {"fieldRef": {"fieldPath": f"metadata.labels['{TENANT_LABEL}']"}})
+        self.assertEqual(env(self.trainer, "TENANTQOS_TENANT"),
+                         {"name": "TENANTQOS_TENANT", "value": self.tenant})
 
     def test_plugin_copied_into_an_emptydir_on_ld_library_path(self):
         (init,) = self.spec["initContainers"]
@@ -813,6 +813,7 @@ class ContainerfileTest(unittest.TestCase):
                 "/usr/local/bin/tenantqos-agent": ARGS.agent,
                 "/usr/local/bin/tenantqosctl": ARGS.ctl,
                 "/usr/local/bin/tenantqos-perf": ARGS.perf,
+                "/usr/local/bin/tenantqos-webhook": ARGS.webhook,
                 PLUGIN_IN_IMAGE: ARGS.plugin}
         self.assertEqual(set(shipped), set(want))
         for image_path, built in shipped.items():
@@ -931,7 +932,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for name in ("--source-dir", "--build-dir", "--kubectl", "--agent", "--policyd", "--ctl",
-                 "--perf", "--plugin"):
+                 "--perf", "--webhook", "--plugin"):
         p.add_argument(name, required=True)
     p.add_argument("--sanitize", default="OFF")
     ARGS, rest = p.parse_known_args()
