@@ -66,24 +66,12 @@ const char* reasonPhrase(int status) {
   }
 }
 
-// Owns an accepted connection: socket and TLS session.
-class Connection {
- public:
-  Connection(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
-  ~Connection() {
-    if (ssl_ != nullptr) {
-      SSL_shutdown(ssl_);  // best effort close_notify; the socket has a send timeout
-      SSL_free(ssl_);
-    }
-    ::close(fd_);
+// A TLS session on an accepted socket (which outlives it).
+struct SslFree {
+  void operator()(SSL* ssl) const {
+    SSL_shutdown(ssl);  // best effort close_notify; the socket has a send timeout
+    SSL_free(ssl);
   }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-  SSL* ssl() const { return ssl_; }
-
- private:
-  int fd_;
-  SSL* ssl_;
 };
 
 void respond(SSL* ssl, const HttpResponse& r) {
@@ -133,9 +121,9 @@ Result<std::unique_ptr<TlsServer>> TlsServer::start(Options options, Handler han
   int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
   if (rc != 0) return invalidArgument("--listen " + l + ": " + gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, &freeaddrinfo);
-  int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errnoStatus("socket for --listen " + l);
-  s->listen_fd_ = fd;  // closed by the destructor from here on
+  s->listen_fd_ = Fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s->listen_fd_.valid()) return errnoStatus("socket for --listen " + l);
+  const int fd = s->listen_fd_.get();
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0) return errnoStatus("bind --listen " + l);
@@ -155,22 +143,20 @@ Result<std::unique_ptr<TlsServer>> TlsServer::start(Options options, Handler han
 
 TlsServer::~TlsServer() {
   stopping_ = true;
-  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
+  if (listen_fd_.valid()) ::shutdown(listen_fd_.get(), SHUT_RDWR);  // wakes accept()
   if (acceptor_.joinable()) acceptor_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : queue_) ::close(fd);
     queue_.clear();
   }
   cv_.notify_all();
   for (auto& w : workers_) w.join();
-  if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
 void TlsServer::acceptLoop() {
   while (!stopping_) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
+    Fd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) {
       if (stopping_) return;
       if (errno == EINTR || errno == ECONNABORTED) continue;
       TQ_LOG(kWarn, "webhook: accept: %s", std::strerror(errno));
@@ -180,10 +166,9 @@ void TlsServer::acceptLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     if (queue_.size() >= kQueueDepth) {
       lock.unlock();
-      ::close(fd);  // overloaded: the API server retries or applies failurePolicy
-      continue;
+      continue;  // overloaded: closed; the API server retries or applies failurePolicy
     }
-    queue_.push_back(fd);
+    queue_.push_back(std::move(fd));
     lock.unlock();
     cv_.notify_one();
   }
@@ -191,15 +176,15 @@ void TlsServer::acceptLoop() {
 
 void TlsServer::workerLoop() {
   for (;;) {
-    int fd;
+    Fd fd;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      fd = queue_.front();
+      fd = std::move(queue_.front());
       queue_.pop_front();
     }
-    serve(fd);
+    serve(std::move(fd));
   }
 }
 
@@ -225,19 +210,16 @@ std::shared_ptr<SSL_CTX> TlsServer::context() {
   return ctx_;
 }
 
-void TlsServer::serve(int fd) {
+void TlsServer::serve(Fd fd) {
   const int64_t deadline = realClock().nowNs() + options_.connection_timeout_ms * kNsPerMs;
   timeval tv{options_.connection_timeout_ms / 1000, (options_.connection_timeout_ms % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   std::shared_ptr<SSL_CTX> ctx = context();
-  SSL* ssl = SSL_new(ctx.get());
-  if (ssl == nullptr) {
-    ::close(fd);
-    return;
-  }
-  Connection conn(fd, ssl);
-  SSL_set_fd(ssl, fd);
+  std::unique_ptr<SSL, SslFree> session(SSL_new(ctx.get()));
+  if (!session) return;
+  SSL* ssl = session.get();
+  SSL_set_fd(ssl, fd.get());
   if (SSL_accept(ssl) != 1) {
     ERR_clear_error();  // a scanner, a plain-HTTP client or a timeout: nothing to answer
     return;

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
@@ -66,18 +67,18 @@ class TlsServer {
   TlsServer() = default;
   void acceptLoop();
   void workerLoop();
-  void serve(int fd);
+  void serve(Fd fd);
   std::shared_ptr<SSL_CTX> context();  // the current one, reloaded when the files changed
 
   Options options_;
   Handler handler_;
-  int listen_fd_ = -1;
+  Fd listen_fd_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<int> queue_;  // accepted fds waiting for a worker; guarded by mu_
+  std::deque<Fd> queue_;  // accepted connections waiting for a worker; guarded by mu_
 
   std::mutex ctx_mu_;
   std::shared_ptr<SSL_CTX> ctx_;  // guarded by ctx_mu_
