@@ -9,7 +9,9 @@ find_package(GTest REQUIRED)
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 find_program(TQ_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
-find_package(yaml-cpp REQUIRED)            # target: yaml-cpp (0.7 has no namespaced alias)
+find_package(yaml-cpp REQUIRED)
+find_package(nlohmann_json REQUIRED)       # JSON for the admission webhook (header-only)
+find_package(OpenSSL REQUIRED)             # the webhook's HTTPS server            # target: yaml-cpp (0.7 has no namespaced alias)
 pkg_check_modules(NL REQUIRED IMPORTED_TARGET libnl-3.0 libnl-route-3.0)
 # libibverbs: headers only (libibverbs-dev). The library is dlopen'ed at run time by ib/verbs.cc
 # and must never be linked (the plugin has to load on hosts without it).

@@ -27,6 +27,12 @@ struct TenantSpec {
   uint32_t dscp = 0;
   std::vector<int32_t> traffic_classes;
   bool share_class = false;
+  // The platform's names for the tenant, for the admission webhook: Kubernetes namespaces and
+  // Volcano queues whose pods belong to it (each name belongs to one tenant); `is_default`:
+  // the tenant of pods that match no name (at most one tenant).
+  std::vector<std::string> namespaces;
+  std::vector<std::string> volcano_queues;
+  bool is_default = false;
   friend bool operator==(const TenantSpec&, const TenantSpec&) = default;
 };
 

@@ -21,6 +21,7 @@
 #include "common/units.h"
 #include "policy/policy_file.h"
 #include "policy/qos_render.h"
+#include "policy/volcano_import.h"
 #include "policy/wire.h"
 #include "proto/convert.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
@@ -47,6 +48,7 @@ Commands:
   validate FILE      check a policy file offline (no server), printing every error
   top                per-tenant usage per node, as reported by the node agents
   render dcb|opensm  hardware QoS configuration for one link: RoCE dcb script, OpenSM files
+  import volcano     a policy skeleton from Volcano Queue objects (offline)
 
 Global flags:
   --server HOST:PORT   policyd address (default: $TENANTQOS_SERVER, else 127.0.0.1:7400)
@@ -159,6 +161,27 @@ The policy comes from FILE (checked like `validate`; "-" reads standard input) o
 )",
        {"--link", "--device", "-f", "--filename", "--version", "--max-vls", "--mtu", "--part"},
        {},
+       1,
+       1},
+      {"import",
+       R"(Usage: tenantqosctl import volcano -f FILE [--link LINK] [--capacity RATE] [--strict]
+
+Turns Volcano Queue objects (YAML: one or more documents, or a List as printed by
+`kubectl get queues.scheduling.volcano.sh -o yaml`; "-" reads standard input) into a policy
+skeleton on standard output, offline: one tenant per queue, named after it, with
+volcanoQueues: [QUEUE]; weight from spec.weight; guarantee and limit from the queue's
+annotations tenantqos.io/guarantee and tenantqos.io/limit (rates such as 40Gbps); serviceLevel
+and dscp assigned in queue order. What the queues do not say is written as TODO with a comment
+and listed on stderr; the output is then not a valid policy until filled in.
+  -f, --filename FILE   the queues
+  --link LINK           the link the tenants are on (default fabric)
+  --capacity RATE       the link's capacity (default: a TODO)
+  --strict              exit 1 if anything is left TODO
+Exit codes: 0 written (complete and valid, or with TODOs without --strict), 1 unusable input,
+an invalid result or TODOs under --strict.
+)",
+       {"-f", "--filename", "--link", "--capacity"},
+       {"--strict"},
        1,
        1},
   };
@@ -354,7 +377,14 @@ std::string toJson(const PolicyRecord& r) {
       << ", \"trafficClasses\": [";
     for (size_t k = 0; k < t.traffic_classes.size(); ++k)
       o << (k ? ", " : "") << t.traffic_classes[k];
-    o << "], \"shareClass\": " << (t.share_class ? "true" : "false") << "}";
+    o << "], \"shareClass\": " << (t.share_class ? "true" : "false");
+    for (auto [key, list] : {std::pair{"namespaces", &t.namespaces},
+                             std::pair{"volcanoQueues", &t.volcano_queues}}) {
+      o << ", \"" << key << "\": [";
+      for (size_t k = 0; k < list->size(); ++k) o << (k ? ", " : "") << jsonString((*list)[k]);
+      o << "]";
+    }
+    o << ", \"default\": " << (t.is_default ? "true" : "false") << "}";
   }
   o << (r.policy.tenants.empty() ? "]\n" : "\n  ]\n");
   o << "}\n";
@@ -816,6 +846,45 @@ int cmdRender(const Args& a, CtlContext& ctx, Client& client) {
   return kExitOk;
 }
 
+int cmdImport(const Args& a, CtlContext& ctx) {
+  if (a.positional[0] != "volcano") {
+    return usageError(a, ctx, "import wants volcano, got \"" + a.positional[0] + "\"");
+  }
+  if (!a.values.count("--filename")) return usageError(a, ctx, "import volcano needs -f FILE");
+  const std::string file = a.values.at("--filename");
+  VolcanoImportOptions options;
+  if (a.values.count("--link")) options.link = a.values.at("--link");
+  if (a.values.count("--capacity")) {
+    auto rate = parseRate(a.values.at("--capacity"));
+    if (!rate.ok()) return usageError(a, ctx, "--capacity: " + rate.status().message());
+    options.capacity = *rate;
+  }
+  // Standard input is read whole, like `apply -f -`; importVolcanoQueues checks the size.
+  Result<std::string> text = file == "-" ? Result<std::string>(std::string(
+                                               std::istreambuf_iterator<char>(ctx.in),
+                                               std::istreambuf_iterator<char>()))
+                                         : readFile(file, kMaxPolicyBytes);
+  if (!text.ok()) {
+    ctx.err << "tenantqosctl: import volcano: " << file << ": " << text.status().message() << "\n";
+    return kExitRejected;
+  }
+  const std::string source = file == "-" ? "<stdin>" : file;
+  VolcanoImport imported = importVolcanoQueues(*text, source, options);
+  if (!imported.errors.empty()) {
+    for (const PolicyError& e : imported.errors) ctx.err << e.toString() << "\n";
+    return kExitRejected;
+  }
+  ctx.out << imported.yaml;
+  for (const std::string& t : imported.todos) ctx.err << "tenantqosctl: TODO: " << t << "\n";
+  if (!imported.todos.empty()) {
+    return a.bools.count("--strict") ? kExitRejected : kExitOk;
+  }
+  // Complete: the skeleton must already be a valid policy (admission, for one).
+  ParsedPolicy check = parsePolicyYaml(imported.yaml, "<import of " + source + ">");
+  for (const PolicyError& e : check.errors) ctx.err << e.toString() << "\n";
+  return check.ok() ? kExitOk : kExitRejected;
+}
+
 }  // namespace
 
 int runCtl(const std::vector<std::string>& args, CtlContext& ctx) {
@@ -845,6 +914,7 @@ int runCtl(const std::vector<std::string>& args, CtlContext& ctx) {
   if (cmd == "rollback") return cmdRollback(a, ctx, client);
   if (cmd == "top") return cmdTop(a, ctx, client);
   if (cmd == "render") return cmdRender(a, ctx, client);
+  if (cmd == "import") return cmdImport(a, ctx);
   return usageError(a, ctx, "unknown command");
 }
 

@@ -15,6 +15,13 @@ std::string classesText(std::vector<int32_t> v) {
   return s + "]";
 }
 
+std::string namesText(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s + "]";
+}
+
 std::string percentText(double p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g%%", p);
@@ -44,6 +51,12 @@ std::vector<std::string> tenantDetails(const TenantSpec& a, const TenantSpec& b)
   std::string ca = classesText(a.traffic_classes), cb = classesText(b.traffic_classes);
   if (ca != cb) d.push_back("trafficClasses: " + ca + " -> " + cb);
   field(d, "shareClass", a.share_class, b.share_class, &boolText);
+  for (auto [name, list] : {std::pair{"namespaces", &TenantSpec::namespaces},
+                            std::pair{"volcanoQueues", &TenantSpec::volcano_queues}}) {
+    std::string na = namesText(a.*list), nb = namesText(b.*list);
+    if (na != nb) d.push_back(std::string(name) + ": " + na + " -> " + nb);
+  }
+  field(d, "default", a.is_default, b.is_default, &boolText);
   return d;
 }
 
@@ -102,6 +115,9 @@ std::string describeTenant(const TenantSpec& t) {
                   ", dscp " + std::to_string(t.dscp);
   if (!t.traffic_classes.empty()) s += ", trafficClasses " + classesText(t.traffic_classes);
   if (t.share_class) s += ", shareClass";
+  if (!t.namespaces.empty()) s += ", namespaces " + namesText(t.namespaces);
+  if (!t.volcano_queues.empty()) s += ", volcanoQueues " + namesText(t.volcano_queues);
+  if (t.is_default) s += ", default";
   return s;
 }
 

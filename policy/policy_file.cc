@@ -134,9 +134,9 @@ std::string describe(const YAML::Node& n) {
 
 constexpr std::string_view kRootFields[] = {"apiVersion", "kind", "links", "tenants"};
 constexpr std::string_view kLinkFields[] = {"name", "capacity", "headroom"};
-constexpr std::string_view kTenantFields[] = {"name",  "link",           "guarantee",
-                                              "limit", "weight",         "serviceLevel",
-                                              "dscp",  "trafficClasses", "shareClass"};
+constexpr std::string_view kTenantFields[] = {
+    "name", "link",           "guarantee",  "limit",      "weight",        "serviceLevel",
+    "dscp", "trafficClasses", "shareClass", "namespaces", "volcanoQueues", "default"};
 
 // Walks the YAML tree along the schema. Never descends into unknown fields, so the work is
 // bounded by the schema and the size limits, whatever aliases the document uses.
@@ -231,7 +231,22 @@ class YamlReader {
                     }
                   });
     }
+    if (f.count("namespaces")) readNames(f["namespaces"], field("namespaces"), &t.namespaces);
+    if (f.count("volcanoQueues")) {
+      readNames(f["volcanoQueues"], field("volcanoQueues"), &t.volcano_queues);
+    }
+    if (f.count("default")) readBool(f["default"], field("default"), &t.is_default);
     return t;
+  }
+
+  // A sequence of strings (platform names); their syntax is checked by validateSpec. An item
+  // that is not a string is kept as "" (indexes stay aligned) and marked invalid.
+  void readNames(const Entry& e, const std::string& path, std::vector<std::string>* out) {
+    forEachItem(e, path, kMaxPlatformNames, [&](const YAML::Node& item, const std::string& p) {
+      std::string v;
+      readString(Entry{YAML::Node(), item, posOf(item.Mark())}, p, &v);
+      out->push_back(std::move(v));
+    });
   }
 
   void bad(const std::string& path, Pos p, std::string reason) {
@@ -425,6 +440,7 @@ class SpecValidator {
       const LinkSpec* link = checkTenant(j);
       checkAdmission(j, link);
       checkClassSharing(j);
+      checkPlatformNames(j);
     }
   }
 
@@ -592,6 +608,55 @@ class SpecValidator {
     }
   }
 
+  // namespaces and volcanoQueues: each name belongs to one tenant (the webhook's tenant of a
+  // pod); at most one tenant is the default.
+  void checkPlatformNames(size_t j) {
+    struct List {
+      std::string_view field, what, rule;
+      bool (*valid)(std::string_view);
+      const std::vector<std::string>& names;
+      std::map<std::string, size_t, std::less<>>& owner;
+    };
+    const TenantSpec& t = p_.tenants[j];
+    const List lists[] = {
+        {"namespaces", "namespace", "a DNS-1123 label (a Kubernetes namespace name)",
+         &isDns1123Label, t.namespaces, namespace_owner_},
+        {"volcanoQueues", "Volcano queue", "a DNS-1123 subdomain (a Kubernetes object name)",
+         &isDns1123Subdomain, t.volcano_queues, queue_owner_},
+    };
+    for (const List& l : lists) {
+      const std::string list_path = at("tenants", j, l.field);
+      if (!index_.usable(list_path)) continue;
+      if (l.names.size() > kMaxPlatformNames) {
+        err(list_path, "too many items: " + std::to_string(l.names.size()) + " (at most " +
+                           std::to_string(kMaxPlatformNames) + ")");
+      }
+      for (size_t k = 0; k < l.names.size(); ++k) {
+        const std::string path = list_path + "[" + std::to_string(k) + "]";
+        if (!index_.usable(path)) continue;
+        const std::string name = std::string(l.what) + " " + quote(l.names[k]);
+        if (!l.valid(l.names[k])) {
+          err(path, quote(l.names[k]) + " is not " + std::string(l.rule));
+        } else if (auto [it, fresh] = l.owner.emplace(l.names[k], j); !fresh) {
+          err(path, it->second == j ? name + " is listed twice"
+                                    : name + " already belongs to tenant " +
+                                          quote(p_.tenants[it->second].name) + " (" +
+                                          where("tenants", it->second) +
+                                          "); it must name one tenant");
+        }
+      }
+    }
+    if (!index_.usable(at("tenants", j, "default")) || !t.is_default) return;
+    if (default_tenant_ != SIZE_MAX) {
+      err(at("tenants", j, "default"),
+          "tenant " + quote(p_.tenants[default_tenant_].name) + " (" +
+              where("tenants", default_tenant_) +
+              ") is the default already; at most one tenant sets default: true");
+    } else {
+      default_tenant_ = j;
+    }
+  }
+
   // `field` of tenant j uses `value`: an error if an earlier tenant uses it too, unless both
   // set shareClass.
   void checkShared(std::map<uint32_t, ClassUse>& use, uint32_t value, size_t j,
@@ -621,6 +686,8 @@ class SpecValidator {
   std::set<std::string, std::less<>> over_admitted_;
   std::map<uint32_t, ClassUse> sl_use_, dscp_use_;
   std::map<int32_t, size_t> tc_owner_;
+  std::map<std::string, size_t, std::less<>> namespace_owner_, queue_owner_;
+  size_t default_tenant_ = SIZE_MAX;
 };
 
 void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& errors) {
@@ -647,6 +714,16 @@ std::string yamlExceptionReason(const YAML::Exception& e) {
 }
 
 }  // namespace
+
+bool isDns1123Subdomain(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (size_t start = 0;;) {
+    size_t dot = name.find('.', start);
+    if (!isDns1123Label(name.substr(start, dot - start))) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
 
 std::string PolicyError::toString() const {
   std::string s = file;
@@ -770,6 +847,15 @@ std::string toYaml(const PolicySpec& policy, std::string_view header_comment) {
       y += "]\n";
     }
     if (t.share_class) y += "    shareClass: true\n";
+    // Names are validated DNS-1123 labels / subdomains: no quoting needed.
+    for (auto [key, list] : {std::pair{"namespaces", &t.namespaces},
+                             std::pair{"volcanoQueues", &t.volcano_queues}}) {
+      if (list->empty()) continue;
+      y += std::string("    ") + key + ": [";
+      for (size_t i = 0; i < list->size(); ++i) y += (i ? ", " : "") + (*list)[i];
+      y += "]\n";
+    }
+    if (t.is_default) y += "    default: true\n";
   }
   return y;
 }

@@ -15,6 +15,8 @@
 //   - tenants: DNS-1123 name (unique), link must exist, guarantee <= limit <= link capacity,
 //     limit > 0, weight 1..10000 (default 1), serviceLevel 0..15, dscp 0..63, trafficClasses
 //     0..2^31-1 each mapping to exactly one tenant, shareClass (default false);
+//   - namespaces (DNS-1123 labels) and volcanoQueues (DNS-1123 subdomains): each names one
+//     tenant; at most one tenant sets default: true;
 //   - two tenants with the same serviceLevel or dscp need shareClass: true on both;
 //   - admission per link: sum of guarantees <= allocatableCapacity() (common/capacity.h);
 //   - at most kMaxTenants tenants, kMaxLinks links, kMaxTrafficClasses per tenant;
@@ -38,6 +40,7 @@ inline constexpr uint64_t kMaxPolicyBytes = 4u << 20;  // 4 MiB
 inline constexpr size_t kMaxTenants = 10000;
 inline constexpr size_t kMaxLinks = 1000;
 inline constexpr size_t kMaxTrafficClasses = 256;  // per tenant
+inline constexpr size_t kMaxPlatformNames = 1000;  // per tenant: namespaces, volcanoQueues
 inline constexpr uint32_t kMaxWeight = 10000;
 inline constexpr uint32_t kMaxServiceLevel = 15;
 inline constexpr uint32_t kMaxDscp = 63;
@@ -82,6 +85,9 @@ Status errorsToStatus(const std::vector<PolicyError>& errors);
 // exact (else as "<n>B/s"), optional fields only when not default. parsePolicyYaml(toYaml(p))
 // gives back p exactly. `header_comment` (may be empty) is emitted as leading "# " lines.
 std::string toYaml(const PolicySpec& policy, std::string_view header_comment = {});
+
+// Kubernetes object names (a Volcano Queue's): DNS-1123 labels joined by dots, <= 253 chars.
+bool isDns1123Subdomain(std::string_view name);
 
 // Exact text for a rate that parses back to the same bytes/s: "40Gbps", or "1234567B/s".
 std::string exactRateText(uint64_t bytes_per_second);

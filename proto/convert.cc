@@ -21,6 +21,9 @@ tenantqos::v1::Policy toProto(const PolicySpec& policy) {
     pt->set_dscp(t.dscp);
     for (int32_t tc : t.traffic_classes) pt->add_traffic_classes(tc);
     pt->set_share_class(t.share_class);
+    for (const std::string& n : t.namespaces) pt->add_namespaces(n);
+    for (const std::string& q : t.volcano_queues) pt->add_volcano_queues(q);
+    pt->set_default_tenant(t.is_default);
   }
   return out;
 }
@@ -41,6 +44,9 @@ PolicySpec fromProto(const tenantqos::v1::Policy& policy) {
     t.dscp = pt.dscp();
     t.traffic_classes.assign(pt.traffic_classes().begin(), pt.traffic_classes().end());
     t.share_class = pt.share_class();
+    t.namespaces.assign(pt.namespaces().begin(), pt.namespaces().end());
+    t.volcano_queues.assign(pt.volcano_queues().begin(), pt.volcano_queues().end());
+    t.is_default = pt.default_tenant();
     out.tenants.push_back(std::move(t));
   }
   return out;

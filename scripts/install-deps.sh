@@ -16,11 +16,14 @@ pkgs=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libnl-3-dev libnl-route-3-dev libibverbs-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev libcivetweb-dev
+  nlohmann-json3-dev
   # test and demo tools: real tc, real Prometheus, an independent gRPC client, plots
   iproute2 iperf3 prometheus python3 python3-grpcio python3-protobuf procps psmisc curl
   gnuplot-nox tcpdump nftables
   # offline checks of the Kubernetes manifests (deploy/): YAML and the API's field schemas
   python3-yaml python3-kubernetes
+  # the admission webhook's tests: applying its JSONPatch
+  python3-jsonpatch
 )
 if [[ ${1:-} == --rxe ]]; then
   pkgs+=(qemu-system-x86 busybox-static kmod ibverbs-providers ibverbs-utils perftest xz-utils cpio)

@@ -54,6 +54,8 @@ TEST(PolicyDiff, ChangedFieldsShowOldAndNewWithFormattedRates) {
   after.tenants[0].weight = 3;
   after.tenants[0].traffic_classes = {1, 5};
   after.tenants[0].share_class = true;
+  after.tenants[0].namespaces = {"team-a", "ml"};
+  after.tenants[0].is_default = true;
   PolicyDiff d = diffPolicies(base(), after);
   ASSERT_TRUE(d.hasChanges());
   ASSERT_EQ(d.tenants.size(), 2u);
@@ -62,7 +64,8 @@ TEST(PolicyDiff, ChangedFieldsShowOldAndNewWithFormattedRates) {
   EXPECT_EQ(
       d.tenants[0].details,
       (std::vector<std::string>{"limit: 60Gbps -> 70Gbps", "weight: 2 -> 3",
-                                "trafficClasses: [1] -> [1, 5]", "shareClass: false -> true"}));
+                                "trafficClasses: [1] -> [1, 5]", "shareClass: false -> true",
+                                "namespaces: [] -> [ml, team-a]", "default: false -> true"}));
   EXPECT_EQ(d.tenants[1].kind, ChangeKind::kUnchanged);
 }
 

@@ -447,6 +447,50 @@ TEST(PolicyFile, TrafficClassMapsToOneTenant) {
                   "too many items: 257");
 }
 
+TEST(PolicyFile, NamespacesAndVolcanoQueuesNameOneTenant) {
+  const std::string a = "    trafficClasses: [1]\n    namespaces: [team-a, shared]\n"
+                        "    volcanoQueues: [queue-a, q.example]\n    default: true";
+  ParsedPolicy p = parse(withLine(15, a));
+  expectOk(p);
+  EXPECT_EQ(p.policy.tenants[0].namespaces, (std::vector<std::string>{"team-a", "shared"}));
+  EXPECT_EQ(p.policy.tenants[0].volcano_queues,
+            (std::vector<std::string>{"queue-a", "q.example"}));
+  EXPECT_TRUE(p.policy.tenants[0].is_default);
+  EXPECT_FALSE(p.policy.tenants[1].is_default);
+  ParsedPolicy back = parse(toYaml(p.policy));
+  expectOk(back);
+  EXPECT_EQ(back.policy, p.policy);
+  // Lines 15-18 are tenant-a's; tenant-b's trafficClasses moves to line 26.
+  expectOnlyError(parse(withLine(15, a) + "    namespaces: [shared]\n"), 27, 18,
+                  "tenants[1].namespaces[0]",
+                  "namespace \"shared\" already belongs to tenant \"tenant-a\" (tenants[0], "
+                  "line 8); it must name one tenant");
+  expectOnlyError(parse(withLine(15, a) + "    volcanoQueues: [q.example]\n"), 27, 21,
+                  "tenants[1].volcanoQueues[0]",
+                  "Volcano queue \"q.example\" already belongs to tenant \"tenant-a\"");
+  expectOnlyError(parse(withLine(15, a) + "    default: true\n"), 27, 14, "tenants[1].default",
+                  "tenant \"tenant-a\" (tenants[0], line 8) is the default already");
+  expectOnlyError(parse(withLine(15, "    namespaces: [x, x]")), 15, 21,
+                  "tenants[0].namespaces[1]", "namespace \"x\" is listed twice");
+  expectOnlyError(parse(withLine(15, "    namespaces: [a.b]")), 15, 18,
+                  "tenants[0].namespaces[0]",
+                  "\"a.b\" is not a DNS-1123 label (a Kubernetes namespace name)");
+  expectOnlyError(parse(withLine(15, "    volcanoQueues: [Queue_A]")), 15, 21,
+                  "tenants[0].volcanoQueues[0]", "is not a DNS-1123 subdomain");
+  expectOnlyError(parse(withLine(15, "    namespaces: [[a]]")), 15, 18,
+                  "tenants[0].namespaces[0]", "expected a string, got a sequence");
+  expectOnlyError(parse(withLine(15, "    volcanoQueues: q")), 15, 20,
+                  "tenants[0].volcanoQueues", "expected a sequence");
+  expectOnlyError(parse(withLine(15, "    default: yes")), 15, 14, "tenants[0].default",
+                  "expected true or false");
+  // Structured input gets the same rules.
+  PolicySpec spec = p.policy;
+  spec.tenants[1].namespaces = {"team-a"};
+  auto errors = validatePolicy(spec);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].field, "tenants[1].namespaces[0]");
+}
+
 TEST(PolicyFile, EveryErrorIsReportedSorted) {
   std::string y = withLine(11, "    limit: 30Gbps");              // limit < guarantee
   y = y.replace(y.find("    dscp: 18"), 12, "    dscp: 99");      // line 22

@@ -1,0 +1,557 @@
+#include "webhook/admission.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace tq::webhook {
+namespace {
+
+using Json = nlohmann::json;
+
+// The recipe's fixed names (docs/deploy.md, deploy/kubernetes/training-pod-example.yaml).
+constexpr std::string_view kPluginVolume = "tenantqos-plugin";  // emptyDir; also the init container
+constexpr std::string_view kTenantVolume = "tenantqos-tenant";  // the tenant's run-dir entry
+constexpr std::string_view kNcclPlugin = "tenantqos";           // NCCL_NET_PLUGIN and NCCL_NET
+// The node contract: the agent makes one entry per tenant, <run_dir>/tenants/<tenant>, of this
+// hostPath type (the kubelet waits for it to exist). The one place to change with the contract.
+constexpr std::string_view kTenantEntryType = "File";
+constexpr std::string_view kEnvPrefix = "TENANTQOS_";
+
+std::string tenantEntry(const RecipeOptions& o, const std::string& tenant) {
+  return o.run_dir + "/tenants/" + tenant;
+}
+
+// JSON pointer token (RFC 6901): "~" -> "~0", "/" -> "~1".
+std::string pointerToken(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string base64(std::string_view in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<uint8_t>(in[i + 1]) << 8;
+    if (i + 2 < in.size()) v |= static_cast<uint8_t>(in[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+// Typed accessors that never throw: a missing or mistyped field reads as absent.
+const Json* field(const Json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+std::string str(const Json& obj, std::string_view key) {
+  const Json* v = field(obj, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+const Json& sub(const Json& obj, std::string_view key) {  // an object, or an empty one
+  static const Json kEmpty = Json::object();
+  const Json* v = field(obj, key);
+  return v != nullptr && v->is_object() ? *v : kEmpty;
+}
+// Serialises without throwing: text cut by inQuotes() may end inside a UTF-8 sequence.
+std::string dumpJson(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+const Json& arr(const Json& obj, std::string_view key) {
+  static const Json kEmpty = Json::array();
+  const Json* v = field(obj, key);
+  return v != nullptr && v->is_array() ? *v : kEmpty;
+}
+
+// "/a/b/" -> "/a/b", "//a" -> "/a": for comparing host paths.
+std::string normalPath(std::string p) {
+  std::string out;
+  for (char c : p) {
+    if (c == '/' && !out.empty() && out.back() == '/') continue;
+    out += c;
+  }
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+bool within(const std::string& path, const std::string& dir) {  // path is dir or below it
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+                         (dir == "/" || path[dir.size()] == '/'));
+}
+
+std::string inQuotes(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s.substr(0, 200)) out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+  return out + (s.size() > 200 ? "...\"" : "\"");
+}
+
+struct Op {
+  Json op;
+  std::string what;  // "adds volume tenantqos-tenant", for a refusal that lists what is missing
+};
+
+// One pass over a pod against its tenant's recipe: `conflicts` are settings of the pod's own
+// that contradict it (the pod is refused), `ops` add what the recipe needs and the pod lacks.
+// Running it on the patched pod gives no ops: /validate's "the recipe is there" is this check.
+struct Check {
+  std::vector<std::string> conflicts;
+  std::vector<Op> ops;
+};
+
+class PodChecker {
+ public:
+  PodChecker(const Json& pod, const TenantMatch& match, const RecipeOptions& o)
+      : pod_(pod), match_(match), o_(o) {
+    if (match.tenant != nullptr) {
+      tenant_ = match.tenant->name;
+      entry_ = normalPath(tenantEntry(o, tenant_));
+    }
+  }
+
+  Check run() {
+    checkLabel();
+    checkVolumes();
+    const Json& spec = sub(pod_, "spec");
+    for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
+      const Json& cs = arr(spec, list);
+      for (size_t i = 0; i < cs.size(); ++i) checkContainer(cs[i], list, i);
+    }
+    if (has_tenant()) {
+      addInitContainer();
+      addGroup();
+    }
+    return std::move(out_);
+  }
+
+ private:
+  bool has_tenant() const { return match_.tenant != nullptr; }
+
+  void conflict(std::string what) {
+    out_.conflicts.push_back(what + (has_tenant() ? "" : ": the pod has no tenant (" + match_.why +
+                                                             ")"));
+  }
+  void add(std::string path, Json value, std::string what) {
+    out_.ops.push_back({Json{{"op", "add"}, {"path", std::move(path)}, {"value", std::move(value)}},
+                        std::move(what)});
+  }
+
+  void checkLabel() {
+    const Json& meta = sub(pod_, "metadata");
+    const Json* labels = field(meta, "labels");
+    const Json* label = labels != nullptr ? field(*labels, kTenantLabel) : nullptr;
+    if (label != nullptr) {
+      const std::string v = label->is_string() ? label->get<std::string>() : dumpJson(*label);
+      if (v != tenant_) {
+        conflict("label " + std::string(kTenantLabel) + "=" + inQuotes(v) +
+                 (has_tenant() ? " contradicts its tenant " + inQuotes(tenant_) + " (" +
+                                     match_.why + ")"
+                               : ""));
+      }
+      return;
+    }
+    if (!has_tenant()) return;
+    if (labels != nullptr && labels->is_object()) {
+      add("/metadata/labels/" + pointerToken(kTenantLabel), tenant_,
+          "label " + std::string(kTenantLabel));
+    } else {
+      add("/metadata/labels", Json{{std::string(kTenantLabel), tenant_}},
+          "label " + std::string(kTenantLabel));
+    }
+  }
+
+  Json pluginVolume() const {
+    return {{"name", kPluginVolume}, {"emptyDir", {{"sizeLimit", "64Mi"}}}};
+  }
+  Json tenantVolume() const {
+    return {{"name", kTenantVolume},
+            {"hostPath", {{"path", tenantEntry(o_, tenant_)}, {"type", kTenantEntryType}}}};
+  }
+
+  void checkVolumes() {
+    const Json& spec = sub(pod_, "spec");
+    const std::string run_dir = normalPath(o_.run_dir);
+    bool have_plugin = false, have_tenant = false;
+    for (const Json& v : arr(spec, "volumes")) {
+      const std::string name = str(v, "name");
+      const Json* hp = field(v, "hostPath");
+      if (hp != nullptr) {
+        const std::string path = normalPath(str(*hp, "path"));
+        const bool ours = name == kTenantVolume && has_tenant() && path == entry_ &&
+                          str(*hp, "type") == kTenantEntryType;
+        if (ours) {
+          have_tenant = true;
+          continue;
+        }
+        // At, above or below the run directory: another tenant's entry, or all of them.
+        if (within(path, run_dir) || within(run_dir, path) ||
+            path.find("/..") != std::string::npos || path.find("../") != std::string::npos) {
+          conflict("volume " + inQuotes(name) + " mounts host path " + inQuotes(str(*hp, "path")) +
+                   (has_tenant() ? ": a pod of tenant " + inQuotes(tenant_) +
+                                       " may mount only its own entry " + inQuotes(entry_) +
+                                       " (type " + std::string(kTenantEntryType) + ")"
+                                 : ""));
+          continue;
+        }
+      }
+      if (name == kPluginVolume && v == pluginVolume()) {
+        have_plugin = true;
+      } else if (name == kPluginVolume || name == kTenantVolume) {
+        conflict("volume name " + inQuotes(name) + " is reserved for tenantqos's recipe");
+      }
+    }
+    if (!has_tenant()) return;
+    Json missing = Json::array();
+    std::string what;
+    for (Json v : {pluginVolume(), tenantVolume()}) {
+      if ((v["name"] == kPluginVolume ? have_plugin : have_tenant)) continue;
+      what += (what.empty() ? "volume " : ", volume ") + v["name"].get<std::string>();
+      missing.push_back(std::move(v));
+    }
+    addToList(spec, "/spec", "volumes", std::move(missing), what);
+  }
+
+  // The recipe's variables for a main container, in order; LD_LIBRARY_PATH is handled apart.
+  std::vector<std::pair<std::string, std::string>> recipeEnv() const {
+    return {{"NCCL_NET_PLUGIN", std::string(kNcclPlugin)},
+            {"NCCL_NET", std::string(kNcclPlugin)},
+            {"TENANTQOS_TENANT", tenant_},
+            {"TENANTQOS_RUN_DIR", o_.run_dir}};
+  }
+
+  void checkContainer(const Json& c, const char* list, size_t index) {
+    const std::string name = str(c, "name");
+    const std::string where = "container " + inQuotes(name);
+    const std::string base = "/spec/" + std::string(list) + "/" + std::to_string(index);
+    const bool main = std::string_view(list) == "containers";
+    if (std::string_view(list) == "initContainers" && name == kPluginVolume) {
+      if (!has_tenant() || c != initContainer()) {
+        conflict("init container name " + inQuotes(name) + " is reserved for tenantqos's recipe");
+      }
+      have_init_ = has_tenant();
+      return;
+    }
+    const std::vector<std::pair<std::string, std::string>> want =
+        has_tenant() && main ? recipeEnv() : std::vector<std::pair<std::string, std::string>>{};
+    std::vector<bool> present(want.size(), false);
+    const Json& env = arr(c, "env");
+    bool ld_done = !(has_tenant() && main);
+    for (size_t k = 0; k < env.size(); ++k) {
+      const std::string var = str(env[k], "name");
+      const Json* value = field(env[k], "value");
+      const bool literal = field(env[k], "valueFrom") == nullptr;
+      const std::string text = value != nullptr && value->is_string() ? value->get<std::string>()
+                                                                      : std::string();
+      auto it = std::find_if(want.begin(), want.end(), [&](auto& w) { return w.first == var; });
+      if (it != want.end()) {
+        if (!literal || text != it->second) {
+          conflict(where + " sets " + var + "=" + (literal ? inQuotes(text) : "(valueFrom)") +
+                   ": its tenant's recipe has " + var + "=" + inQuotes(it->second));
+        }
+        present[it - want.begin()] = true;
+        continue;
+      }
+      if (var.rfind(kEnvPrefix, 0) == 0) {
+        conflict(where + " sets " + var + " itself: only tenantqos-webhook sets " +
+                 std::string(kEnvPrefix) + "* (the plugin would follow it, not the agent)");
+        continue;
+      }
+      if (var == "LD_LIBRARY_PATH" && !ld_done) {
+        ld_done = true;
+        if (!literal) {
+          conflict(where + " sets LD_LIBRARY_PATH from valueFrom: the recipe must put " +
+                   inQuotes(o_.plugin_dir) + " first");
+        } else if (text != o_.plugin_dir && text.rfind(o_.plugin_dir + ":", 0) != 0) {
+          out_.ops.push_back(
+              {Json{{"op", "replace"},
+                    {"path", base + "/env/" + std::to_string(k) + "/value"},
+                    {"value", text.empty() ? o_.plugin_dir : o_.plugin_dir + ":" + text}},
+               where + ": the plugin's directory first on LD_LIBRARY_PATH"});
+        }
+      }
+    }
+    Json missing = Json::array();
+    for (size_t k = 0; k < want.size(); ++k) {
+      if (!present[k]) missing.push_back({{"name", want[k].first}, {"value", want[k].second}});
+    }
+    if (!ld_done) {
+      std::string ld = o_.plugin_dir;
+      if (!o_.default_ld_library_path.empty()) ld += ":" + o_.default_ld_library_path;
+      missing.push_back({{"name", "LD_LIBRARY_PATH"}, {"value", ld}});
+    }
+    addToList(c, base, "env", std::move(missing), where + ": environment");
+    if (!has_tenant() || !main) return;
+    Json mounts = Json::array();
+    bool have_plugin = false, have_tenant = false;
+    for (const Json& m : arr(c, "volumeMounts")) {
+      const std::string vol = str(m, "name");
+      if (vol == kPluginVolume) {
+        have_plugin = true;
+        if (str(m, "mountPath") != o_.plugin_dir || field(m, "subPath") != nullptr) {
+          conflict(where + " mounts volume " + inQuotes(vol) + " at " +
+                   inQuotes(str(m, "mountPath")) + ": the recipe mounts it at " +
+                   inQuotes(o_.plugin_dir));
+        }
+      } else if (vol == kTenantVolume) {
+        have_tenant = true;
+        const Json* ro = field(m, "readOnly");
+        if (normalPath(str(m, "mountPath")) != entry_ || field(m, "subPath") != nullptr ||
+            (ro != nullptr && ro->is_boolean() && ro->get<bool>())) {
+          conflict(where + " mounts volume " + inQuotes(vol) + " at " +
+                   inQuotes(str(m, "mountPath")) + ": the plugin opens " + inQuotes(entry_) +
+                   " read-write");
+        }
+      }
+    }
+    if (!have_plugin) {
+      mounts.push_back({{"name", kPluginVolume}, {"mountPath", o_.plugin_dir}, {"readOnly", true}});
+    }
+    if (!have_tenant) mounts.push_back({{"name", kTenantVolume}, {"mountPath", entry_}});
+    addToList(c, base, "volumeMounts", std::move(mounts), where + ": volume mounts");
+  }
+
+  // Appends `items` to c[key] (creating the list when the container has none).
+  void addToList(const Json& c, const std::string& base, const char* key, Json items,
+                 const std::string& what) {
+    if (items.empty()) return;
+    const Json* list = field(c, key);
+    if (list == nullptr || !list->is_array()) {
+      add(base + "/" + key, std::move(items), what);
+      return;
+    }
+    for (Json& item : items) add(base + "/" + key + "/-", std::move(item), what);
+  }
+
+  Json initContainer() const {
+    return {{"name", kPluginVolume},
+            {"image", o_.image},
+            {"imagePullPolicy", "IfNotPresent"},
+            {"command", {"cp", o_.plugin_in_image, o_.plugin_dir + "/"}},
+            {"resources", {{"requests", {{"cpu", "10m"}, {"memory", "16Mi"}}},
+                           {"limits", {{"memory", "64Mi"}}}}},
+            {"securityContext",
+             {{"runAsNonRoot", true},
+              {"runAsUser", 65532},
+              {"allowPrivilegeEscalation", false},
+              {"readOnlyRootFilesystem", true},
+              {"capabilities", {{"drop", {"ALL"}}}}}},
+            {"volumeMounts", {{{"name", kPluginVolume}, {"mountPath", o_.plugin_dir}}}}};
+  }
+
+  void addInitContainer() {
+    if (have_init_) return;
+    const Json& spec = sub(pod_, "spec");
+    const Json* inits = field(spec, "initContainers");
+    if (inits == nullptr || !inits->is_array()) {
+      add("/spec/initContainers", Json::array({initContainer()}), "init container");
+    } else {
+      add("/spec/initContainers/-", initContainer(), "init container");
+    }
+  }
+
+  void addGroup() {
+    if (!o_.group) return;
+    const Json& spec = sub(pod_, "spec");
+    const Json* sc = field(spec, "securityContext");
+    const std::string what = "supplemental group " + std::to_string(*o_.group);
+    if (sc == nullptr || !sc->is_object()) {
+      add("/spec/securityContext", Json{{"supplementalGroups", {*o_.group}}}, what);
+      return;
+    }
+    const Json* groups = field(*sc, "supplementalGroups");
+    if (groups == nullptr || !groups->is_array()) {
+      add("/spec/securityContext/supplementalGroups", Json::array({*o_.group}), what);
+      return;
+    }
+    for (const Json& g : *groups) {
+      if (g.is_number_unsigned() && g.get<uint64_t>() == *o_.group) return;
+    }
+    add("/spec/securityContext/supplementalGroups/-", *o_.group, what);
+  }
+
+  const Json& pod_;
+  const TenantMatch& match_;
+  const RecipeOptions& o_;
+  std::string tenant_;
+  std::string entry_;
+  bool have_init_ = false;
+  Check out_;
+};
+
+Json reviewResponse(const std::string& uid, bool allowed, int code, const std::string& message) {
+  Json r = {{"uid", uid}, {"allowed", allowed}};
+  if (!allowed || !message.empty()) r["status"] = {{"code", code}, {"message", message}};
+  return {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"response", r}};
+}
+
+ReviewResult plainError(int status, std::string message) {
+  ReviewResult r;
+  r.http_status = status;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = "tenantqos-webhook: " + message + "\n";
+  r.outcome = "error";
+  r.message = std::move(message);
+  return r;
+}
+
+ReviewResult answer(const std::string& uid, bool allowed, int code, std::string message,
+                    std::string outcome, const Json* patch = nullptr) {
+  ReviewResult r;
+  Json review = reviewResponse(uid, allowed, code, allowed ? "" : message);
+  if (patch != nullptr) {
+    review["response"]["patchType"] = "JSONPatch";
+    review["response"]["patch"] = base64(dumpJson(*patch));
+  }
+  r.body = dumpJson(review);
+  r.outcome = std::move(outcome);
+  r.message = std::move(message);
+  return r;
+}
+
+}  // namespace
+
+TenantMatch resolveTenant(const PolicySpec& policy, std::string_view namespace_name,
+                          std::string_view volcano_queue) {
+  auto has = [](const std::vector<std::string>& v, std::string_view s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  if (!volcano_queue.empty()) {
+    for (const TenantSpec& t : policy.tenants) {
+      if (has(t.volcano_queues, volcano_queue)) {
+        return {&t, "Volcano queue " + inQuotes(std::string(volcano_queue))};
+      }
+    }
+  }
+  for (const TenantSpec& t : policy.tenants) {
+    if (has(t.namespaces, namespace_name)) {
+      return {&t, "namespace " + inQuotes(std::string(namespace_name))};
+    }
+  }
+  for (const TenantSpec& t : policy.tenants) {
+    if (t.is_default) return {&t, "the default tenant"};
+  }
+  std::string why = "namespace " + inQuotes(std::string(namespace_name));
+  if (!volcano_queue.empty()) why += " and Volcano queue " + inQuotes(std::string(volcano_queue));
+  return {nullptr, why + " belong to no tenant, and the policy has no default tenant"};
+}
+
+int jsonDepth(std::string_view text, int limit) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max_depth = std::max(max_depth, ++depth);
+      if (max_depth > limit) return max_depth;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+ReviewResult review(Endpoint endpoint, std::string_view body, const VersionedPolicy* policy,
+                    const RecipeOptions& options) {
+  if (body.size() > kMaxReviewBytes) {
+    return plainError(413, "request body of " + std::to_string(body.size()) +
+                               " bytes exceeds the limit of " + std::to_string(kMaxReviewBytes));
+  }
+  if (jsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
+    return plainError(400, "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
+                               " levels");
+  }
+  Json doc = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return plainError(400, "request body is not JSON");
+  if (str(doc, "kind") != "AdmissionReview" || str(doc, "apiVersion") != "admission.k8s.io/v1") {
+    return plainError(400, "request is not an admission.k8s.io/v1 AdmissionReview (apiVersion " +
+                               inQuotes(str(doc, "apiVersion")) + ", kind " +
+                               inQuotes(str(doc, "kind")) + ")");
+  }
+  const Json* req = field(doc, "request");
+  const std::string uid = req != nullptr ? str(*req, "uid") : "";
+  if (req == nullptr || !req->is_object() || uid.empty()) {
+    return plainError(400, "AdmissionReview without request.uid");
+  }
+  const Json* kind = field(*req, "kind");
+  const std::string group = kind != nullptr ? str(*kind, "group") : "";
+  const std::string k = kind != nullptr ? str(*kind, "kind") : "";
+  if (k != "Pod" || !group.empty()) {
+    return answer(uid, false, 400,
+                  "tenantqos-webhook reviews Pods only, got " +
+                      inQuotes((group.empty() ? "" : group + "/") + k) +
+                      " (check the webhook configuration's rules)",
+                  "error");
+  }
+  const std::string operation = str(*req, "operation");
+  if (operation != "CREATE") {  // pod specs are immutable; labels alone do not mount anything
+    return answer(uid, true, 200, "", endpoint == Endpoint::kMutate ? "unchanged" : "allowed");
+  }
+  const Json* pod = field(*req, "object");
+  const Json* spec = pod != nullptr ? field(*pod, "spec") : nullptr;
+  if (spec == nullptr || !spec->is_object()) {
+    return answer(uid, false, 400, "the review's request.object is not a Pod with a spec",
+                  "error");
+  }
+  if (policy == nullptr) {
+    return answer(uid, false, 503,
+                  "tenantqos-webhook has no policy from tenantqos-policyd yet: cannot tell the "
+                  "pod's tenant",
+                  "error");
+  }
+  const std::string ns = str(*req, "namespace");
+  const Json& meta = sub(*pod, "metadata");
+  const Json* annotations = field(meta, "annotations");
+  const std::string queue =
+      annotations != nullptr ? str(*annotations, kVolcanoQueueAnnotation) : "";
+  const TenantMatch match = resolveTenant(policy->policy, ns, queue);
+  std::string pod_name = str(meta, "name");
+  if (pod_name.empty()) pod_name = str(meta, "generateName") + "*";
+  std::string subject = "pod " + ns + "/" + pod_name;
+  if (match.tenant != nullptr) {
+    subject += " (tenant " + inQuotes(match.tenant->name) + ", from its " + match.why + ")";
+  }
+
+  Check check = PodChecker(*pod, match, options).run();
+  if (!check.conflicts.empty()) {
+    std::string m = subject + ": ";
+    for (size_t i = 0; i < check.conflicts.size(); ++i) m += (i ? "; " : "") + check.conflicts[i];
+    return answer(uid, false, 403, m, "refused");
+  }
+  if (endpoint == Endpoint::kValidate) {
+    if (!check.ops.empty()) {
+      std::string m = subject + " lacks its tenant's tenantqos settings (was /mutate skipped?): ";
+      for (size_t i = 0; i < check.ops.size(); ++i) m += (i ? "; " : "") + check.ops[i].what;
+      return answer(uid, false, 403, m, "refused");
+    }
+    return answer(uid, true, 200, "", "allowed");
+  }
+  if (check.ops.empty()) return answer(uid, true, 200, "", "unchanged");
+  Json patch = Json::array();
+  for (Op& op : check.ops) patch.push_back(std::move(op.op));
+  return answer(uid, true, 200, "", "mutated", &patch);
+}
+
+}  // namespace tq::webhook

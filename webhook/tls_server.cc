@@ -1,0 +1,310 @@
+#include "webhook/tls_server.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace tq::webhook {
+namespace {
+
+std::string sslError() {
+  unsigned long e = ERR_get_error();
+  if (e == 0) return "no OpenSSL error queued";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof buf);
+  ERR_clear_error();
+  return buf;
+}
+
+int64_t mtimeNs(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return st.st_mtim.tv_sec * kNsPerSec + st.st_mtim.tv_nsec;
+}
+
+Result<std::shared_ptr<SSL_CTX>> loadContext(const std::string& cert, const std::string& key) {
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_server_method()), &SSL_CTX_free);
+  if (!ctx) return internalError("SSL_CTX_new: " + sslError());
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert.c_str()) != 1) {
+    return invalidArgument("--tls-cert " + cert + ": " + sslError());
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1) {
+    return invalidArgument("--tls-key " + key + ": " + sslError());
+  }
+  if (SSL_CTX_check_private_key(ctx.get()) != 1) {
+    return invalidArgument("--tls-key " + key + " does not match --tls-cert " + cert + ": " +
+                           sslError());
+  }
+  return ctx;
+}
+
+const char* reasonPhrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Status";
+  }
+}
+
+// A TLS session on an accepted socket (which outlives it).
+struct SslFree {
+  void operator()(SSL* ssl) const {
+    SSL_shutdown(ssl);  // best effort close_notify; the socket has a send timeout
+    SSL_free(ssl);
+  }
+};
+
+void respond(SSL* ssl, const HttpResponse& r) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reasonPhrase(r.status) +
+                    "\r\nContent-Type: " + r.content_type +
+                    "\r\nContent-Length: " + std::to_string(r.body.size()) +
+                    "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n" + r.body;
+  size_t off = 0;
+  while (off < out.size()) {
+    int n = SSL_write(ssl, out.data() + off, static_cast<int>(std::min<size_t>(out.size() - off,
+                                                                              1 << 20)));
+    if (n <= 0) return;  // the peer went away or the send timeout hit: nothing to tell it
+    off += static_cast<size_t>(n);
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TlsServer>> TlsServer::start(Options options, Handler handler) {
+  std::string host, port;
+  const std::string& l = options.listen;
+  if (!l.empty() && l.front() == '[' && l.find("]:") != std::string::npos) {
+    host = l.substr(1, l.find("]:") - 1);
+    port = l.substr(l.find("]:") + 2);
+  } else if (l.rfind(':') != std::string::npos && l.rfind(':') > 0) {
+    host = l.substr(0, l.rfind(':'));
+    port = l.substr(l.rfind(':') + 1);
+  } else {
+    return invalidArgument("--listen \"" + l + "\" is not HOST:PORT");
+  }
+  std::unique_ptr<TlsServer> s(new TlsServer());
+  s->options_ = std::move(options);
+  s->handler_ = std::move(handler);
+  TQ_ASSIGN_OR_RETURN(s->ctx_, loadContext(s->options_.cert_file, s->options_.key_file));
+  s->files_mtime_ns_ = mtimeNs(s->options_.cert_file) ^ mtimeNs(s->options_.key_file);
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) return invalidArgument("--listen " + l + ": " + gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, &freeaddrinfo);
+  s->listen_fd_ = Fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s->listen_fd_.valid()) return errnoStatus("socket for --listen " + l);
+  const int fd = s->listen_fd_.get();
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0) return errnoStatus("bind --listen " + l);
+  if (::listen(fd, 128) != 0) return errnoStatus("listen on " + l);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  s->port_ = ntohs(bound.ss_family == AF_INET6
+                       ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                       : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  for (int i = 0; i < std::max(1, s->options_.workers); ++i) {
+    s->workers_.emplace_back([p = s.get()] { p->workerLoop(); });
+  }
+  s->acceptor_ = std::thread([p = s.get()] { p->acceptLoop(); });
+  return s;
+}
+
+TlsServer::~TlsServer() {
+  stopping_ = true;
+  if (listen_fd_.valid()) ::shutdown(listen_fd_.get(), SHUT_RDWR);  // wakes accept()
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.clear();
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void TlsServer::acceptLoop() {
+  while (!stopping_) {
+    Fd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      if (stopping_) return;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      TQ_LOG(kWarn, "webhook: accept: %s", std::strerror(errno));
+      if (errno == EMFILE || errno == ENFILE) ::usleep(100'000);  // let workers free fds
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (queue_.size() >= kQueueDepth) {
+      lock.unlock();
+      continue;  // overloaded: closed; the API server retries or applies failurePolicy
+    }
+    queue_.push_back(std::move(fd));
+    lock.unlock();
+    cv_.notify_one();
+  }
+}
+
+void TlsServer::workerLoop() {
+  for (;;) {
+    Fd fd;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      fd = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    serve(std::move(fd));
+  }
+}
+
+std::shared_ptr<SSL_CTX> TlsServer::context() {
+  std::lock_guard<std::mutex> lock(ctx_mu_);
+  const int64_t now_ms = realClock().nowNs() / kNsPerMs;
+  if (now_ms >= next_check_ms_) {
+    next_check_ms_ = now_ms + kReloadCheckMs;
+    const int64_t m = mtimeNs(options_.cert_file) ^ mtimeNs(options_.key_file);
+    if (m != files_mtime_ns_) {
+      auto fresh = loadContext(options_.cert_file, options_.key_file);
+      if (fresh.ok()) {
+        ctx_ = *std::move(fresh);
+        files_mtime_ns_ = m;
+        TQ_LOG(kInfo, "webhook: reloaded the TLS certificate %s", options_.cert_file.c_str());
+      } else {
+        // Probably half-written (the Secret's files change one after the other): retry soon.
+        TQ_LOG(kWarn, "webhook: keeping the old TLS certificate: %s",
+               fresh.status().message().c_str());
+      }
+    }
+  }
+  return ctx_;
+}
+
+void TlsServer::serve(Fd fd) {
+  const int64_t deadline = realClock().nowNs() + options_.connection_timeout_ms * kNsPerMs;
+  timeval tv{options_.connection_timeout_ms / 1000, (options_.connection_timeout_ms % 1000) * 1000};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  std::shared_ptr<SSL_CTX> ctx = context();
+  std::unique_ptr<SSL, SslFree> session(SSL_new(ctx.get()));
+  if (!session) return;
+  SSL* ssl = session.get();
+  SSL_set_fd(ssl, fd.get());
+  if (SSL_accept(ssl) != 1) {
+    ERR_clear_error();  // a scanner, a plain-HTTP client or a timeout: nothing to answer
+    return;
+  }
+  auto expired = [&] { return realClock().nowNs() > deadline; };
+  // Request line and headers.
+  std::string buf;
+  size_t header_end = std::string::npos;
+  char chunk[8192];
+  while (header_end == std::string::npos) {
+    if (buf.size() > kMaxHeaderBytes) {
+      return respond(ssl, {431, "text/plain; charset=utf-8", "request headers too large\n"});
+    }
+    if (expired()) return respond(ssl, {408, "text/plain; charset=utf-8", "request timeout\n"});
+    int n = SSL_read(ssl, chunk, sizeof chunk);
+    if (n <= 0) return;
+    buf.append(chunk, static_cast<size_t>(n));
+    header_end = buf.find("\r\n\r\n");
+  }
+  if (header_end > kMaxHeaderBytes) {
+    return respond(ssl, {431, "text/plain; charset=utf-8", "request headers too large\n"});
+  }
+  HttpRequest req;
+  const size_t line_end = buf.find("\r\n");
+  const std::string line = buf.substr(0, line_end);
+  const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
+  if (sp1 == std::string::npos || sp2 == sp1) {
+    return respond(ssl, {400, "text/plain; charset=utf-8", "malformed request line\n"});
+  }
+  req.method = line.substr(0, sp1);
+  req.path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  req.path = req.path.substr(0, req.path.find('?'));
+  std::optional<size_t> content_length;
+  bool chunked = false;
+  for (size_t pos = line_end + 2; pos < header_end;) {
+    size_t eol = buf.find("\r\n", pos);
+    const std::string h = buf.substr(pos, eol - pos);
+    pos = eol + 2;
+    const size_t colon = h.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string name = lower(h.substr(0, colon));
+    std::string value = h.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    value.erase(value.find_last_not_of(" \t") + 1);
+    if (name == "content-length") {
+      size_t v = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (value.empty() || ec != std::errc() || end != value.data() + value.size() ||
+          (content_length && *content_length != v)) {
+        return respond(ssl, {400, "text/plain; charset=utf-8", "bad Content-Length\n"});
+      }
+      content_length = v;
+    } else if (name == "transfer-encoding") {
+      chunked = true;
+    }
+  }
+  if (chunked) {
+    return respond(ssl, {411, "text/plain; charset=utf-8",
+                         "Transfer-Encoding is not supported: send Content-Length\n"});
+  }
+  const size_t length = content_length.value_or(0);
+  if (length > options_.max_body_bytes) {
+    return respond(ssl, {413, "text/plain; charset=utf-8",
+                         "request body of " + std::to_string(length) + " bytes exceeds the " +
+                             std::to_string(options_.max_body_bytes) + "-byte limit\n"});
+  }
+  req.body = buf.substr(header_end + 4, length);
+  while (req.body.size() < length) {
+    if (expired()) return respond(ssl, {408, "text/plain; charset=utf-8", "request timeout\n"});
+    int n = SSL_read(ssl, chunk,
+                     static_cast<int>(std::min(sizeof chunk, length - req.body.size())));
+    if (n <= 0) return;
+    req.body.append(chunk, static_cast<size_t>(n));
+  }
+  HttpResponse r;
+  // The handler is our code and returns errors as values; this only keeps a third-party
+  // exception (std::bad_alloc from the JSON library) from ending the process.
+  try {
+    r = handler_(req);
+  } catch (const std::exception& e) {
+    TQ_LOG(kError, "webhook: %s %s: internal error: %s", req.method.c_str(), req.path.c_str(),
+           e.what());
+    r = {500, "text/plain; charset=utf-8", "internal error\n"};
+  }
+  respond(ssl, r);
+}
+
+}  // namespace tq::webhook
