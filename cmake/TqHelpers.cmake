@@ -18,7 +18,7 @@
 #       Any command (generator expressions allowed) added to the same in-VM ctest tree, e.g. a
 #       non-gtest program run with RDMA-specific settings. Tests run in declaration order.
 
-set(TQ_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+set(TQ_WARNINGS -Wall -Wextra -Wno-missing-field-initializers)
 if(TQ_WERROR)
   list(APPEND TQ_WARNINGS -Werror)
 endif()

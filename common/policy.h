@@ -45,10 +45,6 @@ struct PolicySpec {
     for (const auto& l : links) if (l.name == name) return &l;
     return nullptr;
   }
-  const TenantSpec* findTenant(const std::string& name) const {
-    for (const auto& t : tenants) if (t.name == name) return &t;
-    return nullptr;
-  }
 };
 
 // A policy with its version, as the agent holds it.

@@ -137,7 +137,7 @@ ncclResult_t devices(int* ndev) {
   });
 }
 
-ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_v11_t** dev_comm) {
+ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_v11_t** /*dev_comm*/) {
   return firewall("accept", [&] {
     TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
     return p->accept(listen_comm, recv_comm);
@@ -167,15 +167,15 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
 }
 
 ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mhandle,
-                   void* phandle, void** request) {
+                   void* /*phandle*/, void** request) {
   return firewall("isend", [&] {
     TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
     return p->isend(send_comm, data, size, tag, mhandle, request);
   });
 }
 
-ncclResult_t irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags,
-                   void** mhandles, void** phandles, void** request) {
+ncclResult_t irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                   void** /*phandles*/, void** request) {
   return firewall("irecv", [&] {
     TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
     return p->irecv(recv_comm, n, data, sizes, tags, mhandles, request);
@@ -218,7 +218,7 @@ ncclResult_t closeListen(void* listen_comm) {
 // ---- v11 / v12 ------------------------------------------------------------------------------
 
 ncclResult_t initV11(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t* config,
-                     ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
+                     ncclDebugLogger_t logger, ncclProfilerCallback_t /*prof*/) {
   return firewall("init", [&]() -> Status {
     if (ctx == nullptr) return invalidArgument("init: ctx is NULL");
     *ctx = nullptr;
@@ -258,7 +258,7 @@ ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listen_comm) {
 }
 
 ncclResult_t connectV11(void* ctx, int dev, void* handle, void** send_comm,
-                        ncclNetDeviceHandle_v11_t** dev_comm) {
+                        ncclNetDeviceHandle_v11_t** /*dev_comm*/) {
   return firewall("connect", [&]() -> Status {
     TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
     if (ctx == nullptr) return invalidArgument("connect: ctx is NULL");
@@ -281,7 +281,7 @@ ncclResult_t finalizeV11(void* ctx) {
 
 // ---- v10 -------------------------------------------------------------------------------------
 
-ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
+ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t /*prof*/) {
   return firewall("init", [&] { return initProcessContext(logger); });
 }
 
@@ -300,7 +300,7 @@ ncclResult_t listenV10(int dev, void* handle, void** listen_comm) {
 }
 
 ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** send_comm,
-                        ncclNetDeviceHandle_v10_t** dev_comm) {
+                        ncclNetDeviceHandle_v10_t** /*dev_comm*/) {
   return firewall("connect", [&] {
     TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
     TQ_ASSIGN_OR_RETURN(NetContext * c, processContext());
@@ -321,7 +321,8 @@ ncclResult_t getPropertiesV9(int dev, ncclNetProperties_v9_t* props) {
   });
 }
 
-ncclResult_t connectV9(int dev, void* handle, void** send_comm, ncclNetDeviceHandle_v9_t** dev_comm) {
+ncclResult_t connectV9(int dev, void* handle, void** send_comm,
+                       ncclNetDeviceHandle_v9_t** /*dev_comm*/) {
   return firewall("connect", [&] {
     TQ_ASSIGN_OR_RETURN(Plugin * p, plugin());
     TQ_ASSIGN_OR_RETURN(NetContext * c, processContext());

@@ -44,7 +44,7 @@ Result<uint64_t> parseUnsigned(const ParamSpec& spec, std::string_view text) {
 }
 
 // One overload per C++ field type; `text` is the variable's value or the default text.
-Status assign(const ParamSpec& spec, std::string_view text, std::string* out) {
+Status assign(const ParamSpec& /*spec*/, std::string_view text, std::string* out) {
   *out = std::string(text);
   return okStatus();
 }

@@ -16,7 +16,6 @@ const char* tenantSourceName(TenantSource s) {
     case TenantSource::kEnv: return "TENANTQOS_TENANT";
     case TenantSource::kTrafficClass: return "trafficClass";
     case TenantSource::kDefault: return "default";
-    case TenantSource::kPeer: return "sender";
   }
   return "?";
 }
@@ -324,7 +323,7 @@ std::shared_ptr<TenantPacer> TenantRegistry::forTrafficClass(int traffic_class,
   if (source != nullptr) *source = c.source;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (traffic_class >= 0 && logged_tc_.emplace(traffic_class, 0).second) {
+    if (traffic_class >= 0 && logged_tc_.insert(traffic_class).second) {
       if (c.source == TenantSource::kTrafficClass) {
         TQ_LOG(kInfo, "trafficClass %d -> tenant %s", traffic_class, c.tenant.c_str());
       } else if (c.source == TenantSource::kDefault) {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,7 @@
 
 namespace tq::plugin {
 
-enum class TenantSource { kEnv, kTrafficClass, kDefault, kPeer };
+enum class TenantSource { kEnv, kTrafficClass, kDefault };
 const char* tenantSourceName(TenantSource s);
 
 struct TenantChoice {
@@ -181,7 +182,7 @@ class TenantRegistry {
   TrafficClassLookup lookup_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<TenantPacer>> pacers_;
-  std::map<int, int64_t> logged_tc_;  // traffic classes whose mapping was logged
+  std::set<int> logged_tc_;  // traffic classes whose mapping was logged
 };
 
 }  // namespace tq::plugin

@@ -124,7 +124,8 @@ class SendComm {
   virtual ~SendComm() = default;
   virtual Status regMr(void* data, size_t size, MemType type, MemRegion** out) = 0;
   // DMA-BUF registration of device memory (NCCL_PTR_DMABUF); transports without it refuse.
-  virtual Status regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, MemRegion** out) {
+  virtual Status regMrDmaBuf(void* /*data*/, size_t /*size*/, uint64_t /*offset*/, int /*fd*/,
+                             MemRegion** /*out*/) {
     return unimplemented("regMrDmaBuf: this transport cannot register DMA-BUF memory");
   }
   virtual Status deregMr(MemRegion* mr) = 0;
@@ -134,7 +135,7 @@ class SendComm {
   // See "Pacing contract". When true, setAdmission() is called once before the first isend;
   // `admission` outlives the comm.
   virtual bool pacesInChunks() const { return false; }
-  virtual void setAdmission(Admission* admission) {}
+  virtual void setAdmission(Admission* /*admission*/) {}
   virtual Status isend(void* data, size_t size, int tag, MemRegion* mr, Request** req) = 0;
   virtual std::string describe() const = 0;
 };
@@ -143,7 +144,8 @@ class RecvComm {
  public:
   virtual ~RecvComm() = default;
   virtual Status regMr(void* data, size_t size, MemType type, MemRegion** out) = 0;
-  virtual Status regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, MemRegion** out) {
+  virtual Status regMrDmaBuf(void* /*data*/, size_t /*size*/, uint64_t /*offset*/, int /*fd*/,
+                             MemRegion** /*out*/) {
     return unimplemented("regMrDmaBuf: this transport cannot register DMA-BUF memory");
   }
   virtual Status deregMr(MemRegion* mr) = 0;

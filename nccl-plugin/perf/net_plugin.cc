@@ -14,8 +14,8 @@ namespace {
 
 std::string g_prefix;
 
-void perfLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
-                const char* fmt, ...) {
+void perfLogger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* /*file*/,
+                int /*line*/, const char* fmt, ...) {
   static const int verbosity = [] {
     const char* d = std::getenv("NCCL_DEBUG");
     if (d == nullptr) return static_cast<int>(NCCL_LOG_WARN);

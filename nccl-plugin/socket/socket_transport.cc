@@ -82,7 +82,7 @@ class SocketSendComm final : public SendComm {
     return mrs_.reg(data, size, type, out);
   }
   Status deregMr(MemRegion* mr) override { return mrs_.dereg(mr); }
-  Status isend(void* data, size_t size, int tag, MemRegion* mr, Request** req) override {
+  Status isend(void* data, size_t size, int /*tag*/, MemRegion* /*mr*/, Request** req) override {
     return comm_->isend(data, size, req);
   }
   std::string describe() const override { return "socket send comm to " + comm_->peer(); }
@@ -101,7 +101,7 @@ class SocketRecvComm final : public RecvComm {
     return mrs_.reg(data, size, type, out);
   }
   Status deregMr(MemRegion* mr) override { return mrs_.dereg(mr); }
-  Status irecv(int n, void** data, const size_t* sizes, const int* tags, MemRegion** mrs,
+  Status irecv(int n, void** data, const size_t* sizes, const int* /*tags*/, MemRegion** /*mrs*/,
                Request** req) override {
     if (n != 1) {
       return invalidArgument("irecv: " + std::to_string(n) +
@@ -109,7 +109,8 @@ class SocketRecvComm final : public RecvComm {
     }
     return comm_->irecv(data[0], sizes[0], req);
   }
-  Status iflush(int n, void** data, const int* sizes, MemRegion** mrs, Request** req) override {
+  Status iflush(int /*n*/, void** /*data*/, const int* /*sizes*/, MemRegion** /*mrs*/,
+                Request** req) override {
     *req = nullptr;  // host memory: nothing to flush
     return okStatus();
   }
@@ -267,7 +268,7 @@ Status SocketTransport::listen(int dev, const TrafficQos& qos, void* handle,
   return okStatus();
 }
 
-Status SocketTransport::connect(int dev, const TrafficQos& qos, void* handle,
+Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle,
                                 std::unique_ptr<SendComm>* out) {
   out->reset();
   auto* h = static_cast<uint8_t*>(handle);

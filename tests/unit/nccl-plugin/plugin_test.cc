@@ -264,7 +264,8 @@ class ChunkingSendComm final : public SendComm {
   Status deregMr(MemRegion*) override { return okStatus(); }
   bool pacesInChunks() const override { return true; }
   void setAdmission(Admission* a) override { admission = a; }
-  Status isend(void* data, size_t size, int tag, MemRegion* mr, Request** req) override {
+  Status isend(void* /*data*/, size_t /*size*/, int /*tag*/, MemRegion* /*mr*/,
+               Request** req) override {
     ++isends;
     *req = nullptr;
     return okStatus();
@@ -278,8 +279,9 @@ class ChunkingTransport final : public Transport {
  public:
   const char* name() const override { return "chunking"; }
   int deviceCount() const override { return 1; }
-  Status properties(int, DeviceProperties* out) const override { return okStatus(); }
-  Status listen(int, const TrafficQos&, void* handle, std::unique_ptr<ListenComm>* out) override {
+  Status properties(int, DeviceProperties* /*out*/) const override { return okStatus(); }
+  Status listen(int, const TrafficQos&, void* /*handle*/,
+                std::unique_ptr<ListenComm>* /*out*/) override {
     return unimplemented("listen");
   }
   Status connect(int, const TrafficQos&, void*, std::unique_ptr<SendComm>* out) override {

@@ -155,7 +155,7 @@ class FakeTcNetlink final : public TcNetlink {
     d->classes.erase(classid);
     return okStatus();
   }
-  Status createFilter(int ifindex, uint32_t parent, const U32Filter& f) override {
+  Status createFilter(int ifindex, uint32_t /*parent*/, const U32Filter& f) override {
     TQ_ASSIGN_OR_RETURN(Device * d, htbDevice(ifindex));
     for (auto& [key, cl] : d->classifiers)
       if (key.first == f.pref && key.second != f.protocol)
@@ -181,7 +181,7 @@ class FakeTcNetlink final : public TcNetlink {
     cl.rules[node] = stored_rule;
     return okStatus();
   }
-  Status changeFilter(int ifindex, uint32_t parent, const U32Filter& f) override {
+  Status changeFilter(int ifindex, uint32_t /*parent*/, const U32Filter& f) override {
     TQ_ASSIGN_OR_RETURN(Device * d, htbDevice(ifindex));
     auto it = d->classifiers.find({f.pref, f.protocol});
     if (it == d->classifiers.end() || u32Htid(f.handle) != it->second.htid)
@@ -191,7 +191,7 @@ class FakeTcNetlink final : public TcNetlink {
     r->second.classid = f.classid;  // keys stay (as the kernel does)
     return okStatus();
   }
-  Status deleteFilter(int ifindex, uint32_t parent, const FilterRef& ref) override {
+  Status deleteFilter(int ifindex, uint32_t /*parent*/, const FilterRef& ref) override {
     TQ_ASSIGN_OR_RETURN(Device * d, htbDevice(ifindex));
     auto it = d->classifiers.find({ref.pref, ref.protocol});
     if (it == d->classifiers.end()) return errnoStatus(ENOENT, "fake: no classifier");
