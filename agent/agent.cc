@@ -87,9 +87,11 @@ Status Agent::start() {
   wo.backoff = backoff;
   watcher_ = std::make_unique<PolicyWatcher>(
       channel_, wo, &store_, &board_,
-      [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); });
+      [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); },
+      realClock());
   watcher_->start();
-  reporter_ = std::make_unique<UsageReporter>(channel_, board_, config_.report_interval_ns);
+  reporter_ =
+      std::make_unique<UsageReporter>(channel_, board_, config_.report_interval_ns, realClock());
   reporter_->start();
   if (config_.qp_scan_interval_ns > 0) {
     // The one place that says which processes are attached: today the pids the reconcile

@@ -1,10 +1,7 @@
 #include "agent/policy_watcher.h"
 
-#include <pthread.h>
-
 #include <chrono>
 
-#include "common/clock.h"
 #include "common/log.h"
 #include "proto/convert.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
@@ -12,7 +9,7 @@
 namespace tq::agent {
 namespace {
 
-constexpr int64_t kStateWaitSliceNs = 250'000'000;  // bounds stop() latency while connecting
+constexpr int64_t kStateWaitSliceNs = 50'000'000;  // bounds stop() latency while connecting
 
 gpr_timespec deadlineIn(int64_t ns) {
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_nanos(ns, GPR_TIMESPAN));
@@ -39,65 +36,44 @@ std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
 }
 
 PolicyWatcher::PolicyWatcher(std::shared_ptr<grpc::Channel> channel, Options options,
-                             SnapshotStore* store, StateBoard* board, OnSnapshot on_snapshot)
+                             SnapshotStore* store, StateBoard* board, OnSnapshot on_snapshot,
+                             Clock& clock)
     : channel_(std::move(channel)),
       options_(std::move(options)),
       store_(store),
       board_(board),
       on_snapshot_(std::move(on_snapshot)),
-      backoff_(options_.backoff, options_.seed != 0 ? options_.seed : std::random_device{}()) {}
+      backoff_(options_.backoff, options_.seed != 0 ? options_.seed : std::random_device{}()),
+      worker_(clock) {}
 
 PolicyWatcher::~PolicyWatcher() { stop(); }
 
 void PolicyWatcher::start() {
-  thread_ = std::thread([this] { run(); });
+  worker_.start("tq-watch", [this](std::stop_token stop) { run(stop); });
 }
 
-void PolicyWatcher::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    if (active_ != nullptr) active_->TryCancel();
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void PolicyWatcher::sleepInterruptible(int64_t ns) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::nanoseconds(ns), [this] { return stopping_; });
-}
+void PolicyWatcher::stop() { worker_.stop(); }
 
 // True once the channel is READY; false on TRANSIENT_FAILURE/SHUTDOWN or when stopping.
-bool PolicyWatcher::waitChannelReady() {
+bool PolicyWatcher::waitChannelReady(const std::stop_token& stop) {
   grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
   while (state != GRPC_CHANNEL_READY) {
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) return false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return false;
-    }
+    if (stop.stop_requested()) return false;
     channel_->WaitForStateChange(state, deadlineIn(kStateWaitSliceNs));
     state = channel_->GetState(/*try_to_connect=*/true);
   }
   return true;
 }
 
-void PolicyWatcher::run() {
-  pthread_setname_np(pthread_self(), "tq-watch");
+void PolicyWatcher::run(const std::stop_token& stop) {
+  Clock& clock = worker_.clock();
   auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
   bool was_connected = false;
   bool logged_down = false;
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) break;
-    }
-    if (!waitChannelReady()) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stopping_) break;
-      }
+  while (!stop.stop_requested()) {
+    if (!waitChannelReady(stop)) {
+      if (stop.stop_requested()) break;
       const int64_t delay = backoff_.nextDelayNs();
       if (!logged_down) {
         TQ_LOG(kWarn, "policyd unreachable; enforcing policy v%llu as is, retrying with backoff",
@@ -106,17 +82,15 @@ void PolicyWatcher::run() {
       }
       TQ_LOG(kDebug, "policyd not ready; next attempt in %lld ms",
              static_cast<long long>(delay / 1'000'000));
-      sleepInterruptible(delay);
+      backoffs_++;
+      worker_.waitFor(delay);
       continue;
     }
 
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(false);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) break;
-      active_ = &ctx;
-    }
+    // Runs at once if stop was already requested; else stop() cancels the read below.
+    std::stop_callback cancel(stop, [&ctx] { ctx.TryCancel(); });
     tenantqos::v1::WatchPolicyRequest req;
     req.set_node(options_.node);
     req.set_known_version(options_.known_version);
@@ -129,7 +103,7 @@ void PolicyWatcher::run() {
     }
     was_connected = true;
     logged_down = false;
-    const int64_t opened_at = realClock().nowNs();
+    const int64_t opened_at = clock.nowNs();
     bool got_any = false;
 
     tenantqos::v1::PolicySnapshot msg;
@@ -145,26 +119,18 @@ void PolicyWatcher::run() {
       on_snapshot_(std::move(vp));
     }
     grpc::Status st = reader->Finish();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      active_ = nullptr;
-    }
     board_->setPolicydConnected(false);
-    bool stopping;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping = stopping_;
-    }
-    if (stopping) break;
+    if (stop.stop_requested()) break;
     // A stream that lived or delivered counts as a successful connection.
-    if (got_any || realClock().nowNs() - opened_at > 1'000'000'000) backoff_.reset();
+    if (got_any || clock.nowNs() - opened_at > 1'000'000'000) backoff_.reset();
     const int64_t delay = backoff_.nextDelayNs();
     TQ_LOG(kWarn,
            "policy watch ended: %s (grpc code %d); enforcement unchanged, reconnecting "
            "in %lld ms",
            st.error_message().c_str(), static_cast<int>(st.error_code()),
            static_cast<long long>(delay / 1'000'000));
-    sleepInterruptible(delay);
+    backoffs_++;
+    worker_.waitFor(delay);
   }
   board_->setPolicydConnected(false);
 }

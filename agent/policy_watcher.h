@@ -5,8 +5,9 @@
 // life, and the reconnect logic (wait for the channel, open the stream, read until it breaks,
 // back off with jitter, repeat) reads top to bottom as a loop; a reactor would spread it over
 // OnReadDone/OnDone callbacks plus a gRPC Alarm for the backoff, for no gain at one stream per
-// process. Shutdown is prompt either way: stop() cancels the in-flight call (TryCancel) and
-// wakes the backoff wait.
+// process. Shutdown is prompt either way: stop() cancels the in-flight call (TryCancel, from a
+// stop callback) and wakes the backoff wait; waiting for the channel is sliced in 50 ms. The
+// backoff and "the stream lived" follow the injected Clock (tests move a FakeClock).
 //
 // Every snapshot received is persisted (SnapshotStore, atomic) BEFORE it is handed to the
 // reconcile thread, so what the node enforces is always recoverable after a restart.
@@ -16,17 +17,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
+#include <stop_token>
 #include <string>
-#include <thread>
 
 #include "agent/agent_state.h"
 #include "agent/backoff.h"
 #include "agent/snapshot_store.h"
+#include "common/clock.h"
 #include "common/policy.h"
+#include "common/worker.h"
 
 namespace tq::agent {
 
@@ -47,18 +48,20 @@ class PolicyWatcher {
   using OnSnapshot = std::function<void(VersionedPolicy)>;
 
   PolicyWatcher(std::shared_ptr<grpc::Channel> channel, Options options, SnapshotStore* store,
-                StateBoard* board, OnSnapshot on_snapshot);
+                StateBoard* board, OnSnapshot on_snapshot, Clock& clock);
   ~PolicyWatcher();
 
   void start();
   void stop();  // idempotent; returns after the thread has exited
 
   uint64_t streamsOpened() const { return streams_opened_.load(); }
+  // Backoff waits so far (after an unreachable policyd or an ended stream).
+  uint64_t backoffs() const { return backoffs_.load(); }
+  const Worker& worker() const { return worker_; }
 
  private:
-  void run();
-  bool waitChannelReady();
-  void sleepInterruptible(int64_t ns);
+  void run(const std::stop_token& stop);
+  bool waitChannelReady(const std::stop_token& stop);
 
   std::shared_ptr<grpc::Channel> channel_;
   Options options_;
@@ -66,13 +69,9 @@ class PolicyWatcher {
   StateBoard* board_;
   OnSnapshot on_snapshot_;
   Backoff backoff_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  grpc::ClientContext* active_ = nullptr;  // guarded by mu_
   std::atomic<uint64_t> streams_opened_{0};
-  std::thread thread_;
+  std::atomic<uint64_t> backoffs_{0};
+  Worker worker_;
 };
 
 }  // namespace tq::agent

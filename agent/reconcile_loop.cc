@@ -1,39 +1,32 @@
 #include "agent/reconcile_loop.h"
 
-#include <pthread.h>
-
-#include <chrono>
 #include <future>
-
-#include "common/clock.h"
+#include <memory>
+#include <utility>
 
 namespace tq::agent {
 
-ReconcileLoop::ReconcileLoop(Reconciler& reconciler) : reconciler_(reconciler) {}
+ReconcileLoop::ReconcileLoop(Reconciler& reconciler)
+    : reconciler_(reconciler), worker_(reconciler.clock()) {}
 
 ReconcileLoop::~ReconcileLoop() { stop(); }
 
 void ReconcileLoop::start() {
-  thread_ = std::thread([this] { run(); });
+  worker_.start("tq-reconcile", [this](std::stop_token) { run(); });
 }
 
 void ReconcileLoop::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  worker_.withLock([this] { stopped_ = true; });
+  worker_.stop();
+  drainQueue();  // only if the thread never started: runSync callers are released
 }
 
 bool ReconcileLoop::post(std::function<void(Reconciler&)> fn) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return false;
+  return worker_.withLock([&] {
+    if (stopped_) return false;
     queue_.push_back(std::move(fn));
-  }
-  cv_.notify_one();
-  return true;
+    return true;
+  });
 }
 
 bool ReconcileLoop::postPolicy(VersionedPolicy policy, PolicySource source) {
@@ -49,32 +42,24 @@ bool ReconcileLoop::runSync(std::function<void(Reconciler&)> fn) {
       })) {
     return false;
   }
-  fut.wait();  // queued work always runs before the thread exits
+  fut.wait();  // queued work always runs, on the thread or in stop()
   return true;
 }
 
+void ReconcileLoop::drainQueue() {
+  std::deque<std::function<void(Reconciler&)>> work;
+  worker_.withLock([&] { work.swap(queue_); });
+  for (auto& fn : work) fn(reconciler_);
+}
+
 void ReconcileLoop::run() {
-  pthread_setname_np(pthread_self(), "tq-reconcile");
-  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    while (!queue_.empty()) {
-      auto fn = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      fn(reconciler_);
-      lock.lock();
-    }
-    if (stop_) return;
-    lock.unlock();
+    drainQueue();
+    if (worker_.stopRequested()) break;
     reconciler_.tick();
-    const int64_t wait_ns = reconciler_.nextDueNs() - realClock().nowNs();
-    lock.lock();
-    if (!queue_.empty() || stop_) continue;
-    if (wait_ns > 0) {
-      cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns),
-                   [this] { return !queue_.empty() || stop_; });
-    }
+    worker_.waitUntil(reconciler_.nextDueNs(), [this] { return !queue_.empty(); });
   }
+  drainQueue();  // posted before stop() refused new work
 }
 
 }  // namespace tq::agent

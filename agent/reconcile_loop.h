@@ -1,22 +1,19 @@
 // The reconcile thread: owns a Reconciler and is the only thread that calls it. Other threads
 // post work (a new policy, a probe for tests) and return at once; the thread runs posted work
 // in order, then Reconciler::tick(), and sleeps until the next due time or the next post.
+// Time is the Reconciler's Clock (a FakeClock in tests moves the loop too).
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include "agent/reconciler.h"
+#include "common/worker.h"
 
 namespace tq::agent {
 
 class ReconcileLoop {
  public:
-  // The Reconciler must use a Clock whose nowNs() is CLOCK_MONOTONIC (realClock()): the loop
-  // sleeps on std::chrono::steady_clock, which libstdc++ implements with CLOCK_MONOTONIC.
   explicit ReconcileLoop(Reconciler& reconciler);
   ~ReconcileLoop();  // stops the thread
 
@@ -30,15 +27,16 @@ class ReconcileLoop {
   // Runs `fn` on the reconcile thread and waits for it (tests, benchmarks). False if stopped.
   bool runSync(std::function<void(Reconciler&)> fn);
 
+  const Worker& worker() const { return worker_; }
+
  private:
   void run();
+  void drainQueue();
 
   Reconciler& reconciler_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void(Reconciler&)>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
+  std::deque<std::function<void(Reconciler&)>> queue_;  // under worker_.withLock()
+  bool stopped_ = false;                                // under worker_.withLock()
+  Worker worker_;
 };
 
 }  // namespace tq::agent

@@ -75,6 +75,8 @@ class Reconciler {
   void tick();
   // The earliest time at which tick() has something to do.
   int64_t nextDueNs() const;
+  // The clock tick() and nextDueNs() read (the reconcile loop waits on the same one).
+  Clock& clock() const { return clock_; }
 
   // ---- introspection (reconcile thread / tests / benchmarks) ----
   bool ready() const { return applied_.has_value(); }

@@ -1,10 +1,10 @@
 #include "agent/usage_reporter.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -46,58 +46,40 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
 }
 
 UsageReporter::UsageReporter(std::shared_ptr<grpc::Channel> channel, const StateBoard& board,
-                             int64_t interval_ns)
-    : channel_(std::move(channel)), board_(board), interval_ns_(interval_ns) {}
+                             int64_t interval_ns, Clock& clock)
+    : channel_(std::move(channel)), board_(board), interval_ns_(interval_ns), worker_(clock) {}
 
 UsageReporter::~UsageReporter() { stop(); }
 
 void UsageReporter::start() {
-  thread_ = std::thread([this] { run(); });
+  worker_.start("tq-report", [this](std::stop_token stop) { run(std::move(stop)); });
 }
 
-void UsageReporter::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void UsageReporter::stop() { worker_.stop(); }
 
-uint64_t UsageReporter::reportsSent() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return sent_;
-}
-
-void UsageReporter::run() {
-  pthread_setname_np(pthread_self(), "tq-report");
+void UsageReporter::run(std::stop_token stop) {
   auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
   std::optional<AgentState> prev;
   const int64_t deadline_ns = std::clamp<int64_t>(interval_ns_, 200'000'000, 5'000'000'000);
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::nanoseconds(interval_ns_),
-                       [this] { return stopping_; })) {
-        return;
-      }
-    }
+  while (worker_.waitFor(interval_ns_)) {
     AgentState now = board_.snapshot();
     if (now.published_at_ns == 0) continue;  // the reconcile thread has not published yet
     const auto req = proto::toReportUsageRequest(
-        buildUsageReport(now, prev ? &*prev : nullptr, realClock().wallNs() / 1'000'000));
+        buildUsageReport(now, prev ? &*prev : nullptr, worker_.clock().wallNs() / 1'000'000));
     prev = std::move(now);
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(false);
+    // A real-time bound: gRPC deadlines are on the system clock whatever clock paces us.
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::nanoseconds(deadline_ns));
+    std::stop_callback cancel(stop, [&ctx] { ctx.TryCancel(); });
     tenantqos::v1::ReportUsageResponse resp;
     grpc::Status st = stub->ReportUsage(&ctx, req, &resp);
+    attempted_++;
     if (!st.ok()) {
       TQ_LOG(kDebug, "ReportUsage to policyd: %s (grpc code %d); retrying next interval",
              st.error_message().c_str(), static_cast<int>(st.error_code()));
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
     sent_++;
   }
 }

@@ -1,20 +1,20 @@
 // Periodic ReportUsage to policyd (the cluster view behind `tenantqosctl top`), on its own
 // thread, from the published AgentState only. A failed report is logged at debug level and the
 // next interval simply sends fresh totals (reports carry totals, so nothing is lost).
+// Intervals and timestamps follow the injected Clock; stop() cancels a report in flight.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <string>
-#include <thread>
+#include <stop_token>
 
 #include "agent/agent_state.h"
+#include "common/clock.h"
 #include "common/policy.h"
+#include "common/worker.h"
 
 namespace tq::agent {
 
@@ -25,24 +25,25 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
 class UsageReporter {
  public:
   UsageReporter(std::shared_ptr<grpc::Channel> channel, const StateBoard& board,
-                int64_t interval_ns);
+                int64_t interval_ns, Clock& clock);
   ~UsageReporter();
   void start();
   void stop();  // idempotent
 
-  uint64_t reportsSent() const;
+  uint64_t reportsSent() const { return sent_.load(); }
+  // Reports attempted (sent or failed).
+  uint64_t reportsAttempted() const { return attempted_.load(); }
+  const Worker& worker() const { return worker_; }
 
  private:
-  void run();
+  void run(std::stop_token stop);
 
   std::shared_ptr<grpc::Channel> channel_;
   const StateBoard& board_;
   int64_t interval_ns_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  uint64_t sent_ = 0;
-  std::thread thread_;
+  std::atomic<uint64_t> sent_{0};
+  std::atomic<uint64_t> attempted_{0};
+  Worker worker_;
 };
 
 }  // namespace tq::agent

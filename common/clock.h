@@ -7,14 +7,30 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 namespace tq {
+
+// Told when a clock that does not flow by itself (FakeClock) moves, so a thread waiting for a
+// time on it (tq::Worker) re-checks. Called with the clock's listener lock held: do not
+// subscribe or unsubscribe from inside onClockMoved().
+class ClockListener {
+ public:
+  virtual void onClockMoved() = 0;
+
+ protected:
+  ~ClockListener() = default;
+};
 
 class Clock {
  public:
   virtual ~Clock() = default;
   virtual int64_t nowNs() const = 0;
   virtual int64_t wallNs() const = 0;
+  // A real clock flows by itself and never calls listeners: timed waits on it are enough.
+  virtual void subscribe(ClockListener*) {}
+  virtual void unsubscribe(ClockListener*) {}
 };
 
 class SteadyClock final : public Clock {
@@ -27,16 +43,29 @@ class SteadyClock final : public Clock {
 Clock& realClock();
 
 // A clock that only moves when told to. Starts at `start_ns` (monotonic and wall alike).
+// Moving it wakes the threads waiting on it (tq::Worker), which then see the new time.
 class FakeClock final : public Clock {
  public:
   explicit FakeClock(int64_t start_ns = 1'000'000'000) : now_(start_ns) {}
   int64_t nowNs() const override { return now_.load(std::memory_order_acquire); }
   int64_t wallNs() const override { return nowNs(); }
-  void advanceNs(int64_t ns) { now_.fetch_add(ns, std::memory_order_acq_rel); }
-  void setNs(int64_t ns) { now_.store(ns, std::memory_order_release); }
+  void advanceNs(int64_t ns) {
+    now_.fetch_add(ns, std::memory_order_acq_rel);
+    notifyListeners();
+  }
+  void setNs(int64_t ns) {
+    now_.store(ns, std::memory_order_release);
+    notifyListeners();
+  }
+  void subscribe(ClockListener* l) override;
+  void unsubscribe(ClockListener* l) override;
 
  private:
+  void notifyListeners();
+
   std::atomic<int64_t> now_;
+  std::mutex listeners_mu_;
+  std::vector<ClockListener*> listeners_;  // guarded by listeners_mu_
 };
 
 constexpr int64_t kNsPerUs = 1000;

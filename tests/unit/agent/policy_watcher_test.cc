@@ -1,5 +1,7 @@
 // The watch loop and the usage reporter against an in-process fake PolicyService on port 0
-// (real gRPC, loopback). The real policyd is exercised by tests/functional/.
+// (real gRPC, loopback). Their waits (backoff, report interval) run on a FakeClock that the
+// tests move to the deadline the thread waits for: no test sleeps through one. The real
+// policyd is exercised by tests/functional/.
 #include "agent/policy_watcher.h"
 
 #include <grpcpp/grpcpp.h>
@@ -105,6 +107,19 @@ bool waitFor(Pred pred, int timeout_ms = 10000) {
   return pred();
 }
 
+// Moves `clock` to each deadline `worker` waits for, until `done()` (bounded in real time).
+template <typename Pred>
+bool driveUntil(FakeClock& clock, const Worker& worker, Pred done, int timeout_ms = 10000) {
+  return waitFor(
+      [&] {
+        if (done()) return true;
+        const int64_t t = worker.sleepingUntilNs();
+        if (t > clock.nowNs()) clock.setNs(t);
+        return done();
+      },
+      timeout_ms);
+}
+
 class PolicyWatcherTest : public ::testing::Test {
  protected:
   std::unique_ptr<PolicyWatcher> makeWatcher(int port, uint64_t known) {
@@ -114,20 +129,24 @@ class PolicyWatcherTest : public ::testing::Test {
     o.backoff = {20'000'000, 200'000'000, 2.0, 0.2};
     o.seed = 5;
     auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), o.backoff);
-    return std::make_unique<PolicyWatcher>(ch, o, &store_, &board_, [this](VersionedPolicy p) {
-      // Persisted BEFORE it reaches the reconciler.
-      auto on_disk = store_.load();
-      std::lock_guard<std::mutex> lock(mu_);
-      persisted_first_.push_back(on_disk.ok() && on_disk->has_value() &&
-                                 (*on_disk)->version == p.version);
-      received_.push_back(std::move(p));
-    });
+    return std::make_unique<PolicyWatcher>(
+        ch, o, &store_, &board_,
+        [this](VersionedPolicy p) {
+          // Persisted BEFORE it reaches the reconciler.
+          auto on_disk = store_.load();
+          std::lock_guard<std::mutex> lock(mu_);
+          persisted_first_.push_back(on_disk.ok() && on_disk->has_value() &&
+                                     (*on_disk)->version == p.version);
+          received_.push_back(std::move(p));
+        },
+        clock_);
   }
   size_t received() {
     std::lock_guard<std::mutex> lock(mu_);
     return received_.size();
   }
 
+  FakeClock clock_;
   TempDir dir_;
   SnapshotStore store_{dir_.path()};
   StateBoard board_;
@@ -170,15 +189,16 @@ TEST_F(PolicyWatcherTest, ReconnectsAfterPolicydRestartWithKnownVersion) {
 
   server->stop();  // policyd dies
   ASSERT_TRUE(waitFor([&] { return !board_.policydConnected(); }, 5000));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few failed attempts
+  const uint64_t b0 = w->backoffs();
+  ASSERT_TRUE(driveUntil(clock_, w->worker(), [&] { return w->backoffs() >= b0 + 3; }))
+      << "a few failed attempts";
   EXPECT_FALSE(board_.policydConnected());
 
   server = std::make_unique<FakeServer>(port);  // policyd comes back on the same address
   ASSERT_TRUE(server->server) << "port " << port << " was taken meanwhile";
   server->service.publish(samplePolicy(1));
   server->service.publish(samplePolicy(2));
-  // Backoff is capped at 200 ms here (5 s in the agent), so it is back quickly.
-  ASSERT_TRUE(waitFor([&] { return received() == 2; }, 5000));
+  ASSERT_TRUE(driveUntil(clock_, w->worker(), [&] { return received() == 2; }));
   EXPECT_TRUE(board_.policydConnected());
   auto reqs = server->service.locked([&] { return server->service.watch_requests; });
   ASSERT_GE(reqs.size(), 1u);
@@ -194,10 +214,10 @@ TEST_F(PolicyWatcherTest, StopIsPromptWhilePolicydIsUnreachable) {
   }
   auto w = makeWatcher(port, 0);
   w->start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(waitFor([&] { return w->backoffs() >= 1; }));  // waiting out a backoff
   const auto t0 = std::chrono::steady_clock::now();
   w->stop();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
   EXPECT_FALSE(board_.policydConnected());
   EXPECT_EQ(received(), 0u);
 }
@@ -261,20 +281,29 @@ TEST(UsageReporterTest, SendsPeriodicallyAndSurvivesPolicydOutage) {
   auto server = std::make_unique<FakeServer>();
   const int port = server->port;
   auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), {20'000'000, 100'000'000});
-  UsageReporter reporter(ch, board, 50'000'000);
+  FakeClock clock;
+  UsageReporter reporter(ch, board, 50'000'000, clock);
   reporter.start();
-  ASSERT_TRUE(waitFor(
-      [&] { return server->service.locked([&] { return server->service.reports.size(); }) >= 2; }));
+  auto reports = [&] {
+    return server->service.locked([&] { return server->service.reports.size(); });
+  };
+  // Nothing is due before the first interval has passed on the clock.
+  ASSERT_TRUE(waitFor([&] { return reporter.worker().sleepingUntilNs() > 0; }));
+  EXPECT_EQ(reporter.reportsAttempted(), 0u);
+  ASSERT_TRUE(driveUntil(clock, reporter.worker(), [&] { return reports() >= 2; }));
   server->stop();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // failed reports, no crash
+  const uint64_t a0 = reporter.reportsAttempted();
+  ASSERT_TRUE(driveUntil(clock, reporter.worker(), [&] {
+    return reporter.reportsAttempted() >= a0 + 3;  // failed reports, no crash
+  }));
   server = std::make_unique<FakeServer>(port);
   ASSERT_TRUE(server->server);
-  ASSERT_TRUE(waitFor(
-      [&] { return server->service.locked([&] { return server->service.reports.size(); }) >= 1; }));
+  ASSERT_TRUE(driveUntil(clock, reporter.worker(), [&] { return reports() >= 1; }));
   reporter.stop();
-  auto reports = server->service.locked([&] { return server->service.reports; });
-  EXPECT_EQ(reports[0].node(), "n1");
-  EXPECT_EQ(reports[0].policy_version(), 2u);
+  auto sent = server->service.locked([&] { return server->service.reports; });
+  EXPECT_EQ(sent[0].node(), "n1");
+  EXPECT_EQ(sent[0].policy_version(), 2u);
+  EXPECT_LE(sent[0].timestamp_unix_ms(), clock.wallNs() / 1'000'000) << "stamped by our clock";
 }
 
 }  // namespace

@@ -512,7 +512,8 @@ TEST(ReconcileLoopTest, RunsPostedWorkInOrderOnItsThreadAndStopsCleanly) {
   o.devices = {{"eth0", "fabric"}};
   o.run_dir = dir.path();
   o.device_exists = [](const std::string&) { return true; };
-  Reconciler r(o, &tc, realClock(), &board);
+  FakeClock clock;
+  Reconciler r(o, &tc, clock, &board);
   ReconcileLoop loop(r);
   loop.start();
   ASSERT_TRUE(loop.postPolicy(samplePolicy(1), PolicySource::kPersisted));
@@ -525,13 +526,20 @@ TEST(ReconcileLoopTest, RunsPostedWorkInOrderOnItsThreadAndStopsCleanly) {
   }));
   EXPECT_EQ(version, 2u) << "posted snapshots run in order before later work";
   EXPECT_NE(where, std::this_thread::get_id());
-  // The loop keeps publishing (ticks) on its own.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  // The loop ticks when the Reconciler's clock reaches its next due time, on its own.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (board.snapshot().allocation_duration.count() < 5 &&
          std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const int64_t t = loop.worker().sleepingUntilNs();
+    if (t > clock.nowNs()) clock.setNs(t);
+    std::this_thread::yield();
   }
   EXPECT_GE(board.snapshot().allocation_duration.count(), 5u);
+  // Without the clock moving, it does not tick.
+  ASSERT_TRUE(loop.runSync([](Reconciler&) {}));
+  const uint64_t ticks = board.snapshot().allocation_duration.count();
+  ASSERT_TRUE(loop.runSync([](Reconciler&) {}));
+  EXPECT_EQ(board.snapshot().allocation_duration.count(), ticks);
   EXPECT_TRUE(board.snapshot().ready);
   loop.stop();
   EXPECT_FALSE(loop.postPolicy(samplePolicy(3), PolicySource::kPolicyd));
