@@ -12,6 +12,8 @@ fi
 pkgs=(
   # toolchain
   build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev
+  # style: clang-format (scripts/check-format.sh) and clang-tidy (.clang-tidy)
+  clang-format clang-tidy
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libnl-3-dev libnl-route-3-dev libibverbs-dev prometheus-cpp-dev
