@@ -1,4 +1,5 @@
-// libFuzzer target for the transports' wire parsers: the socket transport's listen handle,
+// libFuzzer target for the transports' wire parsers: the shared out-of-band envelope
+// (oob/envelope.h) on its own, the socket transport's listen handle,
 // per-stream hello, acceptor's reply and control frame; the ib transport's handle, hello, reply
 // and ready message. These parse
 // bytes from the network (or from another rank's handle), so any input must be rejected with a
@@ -11,6 +12,7 @@
 #include <cstring>
 
 #include "nccl-plugin/ib/ib_wire.h"
+#include "nccl-plugin/oob/envelope.h"
 #include "nccl-plugin/socket/wire.h"
 
 using namespace tq::plugin::socket;
@@ -22,6 +24,19 @@ namespace ibw = tq::plugin::ib;
   } while (0)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // The envelope at every message size the transports use, whatever the magic: an accepted
+  // message re-seals to the same bytes, and the version returned is the one at byte 8.
+  for (size_t n : {size_t{64}, size_t{128}, size_t{256}}) {
+    uint64_t magic = 0;
+    if (size >= 8) std::memcpy(&magic, data, 8);
+    if (auto v = tq::plugin::oob::openEnvelope(data, size, n, magic, "fuzz", "fuzz"); v.ok()) {
+      uint8_t buf[256];
+      tq::plugin::oob::startEnvelope(buf, n, magic, *v);
+      std::memcpy(buf + 10, data + 10, n - 14);
+      tq::plugin::oob::sealEnvelope(buf, n);
+      FUZZ_CHECK(std::memcmp(buf, data, n) == 0);
+    }
+  }
   if (auto h = parseHandle(data, size); h.ok()) {
     uint8_t buf[kHandlePublicBytes];
     encodeHandle(*h, buf);

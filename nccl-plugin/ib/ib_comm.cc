@@ -319,15 +319,15 @@ void IbConnection::checkPeer() {
   if (now < next_peer_check_ns_) return;
   next_peer_check_ns_ = now + cfg_.liveness_interval_ns;
   int err = 0;
-  const socket::IoResult r = socket::peekAlive(oob_.get(), &err);
-  if (r == socket::IoResult::kClosed || r == socket::IoResult::kError) {
+  const oob::IoResult r = oob::peekAlive(oob_.get(), &err);
+  if (r == oob::IoResult::kClosed || r == oob::IoResult::kError) {
     (void)pollCq();  // completions that arrived before the peer left still count
     if (failed() || !outstanding()) return;
     const std::string what = "peer " + peer_ + " (" + remote_.device + ") ";
-    fail(r == socket::IoResult::kClosed
+    fail(r == oob::IoResult::kClosed
              ? unavailable(what + "closed the connection with work outstanding on " +
                            res_->port->label() + " (the remote process exited or closed its comm)")
-             : socket::netError(err, what + "connection lost"));
+             : oob::netError(err, what + "connection lost"));
   }
 }
 

@@ -53,7 +53,7 @@
 #include "ib/sysfs.h"
 #include "nccl-plugin/ib/ib_device.h"
 #include "nccl-plugin/ib/ib_wire.h"
-#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/oob/tcp.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin::ib {

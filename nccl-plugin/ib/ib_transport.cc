@@ -1,8 +1,5 @@
 #include "nccl-plugin/ib/ib_transport.h"
 
-#include <sys/random.h>
-#include <unistd.h>
-
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -13,26 +10,17 @@
 #include "ib/hca_filter.h"
 #include "ib/sysfs.h"
 #include "nccl-plugin/handle_state.h"
-#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/oob/handshake.h"
+#include "nccl-plugin/oob/tcp.h"
 
 namespace tq::plugin::ib {
 namespace {
 
-using socket::IoResult;
+using oob::MessageIo;
+using oob::msText;
 
-constexpr int64_t kConnectRetryNs = 20'000'000;  // after ECONNREFUSED
 constexpr uint64_t kMaxP2pBytes = 1ull << 30;    // sizes travel in 31 bits of the immediate
 constexpr uint64_t kMaxCollBytes = 512ull << 20;
-
-uint64_t randomU64() {
-  uint64_t v = 0;
-  if (::getrandom(&v, sizeof v, 0) != sizeof v) {
-    v = static_cast<uint64_t>(realClock().nowNs()) ^ (static_cast<uint64_t>(::getpid()) << 32);
-  }
-  return v;
-}
-
-std::string msText(int64_t ns) { return std::to_string(ns / 1'000'000) + " ms"; }
 
 uint64_t parseGuid(const std::string& text) {
   uint64_t v = 0;
@@ -59,15 +47,12 @@ struct PendingAccept {
   int64_t since = 0;
   std::string peer;
   Phase phase = Phase::kReadHello;
-  uint8_t hello_buf[kIbHelloBytes];
-  size_t got = 0;
+  MessageIo hello_in{kIbHelloBytes};
   IbHello hello;
   TrafficQos peer_qos;
   std::unique_ptr<IbConnResources> res;
-  uint8_t reply_buf[kIbReplyBytes];
-  size_t sent = 0;
-  uint8_t ready_buf[kIbReadyBytes];
-  size_t ready_got = 0;
+  MessageIo reply_out{kIbReplyBytes};
+  MessageIo ready_in{kIbReadyBytes};
 };
 
 class IbListenComm final : public ListenComm {
@@ -89,9 +74,7 @@ void sendRejection(int fd, IbReplyStatus status, uint64_t conn_id, const std::st
   r.reason = reason;
   uint8_t buf[kIbReplyBytes];
   encodeIbReply(r, buf);
-  size_t done = 0;
-  int err = 0;
-  (void)socket::sendSome(fd, buf, sizeof buf, &done, &err);
+  oob::sendBestEffort(fd, buf, sizeof buf);
 }
 
 // ---- connect state ----------------------------------------------------------------------------
@@ -104,17 +87,13 @@ struct ConnectState {
   int dev = 0;
   int64_t start = 0;
   Phase phase = Phase::kTcpConnect;
-  Fd fd;
-  int64_t retry_at = 0;
+  oob::Dial dial;
   std::unique_ptr<IbConnResources> res;
   uint64_t conn_id = 0;
-  uint8_t hello_buf[kIbHelloBytes];
-  size_t sent = 0;
-  uint8_t reply_buf[kIbReplyBytes];
-  size_t got = 0;
+  MessageIo hello_out{kIbHelloBytes};
+  MessageIo reply_in{kIbReplyBytes};
   IbReply reply;
-  uint8_t ready_buf[kIbReadyBytes];
-  size_t ready_sent = 0;
+  MessageIo ready_out{kIbReadyBytes};
 };
 
 constexpr uint64_t kConnectGuard = 0x54534e4f43424954ULL;  // "TIBCONST"
@@ -231,7 +210,7 @@ Result<std::unique_ptr<IbTransport>> IbTransport::create(const IbTransportConfig
     t->ports_.push_back(std::move(port));
   }
   if (t->ports_.empty()) return notFound("no RDMA port is active for verbs");
-  auto oob = socket::findInterfaces(cfg.oob_ifname, cfg.oob_family);
+  auto oob = oob::findInterfaces(cfg.oob_ifname, cfg.oob_family);
   if (!oob.ok()) {
     return oob.status().withContext("ib transport: interface for the out-of-band handshake "
                                     "(TENANTQOS_SOCKET_IFNAME)");
@@ -286,13 +265,13 @@ Status IbTransport::listen(int dev, const TrafficQos& qos, void* handle,
     return invalidArgument("listen: device " + std::to_string(dev) + " out of range");
   }
   auto lc = std::make_unique<IbListenComm>();
-  socket::SocketAddress addr = oob_.addr;
+  oob::SocketAddress addr = oob_.addr;
   addr.setPort(0);
-  auto fd = socket::listenTcp(&addr, qos, 16384);
+  auto fd = oob::listenTcp(&addr, qos, 16384);
   if (!fd.ok()) return fd.status().withContext("listen on " + ports_[static_cast<size_t>(dev)]->label());
   lc->fd = std::move(fd).value();
   lc->info.addr = addr;
-  lc->info.nonce = randomU64();
+  lc->info.nonce = oob::randomU64();
   lc->dev = dev;
   lc->qos = qos;
   auto* h = static_cast<uint8_t*>(handle);
@@ -321,7 +300,7 @@ Status IbTransport::connect(int dev, const TrafficQos& qos, void* handle,
     fresh->qos = qos;
     fresh->dev = dev;
     fresh->start = now;
-    fresh->conn_id = randomU64();
+    fresh->conn_id = oob::randomU64();
     const IbPort& port = *ports_[static_cast<size_t>(dev)];
     auto res = makeResources(port, ConnSide::kSend, cfg_.comm.qps_per_conn);
     if (!res.ok()) {
@@ -337,7 +316,7 @@ Status IbTransport::connect(int dev, const TrafficQos& qos, void* handle,
     hello.ep = fresh->res->local();
     hello.cts_addr = reinterpret_cast<uintptr_t>(fresh->res->ring.ptr);
     hello.cts_rkey = fresh->res->ring.mr->rkey;
-    encodeIbHello(hello, fresh->hello_buf);
+    encodeIbHello(hello, fresh->hello_out.data());
     st = fresh.release();
     ConnectStates::attach(h, st);
   }
@@ -349,38 +328,21 @@ Status IbTransport::connect(int dev, const TrafficQos& qos, void* handle,
   };
 
   if (st->phase == ConnectState::Phase::kTcpConnect) {
-    if (!st->fd.valid() && now >= st->retry_at) {
-      auto r = socket::startTcpConnect(st->target.addr, st->qos, &st->fd);
-      if (!r.ok()) return finish(r.status());
-      if (*r == socket::TcpConnect::kRefused) st->retry_at = now + kConnectRetryNs;
-    }
-    if (st->fd.valid()) {
-      auto r = socket::pollTcpConnect(&st->fd);
-      if (!r.ok()) return finish(r.status());
-      if (*r == socket::TcpConnect::kRefused) st->retry_at = now + kConnectRetryNs;
-      if (*r == socket::TcpConnect::kConnected) st->phase = ConnectState::Phase::kSendHello;
-    }
+    auto connected = st->dial.step(st->target.addr, st->qos, now);
+    if (!connected.ok()) return finish(connected.status());
+    if (*connected) st->phase = ConnectState::Phase::kSendHello;
   }
+  const int fd = st->dial.fd.get();
   if (st->phase == ConnectState::Phase::kSendHello) {
-    int err = 0;
-    if (socket::sendSome(st->fd.get(), st->hello_buf + st->sent, kIbHelloBytes - st->sent,
-                         &st->sent, &err) == IoResult::kError) {
-      return finish(socket::netError(err, "send handshake"));
-    }
-    if (st->sent == kIbHelloBytes) st->phase = ConnectState::Phase::kAwaitReply;
+    Status sent = st->hello_out.sendStep(fd, "handshake");
+    if (!sent.ok()) return finish(sent);
+    if (st->hello_out.complete()) st->phase = ConnectState::Phase::kAwaitReply;
   }
   if (st->phase == ConnectState::Phase::kAwaitReply) {
-    int err = 0;
-    const IoResult r = socket::recvSome(st->fd.get(), st->reply_buf + st->got,
-                                        kIbReplyBytes - st->got, &st->got, &err);
-    if (r == IoResult::kClosed) {
-      return finish(unavailable("the peer closed the connection during the handshake (after " +
-                                std::to_string(st->got) + " of " + std::to_string(kIbReplyBytes) +
-                                " reply bytes)"));
-    }
-    if (r == IoResult::kError) return finish(socket::netError(err, "read handshake reply"));
-    if (st->got == kIbReplyBytes) {
-      auto rep = parseIbReply(st->reply_buf, kIbReplyBytes);
+    Status got = st->reply_in.recvStep(fd, "handshake reply");
+    if (!got.ok()) return finish(got);
+    if (st->reply_in.complete()) {
+      auto rep = parseIbReply(st->reply_in.data(), kIbReplyBytes);
       if (!rep.ok()) return finish(rep.status());
       if (rep->status != IbReplyStatus::kAccepted) {
         return finish(failedPrecondition("the peer" +
@@ -399,25 +361,20 @@ Status IbTransport::connect(int dev, const TrafficQos& qos, void* handle,
         // Tell the acceptor, so it fails now rather than at its deadline.
         ready.ok = false;
         ready.reason = qp.message();
-        encodeIbReady(ready, st->ready_buf);
-        size_t done = 0;
-        (void)socket::sendSome(st->fd.get(), st->ready_buf, kIbReadyBytes, &done, &err);
+        encodeIbReady(ready, st->ready_out.data());
+        oob::sendBestEffort(fd, st->ready_out.data(), kIbReadyBytes);
         return finish(qp.withContext("QPs towards " + rep->ep.device));
       }
-      encodeIbReady(ready, st->ready_buf);
+      encodeIbReady(ready, st->ready_out.data());
       st->phase = ConnectState::Phase::kSendReady;
     }
   }
   if (st->phase == ConnectState::Phase::kSendReady) {
-    int err = 0;
-    if (socket::sendSome(st->fd.get(), st->ready_buf + st->ready_sent,
-                         kIbReadyBytes - st->ready_sent, &st->ready_sent,
-                         &err) == IoResult::kError) {
-      return finish(socket::netError(err, "send ready"));
-    }
-    if (st->ready_sent == kIbReadyBytes) {
-      auto comm = std::make_unique<IbSendComm>(std::move(st->res), st->reply, std::move(st->fd),
-                                               peer, cfg_.comm, clock_);
+    Status sent = st->ready_out.sendStep(fd, "ready");
+    if (!sent.ok()) return finish(sent);
+    if (st->ready_out.complete()) {
+      auto comm = std::make_unique<IbSendComm>(std::move(st->res), st->reply,
+                                               std::move(st->dial.fd), peer, cfg_.comm, clock_);
       TQ_LOG(kDebug, "ib: connected %s, tenant %s, sl %d, dscp %d", comm->describe().c_str(),
              st->qos.tenant.c_str(), st->qos.service_level, st->qos.dscp);
       *out = std::move(comm);
@@ -428,7 +385,7 @@ Status IbTransport::connect(int dev, const TrafficQos& qos, void* handle,
   if (now - st->start > cfg_.handshake_timeout_ns) {
     return finish(deadlineExceeded(std::string(phaseText(st->phase)) + " within " +
                                    msText(cfg_.handshake_timeout_ns) + " (" +
-                                   std::to_string(st->got) + " of " +
+                                   std::to_string(st->reply_in.done()) + " of " +
                                    std::to_string(kIbReplyBytes) + " reply bytes received)"));
   }
   return okStatus();
@@ -443,8 +400,8 @@ Status IbTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* out) {
   const std::string self = lc->info.addr.toString() + " (" + port.label() + ")";
 
   for (;;) {
-    socket::SocketAddress peer;
-    auto fd = socket::acceptTcp(lc->fd.get(), &peer);
+    oob::SocketAddress peer;
+    auto fd = oob::acceptTcp(lc->fd.get(), &peer);
     if (!fd.ok()) return fd.status().withContext("accept on " + self);
     if (!fd->valid()) break;
     auto p = std::make_unique<PendingAccept>();
@@ -461,17 +418,11 @@ Status IbTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* out) {
       lc->pending.erase(lc->pending.begin() + static_cast<long>(i));
       return s.withContext(from);
     };
-    int err = 0;
     if (p.phase == PendingAccept::Phase::kReadHello) {
-      const IoResult r = socket::recvSome(p.fd.get(), p.hello_buf + p.got, kIbHelloBytes - p.got,
-                                          &p.got, &err);
-      if (r == IoResult::kClosed) {
-        return drop(unavailable("peer closed the connection after " + std::to_string(p.got) +
-                                " of " + std::to_string(kIbHelloBytes) + " hello bytes"));
-      }
-      if (r == IoResult::kError) return drop(socket::netError(err, "read hello"));
-      if (p.got == kIbHelloBytes) {
-        auto hello = parseIbHello(p.hello_buf, kIbHelloBytes);
+      Status got = p.hello_in.recvStep(p.fd.get(), "hello");
+      if (!got.ok()) return drop(got);
+      if (p.hello_in.complete()) {
+        auto hello = parseIbHello(p.hello_in.data(), kIbHelloBytes);
         IbReplyStatus why = IbReplyStatus::kBadHello;
         Status reject;
         if (!hello.ok()) {
@@ -496,7 +447,7 @@ Status IbTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* out) {
         p.peer_qos.dscp = p.hello.dscp;
         p.peer_qos.service_level = p.hello.service_level;
         p.peer_qos.tenant = p.hello.tenant;
-        Status q = socket::applyQos(p.fd.get(), lc->info.addr.family(), p.peer_qos);
+        Status q = oob::applyQos(p.fd.get(), lc->info.addr.family(), p.peer_qos);
         if (!q.ok()) return drop(q);
         const int qp_dscp = cfg_.comm.cts_dscp.value_or(p.hello.dscp);
         auto res = makeResources(port, ConnSide::kRecv, p.hello.ep.nqps);
@@ -516,27 +467,20 @@ Status IbTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* out) {
         rep.ep = p.res->local();
         rep.sizes_addr = reinterpret_cast<uintptr_t>(p.res->ring.ptr);
         rep.sizes_rkey = p.res->ring.mr->rkey;
-        encodeIbReply(rep, p.reply_buf);
+        encodeIbReply(rep, p.reply_out.data());
         p.phase = PendingAccept::Phase::kSendReply;
       }
     }
     if (p.phase == PendingAccept::Phase::kSendReply) {
-      if (socket::sendSome(p.fd.get(), p.reply_buf + p.sent, kIbReplyBytes - p.sent, &p.sent,
-                           &err) == IoResult::kError) {
-        return drop(socket::netError(err, "send reply"));
-      }
-      if (p.sent == kIbReplyBytes) p.phase = PendingAccept::Phase::kAwaitReady;
+      Status sent = p.reply_out.sendStep(p.fd.get(), "reply");
+      if (!sent.ok()) return drop(sent);
+      if (p.reply_out.complete()) p.phase = PendingAccept::Phase::kAwaitReady;
     }
     if (p.phase == PendingAccept::Phase::kAwaitReady) {
-      const IoResult r = socket::recvSome(p.fd.get(), p.ready_buf + p.ready_got,
-                                          kIbReadyBytes - p.ready_got, &p.ready_got, &err);
-      if (r == IoResult::kClosed) {
-        return drop(unavailable("the connecting side closed the connection before its QPs were "
-                                "ready"));
-      }
-      if (r == IoResult::kError) return drop(socket::netError(err, "read ready"));
-      if (p.ready_got == kIbReadyBytes) {
-        auto ready = parseIbReady(p.ready_buf, kIbReadyBytes);
+      Status got = p.ready_in.recvStep(p.fd.get(), "ready (the connecting side's QPs)");
+      if (!got.ok()) return drop(got);
+      if (p.ready_in.complete()) {
+        auto ready = parseIbReady(p.ready_in.data(), kIbReadyBytes);
         if (!ready.ok()) return drop(ready.status());
         if (ready->conn_id != p.hello.conn_id) return drop(dataLoss("ready for another connection"));
         if (!ready->ok) {

@@ -5,9 +5,9 @@
 // dlopen'ed (TENANTQOS_IBVERBS_LIB) only once such a port exists, so hosts without RDMA never
 // load it.
 //
-// Connection setup is an out-of-band TCP handshake on the first interface TENANTQOS_SOCKET_IFNAME
-// selects (like NCCL's own IB transport), entirely non-blocking, every state bounded by
-// TENANTQOS_HANDSHAKE_TIMEOUT_MS:
+// Connection setup is an out-of-band TCP handshake (nccl-plugin/oob/: dial, message steps,
+// envelope) on the first interface TENANTQOS_SOCKET_IFNAME selects (like NCCL's own IB
+// transport), entirely non-blocking, every state bounded by TENANTQOS_HANDSHAKE_TIMEOUT_MS:
 //   listen:  a listening TCP socket; the handle (ib_wire.h) carries its address and a nonce.
 //   connect: kTcpConnect -> kSendHello (QPs, CQ and CTS ring already made; the hello carries
 //            their numbers and addresses, the tenant's DSCP and SL) -> kAwaitReply -> (QPs to
@@ -27,7 +27,7 @@
 #include "common/clock.h"
 #include "nccl-plugin/ib/ib_comm.h"
 #include "nccl-plugin/params.h"
-#include "nccl-plugin/socket/ifaces.h"
+#include "nccl-plugin/oob/ifaces.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin::ib {
@@ -72,7 +72,7 @@ class IbTransport final : public Transport {
   IbTransport(IbTransportConfig cfg, Clock& clock) : cfg_(std::move(cfg)), clock_(clock) {}
 
   const IbTransportConfig cfg_;
-  socket::NetInterface oob_;
+  oob::NetInterface oob_;
   Clock& clock_;
   std::vector<std::unique_ptr<IbPort>> ports_;
 };

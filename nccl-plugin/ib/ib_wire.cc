@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "nccl-plugin/oob/envelope.h"
 #include "nccl-plugin/wire_bytes.h"
 
 namespace tq::plugin::ib {
@@ -65,41 +66,32 @@ Status checkEndpoint(const IbEndpointInfo& ep, std::string_view what) {
 // ---- handle -----------------------------------------------------------------------------------
 
 void encodeIbHandle(const IbHandle& h, uint8_t out[kIbHandlePublicBytes]) {
-  std::memset(out, 0, kIbHandlePublicBytes);
-  put64(out, kHandleMagic);
-  put16(out + 8, h.version);
-  socket::putHandleAddress(out, h.addr, h.nonce);
-  put32(out + 60, crcOf(out, 60));
+  oob::startEnvelope(out, kIbHandlePublicBytes, kHandleMagic, h.version);
+  oob::putHandleAddress(out, h.addr, h.nonce);
+  oob::sealEnvelope(out, kIbHandlePublicBytes);
 }
 
 Result<IbHandle> parseIbHandle(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "net handle";
-  if (len < kIbHandlePublicBytes) return bad(kWhat, "truncated");
-  if (get64(p) == kSocketHandleMagic) {
+  if (len >= 8 && get64(p) == kSocketHandleMagic) {
     return bad(kWhat, "a socket transport handle: the listening process uses "
                       "TENANTQOS_TRANSPORT=socket, this one ib (set the same transport everywhere)");
   }
-  if (get64(p) != kHandleMagic) return bad(kWhat, "bad magic (not a tenantqos ib handle)");
-  if (get32(p + 60) != crcOf(p, 60)) return bad(kWhat, "crc mismatch (corrupted in transit?)");
   IbHandle h;
-  h.version = get16(p + 8);
-  if (h.version != kIbProtocolVersion) {
-    return bad(kWhat, "protocol version " + std::to_string(h.version) + ", this plugin speaks " +
-                          std::to_string(kIbProtocolVersion));
-  }
+  TQ_ASSIGN_OR_RETURN(h.version, oob::openEnvelope(p, len, kIbHandlePublicBytes, kHandleMagic,
+                                                   kWhat, "a tenantqos ib handle"));
+  TQ_RETURN_IF_ERROR(oob::expectVersion(h.version, kIbProtocolVersion, kWhat));
   if (p[11] != 0 || !allZero(p + 14, 2) || !allZero(p + 44, 16)) {
     return bad(kWhat, "reserved bytes set");
   }
-  TQ_RETURN_IF_ERROR(socket::getHandleAddress(p, kWhat, &h.addr, &h.nonce));
+  TQ_RETURN_IF_ERROR(oob::getHandleAddress(p, kWhat, &h.addr, &h.nonce));
   return h;
 }
 
 // ---- hello ------------------------------------------------------------------------------------
 
 void encodeIbHello(const IbHello& h, uint8_t out[kIbHelloBytes]) {
-  std::memset(out, 0, kIbHelloBytes);
-  put64(out, kHelloMagic);
-  put16(out + 8, h.version);
+  oob::startEnvelope(out, kIbHelloBytes, kHelloMagic, h.version);
   put16(out + 10, static_cast<uint16_t>(kIbHelloBytes));
   out[12] = static_cast<uint8_t>(h.ep.link_layer);
   out[13] = static_cast<uint8_t>(h.ep.port);
@@ -117,20 +109,15 @@ void encodeIbHello(const IbHello& h, uint8_t out[kIbHelloBytes]) {
   putQpns(out + 64, h.ep);
   put64(out + 96, h.cts_addr);
   put32(out + 104, h.cts_rkey);
-  put32(out + 252, crcOf(out, 252));
+  oob::sealEnvelope(out, kIbHelloBytes);
 }
 
 Result<IbHello> parseIbHello(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "ib handshake hello";
-  if (len < kIbHelloBytes) {
-    return bad(kWhat, "truncated (" + std::to_string(len) + " of " +
-                          std::to_string(kIbHelloBytes) + " bytes)");
-  }
-  if (get64(p) != kHelloMagic) return bad(kWhat, "bad magic (not a tenantqos ib peer)");
-  if (get16(p + 10) != kIbHelloBytes) return bad(kWhat, "unexpected length field");
-  if (get32(p + 252) != crcOf(p, 252)) return bad(kWhat, "crc mismatch");
   IbHello h;
-  h.version = get16(p + 8);
+  TQ_ASSIGN_OR_RETURN(h.version, oob::openEnvelope(p, len, kIbHelloBytes, kHelloMagic, kWhat,
+                                                   "a tenantqos ib peer"));
+  if (get16(p + 10) != kIbHelloBytes) return bad(kWhat, "unexpected length field");
   if (h.version != kIbProtocolVersion) return h;  // the caller reports the version
   if (p[23] != 0 || get32(p + 60) != 0 || get32(p + 108) != 0 || !allZero(p + 208, 44)) {
     return bad(kWhat, "reserved bytes set");
@@ -162,9 +149,7 @@ Result<IbHello> parseIbHello(const uint8_t* p, size_t len) {
 // ---- reply ------------------------------------------------------------------------------------
 
 void encodeIbReply(const IbReply& r, uint8_t out[kIbReplyBytes]) {
-  std::memset(out, 0, kIbReplyBytes);
-  put64(out, kReplyMagic);
-  put16(out + 8, r.version);
+  oob::startEnvelope(out, kIbReplyBytes, kReplyMagic, r.version);
   put16(out + 10, static_cast<uint16_t>(r.status));
   if (r.status == IbReplyStatus::kAccepted) {
     out[12] = static_cast<uint8_t>(r.ep.link_layer);
@@ -181,16 +166,14 @@ void encodeIbReply(const IbReply& r, uint8_t out[kIbReplyBytes]) {
   out[19] = static_cast<uint8_t>(putText(out + 96, kMaxDeviceNameBytes, r.ep.device));
   put64(out + 24, r.conn_id);
   out[92] = static_cast<uint8_t>(putText(out + 128, kMaxReplyReason, r.reason));
-  put32(out + 252, crcOf(out, 252));
+  oob::sealEnvelope(out, kIbReplyBytes);
 }
 
 Result<IbReply> parseIbReply(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "ib handshake reply";
-  if (len < kIbReplyBytes) return bad(kWhat, "truncated");
-  if (get64(p) != kReplyMagic) return bad(kWhat, "bad magic (not a tenantqos ib peer)");
-  if (get32(p + 252) != crcOf(p, 252)) return bad(kWhat, "crc mismatch");
   IbReply r;
-  r.version = get16(p + 8);
+  TQ_ASSIGN_OR_RETURN(r.version, oob::openEnvelope(p, len, kIbReplyBytes, kReplyMagic, kWhat,
+                                                   "a tenantqos ib peer"));
   const uint16_t status = get16(p + 10);
   if (status > static_cast<uint16_t>(IbReplyStatus::kSetupFailed)) {
     return bad(kWhat, "unknown status " + std::to_string(status));
@@ -207,10 +190,7 @@ Result<IbReply> parseIbReply(const uint8_t* p, size_t len) {
     }
     return r;
   }
-  if (r.version != kIbProtocolVersion) {
-    return bad(kWhat, "protocol version " + std::to_string(r.version) + ", this plugin speaks " +
-                          std::to_string(kIbProtocolVersion));
-  }
+  TQ_RETURN_IF_ERROR(oob::expectVersion(r.version, kIbProtocolVersion, kWhat));
   TQ_ASSIGN_OR_RETURN(r.ep.link_layer, linkLayerOf(p[12], kWhat));
   r.ep.port = p[13];
   r.ep.lid = get16(p + 14);
@@ -230,23 +210,19 @@ Result<IbReply> parseIbReply(const uint8_t* p, size_t len) {
 // ---- ready ------------------------------------------------------------------------------------
 
 void encodeIbReady(const IbReady& r, uint8_t out[kIbReadyBytes]) {
-  std::memset(out, 0, kIbReadyBytes);
-  put64(out, kReadyMagic);
-  put16(out + 8, r.version);
+  oob::startEnvelope(out, kIbReadyBytes, kReadyMagic, r.version);
   put16(out + 10, r.ok ? 0 : 1);
   out[12] = static_cast<uint8_t>(putText(out + 24, kMaxReadyReason, r.reason));
   put64(out + 16, r.conn_id);
-  put32(out + 124, crcOf(out, 124));
+  oob::sealEnvelope(out, kIbReadyBytes);
 }
 
 Result<IbReady> parseIbReady(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "ib handshake ready";
-  if (len < kIbReadyBytes) return bad(kWhat, "truncated");
-  if (get64(p) != kReadyMagic) return bad(kWhat, "bad magic");
-  if (get32(p + 124) != crcOf(p, 124)) return bad(kWhat, "crc mismatch");
   IbReady r;
-  r.version = get16(p + 8);
-  if (r.version != kIbProtocolVersion) return bad(kWhat, "protocol version mismatch");
+  TQ_ASSIGN_OR_RETURN(r.version, oob::openEnvelope(p, len, kIbReadyBytes, kReadyMagic, kWhat,
+                                                   "a tenantqos ib peer"));
+  TQ_RETURN_IF_ERROR(oob::expectVersion(r.version, kIbProtocolVersion, kWhat));
   const uint16_t status = get16(p + 10);
   if (status > 1) return bad(kWhat, "unknown status");
   r.ok = status == 0;

@@ -40,7 +40,7 @@
 
 #include "common/status.h"
 #include "ib/gid.h"
-#include "nccl-plugin/socket/wire.h"
+#include "nccl-plugin/oob/address.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin::ib {
@@ -64,7 +64,7 @@ enum class LinkLayerCode : uint8_t { kInfiniBand = 1, kEthernet = 2 };
 
 struct IbHandle {
   uint16_t version = kIbProtocolVersion;
-  socket::SocketAddress addr;
+  oob::SocketAddress addr;
   uint64_t nonce = 0;
 };
 

@@ -14,6 +14,12 @@
 
 namespace tq::plugin::socket {
 
+// The out-of-band layer's non-blocking I/O is this transport's data path too.
+using oob::IoResult;
+using oob::netError;
+using oob::recvSome;
+using oob::sendSome;
+
 // ---------------------------------------------------------------------------------------------
 // StripeRing
 

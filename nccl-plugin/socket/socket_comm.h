@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/oob/tcp.h"
 #include "nccl-plugin/socket/wire.h"
 #include "nccl-plugin/transport.h"
 
@@ -141,8 +141,8 @@ class SocketComm {
   void readControlSend();
   void readControlRecv();
   // Receive side: fills the staging buffer with one recv (frame + small payload + maybe the
-  // next frames in a single syscall). kWouldBlock/kClosed/kError as recvSome.
-  IoResult fillStage(size_t max_bytes, int* err);
+  // next frames in a single syscall). kWouldBlock/kClosed/kError as oob::recvSome.
+  oob::IoResult fillStage(size_t max_bytes, int* err);
   void rejectMessage(SockRequest* r, const Frame& f);
 
   const Side side_;

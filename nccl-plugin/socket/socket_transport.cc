@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,23 +15,15 @@
 #include "common/log.h"
 #include "nccl-plugin/handle_state.h"
 #include "nccl-plugin/socket/socket_comm.h"
-#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/oob/handshake.h"
+#include "nccl-plugin/oob/tcp.h"
 #include "nccl-plugin/socket/wire.h"
 
 namespace tq::plugin::socket {
 namespace {
 
-constexpr int64_t kConnectRetryNs = 20'000'000;  // after ECONNREFUSED (listener backlog full)
-
-uint64_t randomU64() {
-  uint64_t v = 0;
-  if (::getrandom(&v, sizeof v, 0) != sizeof v) {
-    v = static_cast<uint64_t>(realClock().nowNs()) ^ (static_cast<uint64_t>(::getpid()) << 32);
-  }
-  return v;
-}
-
-std::string msText(int64_t ns) { return std::to_string(ns / 1'000'000) + " ms"; }
+using oob::MessageIo;
+using oob::msText;
 
 // ---------------------------------------------------------------------------------------------
 // Memory registration: host memory only; the socket transport reads and writes user buffers
@@ -133,8 +124,7 @@ class SocketListenComm final : public ListenComm {
     Fd fd;
     int64_t since = 0;
     std::string peer;
-    uint8_t buf[kHelloBytes];
-    size_t got = 0;
+    MessageIo hello{kHelloBytes};
   };
   struct Group {
     std::vector<Fd> socks;  // nsocks data streams, then the control stream
@@ -143,8 +133,7 @@ class SocketListenComm final : public ListenComm {
     int64_t since = 0;
     std::string peer;
     bool acking = false;
-    uint8_t ack[kAckBytes];
-    size_t ack_sent = 0;
+    MessageIo ack{kAckBytes};
   };
 
   Fd fd;
@@ -159,9 +148,7 @@ class SocketListenComm final : public ListenComm {
 void sendReject(int fd, AckStatus status, uint64_t conn_id, const std::string& reason) {
   uint8_t buf[kAckBytes];
   encodeAck({kProtocolVersion, status, conn_id, reason}, buf);
-  size_t done = 0;
-  int err = 0;
-  (void)sendSome(fd, buf, sizeof buf, &done, &err);
+  oob::sendBestEffort(fd, buf, sizeof buf);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -174,11 +161,8 @@ enum class ConnectPhase { kConnecting, kSendingHello, kAwaitAck };
 struct ConnectState {
   const Transport* owner = nullptr;  // the transport that made it (HandleStates::eraseOwnedBy)
   struct Sock {
-    Fd fd;
-    bool connected = false;
-    int64_t retry_at = 0;
-    size_t sent = 0;
-    uint8_t hello[kHelloBytes];
+    oob::Dial dial;
+    MessageIo hello{kHelloBytes};
   };
   HandleInfo target;
   TrafficQos qos;
@@ -186,8 +170,7 @@ struct ConnectState {
   int64_t start = 0;
   ConnectPhase phase = ConnectPhase::kConnecting;
   std::vector<Sock> socks;
-  uint8_t ack[kAckBytes];
-  size_t ack_got = 0;
+  MessageIo ack{kAckBytes};
 };
 
 constexpr uint64_t kPrivateGuard = 0x54534e4e4f435154ULL;  // "TQCONNST"
@@ -205,15 +188,15 @@ SocketTransportConfig socketConfigFromParams(const PluginParams& p) {
   return c;
 }
 
-SocketTransport::SocketTransport(std::vector<NetInterface> devices, SocketTransportConfig cfg,
-                                 Clock& clock)
+SocketTransport::SocketTransport(std::vector<oob::NetInterface> devices,
+                                 SocketTransportConfig cfg, Clock& clock)
     : devices_(std::move(devices)), cfg_(cfg), clock_(clock) {}
 
 SocketTransport::~SocketTransport() { ConnectStates::eraseOwnedBy(this); }
 
 Result<std::unique_ptr<SocketTransport>> SocketTransport::create(const PluginParams& p,
                                                                  Clock& clock) {
-  TQ_ASSIGN_OR_RETURN(auto devs, findInterfaces(p.socket_ifname, p.socket_family));
+  TQ_ASSIGN_OR_RETURN(auto devs, oob::findInterfaces(p.socket_ifname, p.socket_family));
   return std::make_unique<SocketTransport>(std::move(devs), socketConfigFromParams(p), clock);
 }
 
@@ -222,7 +205,7 @@ Status SocketTransport::properties(int dev, DeviceProperties* out) const {
     return invalidArgument("device " + std::to_string(dev) + " out of range [0, " +
                            std::to_string(deviceCount()) + ")");
   }
-  const NetInterface& ni = devices_[static_cast<size_t>(dev)];
+  const oob::NetInterface& ni = devices_[static_cast<size_t>(dev)];
   DeviceProperties p;
   p.name = ni.name.c_str();
   p.pci_path = ni.pci_path.empty() ? nullptr : ni.pci_path.c_str();
@@ -247,17 +230,17 @@ Status SocketTransport::listen(int dev, const TrafficQos& qos, void* handle,
   if (dev < 0 || dev >= deviceCount()) {
     return invalidArgument("listen: device " + std::to_string(dev) + " out of range");
   }
-  const NetInterface& ni = devices_[static_cast<size_t>(dev)];
+  const oob::NetInterface& ni = devices_[static_cast<size_t>(dev)];
   auto lc = std::make_unique<SocketListenComm>();
   // The listener's marking applies to SYN-ACKs; accepted streams then adopt the sender's.
-  SocketAddress addr = ni.addr;
+  oob::SocketAddress addr = ni.addr;
   addr.setPort(0);
-  auto fd = listenTcp(&addr, qos, 16384);
+  auto fd = oob::listenTcp(&addr, qos, 16384);
   if (!fd.ok()) return fd.status().withContext("listen on " + ni.name);
   lc->fd = std::move(fd).value();
   lc->info.addr = addr;
   lc->info.nsocks = cfg_.nsocks;
-  lc->info.nonce = randomU64();
+  lc->info.nonce = oob::randomU64();
   lc->qos = qos;
   auto* h = static_cast<uint8_t*>(handle);
   std::memset(h, 0, kHandleBytes);
@@ -280,7 +263,7 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
     st->owner = this;
     st->target = info;
     st->qos = qos;
-    st->conn_id = randomU64();
+    st->conn_id = oob::randomU64();
     st->start = now;
     st->socks.resize(static_cast<size_t>(info.nsocks) + 1);
     for (size_t i = 0; i < st->socks.size(); ++i) {
@@ -295,7 +278,7 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
       hello.conn_id = st->conn_id;
       hello.tenant = qos.tenant.substr(0, kMaxTenantBytes);
       hello.min_chunk = static_cast<uint32_t>(std::min<uint64_t>(cfg_.min_chunk, UINT32_MAX));
-      encodeHello(hello, st->socks[i].hello);
+      encodeHello(hello, st->socks[i].hello.data());
     }
     ConnectStates::attach(h, st);
   }
@@ -308,46 +291,29 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
   };
 
   bool all_sent = true;
-  for (size_t i = 0; i < st->socks.size(); ++i) {
-    ConnectState::Sock& s = st->socks[i];
-    if (!s.connected && !s.fd.valid() && now >= s.retry_at) {
-      auto r = startTcpConnect(st->target.addr, st->qos, &s.fd);
-      if (!r.ok()) return finish(r.status());
-      if (*r == TcpConnect::kConnected) s.connected = true;
-      if (*r == TcpConnect::kRefused) s.retry_at = now + kConnectRetryNs;
+  bool all_connected = true;
+  for (ConnectState::Sock& s : st->socks) {
+    auto connected = s.dial.step(st->target.addr, st->qos, now);
+    if (!connected.ok()) return finish(connected.status());
+    if (*connected) {
+      Status sent = s.hello.sendStep(s.dial.fd.get(), "handshake");
+      if (!sent.ok()) return finish(sent);
     }
-    if (!s.connected && s.fd.valid()) {
-      auto r = pollTcpConnect(&s.fd);
-      if (!r.ok()) return finish(r.status());
-      if (*r == TcpConnect::kConnected) s.connected = true;
-      if (*r == TcpConnect::kRefused) s.retry_at = now + kConnectRetryNs;
-    }
-    if (s.connected && s.sent < kHelloBytes) {
-      int err = 0;
-      const IoResult r = sendSome(s.fd.get(), s.hello + s.sent, kHelloBytes - s.sent, &s.sent, &err);
-      if (r == IoResult::kError) return finish(netError(err, "send handshake"));
-    }
-    if (s.sent < kHelloBytes) all_sent = false;
+    all_connected = all_connected && *connected;
+    all_sent = all_sent && s.hello.complete();
   }
-  if (all_sent) st->phase = ConnectPhase::kAwaitAck;
-  else if (std::all_of(st->socks.begin(), st->socks.end(),
-                       [](const ConnectState::Sock& s) { return s.connected; })) {
+  if (all_sent) {
+    st->phase = ConnectPhase::kAwaitAck;
+  } else if (all_connected) {
     st->phase = ConnectPhase::kSendingHello;
   }
 
   if (st->phase == ConnectPhase::kAwaitAck) {
     ConnectState::Sock& ctl = st->socks.back();
-    int err = 0;
-    const IoResult r =
-        recvSome(ctl.fd.get(), st->ack + st->ack_got, kAckBytes - st->ack_got, &st->ack_got, &err);
-    if (r == IoResult::kClosed) {
-      return finish(unavailable("the peer closed the connection during the handshake (after " +
-                                std::to_string(st->ack_got) + " of " + std::to_string(kAckBytes) +
-                                " reply bytes)"));
-    }
-    if (r == IoResult::kError) return finish(netError(err, "read handshake reply"));
-    if (st->ack_got == kAckBytes) {
-      auto ack = parseAck(st->ack, kAckBytes);
+    Status got = st->ack.recvStep(ctl.dial.fd.get(), "handshake reply");
+    if (!got.ok()) return finish(got);
+    if (st->ack.complete()) {
+      auto ack = parseAck(st->ack.data(), kAckBytes);
       if (!ack.ok()) return finish(ack.status());
       if (ack->status != AckStatus::kAccepted) {
         return finish(failedPrecondition("the peer rejected the connection: " + ack->reason));
@@ -356,9 +322,11 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
         return finish(dataLoss("handshake reply for another connection"));
       }
       std::vector<Fd> data;
-      for (int i = 0; i < st->target.nsocks; ++i) data.push_back(std::move(st->socks[i].fd));
+      for (int i = 0; i < st->target.nsocks; ++i) {
+        data.push_back(std::move(st->socks[static_cast<size_t>(i)].dial.fd));
+      }
       SocketCommConfig cc{cfg_.nthreads, cfg_.inline_max, cfg_.min_chunk, peer};
-      auto comm = std::make_unique<SocketComm>(SocketComm::Side::kSend, std::move(ctl.fd),
+      auto comm = std::make_unique<SocketComm>(SocketComm::Side::kSend, std::move(ctl.dial.fd),
                                                std::move(data), family, cc);
       Status started = comm->start();
       if (!started.ok()) return finish(started);
@@ -379,7 +347,7 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
                              "tenantqos plugin)";
     return finish(deadlineExceeded(std::string(what) + " within " +
                                    msText(cfg_.handshake_timeout_ns) + " (" +
-                                   std::to_string(st->ack_got) + " of " +
+                                   std::to_string(st->ack.done()) + " of " +
                                    std::to_string(kAckBytes) + " reply bytes received)"));
   }
   return okStatus();
@@ -395,8 +363,8 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
 
   // 1. Take every connection the kernel completed.
   for (;;) {
-    SocketAddress peer;
-    auto fd = acceptTcp(lc->fd.get(), &peer);
+    oob::SocketAddress peer;
+    auto fd = oob::acceptTcp(lc->fd.get(), &peer);
     if (!fd.ok()) return fd.status().withContext("accept on " + self);
     if (!fd->valid()) break;
     SocketListenComm::Pending p;
@@ -409,22 +377,16 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
   // 2. Read hellos; a bad or late one fails this call (the offending stream is dropped).
   for (size_t i = 0; i < lc->pending.size();) {
     SocketListenComm::Pending& p = lc->pending[i];
-    int err = 0;
-    const IoResult r = recvSome(p.fd.get(), p.buf + p.got, kHelloBytes - p.got, &p.got, &err);
     const std::string from = "handshake from " + p.peer + " on " + self;
-    if (r == IoResult::kClosed || r == IoResult::kError) {
-      Status s = r == IoResult::kClosed
-                     ? unavailable(from + ": peer closed the connection after " +
-                                   std::to_string(p.got) + " of " + std::to_string(kHelloBytes) +
-                                   " bytes")
-                     : netError(err, from);
+    Status got = p.hello.recvStep(p.fd.get(), "hello");
+    if (!got.ok()) {
       lc->pending.erase(lc->pending.begin() + static_cast<long>(i));
-      return s;
+      return got.withContext(from);
     }
-    if (p.got < kHelloBytes) {
+    if (!p.hello.complete()) {
       if (now - p.since > cfg_.handshake_timeout_ns) {
-        Status s = deadlineExceeded(from + ": received " + std::to_string(p.got) + " of " +
-                                    std::to_string(kHelloBytes) + " bytes in " +
+        Status s = deadlineExceeded(from + ": received " + std::to_string(p.hello.done()) +
+                                    " of " + std::to_string(kHelloBytes) + " bytes in " +
                                     msText(cfg_.handshake_timeout_ns) +
                                     " (truncated, or not a tenantqos peer)");
         lc->pending.erase(lc->pending.begin() + static_cast<long>(i));
@@ -433,7 +395,7 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
       ++i;
       continue;
     }
-    auto hello = parseHello(p.buf, kHelloBytes);
+    auto hello = parseHello(p.hello.data(), kHelloBytes);
     Status reject;
     AckStatus why = AckStatus::kBadHello;
     if (!hello.ok()) {
@@ -495,24 +457,21 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
     if (!g.acking) {
       const int family = lc->info.addr.family();
       for (Fd& fd : g.socks) {
-        Status q = applyQos(fd.get(), family, peer_qos);
+        Status q = oob::applyQos(fd.get(), family, peer_qos);
         if (!q.ok()) {
           lc->groups.erase(it);
           return q.withContext(from);
         }
       }
-      encodeAck({kProtocolVersion, AckStatus::kAccepted, it->first, ""}, g.ack);
+      encodeAck({kProtocolVersion, AckStatus::kAccepted, it->first, ""}, g.ack.data());
       g.acking = true;
     }
-    int err = 0;
-    const IoResult r = sendSome(g.socks.back().get(), g.ack + g.ack_sent, kAckBytes - g.ack_sent,
-                                &g.ack_sent, &err);
-    if (r == IoResult::kError) {
-      Status s = netError(err, from + ": send handshake reply");
+    Status sent = g.ack.sendStep(g.socks.back().get(), "handshake reply");
+    if (!sent.ok()) {
       lc->groups.erase(it);
-      return s;
+      return sent.withContext(from);
     }
-    if (g.ack_sent < kAckBytes) continue;
+    if (!g.ack.complete()) continue;
     std::vector<Fd> data;
     for (int i = 0; i < lc->info.nsocks; ++i) data.push_back(std::move(g.socks[static_cast<size_t>(i)]));
     SocketCommConfig cc{cfg_.nthreads, cfg_.inline_max, g.control.min_chunk, g.peer};

@@ -20,7 +20,7 @@
 
 #include "common/clock.h"
 #include "nccl-plugin/params.h"
-#include "nccl-plugin/socket/ifaces.h"
+#include "nccl-plugin/oob/ifaces.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin::socket {
@@ -37,7 +37,7 @@ SocketTransportConfig socketConfigFromParams(const PluginParams& p);
 
 class SocketTransport final : public Transport {
  public:
-  SocketTransport(std::vector<NetInterface> devices, SocketTransportConfig cfg, Clock& clock);
+  SocketTransport(std::vector<oob::NetInterface> devices, SocketTransportConfig cfg, Clock& clock);
   // Finds the devices (TENANTQOS_SOCKET_IFNAME / _FAMILY) and builds the transport.
   static Result<std::unique_ptr<SocketTransport>> create(const PluginParams& p, Clock& clock);
   ~SocketTransport() override;  // frees the connect attempts NCCL abandoned
@@ -51,11 +51,11 @@ class SocketTransport final : public Transport {
                  std::unique_ptr<SendComm>* out) override;
   Status accept(ListenComm* listen, std::unique_ptr<RecvComm>* out) override;
 
-  const std::vector<NetInterface>& devices() const { return devices_; }
+  const std::vector<oob::NetInterface>& devices() const { return devices_; }
   const SocketTransportConfig& config() const { return cfg_; }
 
  private:
-  std::vector<NetInterface> devices_;
+  std::vector<oob::NetInterface> devices_;
   SocketTransportConfig cfg_;
   Clock& clock_;
 };

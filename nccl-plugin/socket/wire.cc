@@ -1,12 +1,11 @@
 #include "nccl-plugin/socket/wire.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 #include <cstring>
 #include <string_view>
 
 #include "common/file_util.h"
+#include "nccl-plugin/oob/envelope.h"
 #include "nccl-plugin/wire_bytes.h"
 
 namespace tq::plugin::socket {
@@ -19,100 +18,28 @@ constexpr uint64_t kAckMagic = magic64("TQACK001");
 
 }  // namespace
 
-uint16_t SocketAddress::port() const {
-  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(storage).sin_port);
-  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(storage).sin6_port);
-  return 0;
-}
-
-void SocketAddress::setPort(uint16_t port) {
-  if (family() == AF_INET) reinterpret_cast<sockaddr_in&>(storage).sin_port = htons(port);
-  if (family() == AF_INET6) reinterpret_cast<sockaddr_in6&>(storage).sin6_port = htons(port);
-}
-
-std::string SocketAddress::toString() const {
-  char buf[INET6_ADDRSTRLEN] = "?";
-  if (family() == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(storage).sin_addr, buf, sizeof buf);
-    return std::string(buf) + ":" + std::to_string(port());
-  }
-  if (family() == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(storage).sin6_addr, buf,
-              sizeof buf);
-    return "[" + std::string(buf) + "]:" + std::to_string(port());
-  }
-  return "<no address>";
-}
-
-void putHandleAddress(uint8_t* out, const SocketAddress& addr, uint64_t nonce) {
-  put16(out + 12, addr.port());
-  if (addr.family() == AF_INET) {
-    out[10] = 4;
-    std::memcpy(out + 16, &reinterpret_cast<const sockaddr_in&>(addr.storage).sin_addr, 4);
-  } else if (addr.family() == AF_INET6) {
-    out[10] = 6;
-    const auto& a6 = reinterpret_cast<const sockaddr_in6&>(addr.storage);
-    std::memcpy(out + 16, &a6.sin6_addr, 16);
-    put32(out + 40, a6.sin6_scope_id);
-  }
-  put64(out + 32, nonce);
-}
-
-Status getHandleAddress(const uint8_t* p, std::string_view what, SocketAddress* addr,
-                        uint64_t* nonce) {
-  const uint16_t port = get16(p + 12);
-  if (port == 0) return bad(what, "port 0");
-  if (p[10] == 4) {
-    auto& a4 = reinterpret_cast<sockaddr_in&>(addr->storage);
-    a4.sin_family = AF_INET;
-    std::memcpy(&a4.sin_addr, p + 16, 4);
-    if (!allZero(p + 20, 12) || get32(p + 40) != 0) return bad(what, "reserved bytes set");
-    addr->len = sizeof(sockaddr_in);
-  } else if (p[10] == 6) {
-    auto& a6 = reinterpret_cast<sockaddr_in6&>(addr->storage);
-    a6.sin6_family = AF_INET6;
-    std::memcpy(&a6.sin6_addr, p + 16, 16);
-    a6.sin6_scope_id = get32(p + 40);
-    addr->len = sizeof(sockaddr_in6);
-  } else {
-    return bad(what, "unknown address family");
-  }
-  addr->setPort(port);
-  *nonce = get64(p + 32);
-  return okStatus();
-}
-
 void encodeHandle(const HandleInfo& h, uint8_t out[kHandlePublicBytes]) {
-  std::memset(out, 0, kHandlePublicBytes);
-  put64(out, kHandleMagic);
-  put16(out + 8, h.version);
+  oob::startEnvelope(out, kHandlePublicBytes, kHandleMagic, h.version);
   out[11] = static_cast<uint8_t>(h.nsocks);
-  putHandleAddress(out, h.addr, h.nonce);
-  put32(out + 60, crcOf(out, 60));
+  oob::putHandleAddress(out, h.addr, h.nonce);
+  oob::sealEnvelope(out, kHandlePublicBytes);
 }
 
 Result<HandleInfo> parseHandle(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "net handle";
-  if (len < kHandlePublicBytes) return bad(kWhat, "truncated");
-  if (get64(p) != kHandleMagic) return bad(kWhat, "bad magic (not a tenantqos socket handle)");
-  if (get32(p + 60) != crcOf(p, 60)) return bad(kWhat, "crc mismatch (corrupted in transit?)");
   HandleInfo h;
-  h.version = get16(p + 8);
-  if (h.version != kProtocolVersion) {
-    return bad(kWhat, "protocol version " + std::to_string(h.version) + ", this plugin speaks " +
-                          std::to_string(kProtocolVersion));
-  }
+  TQ_ASSIGN_OR_RETURN(h.version, oob::openEnvelope(p, len, kHandlePublicBytes, kHandleMagic,
+                                                   kWhat, "a tenantqos socket handle"));
+  TQ_RETURN_IF_ERROR(oob::expectVersion(h.version, kProtocolVersion, kWhat));
   h.nsocks = p[11];
   if (h.nsocks < 1 || h.nsocks > kMaxSocks) return bad(kWhat, "stream count out of range");
   if (!allZero(p + 14, 2) || !allZero(p + 44, 16)) return bad(kWhat, "reserved bytes set");
-  TQ_RETURN_IF_ERROR(getHandleAddress(p, kWhat, &h.addr, &h.nonce));
+  TQ_RETURN_IF_ERROR(oob::getHandleAddress(p, kWhat, &h.addr, &h.nonce));
   return h;
 }
 
 void encodeHello(const Hello& h, uint8_t out[kHelloBytes]) {
-  std::memset(out, 0, kHelloBytes);
-  put64(out, kHelloMagic);
-  put16(out + 8, h.version);
+  oob::startEnvelope(out, kHelloBytes, kHelloMagic, h.version);
   put16(out + 10, kHelloBytes);
   out[12] = static_cast<uint8_t>(h.index);
   out[13] = static_cast<uint8_t>(h.nsocks);
@@ -126,20 +53,15 @@ void encodeHello(const Hello& h, uint8_t out[kHelloBytes]) {
   put64(out + 32, h.conn_id);
   std::memcpy(out + 40, h.tenant.data(), tl);
   put32(out + 104, h.min_chunk);
-  put32(out + 124, crcOf(out, 124));
+  oob::sealEnvelope(out, kHelloBytes);
 }
 
 Result<Hello> parseHello(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "handshake";
-  if (len < kHelloBytes) {
-    return bad(kWhat, "truncated (" + std::to_string(len) + " of " + std::to_string(kHelloBytes) +
-                          " bytes)");
-  }
-  if (get64(p) != kHelloMagic) return bad(kWhat, "bad magic (not a tenantqos peer)");
-  if (get16(p + 10) != kHelloBytes) return bad(kWhat, "unexpected length field");
-  if (get32(p + 124) != crcOf(p, 124)) return bad(kWhat, "crc mismatch");
   Hello h;
-  h.version = get16(p + 8);
+  TQ_ASSIGN_OR_RETURN(h.version, oob::openEnvelope(p, len, kHelloBytes, kHelloMagic, kWhat,
+                                                   "a tenantqos peer"));
+  if (get16(p + 10) != kHelloBytes) return bad(kWhat, "unexpected length field");
   if (h.version != kProtocolVersion) return h;  // the caller reports the version mismatch
   h.index = p[12];
   h.nsocks = p[13];
@@ -162,9 +84,7 @@ Result<Hello> parseHello(const uint8_t* p, size_t len) {
 }
 
 void encodeAck(const Ack& a, uint8_t out[kAckBytes]) {
-  std::memset(out, 0, kAckBytes);
-  put64(out, kAckMagic);
-  put16(out + 8, a.version);
+  oob::startEnvelope(out, kAckBytes, kAckMagic, a.version);
   put16(out + 10, static_cast<uint16_t>(a.status));
   put64(out + 16, a.conn_id);
   std::string reason = a.reason.substr(0, kMaxAckReason);
@@ -172,17 +92,15 @@ void encodeAck(const Ack& a, uint8_t out[kAckBytes]) {
     if (c < 0x20 || c > 0x7e) c = '?';
   }
   std::memcpy(out + 24, reason.data(), reason.size());
-  put32(out + 124, crcOf(out, 124));
+  oob::sealEnvelope(out, kAckBytes);
 }
 
 Result<Ack> parseAck(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "handshake reply";
-  if (len < kAckBytes) return bad(kWhat, "truncated");
-  if (get64(p) != kAckMagic) return bad(kWhat, "bad magic (not a tenantqos peer)");
-  if (get32(p + 124) != crcOf(p, 124)) return bad(kWhat, "crc mismatch");
-  if (get32(p + 12) != 0 || get32(p + 120) != 0) return bad(kWhat, "reserved bytes set");
   Ack a;
-  a.version = get16(p + 8);
+  TQ_ASSIGN_OR_RETURN(a.version, oob::openEnvelope(p, len, kAckBytes, kAckMagic, kWhat,
+                                                   "a tenantqos peer"));
+  if (get32(p + 12) != 0 || get32(p + 120) != 0) return bad(kWhat, "reserved bytes set");
   const uint16_t status = get16(p + 10);
   if (status > static_cast<uint16_t>(AckStatus::kBadStreams)) return bad(kWhat, "unknown status");
   a.status = static_cast<AckStatus>(status);

@@ -20,15 +20,13 @@
 //   type 2 (error, receiver -> sender): size = bytes of UTF-8 text that follow (<= 1024).
 #pragma once
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "common/status.h"
+#include "nccl-plugin/oob/address.h"
 
 namespace tq::plugin::socket {
 
@@ -42,19 +40,9 @@ inline constexpr size_t kMaxAckReason = 95;
 inline constexpr size_t kMaxErrorText = 1024;
 inline constexpr int kMaxSocks = 16;
 
-// An IPv4 or IPv6 socket address.
-struct SocketAddress {
-  sockaddr_storage storage{};
-  socklen_t len = 0;
-  int family() const { return storage.ss_family; }
-  uint16_t port() const;
-  void setPort(uint16_t port);
-  std::string toString() const;  // "10.0.0.1:4242", "[fe80::1]:4242"
-};
-
 struct HandleInfo {
   uint16_t version = kProtocolVersion;
-  SocketAddress addr;
+  oob::SocketAddress addr;
   int nsocks = 0;
   uint64_t nonce = 0;
 };
@@ -97,14 +85,6 @@ struct Frame {
   uint32_t seq = 0;
   uint64_t size = 0;
 };
-
-// The listener's address inside a 64-byte handle, the same block in the socket and ib
-// transports' handles: address family at byte 10 (4 or 6), port at 12, address at 16 (4 or 16
-// bytes), nonce at 32, IPv6 scope id at 40. get checks the port and family and that an IPv4
-// address leaves the IPv6-only bytes zero; errors are bad(what, reason).
-void putHandleAddress(uint8_t* handle, const SocketAddress& addr, uint64_t nonce);
-Status getHandleAddress(const uint8_t* handle, std::string_view what, SocketAddress* addr,
-                        uint64_t* nonce);
 
 void encodeHandle(const HandleInfo& h, uint8_t out[kHandlePublicBytes]);
 // Errors are kInvalidArgument with the reason ("bad magic", "crc mismatch", ...).

@@ -720,7 +720,7 @@ TEST_F(PluginIbIsolationTest, PacingAloneGivesEachTenantItsAllocation) {
 // ---- bad input ----------------------------------------------------------------------------------
 
 // A blocking TCP client/server for fake peers (loopback; every read bounded by SO_RCVTIMEO).
-int tcpConnect(const socket::SocketAddress& to) {
+int tcpConnect(const oob::SocketAddress& to) {
   const int fd = ::socket(to.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
   timeval tv{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -762,7 +762,7 @@ class PluginIbBadInputTest : public PluginIbTest {
   }
 
   // Listens on rxe1; the handle's TCP address is where a fake connector goes.
-  socket::SocketAddress listenAddr(void** listen) {
+  oob::SocketAddress listenAddr(void** listen) {
     uint8_t handle[kHandleBytes];
     EXPECT_TRUE(plugin_->listen(ctx_, kRxe1, handle, listen).ok());
     auto h = ib::parseIbHandle(handle, sizeof handle);
@@ -825,7 +825,7 @@ class PluginIbBadInputTest : public PluginIbTest {
 
 TEST_F(PluginIbBadInputTest, HelloWithAWrongMagicIsRejectedWithTheReason) {
   void* listen = nullptr;
-  const socket::SocketAddress addr = listenAddr(&listen);
+  const oob::SocketAddress addr = listenAddr(&listen);
   const int fd = tcpConnect(addr);
   ASSERT_GE(fd, 0);
   uint8_t junk[ib::kIbHelloBytes];
@@ -910,7 +910,7 @@ TEST_F(PluginIbBadInputTest, ReplyWithAWrongMagicOrNoReplyFailsConnect) {
 
 TEST_F(PluginIbBadInputTest, UnknownQpNumberFailsTheFirstTransferWithTheCompletionStatus) {
   void* listen = nullptr;
-  const socket::SocketAddress addr = listenAddr(&listen);
+  const oob::SocketAddress addr = listenAddr(&listen);
   const int fd = tcpConnect(addr);
   ASSERT_GE(fd, 0);
   uint8_t buf[ib::kIbHelloBytes];
@@ -959,7 +959,7 @@ TEST_F(PluginIbBadInputTest, UnknownQpNumberFailsTheFirstTransferWithTheCompleti
 
 TEST_F(PluginIbBadInputTest, GidThatDoesNotRouteFailsWithTheGidInTheMessage) {
   void* listen = nullptr;
-  const socket::SocketAddress addr = listenAddr(&listen);
+  const oob::SocketAddress addr = listenAddr(&listen);
   const int fd = tcpConnect(addr);
   ASSERT_GE(fd, 0);
   uint8_t buf[ib::kIbHelloBytes];

@@ -1,8 +1,8 @@
-#include "nccl-plugin/socket/ifaces.h"
+#include "nccl-plugin/oob/ifaces.h"
 
 #include <gtest/gtest.h>
 
-namespace tq::plugin::socket {
+namespace tq::plugin::oob {
 namespace {
 
 TEST(IfnameFilter, PrefixExactAndExcludeLikeNcclSocketIfname) {
@@ -53,4 +53,4 @@ TEST(FindInterfaces, RejectsUnknownFamily) {
 }
 
 }  // namespace
-}  // namespace tq::plugin::socket
+}  // namespace tq::plugin::oob

@@ -11,7 +11,7 @@
 
 #include "common/tenant_shm.h"
 #include "nccl-plugin/api.h"
-#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/oob/tcp.h"
 #include "nccl-plugin/socket/socket_transport.h"
 
 namespace tq::plugin {
@@ -162,13 +162,13 @@ TEST_F(PluginTest, TrafficClassSelectsTenantMarkingAndCounters) {
   void *send, *recv, *listen;
   pair(*ca, *cb, &send, &recv, &listen);
   for (int fd : socket::socketFdsOf(Plugin::sendCommOf(send))) {
-    auto m = socket::readMarking(fd);
+    auto m = oob::readMarking(fd);
     ASSERT_TRUE(m.ok());
     EXPECT_EQ(m->tos, 10 << 2);
     EXPECT_EQ(m->priority, 2);
   }
   for (int fd : socket::socketFdsOf(Plugin::recvCommOf(recv))) {
-    auto m = socket::readMarking(fd);
+    auto m = oob::readMarking(fd);
     ASSERT_TRUE(m.ok());
     EXPECT_EQ(m->tos, 10 << 2) << "the receiver adopts the sender's marking";
   }

@@ -19,7 +19,7 @@
 #include <set>
 
 #include "common/clock.h"
-#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/oob/tcp.h"
 #include "nccl-plugin/socket/wire.h"
 
 namespace tq::plugin::socket {
@@ -40,7 +40,7 @@ std::chrono::steady_clock::time_point in(int ms) {
 class SocketTransportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto devs = findInterfaces("lo", "");
+    auto devs = oob::findInterfaces("lo", "");
     ASSERT_TRUE(devs.ok()) << devs.status().toString();
     SocketTransportConfig cfg;
     cfg.nsocks = kSocks;
@@ -303,13 +303,13 @@ TEST_F(SocketTransportTest, EverySocketOfBothEndsCarriesTheSendersMarking) {
   ASSERT_EQ(sfds.size(), static_cast<size_t>(kSocks + 1));
   ASSERT_EQ(rfds.size(), static_cast<size_t>(kSocks + 1));
   for (int fd : sfds) {
-    auto m = readMarking(fd);
+    auto m = oob::readMarking(fd);
     ASSERT_TRUE(m.ok());
     EXPECT_EQ(m->tos, 10 << 2) << "send fd " << fd;
     EXPECT_EQ(m->priority, 2);
   }
   for (int fd : rfds) {
-    auto m = readMarking(fd);
+    auto m = oob::readMarking(fd);
     ASSERT_TRUE(m.ok());
     EXPECT_EQ(m->tos, 10 << 2) << "receive fd " << fd;
     EXPECT_EQ(m->priority, 2);
@@ -322,7 +322,7 @@ TEST_F(SocketTransportTest, EverySocketOfBothEndsCarriesTheSendersMarking) {
   const auto found = socketsOnPort(info->addr.port());
   EXPECT_EQ(found.size(), static_cast<size_t>(2 * (kSocks + 1)));
   for (int fd : found) {
-    auto m = readMarking(fd);
+    auto m = oob::readMarking(fd);
     ASSERT_TRUE(m.ok());
     EXPECT_EQ(m->tos, 10 << 2) << "fd " << fd;
   }

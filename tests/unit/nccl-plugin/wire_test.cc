@@ -9,8 +9,8 @@
 namespace tq::plugin::socket {
 namespace {
 
-SocketAddress v4(const char* ip, uint16_t port) {
-  SocketAddress a;
+oob::SocketAddress v4(const char* ip, uint16_t port) {
+  oob::SocketAddress a;
   auto& s = reinterpret_cast<sockaddr_in&>(a.storage);
   s.sin_family = AF_INET;
   inet_pton(AF_INET, ip, &s.sin_addr);

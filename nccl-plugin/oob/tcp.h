@@ -1,7 +1,7 @@
-// Small socket helpers of the socket transport, also used by the ib transport's out-of-band
-// handshake: non-blocking TCP listen/connect/accept, non-blocking I/O results,
+// Non-blocking TCP of the out-of-band layer: listen/connect/accept, non-blocking I/O results,
 // and the QoS marking (IP_TOS / IPV6_TCLASS = DSCP << 2, SO_PRIORITY) applied to every socket.
-// Nothing here blocks.
+// Nothing here blocks. Used by both transports' handshakes and by the socket transport's data
+// path.
 #pragma once
 
 #include <cstddef>
@@ -11,10 +11,10 @@
 
 #include "common/fd.h"
 #include "common/status.h"
-#include "nccl-plugin/socket/wire.h"
+#include "nccl-plugin/oob/address.h"
 #include "nccl-plugin/transport.h"
 
-namespace tq::plugin::socket {
+namespace tq::plugin::oob {
 
 // A network failure: like errnoStatus, but always kUnavailable (or kDeadlineExceeded for
 // ETIMEDOUT, kResourceExhausted for fd/memory exhaustion), so that it reaches NCCL as
@@ -62,4 +62,4 @@ IoResult recvSome(int fd, void* buf, size_t len, size_t* done, int* err);
 // the peer sent are left in the socket (MSG_PEEK) and reported as kProgress.
 IoResult peekAlive(int fd, int* err);
 
-}  // namespace tq::plugin::socket
+}  // namespace tq::plugin::oob

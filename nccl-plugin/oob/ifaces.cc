@@ -1,4 +1,4 @@
-#include "nccl-plugin/socket/ifaces.h"
+#include "nccl-plugin/oob/ifaces.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <fstream>
 
-namespace tq::plugin::socket {
+namespace tq::plugin::oob {
 
 IfnameFilter IfnameFilter::parse(std::string_view spec) {
   IfnameFilter f;
@@ -146,4 +146,4 @@ Result<std::vector<NetInterface>> findInterfaces(const std::string& spec,
   return found;
 }
 
-}  // namespace tq::plugin::socket
+}  // namespace tq::plugin::oob

@@ -1,4 +1,4 @@
-#include "nccl-plugin/socket/sock_util.h"
+#include "nccl-plugin/oob/tcp.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,7 +12,7 @@
 
 #include "common/log.h"
 
-namespace tq::plugin::socket {
+namespace tq::plugin::oob {
 
 Status netError(int err, std::string_view what) {
   Status s = errnoStatus(err, what);
@@ -203,4 +203,4 @@ Result<TcpConnect> pollTcpConnect(Fd* fd) {
   return netError(err, "TCP connect");
 }
 
-}  // namespace tq::plugin::socket
+}  // namespace tq::plugin::oob

@@ -1,4 +1,5 @@
-// Devices of the socket transport: IP interfaces, selected like NCCL_SOCKET_IFNAME.
+// IP interfaces, selected like NCCL_SOCKET_IFNAME: the socket transport's devices and the ib
+// transport's handshake interface.
 //
 // Filter syntax (same as NCCL): a comma-separated list of name prefixes ("eth,ens"); a leading
 // "^" turns it into an exclude list; a leading "=" (after "^" if both) makes the names exact.
@@ -10,9 +11,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "nccl-plugin/socket/wire.h"
+#include "nccl-plugin/oob/address.h"
 
-namespace tq::plugin::socket {
+namespace tq::plugin::oob {
 
 class IfnameFilter {
  public:
@@ -39,4 +40,4 @@ struct NetInterface {
 // matches.
 Result<std::vector<NetInterface>> findInterfaces(const std::string& spec, const std::string& family);
 
-}  // namespace tq::plugin::socket
+}  // namespace tq::plugin::oob
