@@ -197,8 +197,14 @@ void UngovernedQpScanner::scanOnce() {
   auto listing = source_->listQps();
   if (!listing.ok()) {
     if (logged_error_ != listing.status().message()) {
-      TQ_LOG(kWarn, "cannot list RDMA QPs: %s; no ungoverned-QP metrics until it works",
-             listing.status().message().c_str());
+      // kUnavailable: a node without RDMA (no NETLINK_RDMA), as normal as no RDMA ports.
+      if (listing.status().code() == StatusCode::kUnavailable) {
+        TQ_LOG(kInfo, "cannot list RDMA QPs: %s; no ungoverned-QP metrics until it works",
+               listing.status().message().c_str());
+      } else {
+        TQ_LOG(kWarn, "cannot list RDMA QPs: %s; no ungoverned-QP metrics until it works",
+               listing.status().message().c_str());
+      }
       logged_error_ = listing.status().message();
     }
     board_->publishRdmaQps(std::nullopt);

@@ -4,10 +4,11 @@
 #include <rdma/rdma_netlink.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include "common/fd.h"
 
 namespace tq::ib {
 namespace rdma_nl {
@@ -271,15 +272,12 @@ namespace {
 
 class RdmaNetlinkSocket final : public NetlinkTransport {
  public:
-  explicit RdmaNetlinkSocket(int fd) : fd_(fd) {}
-  ~RdmaNetlinkSocket() override { ::close(fd_); }
-  RdmaNetlinkSocket(const RdmaNetlinkSocket&) = delete;
-  RdmaNetlinkSocket& operator=(const RdmaNetlinkSocket&) = delete;
+  explicit RdmaNetlinkSocket(Fd fd) : fd_(std::move(fd)) {}
 
   Status send(std::span<const uint8_t> message) override {
     sockaddr_nl kernel{};
     kernel.nl_family = AF_NETLINK;
-    const ssize_t n = ::sendto(fd_, message.data(), message.size(), 0,
+    const ssize_t n = ::sendto(fd_.get(), message.data(), message.size(), 0,
                                reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel);
     if (n < 0) return errnoStatus("RDMA netlink: send");
     if (static_cast<size_t>(n) != message.size()) {
@@ -295,7 +293,7 @@ class RdmaNetlinkSocket final : public NetlinkTransport {
     for (;;) {
       sockaddr_nl from{};
       socklen_t from_len = sizeof from;
-      const ssize_t n = ::recvfrom(fd_, buf.data(), buf.size(), MSG_TRUNC,
+      const ssize_t n = ::recvfrom(fd_.get(), buf.data(), buf.size(), MSG_TRUNC,
                                    reinterpret_cast<sockaddr*>(&from), &from_len);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -315,33 +313,32 @@ class RdmaNetlinkSocket final : public NetlinkTransport {
   }
 
  private:
-  int fd_;
+  Fd fd_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<NetlinkTransport>> openRdmaNetlink(int timeout_ms) {
-  const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_RDMA);
-  if (fd < 0) {
+  Fd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_RDMA));
+  if (!fd.valid()) {
     const int err = errno;
     if (err == EPROTONOSUPPORT) {
       return unavailable("RDMA netlink: the kernel has no NETLINK_RDMA (ib_core not loaded)");
     }
     return errnoStatus(err, "RDMA netlink: socket");
   }
-  auto sock = std::make_unique<RdmaNetlinkSocket>(fd);
   timeval tv{};
   tv.tv_sec = timeout_ms / 1000;
   tv.tv_usec = (timeout_ms % 1000) * 1000;
-  if (::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0) {
+  if (::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0) {
     return errnoStatus("RDMA netlink: SO_RCVTIMEO");
   }
   sockaddr_nl self{};
   self.nl_family = AF_NETLINK;  // nl_pid 0: the kernel assigns the port id
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&self), sizeof self) != 0) {
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&self), sizeof self) != 0) {
     return errnoStatus("RDMA netlink: bind");
   }
-  return std::unique_ptr<NetlinkTransport>(std::move(sock));
+  return std::unique_ptr<NetlinkTransport>(std::make_unique<RdmaNetlinkSocket>(std::move(fd)));
 }
 
 NetlinkQpSource::NetlinkQpSource(NetlinkOpener open, Clock& clock, NetlinkQpSourceOptions options)

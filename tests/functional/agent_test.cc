@@ -434,7 +434,8 @@ TEST_F(PrivilegedAgentTest, RdmaPortCountersFromSysfs) {
 
 TEST_F(PrivilegedAgentTest, NoRdmaDevicesNoSeriesAndNoLogSpam) {
   tq::testing::FakeSysfs sysfs;  // empty: no class/infiniband at all
-  extra_agent_args_ = {"--sysfs-root", sysfs.root()};
+  // The QP scan every 100 ms: many scans of a kernel without RDMA netlink (this machine's).
+  extra_agent_args_ = {"--sysfs-root", sysfs.root(), "--qp-scan-interval-ms", "100"};
   startPolicyd();
   startAgent();
   apply(v1());
@@ -444,13 +445,18 @@ TEST_F(PrivilegedAgentTest, NoRdmaDevicesNoSeriesAndNoLogSpam) {
   const std::string body = get("/metrics").body;
   EXPECT_NE(body.find("tenantqos_tc_class_bytes_total"), std::string::npos) << body;
   EXPECT_EQ(body.find("tenantqos_rdma"), std::string::npos) << body;
+  EXPECT_EQ(body.find("tenantqos_ungoverned_qp"), std::string::npos) << body;
   const std::string log = readText(agent_log_);
   int rdma_lines = 0;
   std::istringstream in(log);
   for (std::string line; std::getline(in, line);)
     rdma_lines += line.find("RDMA") != std::string::npos;
-  EXPECT_EQ(rdma_lines, 1) << log;  // "no RDMA ports under ...", once, at start
+  // "no RDMA ports under ...", once, at start; "cannot list RDMA QPs", once.
+  EXPECT_EQ(rdma_lines, 2) << log;
   EXPECT_EQ(countOf(log, "no RDMA ports under " + sysfs.root() + "/class/infiniband"), 1) << log;
+  EXPECT_EQ(countOf(log, "cannot list RDMA QPs: RDMA netlink: the kernel has no NETLINK_RDMA"),
+            1)
+      << log;
 }
 
 TEST_F(PrivilegedAgentTest, UsageErrorsExitTwo) {

@@ -454,5 +454,20 @@ TEST_F(NetlinkQpSourceTest, TooManyQpsTruncateTheListing) {
   EXPECT_EQ(l->qps.size(), 2u);
 }
 
+// The real socket: on a kernel without RDMA (ib_core not loaded, as on the development
+// machines) it says so; with RDMA, a listing works (the rxe VM test uses it through the agent).
+TEST(RdmaNetlinkSocketTest, OpensOrSaysWhyNot) {
+  auto t = openRdmaNetlink(200);
+  if (!t.ok()) {
+    EXPECT_EQ(t.status().code(), StatusCode::kUnavailable) << t.status().toString();
+    EXPECT_NE(t.status().message().find("NETLINK_RDMA"), std::string::npos);
+    return;
+  }
+  FakeClock clock;
+  NetlinkQpSource src([] { return openRdmaNetlink(200); }, clock);
+  auto l = src.listQps();
+  ASSERT_TRUE(l.ok()) << l.status().toString();
+}
+
 }  // namespace
 }  // namespace tq::ib
