@@ -54,14 +54,6 @@ FLAGS_FROM_UNMERGED_BRANCHES = {
 
 CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
 
-# Metric names the rules and the dashboard use that come with a branch not merged into this
-# tree yet: the Monitoring test notes them and passes; remove an entry once the branch is merged
-# (the test then says it is stale).
-METRICS_FROM_UNMERGED_BRANCHES = {
-    "tenantqos_ungoverned_bytes_total": "i12b (issue 12 item 5): ungoverned HTB default-class bytes",
-    "tenantqos_ungoverned_qps": "i12b (issue 12 item 5): ungoverned RDMA QPs",
-}
-
 # Packages the runtime image installs on purpose although no shipped binary links them.
 RUNTIME_EXTRAS = {"iproute2": "tc, to look at what the agent programmed"}
 
@@ -833,15 +825,8 @@ class MonitoringTest(unittest.TestCase):
             # Metric names: identifiers outside strings, label matchers and range selectors.
             bare = re.sub(r'"[^"]*"|\{[^}]*\}|\[[^]]*\]', " ", expr)
             for name in sorted(set(re.findall(r"\b(tenantqos_[a-z0-9_]+|up)\b", bare))):
-                pending = METRICS_FROM_UNMERGED_BRANCHES.get(name)
-                if name in known:
-                    if pending:
-                        print(f"NOTE: {name} is exported now: remove it from "
-                              "METRICS_FROM_UNMERGED_BRANCHES in this test")
-                elif pending:
-                    print(f"NOTE: {what} uses {name}, which comes with {pending}")
-                else:
-                    self.fail(f"{what}: {name} in {expr!r} is no metric the code exports")
+                self.assertIn(name, known, f"{what}: {name} in {expr!r} is no metric the code "
+                                           "exports")
 
     def rules(self):
         with open(path("deploy", "prometheus", "rules.yaml")) as f:
