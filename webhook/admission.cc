@@ -17,6 +17,7 @@ constexpr std::string_view kNcclPlugin = "tenantqos";           // NCCL_NET_PLUG
 // hostPath type (the kubelet waits for it to exist). The one place to change with the contract.
 constexpr std::string_view kTenantEntryType = "File";
 constexpr std::string_view kEnvPrefix = "TENANTQOS_";
+constexpr size_t kMaxReasons = 10;  // listed in one refusal
 
 std::string tenantEntry(const RecipeOptions& o, const std::string& tenant) {
   return o.run_dir + "/tenants/" + tenant;
@@ -535,16 +536,26 @@ ReviewResult review(Endpoint endpoint, std::string_view body, const VersionedPol
   }
 
   Check check = PodChecker(*pod, match, options).run();
+  // A hostile pod may hold thousands of offending entries: the message names the first few.
+  auto listed = [](std::string m, const std::vector<std::string>& items) {
+    for (size_t i = 0; i < items.size() && i < kMaxReasons; ++i) m += (i ? "; " : "") + items[i];
+    if (items.size() > kMaxReasons) {
+      m += "; and " + std::to_string(items.size() - kMaxReasons) + " more";
+    }
+    return m;
+  };
   if (!check.conflicts.empty()) {
-    std::string m = subject + ": ";
-    for (size_t i = 0; i < check.conflicts.size(); ++i) m += (i ? "; " : "") + check.conflicts[i];
-    return answer(uid, false, 403, m, "refused");
+    return answer(uid, false, 403, listed(subject + ": ", check.conflicts), "refused");
   }
   if (endpoint == Endpoint::kValidate) {
     if (!check.ops.empty()) {
-      std::string m = subject + " lacks its tenant's tenantqos settings (was /mutate skipped?): ";
-      for (size_t i = 0; i < check.ops.size(); ++i) m += (i ? "; " : "") + check.ops[i].what;
-      return answer(uid, false, 403, m, "refused");
+      std::vector<std::string> missing;
+      for (const Op& op : check.ops) missing.push_back(op.what);
+      return answer(uid, false, 403,
+                    listed(subject + " lacks its tenant's tenantqos settings (was /mutate "
+                                     "skipped?): ",
+                           missing),
+                    "refused");
     }
     return answer(uid, true, 200, "", "allowed");
   }

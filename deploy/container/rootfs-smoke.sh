@@ -46,7 +46,7 @@ cleanup() {
 trap cleanup EXIT
 
 # The Containerfile's commands, continuation lines joined: the runtime stage's apt-get RUN, and
-# the build stage's install/strip part with /build and /out mapped to this machine.
+# the build stage's `cmake --install` part with /build and /out mapped to this machine.
 extract() {
   /usr/bin/python3 - "$src/deploy/container/Containerfile" "$1" "$build" "$work/out" <<'EOF'
 import re, sys
@@ -58,8 +58,8 @@ if what == "runtime":
     print(run_block(text[text.index(" AS runtime"):], "RUN apt-get"))
 else:
     cmd = run_block(text[text.index(" AS build"):text.index(" AS runtime")], "RUN cmake")
-    cmd = cmd[cmd.index("mkdir -p /out"):]
-    print(cmd.replace("/out", out).replace("/build/", build + "/"))
+    cmd = cmd[cmd.index("cmake --install"):]
+    print(cmd.replace("/out", out).replace("/build ", build + " "))
 EOF
 }
 
