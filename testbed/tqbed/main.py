@@ -112,7 +112,7 @@ def run(args, bench):
                          os.path.join(out_dir, "throughput.png"), workdir)
         if png:
             say(f"\nplot: {png} (a panel per mode and workload)")
-        missed = report.check_targets(results, reaction, modes) if bench else 0
+        missed = report.check_targets(results, reaction) if bench else 0
         doc = {"link_bps": link_bps, "scenarios": results, "reaction_ms": reaction}
         json_path = args.json or os.path.join(out_dir, "results.json")
         with open(json_path, "w") as f:

@@ -7,7 +7,7 @@ Scenario names: `standalone-<tenant>` (alone, no tenantqos: the "% of alone" bas
 alone, capped at its guarantee) and `idle-wake-tenantqos-rdma`.
 """
 from . import analysis
-from .scenarios import MODES, Scenario, many_tenants, say
+from .scenarios import Scenario, many_tenants, say
 
 ONOFF = "300:700"  # ms on : ms off, the on/off workload's cycle
 TRAINING_SIZE = "8M"  # allreduce per training iteration
@@ -126,14 +126,16 @@ def print_table(results, link_bps, modes, workloads, tenants_of):
     width = 27
     say("")
     say(f"Per-tenant results on a shared {link_bps / 1e9:g} Gbit/s link, per mode: allreduce "
-        "busbw (Gbit/s), % of alone, attainment p50/p1 over busy 100 ms windows "
+        "busbw (Gbit/s), % of alone, attainment p50/p1 over busy 100 ms windows with demand "
         "(delivered / guarantee), cap conformance (max delivered / limit); training: iteration "
-        "time p50/p99 and p99 / alone at its guarantee")
+        "time p50/p99 and p99 / alone at its guarantee. Last row: link utilisation (and while "
+        "demand exceeded the link).")
     for w in workloads:
         shown = [m for m in modes if scenario_name(w, m) in r]
         if not shown:
             continue
-        say(f"\n[{w}]")
+        say(f"\n[{w}]" + ("  (on/off tenants send 30 % of the time: % of alone is of a "
+                           "tenant running throughout)" if w == "onoff" else ""))
         head = f"{'tenant':<9} {'g/l Gbit/s':>11} |" + "".join(f" {m:^{width}} |" for m in shown)
         say(head)
         say("-" * len(head))
@@ -162,7 +164,7 @@ def print_table(results, link_bps, modes, workloads, tenants_of):
 
 # Targets ------------------------------------------------------------------------------------
 
-def check_targets(results, reaction, modes):
+def check_targets(results, reaction):
     """Prints issue 16's targets for tenantqos (both modes) in every workload as PASS/MISS lines
     and, for every other mode, the properties it violated (or that it violated none); returns
     the number of tenantqos targets missed."""

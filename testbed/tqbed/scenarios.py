@@ -12,7 +12,6 @@ training-shaped) under one enforcement mode:
 """
 import json
 import os
-import sys
 import time
 
 from . import analysis, peers
