@@ -115,6 +115,8 @@ Result<tc::DevicePlan> TcExecutorApplier::planFor(const DesiredDevice& d) const 
   tc::DevicePolicy p;
   p.device = d.device;
   p.capacity = d.capacity_bytes_per_second;
+  // Guarantees and limits are payload rates; HTB counts frames (tc/plan.h, wireRateForPayload).
+  TQ_ASSIGN_OR_RETURN(p.framing.mtu, nl_->linkMtu(d.device));
   for (const TenantSpec& t : d.tenants) {
     tc::TenantClassSpec c;
     c.name = t.name;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # README command 1: install what is needed (Debian packages), build, and run the main job —
-# tenants' allreduces on an emulated 2-node cluster, standalone, contended without tenantqos,
-# and contended with tenantqos (RDMA-like and TCP modes), printed as a table against each
-# tenant's guarantee, with a plot. Extra arguments go to `tenantqos-testbed demo` (try --help).
+# tenants' allreduces on an emulated 2-node cluster, standalone, then backlogged and on/off
+# under every mode (no isolation; the peers caps, priority, static, weights; tenantqos
+# RDMA-like and TCP), printed as a table against each tenant's guarantee, with a plot (a panel
+# per mode). About 3 minutes after the build. Extra arguments go to `tenantqos-testbed demo`
+# (try --help).
 # Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."

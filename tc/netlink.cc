@@ -95,17 +95,13 @@ class LibnlTcNetlink final : public TcNetlink {
   }
 
   Result<int> linkIndex(std::string_view device) override {
-    rtnl_link* link = nullptr;
-    std::string name(device);
-    int rc = request([&] { return rtnl_link_get_kernel(sock_.get(), 0, name.c_str(), &link); });
-    if (rc < 0) {
-      if (ack_.error == ENODEV || rc == -NLE_OBJ_NOTFOUND || rc == -NLE_NODEV)
-        return notFound("no such device \"" + name + "\"");
-      return libnlError(rc, "look up device \"" + name + "\"");
-    }
-    int ifindex = rtnl_link_get_ifindex(link);
-    rtnl_link_put(link);
-    return ifindex;
+    TQ_ASSIGN_OR_RETURN(RtnlLinkPtr link, getLink(device));
+    return rtnl_link_get_ifindex(link.get());
+  }
+
+  Result<uint32_t> linkMtu(std::string_view device) override {
+    TQ_ASSIGN_OR_RETURN(RtnlLinkPtr link, getLink(device));
+    return static_cast<uint32_t>(rtnl_link_get_mtu(link.get()));
   }
 
   Result<std::vector<QdiscInfo>> qdiscs(int ifindex) override {
@@ -262,6 +258,23 @@ class LibnlTcNetlink final : public TcNetlink {
   }
 
  private:
+  struct RtnlLinkDeleter {
+    void operator()(rtnl_link* p) const noexcept { rtnl_link_put(p); }
+  };
+  using RtnlLinkPtr = std::unique_ptr<rtnl_link, RtnlLinkDeleter>;
+
+  Result<RtnlLinkPtr> getLink(std::string_view device) {
+    rtnl_link* link = nullptr;
+    std::string name(device);
+    int rc = request([&] { return rtnl_link_get_kernel(sock_.get(), 0, name.c_str(), &link); });
+    if (rc < 0) {
+      if (ack_.error == ENODEV || rc == -NLE_OBJ_NOTFOUND || rc == -NLE_NODEV)
+        return notFound("no such device \"" + name + "\"");
+      return libnlError(rc, "look up device \"" + name + "\"");
+    }
+    return RtnlLinkPtr(link);
+  }
+
   // Runs one libnl request with a fresh capture of the kernel's answer.
   template <typename F>
   int request(F&& f) {

@@ -115,6 +115,8 @@ class TcNetlink {
 
   // Reads. kNotFound for a device that does not exist.
   virtual Result<int> linkIndex(std::string_view device) = 0;
+  // The device's MTU in bytes (what the tenant plan's payload -> wire framing needs).
+  virtual Result<uint32_t> linkMtu(std::string_view device) = 0;
   virtual Result<std::vector<QdiscInfo>> qdiscs(int ifindex) = 0;
   virtual Result<std::vector<ClassInfo>> classes(int ifindex) = 0;
   virtual Result<std::vector<FilterInfo>> filters(int ifindex, uint32_t parent) = 0;

@@ -74,6 +74,17 @@ uint32_t burstForRate(uint64_t rate) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(b, kMinBurst, kMaxBurst));
 }
 
+uint64_t wireRateForPayload(uint64_t payload, const WireFraming& f) {
+  if (f.mtu == 0 || f.mtu <= f.net_header) return payload;
+  using u128 = unsigned __int128;
+  const u128 k = f.segments_per_ack == 0 ? 1 : f.segments_per_ack;
+  u128 wire = k * (static_cast<u128>(f.mtu) + f.link_header);
+  if (f.segments_per_ack != 0) wire += static_cast<u128>(f.link_header) + f.net_header;
+  const u128 carried = k * (f.mtu - f.net_header);
+  const u128 r = (static_cast<u128>(payload) * wire + carried - 1) / carried;
+  return r > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(r);
+}
+
 const PlannedClass* DevicePlan::findClass(uint32_t classid) const {
   for (const PlannedClass& c : classes)
     if (c.htb.classid == classid) return &c;
@@ -181,15 +192,35 @@ Result<DevicePlan> makeDevicePlan(const DevicePolicy& policy, const ClassMinorMa
       return fail("guarantee " + formatRate(t.guarantee) + " above link capacity " +
                   formatRate(policy.capacity));
   }
+  if (policy.framing.mtu != 0 && policy.framing.mtu <= policy.framing.net_header)
+    return invalidArgument(where + ": MTU " + std::to_string(policy.framing.mtu) +
+                           " leaves no payload after " +
+                           std::to_string(policy.framing.net_header) + " bytes of headers");
+  // The classes' rates: the wire rates that carry the guarantees (plan.h).
+  std::vector<uint64_t> rates, ceils;
+  uint64_t sum_wire = 0;
+  for (const TenantClassSpec& t : policy.tenants) {
+    rates.push_back(std::max(wireRateForPayload(t.guarantee, policy.framing), kMinClassRate));
+    ceils.push_back(wireRateForPayload(std::min(t.limit, policy.capacity), policy.framing));
+    sum_wire += rates.back();
+  }
   uint64_t default_rate = policy.default_rate;
   if (default_rate == 0) {
-    uint64_t free = sum_rates < policy.capacity ? policy.capacity - sum_rates : 0;
+    uint64_t free = sum_wire < policy.capacity ? policy.capacity - sum_wire : 0;
     default_rate = std::max(std::min(policy.capacity / 100, free), kMinClassRate);
   }
+  // What the policy promises (payload) must fit as given.
   if (sum_rates + default_rate > policy.capacity)
     return invalidArgument(where + ": guarantees (" + formatRate(sum_rates) +
                            ") plus the default class (" + formatRate(default_rate) +
                            ") exceed link capacity " + formatRate(policy.capacity));
+  if (sum_wire + default_rate > policy.capacity) {
+    // Framed guarantees beyond what the wire carries: all scaled down together (floor, so the
+    // sum fits), never below HTB's minimum.
+    const unsigned __int128 room = policy.capacity - default_rate;
+    for (uint64_t& r : rates)
+      r = std::max(static_cast<uint64_t>(r * room / sum_wire), kMinClassRate);
+  }
 
   TQ_ASSIGN_OR_RETURN(ClassMinorMap minors, assignClassMinors(policy.tenants, previous));
 
@@ -206,10 +237,11 @@ Result<DevicePlan> makeDevicePlan(const DevicePolicy& policy, const ClassMinorMa
                 burstForRate(default_rate), burst_link, quantumForWeight(1), kDefaultClassPrio},
        "default"});
   std::vector<PlannedClass> tenant_classes;
-  for (const TenantClassSpec& t : policy.tenants) {
+  for (size_t i = 0; i < policy.tenants.size(); ++i) {
+    const TenantClassSpec& t = policy.tenants[i];
     uint32_t classid = makeHandle(kRootMajor, minors.at(t.name));
-    uint64_t rate = std::max(t.guarantee, kMinClassRate);
-    uint64_t ceil = std::max(std::min(t.limit, policy.capacity), rate);
+    uint64_t rate = rates[i];
+    uint64_t ceil = std::max(std::min(ceils[i], policy.capacity), rate);
     tenant_classes.push_back({HtbClass{classid, link, rate, ceil, burstForRate(rate),
                                        burstForRate(ceil), quantumForWeight(t.weight), kTenantPrio},
                               t.name});

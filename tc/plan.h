@@ -9,8 +9,8 @@
 //       ├── class 1:2  default class: untagged / unknown DSCP / non-IP traffic
 //       │              rate = small (1 % of capacity, never more than the unguaranteed rest),
 //       │              ceil = capacity, prio 1 (gets spare only after tenants, see below)
-//       └── class 1:<m> one per tenant: rate = guarantee, ceil = limit, prio 0,
-//                       quantum = weight x kQuantumPerWeight
+//       └── class 1:<m> one per tenant: rate = guarantee, ceil = limit (both as wire rates,
+//                       see wireRateForPayload), prio 0, quantum = weight x kQuantumPerWeight
 //   filter parent 1: protocol ip   pref 1 u32, handle 800::1<dscp>  TOS byte & 0xfc == dscp<<2
 //   filter parent 1: protocol ipv6 pref 2 u32, handle 801::1<dscp>  traffic class & 0xfc == dscp<<2
 //
@@ -23,6 +23,12 @@
 //   below zero still sends one packet per turn, so with 64 KiB GSO packets on veth/TSO NICs and a
 //   60000-byte quantum, weights 2:1 split spare 1:1 (measured 477 vs 475 Mbit/s). So one weight
 //   unit is kQuantumPerWeight = 80000 bytes (one 64 KiB GSO skb plus per-segment headers).
+// - Guarantees and limits are payload rates (what the plugin paces, what a tenant's job sees),
+//   HTB counts every frame's bytes from the MAC header on, and a TCP flow's class also carries
+//   the ACKs of the opposite direction. Programmed as given, a 300/300 Mbit/s tenant got 0.27
+//   Gbit/s of payload in the testbed while the RDMA-like mode held 0.30. So with the device's
+//   MTU known (DevicePolicy::framing) every tenant rate is turned into the wire rate that
+//   carries it: x (1514 + 66/2) / 1448 = 1.068 for TCP over Ethernet at MTU 1500.
 // - burst/cburst: tc's and libnl's default is about one MTU (rate / 1e9 Hz + mtu), which starves
 //   multi-Gbit classes (6 Gbit/s delivered 83 %). We size the bucket for 1 ms at the class rate,
 //   at least 128 KiB (two GSO packets).
@@ -156,6 +162,27 @@ uint32_t quantumForWeight(uint32_t weight);
 // rate x 1 ms, clamped to [kMinBurst, kMaxBurst].
 uint32_t burstForRate(uint64_t rate);
 
+// ---- payload -> wire ---------------------------------------------------------------------------
+
+// The framing of the traffic in a device's tenant classes: full-sized TCP segments, each
+// answered in the same class by the receiver's ACKs (a tenant's ring sends and receives through
+// the same node). Sizes in bytes.
+struct WireFraming {
+  uint32_t mtu = 0;                 // the device's MTU; 0 = unknown: rates are programmed as given
+  uint32_t link_header = 14;        // Ethernet: what HTB counts in front of the IP packet
+  uint32_t net_header = 52;         // IPv4 20 + TCP 20 + timestamps 12 (Linux's default)
+  uint32_t segments_per_ack = 2;    // delayed ACK: one ACK per two full segments; 0 = no ACKs
+
+  friend bool operator==(const WireFraming&, const WireFraming&) = default;
+};
+
+// The rate HTB must give a class so that it delivers `payload` bytes/s of TCP payload:
+// payload x (k x (mtu + link_header) + link_header + net_header) / (k x (mtu - net_header)),
+// k = segments_per_ack (the ACK term left out for k = 0), rounded up. The payload itself when
+// framing.mtu is 0, and when the MTU leaves no payload (mtu <= net_header; makeDevicePlan
+// rejects that). Saturates at UINT64_MAX.
+uint64_t wireRateForPayload(uint64_t payload, const WireFraming& framing);
+
 // ---- inputs -----------------------------------------------------------------------------------
 
 struct TenantClassSpec {
@@ -183,6 +210,12 @@ struct DevicePolicy {
   // Default class rate; 0 = automatic: 1 % of capacity, at most what guarantees leave free,
   // at least kMinClassRate. Its ceil is always the capacity.
   uint64_t default_rate = 0;
+  // Tenants' guarantees and limits are payload rates; with framing.mtu set they are programmed
+  // as wireRateForPayload (the default class's rate and the link's capacity are wire rates).
+  // When the wire rates of the guarantees do not fit the capacity next to the default class
+  // (guarantees near capacity x payload / wire), they are scaled down together to fit: the link
+  // cannot carry more.
+  WireFraming framing;
 };
 
 // ---- the plan ---------------------------------------------------------------------------------
@@ -227,7 +260,8 @@ uint16_t hashedClassMinor(std::string_view tenant_name);
 // The tenant tree above. Rejects (kInvalidArgument, naming the tenant and field): empty or
 // too long device name (> 15 bytes), capacity 0, empty or duplicate tenant names, limit 0 or
 // below guarantee, weight 0, DSCP 0 or > 63, a DSCP used by two tenants, guarantees (plus the
-// default class's minimum rate) above capacity, more tenants than class minors.
+// default class's minimum rate) above capacity, more tenants than class minors, a framing MTU
+// that leaves no payload.
 Result<DevicePlan> makeDevicePlan(const DevicePolicy& policy, const ClassMinorMap& previous = {});
 
 // Link-rate emulation (and the RDMA-like mode, where tc must not separate tenants): one HTB

@@ -71,6 +71,10 @@ struct Options {
   uint64_t chunk = 512ull << 10;  // allreduce --duration: pipeline chunk
   int64_t on_ms = 0;              // allreduce --duration: on/off cycle (0 = always on)
   int64_t off_ms = 0;
+  // -1: the cycle starts at the rank's start; else at wall-clock times (CLOCK_REALTIME ms) that
+  // are PHASE_MS past a multiple of the cycle, so several jobs run on one schedule.
+  int64_t phase_ms = -1;
+  int64_t compute_ms = 0;  // allreduce --duration: idle this long after each complete iteration
   bool unidirectional = false;
   int traffic_class = -1;
   bool check = true;
@@ -766,11 +770,21 @@ Status Rank::runAllReduceStream() {
   uint64_t complete_iters = 0, wrong = 0;
   int64_t last_complete_ns = start;
 
-  // A new iteration may start only while running and (with --on-off) in the "on" phase.
-  auto mayStartIteration = [&](int64_t now) {
+  // With a PHASE_MS the cycle runs on the wall clock (jobs on one schedule), else from start.
+  const int64_t cycle_origin =
+      o_.phase_ms < 0 ? start : start - (realClock().wallNs() - o_.phase_ms * 1'000'000);
+  const int64_t compute_ns = o_.compute_ms * 1'000'000;
+  // A new iteration may start only while running, (with --on-off) in the "on" phase and (with
+  // --compute-ms) when the previous one is complete and its compute phase is over.
+  auto mayStartIteration = [&](int64_t now, uint64_t iter) {
     if (now >= end) return false;
+    if (o_.compute_ms > 0 && iter > 0 &&
+        (complete_iters < iter || now < last_complete_ns + compute_ns)) {
+      return false;
+    }
     if (cycle_ns <= 0) return true;
-    return (now - start) % cycle_ns < o_.on_ms * 1'000'000;
+    const int64_t in_cycle = ((now - cycle_origin) % cycle_ns + cycle_ns) % cycle_ns;
+    return in_cycle < o_.on_ms * 1'000'000;
   };
   auto beginStop = [&]() {
     if (stopping) return;
@@ -795,7 +809,7 @@ Status Rank::runAllReduceStream() {
       void* mh = m_tmp;
       if (r_posted < r_limit) {
         const Task t = task(r_posted);
-        if (t.chunk == 0 && t.step == 0 && !mayStartIteration(now)) break;
+        if (t.chunk == 0 && t.step == 0 && !mayStartIteration(now, t.iter)) break;
         // red[b] of iteration i is reused by iteration i+2: its sends must be complete.
         if (t.iter >= 2 && s_done < (t.iter - 1) * tpi) break;
         if (t.step >= n - 1) {  // all-gather: straight into the result
@@ -846,7 +860,7 @@ Status Rank::runAllReduceStream() {
     // Sends, in task order; chunk j of step s waits for chunk j of step s-1 to arrive.
     while (s_posted < s_limit && s_posted - s_done < w) {
       const Task t = task(s_posted);
-      if (t.step == 0 && t.chunk == 0 && !mayStartIteration(now)) break;
+      if (t.step == 0 && t.chunk == 0 && !mayStartIteration(now, t.iter)) break;
       if (t.step > 0 && r_done <= s_posted - cps) break;
       const auto [lo, len] = span(sendSeg(t.step), t.chunk);
       float* src = t.step == 0 ? sendbuf + lo : red[t.iter % 2] + lo;
@@ -884,6 +898,11 @@ Status Rank::runAllReduceStream() {
       }
       ++complete_iters;
       last_complete_ns = nowNs();
+      if (o_.compute_ms > 0 && o_.json) {
+        emitLine(format("{\"type\":\"iteration\",\"rank\":%d,\"iter\":%" PRIu64
+                        ",\"wall_ns\":%" PRId64 "}",
+                        rank_, it, realClock().wallNs()));
+      }
     }
     TQ_RETURN_IF_ERROR(
         stepEndMarker(stopping && s_done == s_posted, sendbuf, m_send, &marker, &progress, &paced));
@@ -1135,8 +1154,14 @@ const char kUsage[] =
     "                            each ring step pipelined in --chunk pieces (like NCCL)\n"
     "  --size SIZE               message (sendrecv) or buffer (allreduce) size (default 4M)\n"
     "  --chunk SIZE              allreduce pipeline chunk (default 512K); --window in flight\n"
-    "  --on-off ON_MS:OFF_MS     allreduce: start new allreduces only during the first ON_MS of\n"
-    "                            every ON_MS+OFF_MS cycle (a tenant going idle and back)\n"
+    "  --on-off ON_MS:OFF_MS[:PHASE_MS]\n"
+    "                            allreduce: start new allreduces only during the first ON_MS of\n"
+    "                            every ON_MS+OFF_MS cycle (a tenant going idle and back); cycles\n"
+    "                            from the start, or with PHASE_MS on the wall clock: on from\n"
+    "                            PHASE_MS past every multiple of the cycle (jobs in phase)\n"
+    "  --compute-ms MS           allreduce: a training step: after each complete allreduce, MS\n"
+    "                            without traffic before the next; prints one \"iteration\" line\n"
+    "                            (JSON) per complete allreduce\n"
     "  --report-interval MS      print per-interval throughput lines (with --duration)\n"
     "checks and output:\n"
     "  --check / --no-check      verify received data (default on: one message per size)\n"
@@ -1223,18 +1248,31 @@ Result<Options> parseArgs(int argc, char** argv) {
     else if (a == "--chunk") { TQ_ASSIGN_OR_RETURN(o.chunk, nextBytes()); }
     else if (a == "--on-off") {
       TQ_ASSIGN_OR_RETURN(std::string v, next());
-      const size_t colon = v.find(':');
-      char* e1 = nullptr;
-      char* e2 = nullptr;
-      if (colon != std::string::npos) {
-        o.on_ms = std::strtol(v.c_str(), &e1, 10);
-        o.off_ms = std::strtol(v.c_str() + colon + 1, &e2, 10);
+      // ON_MS:OFF_MS[:PHASE_MS]
+      long f[3] = {0, 0, -1};
+      size_t n = 0;
+      const char* p = v.c_str();
+      bool ok = false;  // true once a number ended the text
+      while (n < 3) {
+        char* e = nullptr;
+        f[n++] = std::strtol(p, &e, 10);
+        if (e == p || (*e != '\0' && *e != ':')) break;
+        if (*e == '\0') {
+          ok = true;
+          break;
+        }
+        p = e + 1;
       }
-      if (colon == std::string::npos || e1 != v.c_str() + colon || *e2 != '\0' || o.on_ms <= 0 ||
-          o.off_ms < 0) {
-        return invalidArgument("--on-off " + v + ": expected ON_MS:OFF_MS, ON_MS > 0");
+      ok = ok && n >= 2;
+      o.on_ms = f[0];
+      o.off_ms = f[1];
+      o.phase_ms = n == 3 ? f[2] : -1;
+      if (!ok || o.on_ms <= 0 || o.off_ms < 0 || (n == 3 && f[2] < 0)) {
+        return invalidArgument("--on-off " + v +
+                               ": expected ON_MS:OFF_MS[:PHASE_MS], ON_MS > 0, PHASE_MS >= 0");
       }
     }
+    else if (a == "--compute-ms") { TQ_ASSIGN_OR_RETURN(long v, nextInt()); o.compute_ms = v; }
     else if (a == "--report-interval") { TQ_ASSIGN_OR_RETURN(long v, nextInt()); o.report_ms = v; }
     else if (a == "--check") { o.check = true; }
     else if (a == "--no-check") { o.check = false; }
@@ -1278,9 +1316,10 @@ Result<Options> parseArgs(int argc, char** argv) {
   if (o.duration_s > 0 && o.mode == "pingpong") {
     return invalidArgument("--duration applies to sendrecv and allreduce");
   }
-  if (o.on_ms > 0 && (o.mode != "allreduce" || o.duration_s <= 0)) {
-    return invalidArgument("--on-off applies to allreduce --duration");
+  if ((o.on_ms > 0 || o.compute_ms != 0) && (o.mode != "allreduce" || o.duration_s <= 0)) {
+    return invalidArgument("--on-off and --compute-ms apply to allreduce --duration");
   }
+  if (o.compute_ms < 0) return invalidArgument("--compute-ms must be >= 0");
   if (o.chunk < 4 || o.chunk > (1ull << 30)) return invalidArgument("--chunk must be 4 B..1 GiB");
   return o;
 }

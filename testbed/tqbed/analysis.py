@@ -118,11 +118,116 @@ def busy_mask(series_by_tenant, width_s, t0, t1, link_bps, threshold=0.9):
     return [[v >= threshold * link_bps for v in node] for node in (per_node or [])]
 
 
-def attainment_p1_busy(series_list, guarantee_bps, width_s, t0, t1, mask):
-    """attainment p1 over the windows `mask` marks busy (see busy_mask); None if none."""
+def attainment_masked(series_list, guarantee_bps, width_s, t0, t1, mask):
+    """(p50, p1) of attainment over the windows `mask` marks (one list per series, see
+    busy_mask); (None, None) without a guarantee or without such windows."""
     if guarantee_bps <= 0:
-        return None
+        return None, None
     att = []
     for s, m in zip(series_list, mask):
-        att += [r / guarantee_bps for r, busy in zip(rebin(s, width_s, t0, t1), m) if busy]
-    return percentile(att, 1) if att else None
+        att += [r / guarantee_bps for r, on in zip(rebin(s, width_s, t0, t1), m) if on]
+    return (percentile(att, 50), percentile(att, 1)) if att else (None, None)
+
+
+def align_up(t, width_s):
+    """The first multiple of width_s at or after t (windows on the wall clock's grid, so an
+    on/off schedule's edges fall on window edges)."""
+    return math.ceil(t / width_s - 1e-9) * width_s
+
+
+def parse_on_off(text):
+    """"ON_MS:OFF_MS[:PHASE_MS]" -> (on_s, cycle_s, phase_s or None)."""
+    parts = [int(x) for x in text.split(":")]
+    on, off = parts[0], parts[1]
+    return on / 1000.0, (on + off) / 1000.0, (parts[2] / 1000.0 if len(parts) > 2 else None)
+
+
+def on_windows(on_off, width_s, t0, t1):
+    """Per fixed window [t0 + k*width, ...): True when a tenant on the wall-clock schedule
+    `on_off` ("ON:OFF:PHASE", tenantqos-perf's --on-off) is in its on phase throughout (it starts
+    allreduces then: it has demand). None: always on. A schedule without a phase runs from each
+    rank's own start, which the testbed does not know: no window counts."""
+    n = int(math.floor((t1 - t0) / width_s + 1e-9))
+    if on_off is None:
+        return [True] * n
+    on, cycle, phase = parse_on_off(on_off)
+    if phase is None:
+        return [False] * n
+    out = []
+    for k in range(n):
+        lo = (t0 + k * width_s - phase) % cycle
+        out.append(lo + width_s <= on + 1e-6)
+    return out
+
+
+def iteration_times(ends_per_rank, t0, t1):
+    """Training iteration times (s): the gaps between a rank's consecutive iteration ends
+    (compute + allreduce, what the job feels), for gaps lying inside [t0, t1], every rank."""
+    out = []
+    for ends in ends_per_rank:
+        e = sorted(x for x in ends if t0 <= x <= t1)
+        out += [b - a for a, b in zip(e, e[1:])]
+    return out
+
+
+def utilization_over_demand(per_tenant, link_bps, width_s, t0, t1, wire):
+    """Link utilisation over the windows in which demand exceeded the link.
+
+    per_tenant: [(series_list, active_mask, demand_bps)]: one entry per tenant, with its series
+    per node, the windows it had demand in (on_windows), and what it may use (min(limit, link)).
+    A window counts when the active tenants' demands sum above link_bps; its utilisation is the
+    payload the node received, as wire bits (wire(payload_bps)), over link_bps. Mean over those
+    windows of every node; None if there were none (demand never exceeded the link)."""
+    n = int(math.floor((t1 - t0) / width_s + 1e-9))
+    demand = [sum(d for _, m, d in per_tenant if m[k]) for k in range(n)]
+    vals = []
+    nodes = len(per_tenant[0][0]) if per_tenant else 0
+    for node in range(nodes):
+        total = [0.0] * n
+        for series_list, _, _ in per_tenant:
+            for k, r in enumerate(rebin(series_list[node], width_s, t0, t1)):
+                total[k] += r
+        vals += [wire(total[k]) / link_bps for k in range(n) if demand[k] > link_bps * 1.0001]
+    return sum(vals) / len(vals) if vals else None
+
+
+ATTAINMENT_P50, ATTAINMENT_P1, CAP_MAX, UTILIZATION_MIN, ITERATION_RATIO = (
+    0.99, 0.95, 1.01, 0.95, 1.05)
+
+
+def violations(scenario):
+    """What a scenario's figures violate, as [{"property", "tenant", "figure", "measure",
+    "target"}]: "guarantee" (a guaranteed tenant's attainment p50 < 0.99 or p1 < 0.95 over the
+    busy windows, else over all windows; training: iteration p99 > 1.05 x alone), "limit" (cap
+    conformance > 1.01), "utilization" (< 0.95 while demand exceeded the link). The targets of
+    issue 16, applied to every mode alike."""
+    out = []
+
+    def add(prop, tenant, figure, measure, target):
+        out.append({"property": prop, "tenant": tenant, "figure": round(figure, 4),
+                    "measure": measure, "target": target})
+
+    for t in scenario.get("tenants", []):
+        if t["guarantee_bps"] > 0:
+            p99, alone = t.get("iteration_p99_s"), t.get("iteration_alone_p99_s")
+            if p99 is not None and alone:
+                if p99 > ITERATION_RATIO * alone:
+                    add("guarantee", t["name"], p99 / alone, "iteration_p99 / alone",
+                        f"<= {ITERATION_RATIO}")
+            else:
+                busy = t.get("attainment_p50_link_busy") is not None
+                p50 = t["attainment_p50_link_busy"] if busy else t.get("attainment_p50")
+                p1 = t["attainment_p1_link_busy"] if busy else t.get("attainment_p1")
+                suffix = "_link_busy" if busy else ""
+                if p50 is not None and p50 < ATTAINMENT_P50:
+                    add("guarantee", t["name"], p50, "attainment_p50" + suffix,
+                        f">= {ATTAINMENT_P50}")
+                elif p1 is not None and p1 < ATTAINMENT_P1:
+                    add("guarantee", t["name"], p1, "attainment_p1" + suffix, f">= {ATTAINMENT_P1}")
+        cap = t.get("cap_conformance_max")
+        if cap is not None and cap > CAP_MAX and t["limit_bps"] < scenario.get("link_bps", 0):
+            add("limit", t["name"], cap, "cap_conformance_max", f"<= {CAP_MAX}")
+    u = scenario.get("utilization_over_demand")
+    if u is not None and u < UTILIZATION_MIN:
+        add("utilization", None, u, "utilization_over_demand", f">= {UTILIZATION_MIN}")
+    return out

@@ -10,13 +10,10 @@ import time
 
 from .cluster import Binaries, ControlPlane
 from .procs import ProcSet
-from .scenarios import (Runner, Scenario, demo_tenants, policy_yaml, say, tenants_from_json,
-                        write_plot)
+from . import report
+from .scenarios import (MODES, WORKLOADS, Runner, demo_tenants, many_tenants, policy_yaml, say,
+                        tenants_from_json, write_plot)
 from .topology import HOST_ADDR, Topology, rate_to_bits
-
-
-def fmt_gbps(bps):
-    return f"{bps / 1e9:.3f}"
 
 
 def load_policy(args, bins, link_bits):
@@ -48,126 +45,16 @@ def load_policy(args, bins, link_bits):
     return link_bits, headroom, tenants
 
 
-def demo_scenarios(tenants, seconds):
-    alone = max(4.0, seconds * 0.6)
-    names = [t.name for t in tenants]
-    out = [Scenario(f"standalone-{n}", "none", [n], alone) for n in names]
-    out += [Scenario("contended-none", "none", names, seconds),
-            Scenario("contended-tenantqos-rdma", "rdma", names, seconds),
-            Scenario("contended-tenantqos-tcp", "tcp", names, seconds)]
-    return out
-
-
-def bench_scenarios(tenants, quick):
-    alone, contended, idle = (6, 10, 10) if quick else (10, 20, 20)
-    names = [t.name for t in tenants]
-    guaranteed = [t.name for t in tenants if t.guarantee_bps > 0]
-    out = [Scenario(f"standalone-{n}", "none", [n], alone) for n in names]
-    out += [Scenario(f"standalone-capped-{n}", "rdma", [n], alone, capped=n) for n in guaranteed]
-    out += [Scenario("contended-none", "none", names, contended),
-            Scenario("contended-tenantqos-rdma", "rdma", names, contended),
-            Scenario("contended-tenantqos-tcp", "tcp", names, contended)]
-    if guaranteed:
-        sleeper = guaranteed[0]
-        out.append(Scenario("idle-wake-tenantqos-rdma", "rdma", names, idle, report_ms=10,
-                            on_off={sleeper: "1500:1000"}))
-    return out
-
-
-def by_name(results):
-    return {r["name"]: r for r in results}
-
-
-def print_table(results, tenants, link_bps):
-    r = by_name(results)
-    cols = [("alone", "standalone-{t}"), ("no tenantqos", "contended-none"),
-            ("tenantqos RDMA-like", "contended-tenantqos-rdma"),
-            ("tenantqos TCP", "contended-tenantqos-tcp")]
-    say("")
-    say(f"Per-tenant allreduce bus bandwidth on a shared {link_bps / 1e9:g} Gbit/s link "
-        "(Gbit/s, % of alone); attainment = delivered / guarantee per 100 ms window (p50 / p1)")
-    head = f"{'tenant':<10} {'guarantee':>9} {'limit':>7} |"
-    for label, _ in cols:
-        head += f" {label:^28} |"
-    say(head)
-    say("-" * len(head))
-    for t in tenants:
-        row = f"{t.name:<10} {fmt_gbps(t.guarantee_bps):>9} {fmt_gbps(t.limit_bps):>7} |"
-        alone = None
-        for label, key in cols:
-            sc = r.get(key.format(t=t.name))
-            e = next((x for x in sc["tenants"] if x["name"] == t.name), None) if sc else None
-            if e is None:
-                row += f" {'-':^28} |"
-                continue
-            bw = e["busbw_bps"]
-            if label == "alone":
-                alone = bw
-                cell = f"{fmt_gbps(bw)}"
-            else:
-                pct = f"{100 * bw / alone:4.0f}%" if alone else "  - "
-                att = (f"{e['attainment_p50']:.2f}/{e['attainment_p1']:.2f}"
-                       if e["attainment_p50"] is not None else "   -     ")
-                cell = f"{fmt_gbps(bw)} {pct} att {att}"
-            row += f" {cell:^28} |"
-        say(row)
-    util = f"{'link utilisation':<28} |"
-    for label, key in cols:
-        if "{t}" in key:
-            util += f" {'':^28} |"
-            continue
-        u = r.get(key, {}).get("link_utilization")
-        util += f" {('%.3f' % u) if u is not None else '-':^28} |"
-    say(util)
-
-
-def check_targets(results, reaction, tenants):
-    """Prints issue 5's targets as PASS/MISS lines; returns the number missed."""
-    r = by_name(results)
-    missed = 0
-
-    def line(ok, text):
-        nonlocal missed
-        missed += 0 if ok else 1
-        say(f"  [{'PASS' if ok else 'MISS'}] {text}")
-
-    say("")
-    say("Targets (issue 5), with tenantqos, all tenants backlogged:")
-    for mode in ("rdma", "tcp"):
-        sc = r.get(f"contended-tenantqos-{mode}")
-        if not sc:
-            continue
-        for e in sc["tenants"]:
-            if e["guarantee_bps"] > 0 and e["attainment_p50"] is not None:
-                busy = e.get("attainment_p1_link_busy")
-                line(e["attainment_p50"] >= 0.99 and e["attainment_p1"] >= 0.95,
-                     f"{mode}: {e['name']} attainment p50 {e['attainment_p50']:.3f} (>= 0.99), "
-                     f"p1 {e['attainment_p1']:.3f} (>= 0.95)" +
-                     (f"; p1 over the {sc.get('busy_windows', 0)} windows with the link busy "
-                      f"{busy:.3f}" if busy is not None else ""))
-        caps = [e for e in sc["tenants"] if e["cap_conformance_max"] is not None]
-        worst = max(caps, key=lambda e: e["cap_conformance_max"]) if caps else None
-        if worst:
-            line(worst["cap_conformance_max"] <= 1.01,
-                 f"{mode}: cap conformance max {worst['cap_conformance_max']:.3f} ({worst['name']}, "
-                 "<= 1.01)")
-        if sc.get("link_utilization") is not None:
-            line(sc["link_utilization"] >= 0.95,
-                 f"{mode}: link utilisation {sc['link_utilization']:.3f} (>= 0.95)")
-        for e in sc["tenants"]:
-            capped = r.get(f"standalone-capped-{e['name']}")
-            if not capped or e["guarantee_bps"] <= 0:
-                continue
-            base = capped["tenants"][0]["busbw_bps"]
-            if base > 0:
-                ratio = e["busbw_bps"] / base
-                line(ratio >= 0.97, f"{mode}: {e['name']} busbw contended / alone capped at its "
-                     f"guarantee = {ratio:.3f} (>= 0.97)")
-    for key, label in (("idle_to_others_p50", "others reflect an idle tenant"),
-                       ("wake_to_guarantee_p50", "a waking tenant has its guarantee")):
-        if key in reaction:
-            line(reaction[key] <= 20, f"reaction: {label} in {reaction[key]:.1f} ms p50 (<= 20 ms)")
-    return missed
+def pick(text, known, what):
+    """A comma-separated subset of `known` (in known's order); all of them for None."""
+    if not text:
+        return list(known)
+    wanted = [w.strip() for w in text.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise SystemExit(f"tenantqos-testbed: --{what}: unknown {', '.join(unknown)}; known: "
+                         f"{', '.join(known)}")
+    return [k for k in known if k in wanted]
 
 
 def run(args, bench):
@@ -195,9 +82,15 @@ def run(args, bench):
         say(f"policyd at {cp.start_policyd()}; agents' metrics (while they run): " +
             ", ".join(cp.metrics_url(i) for i in (1, 2)) + f" (reachable from this host via "
             f"{HOST_ADDR})")
-        runner = Runner(topo, bins, procs, cp, workdir, link_bps, headroom, tenants)
-        scenarios = (bench_scenarios(tenants, args.quick) if bench
-                     else demo_scenarios(tenants, args.duration))
+        modes = pick(args.modes, MODES, "modes")
+        workloads = pick(args.workloads, WORKLOADS if bench else ("backlogged", "onoff"),
+                         "workloads")
+        many = many_tenants(link_bps)
+        runner = Runner(topo, bins, procs, cp, workdir, link_bps, headroom, tenants,
+                        extra_tenants=many if "many" in workloads else ())
+        scenarios = (report.bench_scenarios(tenants, link_bps, args.quick, modes, workloads)
+                     if bench else
+                     report.demo_scenarios(tenants, link_bps, args.duration, modes, workloads))
         if args.only:
             wanted = [w.strip() for w in args.only.split(",") if w.strip()]
             unknown = [w for w in wanted if w not in {s.name for s in scenarios}]
@@ -208,17 +101,18 @@ def run(args, bench):
         for i, sc in enumerate(scenarios, 1):
             results.append(runner.run(sc, i, len(scenarios)))
         if bench:
-            idle = [s for s in scenarios if s.on_off]
+            idle = [s for s in scenarios if s.workload == "idle-wake"]
             if idle:
                 sleeper = next(iter(idle[0].on_off))
                 reaction = runner.reaction(idle[0].name, sleeper,
                                            [t.name for t in tenants if t.name != sleeper])
-        print_table(results, tenants, link_bps)
-        png = write_plot(runner, [s.name for s in scenarios if s.name.startswith("contended")],
+        report.print_table(results, link_bps, modes, workloads,
+                           lambda w: many if w == "many" else tenants)
+        png = write_plot(runner, report.plot_grid(modes, workloads),
                          os.path.join(out_dir, "throughput.png"), workdir)
         if png:
-            say(f"\nplot: {png}")
-        missed = check_targets(results, reaction, tenants) if bench else 0
+            say(f"\nplot: {png} (a panel per mode and workload)")
+        missed = report.check_targets(results, reaction) if bench else 0
         doc = {"link_bps": link_bps, "scenarios": results, "reaction_ms": reaction}
         json_path = args.json or os.path.join(out_dir, "results.json")
         with open(json_path, "w") as f:
@@ -289,15 +183,21 @@ def main(argv=None):
         sp.add_argument("--out", default="testbed-results", help="results and logs directory")
         sp.add_argument("--period-ms", type=int, default=10, help="agents' allocation period")
         sp.add_argument("--only", help="comma-separated scenario names to run (default: all)")
+        sp.add_argument("--modes", help="comma-separated enforcement modes (default: all of "
+                                        + ", ".join(MODES) + ")")
+        sp.add_argument("--workloads", help="comma-separated workloads (demo default: "
+                                            "backlogged,onoff; bench: " + ",".join(WORKLOADS) +
+                                            ")")
 
-    d = sub.add_parser("demo", help="the main job: the table of standalone / contended runs")
+    d = sub.add_parser("demo", help="the main job: the table of standalone / contended runs, "
+                                    "backlogged and on/off, every mode")
     common(d)
-    d.add_argument("--duration", type=float, default=10, help="seconds per contended scenario")
+    d.add_argument("--duration", type=float, default=8, help="seconds per contended scenario")
     d.add_argument("--json", help="write the results JSON here")
     b = sub.add_parser("bench", help="bench/isolation: all scenarios, targets, JSON")
     common(b)
     b.add_argument("--quick", action="store_true",
-                   help="shorter scenarios (about 1.5 minutes; the full bench about 3)")
+                   help="shorter scenarios (about 10 minutes on 2 cores; the full bench about 18)")
     b.add_argument("--json", help="write the results JSON here")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
     u = sub.add_parser("up", help="create the cluster and keep it until Ctrl-C")

@@ -1,23 +1,39 @@
 """Scenarios of the isolation testbed and the runner that measures them.
 
-A scenario = which tenants run, and how the cluster enforces:
-  none  no agents: the plugin runs unpaced (no shm files), the link is a plain FIFO at line
-        rate: whoever pushes hardest wins
-  rdma  agents in --tc-mode none: no tc at all (tc never sees RDMA); isolation comes only from
-        the plugin's pacing and the agents' allocator ("RDMA-like")
-  tcp   agents in --tc-mode htb: the HTB tree per node as well (the TCP/IPoIB/rxe path)
+A scenario = a workload (which tenants run, and how: backlogged, on/off, many tenants,
+training-shaped) under one enforcement mode:
+  none            no agents: the plugin runs unpaced (no shm files), the link is a plain FIFO at
+                  line rate: whoever pushes hardest wins
+  caps, priority, static, weights
+                  what users deploy instead (peers.py): no agents, tc only
+  tenantqos-rdma  agents in --tc-mode none: no tc at all (tc never sees RDMA); isolation comes
+                  only from the plugin's pacing and the agents' allocator ("RDMA-like")
+  tenantqos-tcp   agents in --tc-mode htb: the HTB tree per node as well (the TCP/IPoIB/rxe path)
 """
 import json
 import os
-import sys
 import time
 
-from . import analysis
+from . import analysis, peers
 from .meter import DscpMeter
+from .procs import run as run_cmd
 from .workload import TenantJob
 
 WARMUP_S = 2.0   # after the last rank's first report: slow start, the allocator settling on all tenants
 TAIL_S = 0.3     # before the first rank stops (--duration after its start) or its last full report
+WINDOW_S = 0.1   # the figures' windows (attainment, conformance), whatever the meter's tick
+
+MODES = ("none",) + peers.PEER_MODES + ("tenantqos-rdma", "tenantqos-tcp")
+WORKLOADS = ("backlogged", "onoff", "many", "training")
+MODE_TEXT = {
+    "none": "no tenantqos (plugin unpaced, FIFO link)",
+    "caps": "per-tenant egress caps at the limit (CNI bandwidth / Cilium model)",
+    "priority": "strict priority by tenant order at the switch (NCCL_IB_SL model)",
+    "static": "dedicated shares at the guarantee (NIC per tenant / ETS, no borrowing)",
+    "weights": "weighted sharing by weight at the switch (ETS model)",
+    "tenantqos-rdma": "tenantqos, RDMA-like (pacing + allocator, no tc)",
+    "tenantqos-tcp": "tenantqos, TCP (pacing + allocator + HTB)",
+}
 
 
 class TenantSpec:
@@ -39,6 +55,19 @@ def demo_tenants(link_bps):
         TenantSpec("tenant-b", 0.20 * link_bps, 0.40 * link_bps, 1, 2, 18),
         TenantSpec("noisy", 0, link_bps, 1, 3, 10, nsocks=16),
     ]
+
+
+def many_tenants(link_bps):
+    """Eight tenants with mixed guarantees, limits and weights (80 % guaranteed): one with
+    limit = guarantee (the 300/300 Mbit/s shape that showed HTB's wire/payload gap) and one
+    without a guarantee that opens 16 streams per connection."""
+    shapes = [("m-flat", 0.30, 0.30, 1), ("m-a", 0.15, 0.40, 2), ("m-b", 0.10, 0.30, 1),
+              ("m-c", 0.10, 0.20, 1), ("m-d", 0.05, 0.15, 3), ("m-e", 0.05, 1.00, 1),
+              ("m-f", 0.05, 0.10, 1), ("m-bulk", 0.0, 1.00, 1)]
+    dscps = [12, 14, 20, 22, 28, 30, 34, 36]
+    return [TenantSpec(n, g * link_bps, l * link_bps, w, i + 1, dscps[i],
+                       nsocks=16 if g == 0 else 4)
+            for i, (n, g, l, w) in enumerate(shapes)]
 
 
 def policy_yaml(link_bps, tenants, headroom=5, capped=None):
@@ -69,14 +98,19 @@ def tenants_from_json(doc):
 
 
 class Scenario:
-    def __init__(self, name, mode, tenants, duration, report_ms=100, capped=None, on_off=None):
+    def __init__(self, name, mode, tenants, duration, report_ms=100, capped=None, on_off=None,
+                 workload="backlogged", policy=None, compute_ms=None, size="32M"):
         self.name = name
-        self.mode = mode          # none | rdma | tcp
+        self.mode = mode          # one of MODES
         self.tenants = tenants    # names of the tenants that run
         self.duration = duration
         self.report_ms = report_ms
         self.capped = capped      # tenant whose limit is set to its guarantee
-        self.on_off = on_off      # {tenant: "ON_MS:OFF_MS"}
+        self.on_off = on_off or {}  # {tenant: "ON_MS:OFF_MS[:PHASE_MS]"} (tenantqos-perf)
+        self.workload = workload  # one of WORKLOADS, or "standalone" / "idle-wake"
+        self.policy = policy      # names of the policy's tenants (None: the runner's default)
+        self.compute_ms = compute_ms or {}  # {tenant: compute phase per training iteration}
+        self.size = size          # allreduce size per iteration (tenantqos-perf --size)
 
 
 def say(msg):
@@ -86,7 +120,8 @@ def say(msg):
 class Runner:
     """Runs scenarios on a created topology with a started policyd."""
 
-    def __init__(self, topo, bins, procs, control, workdir, link_bps, headroom, tenants):
+    def __init__(self, topo, bins, procs, control, workdir, link_bps, headroom, tenants,
+                 extra_tenants=()):
         self.topo = topo
         self.bins = bins
         self.procs = procs
@@ -94,11 +129,13 @@ class Runner:
         self.workdir = workdir
         self.link_bps = link_bps
         self.headroom = headroom
-        self.tenants = {t.name: t for t in tenants}
-        self.order = [t.name for t in tenants]
+        self.tenants = {t.name: t for t in list(tenants) + list(extra_tenants)}
+        self.order = [t.name for t in tenants]  # the default policy
         self.applied = None      # (policy text) last applied
         self.version = 0
         self.samples = {}        # scenario -> {tenant: [series per rank]} for plots
+        self.peer_built = False  # a peer mode's tc is on the links
+        self.iteration_alone = {}  # tenant -> training iteration p99 (s) alone, capped
 
     # Enforcement setup -------------------------------------------------------------------
     def _empty_run_dir(self, node):
@@ -107,40 +144,58 @@ class Runner:
         return d
 
     def _enforce(self, sc):
-        """Brings the agents into the scenario's mode with the scenario's policy."""
+        """Brings the cluster into the scenario's mode with the scenario's policy."""
         self.cp.stop_agents()
+        if self.peer_built:
+            self.topo.restore_links()
+            self.peer_built = False
+        specs = [self.tenants[n] for n in (sc.policy or self.order)]
         if sc.mode == "none":
             return self._empty_run_dir
-        text = policy_yaml(self.link_bps, [self.tenants[n] for n in self.order], self.headroom,
-                           capped=sc.capped)
+        if sc.mode in peers.PEER_MODES:
+            self.peer_built = True  # restored on the next scenario even if this fails half-way
+            peers.install(self.topo, sc.mode, specs, run_cmd)
+            with open(os.path.join(self.workdir, f"peer-{sc.name}.txt"), "w") as f:
+                f.write(peers.describe(sc.mode, specs, self.link_bps) + "\n")
+            return self._empty_run_dir
+        text = policy_yaml(self.link_bps, specs, self.headroom, capped=sc.capped)
         if text != self.applied:
             self.version = self.cp.apply_policy(text, sc.name)
             self.applied = text
-        self.cp.start_agents("none" if sc.mode == "rdma" else "htb", self.version)
+        self.cp.start_agents("none" if sc.mode == "tenantqos-rdma" else "htb", self.version)
         return self.cp.node_run_dir
 
     # One scenario ------------------------------------------------------------------------
     def run(self, sc, index, total):
-        mode_text = {"none": "no tenantqos (plugin unpaced, FIFO link)",
-                     "rdma": "tenantqos, RDMA-like (pacing + allocator, no tc)",
-                     "tcp": "tenantqos, TCP (pacing + allocator + HTB)"}[sc.mode]
-        say(f"[{index}/{total}] {sc.name}: {', '.join(sc.tenants)} | {mode_text} | "
+        say(f"[{index}/{total}] {sc.name}: {', '.join(sc.tenants)} | {MODE_TEXT[sc.mode]} | "
             f"{sc.duration:.0f} s")
-        run_dir_of = self._enforce(sc)
+        try:
+            run_dir_of = self._enforce(sc)
+        except peers.PeerUnavailable as e:
+            say(f"    skipped: {e}")
+            self.topo.restore_links()
+            self.peer_built = False
+            return {"name": sc.name, "workload": sc.workload, "mode": sc.mode,
+                    "skipped": str(e), "tenants": [], "violations": []}
         meter = DscpMeter(self.topo, {n: self.tenants[n].dscp for n in sc.tenants},
                           sc.report_ms / 1000.0)
         meter.start()
         try:
-            return self._run_jobs(sc, index, run_dir_of, meter)
+            res = self._run_jobs(sc, index, run_dir_of, meter)
         finally:
             meter.stop()
+        if sc.workload == "onoff":
+            res["reaction_ms"] = {s: self.reaction(sc.name, s, [n for n in sc.tenants if n != s])
+                                  for s in sc.on_off}
+        return res
 
     def _run_jobs(self, sc, index, run_dir_of, meter):
         jobs = []
         for k, name in enumerate(sc.tenants):
             t = self.tenants[name]
-            job = TenantJob(name, index * 10 + k, nsocks=t.nsocks,
-                            on_off=(sc.on_off or {}).get(name), dscp=t.dscp)
+            job = TenantJob(name, index * 10 + k, nsocks=t.nsocks, size=sc.size,
+                            on_off=sc.on_off.get(name), dscp=t.dscp,
+                            compute_ms=sc.compute_ms.get(name))
             job.start(self.topo, self.bins, self.procs, self.workdir, sc.name, sc.duration,
                       sc.report_ms, run_dir_of)
             jobs.append(job)
@@ -160,7 +215,7 @@ class Runner:
                                        f"code {f[1]}:\n{f[2]}")
             if meter.error:
                 raise RuntimeError(f"scenario {sc.name}: the traffic meter failed: {meter.error}")
-            if sc.mode != "none" and not self.cp.agents_alive():
+            if sc.mode.startswith("tenantqos") and not self.cp.agents_alive():
                 raise RuntimeError(f"scenario {sc.name}: an agent exited; see "
                                    f"{self.workdir}/agent-node*.log")
             if port0 is None and now >= t0:
@@ -203,7 +258,8 @@ class Runner:
         return total / max(1, len(job.ranks)) / 1e9
 
     def _measure(self, sc, jobs, t0, t1, port0, port1, meter):
-        res = {"name": sc.name, "mode": sc.mode, "tenants": []}
+        res = {"name": sc.name, "workload": sc.workload, "mode": sc.mode, "skipped": None,
+               "link_bps": self.link_bps, "tenants": []}
         if port0 and port1 and port1[0] > port0[0]:
             span = port1[0] - port0[0]
             utils = [(b1[0] - b0[0]) * 8 / (self.link_bps * span)
@@ -213,7 +269,9 @@ class Runner:
         else:
             res["link_utilization"] = None
         self.samples[sc.name] = {}
-        width = sc.report_ms / 1000.0
+        width = WINDOW_S
+        # Windows on the wall clock's 100 ms grid: an on/off schedule's edges are window edges.
+        t0 = analysis.align_up(t0, width)
         all_series = {job.tenant: [meter.series(job.tenant, node)
                                    for node in range(1, self.topo.nodes + 1)] for job in jobs}
         # Windows in which the link carried >= 90 % of its rate in payload (diagnostic, below).
@@ -221,6 +279,7 @@ class Runner:
         busy = [sum(m) for m in mask]
         res["busy_windows"] = sum(busy)
         res["windows_per_node"] = len(mask[0]) if mask else 0
+        demand = []
         for job in jobs:
             spec = self.tenants[job.tenant]
             limit = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
@@ -230,36 +289,68 @@ class Runner:
             self.samples[sc.name][job.tenant] = series
             with open(os.path.join(self.workdir, f"series-{sc.name}-{job.tenant}.json"), "w") as f:
                 json.dump({"t0": t0, "t1": t1, "series": series}, f)
+            # The windows with demand: always (backlogged), the on phases (on/off), none known
+            # (training: compute phases come and go with the iteration times).
+            training = job.tenant in sc.compute_ms
+            active = ([False] * res["windows_per_node"] if training else
+                      analysis.on_windows(sc.on_off.get(job.tenant), width, t0, t1))
+            demand.append((series, active, min(limit, self.link_bps)))
             fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1,
                                           width_s=width)
+            p50, p1 = analysis.attainment_masked(series, spec.guarantee_bps, width, t0, t1,
+                                                 [active] * len(series))
+            p50_busy, p1_busy = analysis.attainment_masked(
+                series, spec.guarantee_bps, width, t0, t1,
+                [[a and b for a, b in zip(active, m)] for m in mask])
             summ = job.summary(0) or {}
             if summ.get("wrong", 0):
                 raise RuntimeError(f"{sc.name}: {job.tenant}'s allreduce results were wrong")
             entry = {"name": job.tenant, "busbw_bps": summ.get("busbw_GBps", 0) * 8e9,
                      "guarantee_bps": spec.guarantee_bps, "limit_bps": limit,
                      "mean_bps": fig["mean_bps"], "windows": fig["windows"],
-                     "attainment_p50": fig["attainment_p50"],
-                     "attainment_p1": fig["attainment_p1"],
-                     # Diagnostic: p1 over the windows in which the link as a whole was busy.
-                     "attainment_p1_link_busy": analysis.attainment_p1_busy(
-                         series, spec.guarantee_bps, width, t0, t1, mask),
+                     # Over the windows with demand (all of them when backlogged).
+                     "attainment_p50": p50, "attainment_p1": p1,
+                     # ... of which the link as a whole was busy (the targets' figure).
+                     "attainment_p50_link_busy": p50_busy,
+                     "attainment_p1_link_busy": p1_busy,
                      "cap_conformance_max": fig["cap_conformance_max"]}
+            if training:
+                its = analysis.iteration_times(
+                    [job.iteration_ends(r) for r in range(len(job.ranks))], t0, t1)
+                entry["iterations"] = len(its)
+                entry["iteration_p50_s"] = analysis.percentile(its, 50) if its else None
+                entry["iteration_p99_s"] = analysis.percentile(its, 99) if its else None
+                if sc.workload == "training-alone":
+                    self.iteration_alone[job.tenant] = entry["iteration_p99_s"]
+                entry["iteration_alone_p99_s"] = self.iteration_alone.get(job.tenant)
             res["tenants"].append(entry)
+        # The data frames that carried the payload (ACKs, which use the port too, left out:
+        # receivers coalesce them, a lower bound).
+        res["utilization_over_demand"] = analysis.utilization_over_demand(
+            demand, self.link_bps, width, t0, t1,
+            lambda p: peers.wire_rate(p, segments_per_ack=0))
+        res["violations"] = analysis.violations(res)
         for e in res["tenants"]:
             say(f"    {e['name']:<10} busbw {e['busbw_bps'] / 1e9:6.3f} Gbit/s  "
                 f"mean {e['mean_bps'] / 1e9:6.3f} Gbit/s" +
                 (f"  attainment p50 {e['attainment_p50']:.3f} p1 {e['attainment_p1']:.3f}"
-                 if e["attainment_p50"] is not None else ""))
+                 if e["attainment_p50"] is not None else "") +
+                (f"  iteration p50 {e['iteration_p50_s']:.3f} s p99 {e['iteration_p99_s']:.3f} s"
+                 if e.get("iteration_p99_s") is not None else ""))
         if res["link_utilization"] is not None:
-            say(f"    link utilisation {res['link_utilization']:.3f}  drops {res['link_drops']}"
+            u = res["utilization_over_demand"]
+            say(f"    link utilisation {res['link_utilization']:.3f}" +
+                (f" ({u:.3f} while demand exceeded the link)" if u is not None else "") +
+                f"  drops {res['link_drops']}"
                 f"  busy windows {res['busy_windows']}/{res['windows_per_node'] * len(mask)}")
         return res
 
     # Reaction times (idle-wake) ------------------------------------------------------------
     def reaction(self, sc_name, sleeper, others):
         """idle_to_others: from the sleeper's last sending window until the others' combined
-        rate reaches 90 % of what they get while it sleeps; wake_to_guarantee: from its first
-        sending window after a pause until it receives >= 95 % of its guarantee."""
+        rate reaches 90 % of what they get while it sleeps (until the next tenant goes idle or
+        wakes); wake_to_guarantee: from its first sending window after a pause until it
+        receives >= 95 % of its guarantee (guaranteed sleepers only)."""
         samples = self.samples.get(sc_name, {})
         if sleeper not in samples:
             return {}
@@ -282,10 +373,18 @@ class Runner:
             k = int((t - t_lo) // width)
             return combined[k] if 0 <= k < len(combined) else None
 
+        # Others going idle or waking change what they get: the steady rate after a sleeper
+        # stops is taken before the next such edge (or the sleeper's own wake-up).
+        edges = []
+        for o in others:
+            if o in samples:
+                og = self.tenants[o].guarantee_bps
+                edges += sum(analysis.transitions(samples[o][0], 0.05 * og if og > 0 else 1e6),
+                             [])
         for t_off in offs:
-            nxt = [t for t in ons if t > t_off]
-            t_end = nxt[0] if nxt else t_hi
-            if t_end - t_off < 0.3:
+            nxt = [t for t in ons + edges if t > t_off + width]
+            t_end = min(nxt) if nxt else t_hi
+            if t_end - t_off < 0.1:
                 continue
             # Others' steady rate while the sleeper sleeps: median of the second half.
             half = [combined_at(t_off + (t_end - t_off) * f) for f in (0.5, 0.6, 0.7, 0.8, 0.9)]
@@ -302,7 +401,7 @@ class Runner:
             # whole window to every figure; starting from t_off would be a lower bound.)
             if k < len(combined):
                 idle_ms.append(max(0.0, t_lo + k * width - (t_off - width)) * 1000)
-        for t_on in ons:
+        for t_on in (ons if g > 0 else []):
             t = analysis.first_time(sleeper_rx, t_on, lambda r: r >= 0.95 * g, 1.0,
                                     min_window_s=0.5 * width, at_start=True)
             if t is not None:
@@ -316,43 +415,29 @@ class Runner:
         return out
 
 
-def write_plot(runner, scenario_names, png_path, workdir):
-    """Per-tenant throughput over time (100 ms windows) with guarantee and limit lines, one
-    panel per scenario, drawn by gnuplot."""
+def write_plot(runner, grid, png_path, workdir):
+    """Per-tenant throughput over time (100 ms windows) with guarantee and limit lines, drawn by
+    gnuplot: one panel per scenario, `grid` = rows (modes) of columns (workloads) of scenario
+    names (None: an empty panel)."""
     import shutil
     import subprocess
     if shutil.which("gnuplot") is None:
         say("    (gnuplot not installed: no plot)")
         return None
-    panels = [n for n in scenario_names if n in runner.samples]
-    if not panels:
+    rows = [r for r in grid if any(n in runner.samples for n in r if n)]
+    if not rows:
         return None
-    script = [f"set terminal pngcairo size 1200,{300 * len(panels) + 60} font 'sans,10'",
-              f"set output '{png_path}'", f"set multiplot layout {len(panels)},1",
+    cols = max(len(r) for r in rows)
+    script = [f"set terminal pngcairo size {700 * cols},{260 * len(rows) + 60} font 'sans,9'",
+              f"set output '{png_path}'", f"set multiplot layout {len(rows)},{cols}",
               "set grid", "set key outside right", "set ylabel 'Gbit/s'",
               f"set yrange [0:{runner.link_bps / 1e9 * 1.1:.3f}]"]
-    for name in panels:
-        files = []
-        for tenant, series in runner.samples[name].items():
-            if not series or not series[0]:
+    for row in rows:
+        for name in list(row) + [None] * (cols - len(row)):
+            if not name or name not in runner.samples:
+                script.append("set multiplot next")
                 continue
-            t0 = series[0][0][0] - series[0][0][1]
-            path = os.path.join(workdir, f"plot-{name}-{tenant}.dat")
-            with open(path, "w") as f:
-                for end, dt, r in series[0]:
-                    f.write(f"{end - t0:.3f} {r / 1e9:.4f}\n")
-            files.append((tenant, path))
-        plots = []
-        for i, (tenant, path) in enumerate(files):
-            spec = runner.tenants[tenant]
-            plots.append(f"'{path}' using 1:2 with lines lw 2 lc {i + 1} title '{tenant}'")
-            if spec.guarantee_bps > 0:
-                plots.append(f"{spec.guarantee_bps / 1e9:.4f} with lines dt 2 lc {i + 1} "
-                             f"title '{tenant} guarantee'")
-            if spec.limit_bps < runner.link_bps:
-                plots.append(f"{spec.limit_bps / 1e9:.4f} with lines dt 3 lc {i + 1} "
-                             f"title '{tenant} limit'")
-        script += [f"set title '{name}'", "set xlabel 's'", "plot " + ", ".join(plots)]
+            script += _plot_panel(runner, name, workdir)
     script.append("unset multiplot")
     gp = os.path.join(workdir, "plot.gp")
     with open(gp, "w") as f:
@@ -362,3 +447,29 @@ def write_plot(runner, scenario_names, png_path, workdir):
         say(f"    gnuplot failed: {r.stderr.strip()}")
         return None
     return png_path
+
+
+def _plot_panel(runner, name, workdir):
+    files = []
+    for tenant, series in runner.samples[name].items():
+        if not series or not series[0]:
+            continue
+        t0 = series[0][0][0] - series[0][0][1]
+        path = os.path.join(workdir, f"plot-{name}-{tenant}.dat")
+        with open(path, "w") as f:
+            # 100 ms windows whatever the meter's tick (10 ms ticks are unreadable at this size).
+            for k, r in enumerate(analysis.rebin(series[0], WINDOW_S, t0, series[0][-1][0])):
+                f.write(f"{(k + 1) * WINDOW_S:.3f} {r / 1e9:.4f}\n")
+        files.append((tenant, path))
+    plots = []
+    many = len(files) > 4  # eight tenants: no guarantee/limit lines, they would hide the data
+    for i, (tenant, path) in enumerate(files):
+        spec = runner.tenants[tenant]
+        plots.append(f"'{path}' using 1:2 with lines lw 2 lc {i + 1} title '{tenant}'")
+        if spec.guarantee_bps > 0 and not many:
+            plots.append(f"{spec.guarantee_bps / 1e9:.4f} with lines dt 2 lc {i + 1} "
+                         f"title '{tenant} guarantee'")
+        if spec.limit_bps < runner.link_bps and not many:
+            plots.append(f"{spec.limit_bps / 1e9:.4f} with lines dt 3 lc {i + 1} "
+                         f"title '{tenant} limit'")
+    return [f"set title '{name}'", "set xlabel 's'", "plot " + ", ".join(plots)]

@@ -153,16 +153,33 @@ class Topology:
         run(["tc", "qdisc", "add", "dev", port, "parent", "1:1", "handle", "10:", "pfifo",
              "limit", str(self.queue_packets)], netns=sw)
 
+    def restore_links(self):
+        """Back to the plain emulated link after a peer mode (peers.py): the switch ports' trees
+        rebuilt, the nodes' uplinks without a root qdisc of ours."""
+        for i in range(1, self.nodes + 1):
+            run(["tc", "qdisc", "del", "dev", self.switch_port(i), "root"], netns=self.switch,
+                check=False)
+            self._emulate_link(self.switch_port(i))
+            run(["tc", "qdisc", "del", "dev", self.node_dev, "root"], netns=self.node_ns(i),
+                check=False)
+
     def port_stats(self, i):
-        """(bytes, packets, drops) sent by the switch towards node i (the emulated link).
+        """(bytes, packets, drops) sent by the switch towards node i (the emulated link): bytes
+        and packets of the link class 1:1, drops of every class (a peer mode's leaves).
 
         Parses `tc -s class show` text: iproute2 6.1 prints classes as text even with -j."""
         r = run(["tc", "-s", "class", "show", "dev", self.switch_port(i)], netns=self.switch)
         cur = None
+        link = None
+        drops = 0
         for line in r.stdout.splitlines():
             if line.startswith("class "):
                 cur = line.split()[2]
             m = re.match(r"\s*Sent (\d+) bytes (\d+) pkt \(dropped (\d+)", line)
-            if m and cur == "1:1":
-                return int(m.group(1)), int(m.group(2)), int(m.group(3))
-        raise RuntimeError(f"no class 1:1 on {self.switch_port(i)} in {self.switch}")
+            if m:
+                drops += int(m.group(3))
+                if cur == "1:1":
+                    link = (int(m.group(1)), int(m.group(2)))
+        if link is None:
+            raise RuntimeError(f"no class 1:1 on {self.switch_port(i)} in {self.switch}")
+        return link[0], link[1], drops

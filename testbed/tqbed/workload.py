@@ -10,14 +10,15 @@ class TenantJob:
     """One tenant's job: an allreduce ring with one rank per node."""
 
     def __init__(self, tenant, index, nsocks=4, size="32M", chunk="128K", window=24,
-                 on_off=None, dscp=0):
+                 on_off=None, dscp=0, compute_ms=None):
         self.tenant = tenant
         self.index = index          # distinct rendezvous port per job
         self.nsocks = nsocks
         self.size = size
         self.chunk = chunk
         self.window = window
-        self.on_off = on_off        # "ON_MS:OFF_MS" or None
+        self.on_off = on_off        # "ON_MS:OFF_MS[:PHASE_MS]" or None
+        self.compute_ms = compute_ms  # training: compute phase after each allreduce, or None
         self.dscp = dscp            # marked even without an agent (TENANTQOS_DSCP), for the meter
         self.ranks = []             # Proc per rank
 
@@ -33,6 +34,8 @@ class TenantJob:
                     "--json", "--timeout", "20"]
             if self.on_off:
                 argv += ["--on-off", self.on_off]
+            if self.compute_ms:
+                argv += ["--compute-ms", str(self.compute_ms)]
             env = {
                 "TENANTQOS_TENANT": self.tenant,
                 "TENANTQOS_RUN_DIR": run_dir_of(node),
@@ -66,6 +69,11 @@ class TenantJob:
                 except ValueError:
                     pass
         return out
+
+    def iteration_ends(self, rank):
+        """Wall times (s) at which the rank completed its training iterations (--compute-ms)."""
+        return [rec["wall_ns"] / 1e9 for rec in self.records(rank)
+                if rec.get("type") == "iteration"]
 
     def summary(self, rank=0):
         for rec in self.records(rank):

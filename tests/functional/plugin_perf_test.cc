@@ -96,10 +96,38 @@ TEST(PluginPerf, StreamingAllReduceIsPipelinedCorrectAndEndsCleanly) {
   EXPECT_GE(jsonLines(r.out, "interval").size(), 9u) << r.out;  // 3 ranks x ~5 intervals
 }
 
+TEST(PluginPerf, TrainingStepsPrintOneIterationLineEachComputeApart) {
+  TempDir dir;
+  // 200 ms of compute after every allreduce, on a wall-clock on/off schedule.
+  ProcResult r = run(perf({"allreduce", "--local", "2", "--duration", "1.2", "--size", "256K",
+                           "--chunk", "64K", "--compute-ms", "200", "--on-off", "900:100:50",
+                           "--json"}),
+                     baseEnv(dir.path()), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<double> walls;
+    for (const auto& l : jsonLines(r.out, "iteration")) {
+      if (jsonNumber(l, "rank").value_or(-1) == rank) walls.push_back(*jsonNumber(l, "wall_ns"));
+    }
+    ASSERT_GE(walls.size(), 3u) << r.out;
+    ASSERT_LE(walls.size(), 6u) << r.out;  // 1.2 s at >= 200 ms per step
+    for (size_t i = 1; i < walls.size(); ++i) EXPECT_GE(walls[i] - walls[i - 1], 199e6) << r.out;
+  }
+  for (const auto& l : jsonLines(r.out, "summary")) EXPECT_EQ(jsonNumber(l, "wrong"), 0) << l;
+}
+
 TEST(PluginPerf, BadOptionsAreRejected) {
   ProcResult r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--window", "33"}, {}, 10);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--window"), std::string::npos) << r.err;
+  for (const char* bad : {"5", "5:", "5:1:", "5:1:-2", "5:1:2:3", "0:1"}) {
+    r = run({TQ_PERF_BIN, "allreduce", "--local", "2", "--duration", "1", "--on-off", bad}, {}, 10);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find("ON_MS:OFF_MS[:PHASE_MS]"), std::string::npos) << bad << ": " << r.err;
+  }
+  r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--compute-ms", "5"}, {}, 10);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--compute-ms"), std::string::npos) << r.err;
   r = run({TQ_PERF_BIN, "pingpong", "--local", "3"}, {}, 10);
   EXPECT_EQ(r.exit_code, 2);
   r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--plugin", "/nonexistent/tqplg.so"}, {}, 30);

@@ -43,8 +43,9 @@ class TestbedTest(unittest.TestCase):
         return ["--build-dir", ARGS.build_dir, "--prefix", PREFIX, "--out", self.out]
 
     def test_short_run_measures_guarantees_and_cleans_up(self):
+        # A peer mode too (real tc at the switch), and tenantqos after it: the links restored.
         r = testbed("demo", *self.common(), "--duration", "7", "--only",
-                    "contended-none,contended-tenantqos-rdma")
+                    "contended-none,contended-priority,contended-tenantqos-rdma")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("contended-tenantqos-rdma", r.stdout)
         doc = json.load(open(os.path.join(self.out, "results.json")))
@@ -60,6 +61,14 @@ class TestbedTest(unittest.TestCase):
         none = {t["name"]: t for t in sc["contended-none"]["tenants"]}
         # Without tenantqos the noisy tenant (4x the streams) takes more than with it.
         self.assertGreater(none["noisy"]["mean_bps"], rdma["noisy"]["mean_bps"])
+        # Strict priority: tenant-a (weight 2) first, tenant-b starved far below its guarantee.
+        prio = sc["contended-priority"]
+        self.assertEqual((prio["workload"], prio["mode"], prio["skipped"]),
+                         ("backlogged", "priority", None))
+        pt = {t["name"]: t for t in prio["tenants"]}
+        self.assertGreater(pt["tenant-a"]["mean_bps"], 2 * pt["tenant-b"]["mean_bps"], pt)
+        self.assertIn(("guarantee", "tenant-b"),
+                      [(v["property"], v["tenant"]) for v in prio["violations"]], prio)
         self.assertTrue(os.path.exists(os.path.join(self.out, "throughput.png")))
         self.assertEqual(leftovers(), [])
 

@@ -31,6 +31,7 @@ class FakeTcNetlink final : public TcNetlink {
   };
   struct Device {
     int ifindex = 0;
+    uint32_t mtu = 1500;
     QdiscInfo root;  // handle 0 = default
     std::map<uint32_t, ClassInfo> classes;
     std::map<std::pair<uint16_t, uint16_t>, Classifier> classifiers;  // (pref, protocol)
@@ -67,6 +68,12 @@ class FakeTcNetlink final : public TcNetlink {
     auto it = devices_.find(std::string(name));
     if (it == devices_.end()) return notFound("no such device \"" + std::string(name) + "\"");
     return it->second.ifindex;
+  }
+  Result<uint32_t> linkMtu(std::string_view name) override {
+    ++reads_;
+    auto it = devices_.find(std::string(name));
+    if (it == devices_.end()) return notFound("no such device \"" + std::string(name) + "\"");
+    return it->second.mtu;
   }
   Result<std::vector<QdiscInfo>> qdiscs(int ifindex) override {
     ++reads_;

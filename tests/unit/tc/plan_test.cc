@@ -196,6 +196,67 @@ TEST(MakeDevicePlan, DefaultRateNeverEatsGuarantees) {
   EXPECT_EQ(explicit_rate->classes[1].htb.rate, 50 * kMbit);
 }
 
+TEST(WireFraming, PayloadToWireRate) {
+  WireFraming tcp;
+  tcp.mtu = 1500;
+  // 1448 B of payload per 1514 B frame, plus one 66 B ACK per two segments: x 3094 / 2896.
+  EXPECT_EQ(wireRateForPayload(300 * kMbit, tcp), 40'063'882u);  // 37.5e6 x 3094 / 2896, up
+  EXPECT_EQ(wireRateForPayload(2896, tcp), 3094u);
+  EXPECT_EQ(wireRateForPayload(0, tcp), 0u);
+  WireFraming no_acks = tcp;
+  no_acks.segments_per_ack = 0;
+  EXPECT_EQ(wireRateForPayload(1448, no_acks), 1514u);
+  EXPECT_EQ(wireRateForPayload(1449, no_acks), 1516u);  // rounded up
+  WireFraming jumbo = tcp;
+  jumbo.mtu = 9000;
+  EXPECT_EQ(wireRateForPayload(2 * 8948, jumbo), 2 * 9014u + 66);
+  // Unknown MTU, or one that leaves no payload: as given.
+  EXPECT_EQ(wireRateForPayload(1000, WireFraming{}), 1000u);
+  WireFraming tiny = tcp;
+  tiny.mtu = 52;
+  EXPECT_EQ(wireRateForPayload(1000, tiny), 1000u);
+  EXPECT_EQ(wireRateForPayload(UINT64_MAX, tcp), UINT64_MAX);
+}
+
+TEST(MakeDevicePlan, FramedRatesCarryThePayloadAndFitTheLink) {
+  DevicePolicy p = twoTenants();
+  p.tenants.push_back(tenant("flat", 300 * kMbit, 300 * kMbit, 1, 12));
+  p.framing.mtu = 1500;
+  auto plan = makeDevicePlan(p);
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  const PlannedClass* flat = plan->findClass(makeHandle(1, plan->tenant_minors.at("flat")));
+  ASSERT_NE(flat, nullptr);
+  EXPECT_EQ(flat->htb.rate, wireRateForPayload(300 * kMbit, p.framing));
+  EXPECT_EQ(flat->htb.ceil, flat->htb.rate);
+  const PlannedClass* a = plan->findClass(makeHandle(1, plan->tenant_minors.at("tenant-a")));
+  EXPECT_EQ(a->htb.ceil, wireRateForPayload(600 * kMbit, p.framing));
+  EXPECT_EQ(plan->classes[0].htb.rate, kGbit);  // the link is a wire rate: as given
+  uint64_t sum = 0;
+  for (const PlannedClass& c : plan->classes)
+    if (c.htb.parent != kRootHandle) sum += c.htb.rate;
+  EXPECT_LE(sum, kGbit);
+
+  // Guarantees of 95 % of the link need more than the link in frames: scaled down to fit, in
+  // proportion, next to the default class's minimum; a limit at capacity stays at capacity.
+  p.tenants = {tenant("a", 600 * kMbit, kGbit, 1, 1), tenant("b", 350 * kMbit, 350 * kMbit, 1, 2)};
+  auto full = makeDevicePlan(p);
+  ASSERT_TRUE(full.ok()) << full.status().toString();
+  const PlannedClass* fa = full->findClass(makeHandle(1, full->tenant_minors.at("a")));
+  const PlannedClass* fb = full->findClass(makeHandle(1, full->tenant_minors.at("b")));
+  EXPECT_EQ(full->classes[1].htb.rate, kMinClassRate);
+  EXPECT_LE(fa->htb.rate + fb->htb.rate + kMinClassRate, kGbit);
+  EXPECT_GE(fa->htb.rate + fb->htb.rate + kMinClassRate, kGbit - 2);
+  EXPECT_NEAR(static_cast<double>(fa->htb.rate) / fb->htb.rate, 600.0 / 350, 1e-6);
+  EXPECT_EQ(fa->htb.ceil, kGbit);
+  EXPECT_EQ(fb->htb.ceil, wireRateForPayload(350 * kMbit, p.framing));
+
+  p.framing.mtu = 40;
+  auto bad = makeDevicePlan(p);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("MTU 40 leaves no payload"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(MakeDevicePlan, RejectsBadInput) {
   struct Case {
     const char* what;
