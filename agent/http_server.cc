@@ -1,11 +1,18 @@
 #include "agent/http_server.h"
 
+#include <arpa/inet.h>
 #include <civetweb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "agent/config.h"
+#include "common/fd.h"
 #include "common/log.h"
 
 namespace tq::agent {
@@ -97,8 +104,49 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host_po
   return server;
 }
 
+namespace {
+
+// A connection to our own listening port, closed at once: it ends civetweb's current poll().
+void pokeListener(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  std::string to = host;
+  if (to.empty() || to == "0.0.0.0") to = "127.0.0.1";
+  if (to == "::") to = "::1";
+  const Fd fd(::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return;
+  if (v6) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET6, to.c_str(), &a.sin6_addr) != 1) return;
+    (void)::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET, to.c_str(), &a.sin_addr) != 1) return;
+    (void)::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+}
+
+}  // namespace
+
 HttpServer::~HttpServer() {
-  if (ctx_ != nullptr) mg_stop(ctx_);
+  if (ctx_ == nullptr) return;
+  // civetweb's listening thread polls in 2 s quanta (SOCKET_TIMEOUT_QUANTUM in civetweb.c)
+  // and sees mg_stop() only between polls, so a plain mg_stop() takes up to 2 s. Connecting
+  // to ourselves ends the poll: stopping takes milliseconds. Repeated until mg_stop() returns
+  // because a connection that arrives before mg_stop() raised its flag starts another poll.
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    mg_stop(ctx_);
+    stopped = true;
+  });
+  for (int i = 0; i < 400 && !stopped; ++i) {  // at most ~4 s; mg_stop() ends on its own anyway
+    pokeListener(host_, port_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stopper.join();
 }
 
 }  // namespace tq::agent

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <regex>
 #include <set>
@@ -272,6 +273,18 @@ TEST_F(HttpServerTest, ServesRoutesOnPortZero) {
   EXPECT_FALSE(clash.ok());
   server->reset();
   EXPECT_EQ(httpGet(port, "/metrics").status, 0) << "still listening after destruction";
+}
+
+// civetweb alone notices mg_stop() only between 2 s polls; the agent exits on SIGTERM in tens
+// of milliseconds because the server wakes its own listener.
+TEST_F(HttpServerTest, StopsPromptly) {
+  for (int i = 0; i < 3; ++i) {
+    auto server = HttpServer::start("127.0.0.1:0", {});
+    ASSERT_TRUE(server.ok()) << server.status().toString();
+    const auto t0 = std::chrono::steady_clock::now();
+    server->reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  }
 }
 
 }  // namespace
