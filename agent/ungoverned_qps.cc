@@ -1,7 +1,5 @@
 #include "agent/ungoverned_qps.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -171,22 +169,18 @@ UngovernedQpScanner::UngovernedQpScanner(std::unique_ptr<ib::QpSource> source,
       board_(board),
       clock_(clock),
       interval_ns_(interval_ns),
-      tracker_(*procs_, options) {}
+      tracker_(*procs_, options),
+      worker_(clock) {}
 
 UngovernedQpScanner::~UngovernedQpScanner() { stop(); }
 
 void UngovernedQpScanner::start() {
-  thread_ = std::thread([this] { run(); });
+  worker_.start("tq-qpscan", [this](std::stop_token) {
+    while (worker_.waitFor(interval_ns_)) scanOnce();
+  });
 }
 
-void UngovernedQpScanner::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void UngovernedQpScanner::stop() { worker_.stop(); }
 
 void UngovernedQpScanner::scanOnce() {
   const std::optional<AttachedProcesses> attached = attached_();
@@ -226,20 +220,6 @@ void UngovernedQpScanner::scanOnce() {
     TQ_LOG(kDebug, "RDMA QP listing truncated at %zu QPs", listing->qps.size());
   }
   board_->publishRdmaQps(tracker_.update(*listing, *attached, clock_.nowNs()));
-}
-
-void UngovernedQpScanner::run() {
-  pthread_setname_np(pthread_self(), "tq-qpscan");
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::nanoseconds(interval_ns_),
-                       [this] { return stopping_; })) {
-        return;
-      }
-    }
-    scanOnce();
-  }
 }
 
 }  // namespace tq::agent

@@ -28,21 +28,19 @@
 // through StateBoard::publishRdmaQps. It never touches the reconcile thread's state.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "agent/agent_state.h"
 #include "common/clock.h"
+#include "common/worker.h"
 #include "ib/rdma_netlink.h"
 
 namespace tq::agent {
@@ -125,8 +123,6 @@ class UngovernedQpScanner {
   void scanOnce();
 
  private:
-  void run();
-
   std::unique_ptr<ib::QpSource> source_;
   std::unique_ptr<ProcessTable> procs_;
   AttachedProcessesFn attached_;
@@ -136,10 +132,7 @@ class UngovernedQpScanner {
   UngovernedQpTracker tracker_;
   std::optional<std::string> logged_error_;  // the listing error last logged
   std::set<std::string> logged_device_errors_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::thread thread_;
+  Worker worker_;
 };
 
 }  // namespace tq::agent
