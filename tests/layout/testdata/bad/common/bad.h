@@ -1,0 +1,3 @@
+// A lower library including a higher one: the layering check must reject it.
+#pragma once
+#include "agent/agent.h"

@@ -1,0 +1,1 @@
+// No common/orphan.cc: the layout check must reject it.
