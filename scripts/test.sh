@@ -9,6 +9,9 @@ jobs=${TQ_JOBS:-$(nproc)}
 
 scripts/install-deps.sh --rxe
 
+echo "== format (lines changed since the merge-base with main; docs/development.md)"
+scripts/check-format.sh
+
 echo "== configure ($build)"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_WERROR=ON >/dev/null
 echo "== build (-j$jobs)"
