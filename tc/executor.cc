@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -116,6 +117,110 @@ std::string TcOp::describe() const {
   return s;
 }
 
+namespace {
+
+// What diffDevice writes for the classes of a device whose root it keeps.
+struct ClassDiff {
+  std::vector<TcOp> writes;   // creates and changes
+  std::vector<TcOp> deletes;  // classes not in the plan, children before parents
+};
+
+// nullopt when only a rebuild reaches the plan: HTB cannot move a class to another parent,
+// and a class that is not HTB cannot be changed into one.
+std::optional<ClassDiff> diffClasses(const DevicePlan& plan, const DeviceState& actual) {
+  ClassDiff d;
+  std::map<uint32_t, const ClassInfo*> have;
+  for (const ClassInfo& c : actual.classes) have[c.htb.classid] = &c;
+  std::set<uint32_t> wanted;
+  for (const PlannedClass& c : plan.classes) {
+    wanted.insert(c.htb.classid);
+    auto it = have.find(c.htb.classid);
+    if (it == have.end()) {
+      TcOp o = op(TcOp::Kind::kCreateClass, c.label);
+      o.cls = c.htb;
+      d.writes.push_back(std::move(o));
+    } else if (it->second->kind != "htb" || it->second->htb.parent != c.htb.parent) {
+      return std::nullopt;
+    } else if (!classEquivalent(c.htb, it->second->htb)) {
+      TcOp o = op(TcOp::Kind::kChangeClass, c.label);
+      o.cls = c.htb;
+      d.writes.push_back(std::move(o));
+    }
+  }
+  std::vector<const ClassInfo*> extra;
+  for (const ClassInfo& c : actual.classes)
+    if (!wanted.count(c.htb.classid)) extra.push_back(&c);
+  // Children before parents.
+  std::stable_sort(extra.begin(), extra.end(), [&](const ClassInfo* a, const ClassInfo* b) {
+    return classDepth(a->htb.classid, have) > classDepth(b->htb.classid, have);
+  });
+  for (const ClassInfo* c : extra) {
+    TcOp o = op(TcOp::Kind::kDeleteClass, "not in plan");
+    o.handle = c->htb.classid;
+    d.deletes.push_back(std::move(o));
+  }
+  return d;
+}
+
+// What diffDevice writes for the filters: deletes (foreign classifiers, rules not in the
+// plan or with other keys) run before writes (changed targets, new rules).
+struct FilterDiff {
+  std::vector<TcOp> deletes;
+  std::vector<TcOp> writes;
+};
+
+FilterDiff diffFilters(const DevicePlan& plan, const DeviceState& actual) {
+  FilterDiff d;
+  using FilterKey = std::tuple<uint16_t, uint16_t, uint32_t>;  // pref, protocol, node
+  std::map<FilterKey, const PlannedFilter*> want_filters;
+  for (const PlannedFilter& f : plan.filters)
+    want_filters[{f.u32.pref, f.u32.protocol, u32Node(f.u32.handle)}] = &f;
+  std::set<FilterKey> present;
+  std::set<std::tuple<uint16_t, uint16_t, std::string>> foreign_classifiers;
+  for (const FilterInfo& f : actual.filters) {
+    if (f.kind != "u32" || !isOurClassifier(f.u32.pref, f.u32.protocol)) {
+      if (foreign_classifiers.insert({f.u32.pref, f.u32.protocol, f.kind}).second) {
+        TcOp o = op(TcOp::Kind::kDeleteFilter, "not in plan");
+        o.filter_ref = FilterRef{f.u32.pref, f.u32.protocol, f.kind, 0};
+        d.deletes.push_back(std::move(o));
+      }
+      continue;
+    }
+    if (f.u32_table) continue;  // the classifier's own hash table
+    FilterKey key{f.u32.pref, f.u32.protocol, u32Node(f.u32.handle)};
+    auto it = want_filters.find(key);
+    TcOp del = op(TcOp::Kind::kDeleteFilter, "not in plan");
+    del.filter_ref = FilterRef{f.u32.pref, f.u32.protocol, "u32", f.u32.handle};
+    if (it == want_filters.end() || present.count(key)) {
+      d.deletes.push_back(std::move(del));
+      continue;
+    }
+    const U32Filter& want = it->second->u32;
+    if (f.u32.keys != want.keys) {
+      // The kernel keeps a u32 rule's keys on change: replace the rule.
+      del.label = it->second->label;
+      d.deletes.push_back(std::move(del));
+      continue;
+    }
+    present.insert(key);
+    if (f.u32.classid != want.classid) {
+      TcOp o = op(TcOp::Kind::kChangeFilter, it->second->label);
+      o.filter = want;
+      o.filter.handle = f.u32.handle;  // full handle: the rule in its table
+      d.writes.push_back(std::move(o));
+    }
+  }
+  for (const PlannedFilter& f : plan.filters) {
+    if (present.count({f.u32.pref, f.u32.protocol, u32Node(f.u32.handle)})) continue;
+    TcOp o = op(TcOp::Kind::kCreateFilter, f.label);
+    o.filter = f.u32;
+    d.writes.push_back(std::move(o));
+  }
+  return d;
+}
+
+}  // namespace
+
 Result<std::vector<TcOp>> diffDevice(const DevicePlan& plan, const DeviceState& actual,
                                      const ApplyOptions& options) {
   std::vector<TcOp> ops;
@@ -131,8 +236,7 @@ Result<std::vector<TcOp>> diffDevice(const DevicePlan& plan, const DeviceState& 
   };
 
   switch (actual.owner) {
-    case RootOwner::kKernelDefault:
-      return rebuild(false);
+    case RootOwner::kKernelDefault: return rebuild(false);
     case RootOwner::kForeign:
       if (!options.replace_foreign_root)
         return failedPrecondition("root qdisc " + actual.root.kind + " " +
@@ -140,95 +244,16 @@ Result<std::vector<TcOp>> diffDevice(const DevicePlan& plan, const DeviceState& 
                                   " was not created by tenantqos; refusing to replace it "
                                   "(allow with replace_foreign_root)");
       return rebuild(true);
-    case RootOwner::kOurs:
-      break;
+    case RootOwner::kOurs: break;
   }
   if (!(actual.root.htb == plan.root)) return rebuild(true);  // HTB has no qdisc change
-
-  // ---- classes ----
-  std::map<uint32_t, const ClassInfo*> have;
-  for (const ClassInfo& c : actual.classes) have[c.htb.classid] = &c;
-  std::set<uint32_t> wanted;
-  std::vector<TcOp> class_writes;
-  for (const PlannedClass& c : plan.classes) {
-    wanted.insert(c.htb.classid);
-    auto it = have.find(c.htb.classid);
-    if (it == have.end()) {
-      TcOp o = op(TcOp::Kind::kCreateClass, c.label);
-      o.cls = c.htb;
-      class_writes.push_back(std::move(o));
-    } else if (it->second->kind != "htb" || it->second->htb.parent != c.htb.parent) {
-      return rebuild(true);  // HTB cannot move a class to another parent
-    } else if (!classEquivalent(c.htb, it->second->htb)) {
-      TcOp o = op(TcOp::Kind::kChangeClass, c.label);
-      o.cls = c.htb;
-      class_writes.push_back(std::move(o));
-    }
-  }
-  std::vector<const ClassInfo*> extra_classes;
-  for (const ClassInfo& c : actual.classes)
-    if (!wanted.count(c.htb.classid)) extra_classes.push_back(&c);
-  // Children before parents.
-  std::stable_sort(extra_classes.begin(), extra_classes.end(),
-                   [&](const ClassInfo* a, const ClassInfo* b) {
-                     return classDepth(a->htb.classid, have) > classDepth(b->htb.classid, have);
-                   });
-
-  // ---- filters ----
-  using FilterKey = std::tuple<uint16_t, uint16_t, uint32_t>;  // pref, protocol, node
-  std::map<FilterKey, const PlannedFilter*> want_filters;
-  for (const PlannedFilter& f : plan.filters)
-    want_filters[{f.u32.pref, f.u32.protocol, u32Node(f.u32.handle)}] = &f;
-  std::vector<TcOp> filter_deletes, filter_writes;
-  std::set<FilterKey> present;
-  std::set<std::tuple<uint16_t, uint16_t, std::string>> foreign_classifiers;
-  for (const FilterInfo& f : actual.filters) {
-    if (f.kind != "u32" || !isOurClassifier(f.u32.pref, f.u32.protocol)) {
-      if (foreign_classifiers.insert({f.u32.pref, f.u32.protocol, f.kind}).second) {
-        TcOp o = op(TcOp::Kind::kDeleteFilter, "not in plan");
-        o.filter_ref = FilterRef{f.u32.pref, f.u32.protocol, f.kind, 0};
-        filter_deletes.push_back(std::move(o));
-      }
-      continue;
-    }
-    if (f.u32_table) continue;  // the classifier's own hash table
-    FilterKey key{f.u32.pref, f.u32.protocol, u32Node(f.u32.handle)};
-    auto it = want_filters.find(key);
-    TcOp del = op(TcOp::Kind::kDeleteFilter, "not in plan");
-    del.filter_ref = FilterRef{f.u32.pref, f.u32.protocol, "u32", f.u32.handle};
-    if (it == want_filters.end() || present.count(key)) {
-      filter_deletes.push_back(std::move(del));
-      continue;
-    }
-    const U32Filter& want = it->second->u32;
-    if (f.u32.keys != want.keys) {
-      // The kernel keeps a u32 rule's keys on change: replace the rule.
-      del.label = it->second->label;
-      filter_deletes.push_back(std::move(del));
-      continue;
-    }
-    present.insert(key);
-    if (f.u32.classid != want.classid) {
-      TcOp o = op(TcOp::Kind::kChangeFilter, it->second->label);
-      o.filter = want;
-      o.filter.handle = f.u32.handle;  // full handle: the rule in its table
-      filter_writes.push_back(std::move(o));
-    }
-  }
-  for (const PlannedFilter& f : plan.filters) {
-    if (present.count({f.u32.pref, f.u32.protocol, u32Node(f.u32.handle)})) continue;
-    TcOp o = op(TcOp::Kind::kCreateFilter, f.label);
-    o.filter = f.u32;
-    filter_writes.push_back(std::move(o));
-  }
-
-  for (TcOp& o : class_writes) ops.push_back(std::move(o));
-  for (TcOp& o : filter_deletes) ops.push_back(std::move(o));
-  for (TcOp& o : filter_writes) ops.push_back(std::move(o));
-  for (const ClassInfo* c : extra_classes) {
-    TcOp o = op(TcOp::Kind::kDeleteClass, "not in plan");
-    o.handle = c->htb.classid;
-    ops.push_back(std::move(o));
+  std::optional<ClassDiff> classes = diffClasses(plan, actual);
+  if (!classes) return rebuild(true);
+  FilterDiff filters = diffFilters(plan, actual);
+  // Order: class writes (a filter may target a new class), filter deletes, filter writes,
+  // class deletes (no filter points at a deleted class any more).
+  for (auto* part : {&classes->writes, &filters.deletes, &filters.writes, &classes->deletes}) {
+    for (TcOp& o : *part) ops.push_back(std::move(o));
   }
   return ops;
 }
