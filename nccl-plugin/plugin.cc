@@ -65,6 +65,17 @@ Result<T*> objectOf(void* p, const char* what) {
   return static_cast<T*>(p);
 }
 
+// The comm behind a send or receive handle, for what both do (memory registration). The one
+// place that tells the two apart by their magic number.
+Result<Comm*> registrarOf(void* comm, const char* op) {
+  switch (magicOf(comm)) {
+    case kSendMagic: return static_cast<Comm*>(static_cast<SendObj*>(comm)->comm.get());
+    case kRecvMagic: return static_cast<Comm*>(static_cast<RecvObj*>(comm)->comm.get());
+    default:
+      return invalidArgument(std::string(op) + ": not a live tenantqos send or receive comm");
+  }
+}
+
 Result<NetContext*> contextOf(void* ctx) {
   if (ctx == nullptr) return invalidArgument("net context is NULL (init not called?)");
   auto* c = static_cast<NetContext*>(ctx);
@@ -248,12 +259,9 @@ Status Plugin::regMr(void* comm, void* data, size_t size, int type, void** mhand
     return invalidArgument("regMr: unknown pointer type " + std::to_string(type));
   }
   const MemType mt = type == NCCL_PTR_HOST ? MemType::kHost : MemType::kCuda;
+  TQ_ASSIGN_OR_RETURN(Comm * c, registrarOf(comm, "regMr"));
   MemRegion* mr = nullptr;
-  switch (magicOf(comm)) {
-    case kSendMagic: TQ_RETURN_IF_ERROR(static_cast<SendObj*>(comm)->comm->regMr(data, size, mt, &mr)); break;
-    case kRecvMagic: TQ_RETURN_IF_ERROR(static_cast<RecvObj*>(comm)->comm->regMr(data, size, mt, &mr)); break;
-    default: return invalidArgument("regMr: not a live tenantqos send or receive comm");
-  }
+  TQ_RETURN_IF_ERROR(c->regMr(data, size, mt, &mr));
   *mhandle = mr;
   return okStatus();
 }
@@ -266,28 +274,17 @@ Status Plugin::regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64
     return invalidArgument("regMrDmaBuf: pointer type " + std::to_string(type) +
                            " (only NCCL_PTR_CUDA memory comes as DMA-BUF)");
   }
+  TQ_ASSIGN_OR_RETURN(Comm * c, registrarOf(comm, "regMrDmaBuf"));
   MemRegion* mr = nullptr;
-  switch (magicOf(comm)) {
-    case kSendMagic:
-      TQ_RETURN_IF_ERROR(static_cast<SendObj*>(comm)->comm->regMrDmaBuf(data, size, offset, fd, &mr));
-      break;
-    case kRecvMagic:
-      TQ_RETURN_IF_ERROR(static_cast<RecvObj*>(comm)->comm->regMrDmaBuf(data, size, offset, fd, &mr));
-      break;
-    default: return invalidArgument("regMrDmaBuf: not a live tenantqos send or receive comm");
-  }
+  TQ_RETURN_IF_ERROR(c->regMrDmaBuf(data, size, offset, fd, &mr));
   *mhandle = mr;
   return okStatus();
 }
 
 Status Plugin::deregMr(void* comm, void* mhandle) {
   if (comm == nullptr || mhandle == nullptr) return invalidArgument("deregMr: NULL argument");
-  auto* mr = static_cast<MemRegion*>(mhandle);
-  switch (magicOf(comm)) {
-    case kSendMagic: return static_cast<SendObj*>(comm)->comm->deregMr(mr);
-    case kRecvMagic: return static_cast<RecvObj*>(comm)->comm->deregMr(mr);
-    default: return invalidArgument("deregMr: not a live tenantqos send or receive comm");
-  }
+  TQ_ASSIGN_OR_RETURN(Comm * c, registrarOf(comm, "deregMr"));
+  return c->deregMr(static_cast<MemRegion*>(mhandle));
 }
 
 Status Plugin::isend(void* send_comm, void* data, size_t size, int tag, void* mhandle,

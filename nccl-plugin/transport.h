@@ -119,9 +119,10 @@ class Admission {
   virtual uint64_t rateBytesPerSecond() const = 0;
 };
 
-class SendComm {
+// What send and receive comms share: memory registration (NCCL registers buffers on either).
+class Comm {
  public:
-  virtual ~SendComm() = default;
+  virtual ~Comm() = default;
   virtual Status regMr(void* data, size_t size, MemType type, MemRegion** out) = 0;
   // DMA-BUF registration of device memory (NCCL_PTR_DMABUF); transports without it refuse.
   virtual Status regMrDmaBuf(void* /*data*/, size_t /*size*/, uint64_t /*offset*/, int /*fd*/,
@@ -129,6 +130,10 @@ class SendComm {
     return unimplemented("regMrDmaBuf: this transport cannot register DMA-BUF memory");
   }
   virtual Status deregMr(MemRegion* mr) = 0;
+};
+
+class SendComm : public Comm {
+ public:
   // True when isend would hand out no request now for a transport reason (e.g. no
   // clear-to-send credit). The plugin layer then returns NULL without taking tokens.
   virtual bool wouldBlock() const { return false; }
@@ -140,15 +145,8 @@ class SendComm {
   virtual std::string describe() const = 0;
 };
 
-class RecvComm {
+class RecvComm : public Comm {
  public:
-  virtual ~RecvComm() = default;
-  virtual Status regMr(void* data, size_t size, MemType type, MemRegion** out) = 0;
-  virtual Status regMrDmaBuf(void* /*data*/, size_t /*size*/, uint64_t /*offset*/, int /*fd*/,
-                             MemRegion** /*out*/) {
-    return unimplemented("regMrDmaBuf: this transport cannot register DMA-BUF memory");
-  }
-  virtual Status deregMr(MemRegion* mr) = 0;
   // n buffers at most DeviceProperties::max_recvs; sizes are upper bounds.
   virtual Status irecv(int n, void** data, const size_t* sizes, const int* tags, MemRegion** mrs,
                        Request** req) = 0;
