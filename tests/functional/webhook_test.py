@@ -320,8 +320,9 @@ class ConflictTest(unittest.TestCase):
                      "tenantqos-webhook sets TENANTQOS_*")
 
     def test_another_tenants_entry_or_the_whole_run_dir(self):
-        for host_path in ("/run/tenantqos/tenants/tenant-b", "/run/tenantqos", "/run",
-                          "/run/tenantqos/tenants/../tenants/tenant-b"):
+        for host_path in ("/run/tenantqos/tenants/tenant-b", "/run/tenantqos", "/run", "/",
+                          "/run/tenantqos/tenants/../tenants/tenant-b",
+                          "/var/run/tenantqos/tenants/tenant-b", "//run//tenantqos/"):
             pod = user_pod("team-a")
             pod["spec"]["volumes"] = [{"name": "x", "hostPath": {"path": host_path}}]
             pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "x", "mountPath": "/x"}]

@@ -439,7 +439,9 @@ class KustomizeTest(unittest.TestCase):
         self.assertEqual(ns["metadata"]["labels"].get("pod-security.kubernetes.io/enforce"),
                          "privileged")
         for d in base():
-            if d["kind"] not in CLUSTER_SCOPED:
+            if d["kind"] in CLUSTER_SCOPED:
+                self.assertNotIn("namespace", d["metadata"], d["kind"])
+            else:
                 self.assertEqual(d["metadata"].get("namespace"), NAMESPACE,
                                  f"{d['kind']} {d['metadata']['name']}")
 
