@@ -82,6 +82,7 @@ struct TlsIo {
   SSL* ssl;
   int fd;
   int64_t deadline_ns;
+  const Clock& clock;
 
   // `op` is an SSL_* call returning > 0 on success; returns it, or <= 0 (failed, closed or the
   // deadline passed).
@@ -95,7 +96,7 @@ struct TlsIo {
                            : e == SSL_ERROR_WANT_WRITE ? POLLOUT
                                                        : 0;
       if (events == 0) return r;
-      const int64_t left_ms = (deadline_ns - realClock().nowNs()) / kNsPerMs;
+      const int64_t left_ms = (deadline_ns - clock.nowNs()) / kNsPerMs;
       if (left_ms <= 0) return 0;
       pollfd p{fd, events, 0};
       const int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 60'000)));
@@ -113,7 +114,7 @@ void respond(const TlsIo& io, const HttpResponse& r) {
                     "\r\nContent-Length: " + std::to_string(r.body.size()) +
                     "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n" + r.body;
   // An answer gets a little time past the deadline (a 408 is sent after it).
-  const TlsIo w{io.ssl, io.fd, std::max(io.deadline_ns, realClock().nowNs() + kNsPerSec)};
+  const TlsIo w{io.ssl, io.fd, std::max(io.deadline_ns, io.clock.nowNs() + kNsPerSec), io.clock};
   size_t off = 0;
   while (off < out.size()) {
     const int len = static_cast<int>(std::min<size_t>(out.size() - off, 1 << 20));
@@ -225,7 +226,7 @@ void TlsServer::workerLoop() {
 
 std::shared_ptr<SSL_CTX> TlsServer::context() {
   std::lock_guard<std::mutex> lock(ctx_mu_);
-  const int64_t now_ms = realClock().nowNs() / kNsPerMs;
+  const int64_t now_ms = options_.clock->nowNs() / kNsPerMs;
   if (now_ms >= next_check_ms_) {
     next_check_ms_ = now_ms + kReloadCheckMs;
     const int64_t m = mtimeNs(options_.cert_file) ^ mtimeNs(options_.key_file);
@@ -246,18 +247,19 @@ std::shared_ptr<SSL_CTX> TlsServer::context() {
 }
 
 void TlsServer::serve(Fd fd) {
-  const int64_t deadline = realClock().nowNs() + options_.connection_timeout_ms * kNsPerMs;
+  const Clock& clock = *options_.clock;
+  const int64_t deadline = clock.nowNs() + options_.connection_timeout_ms * kNsPerMs;
   std::shared_ptr<SSL_CTX> ctx = context();
   std::unique_ptr<SSL, SslFree> session(SSL_new(ctx.get()));
   if (!session) return;
   SSL* ssl = session.get();
   SSL_set_fd(ssl, fd.get());
-  const TlsIo io{ssl, fd.get(), deadline};
+  const TlsIo io{ssl, fd.get(), deadline, clock};
   if (io.run([&] { return SSL_accept(ssl); }) != 1) {
     ERR_clear_error();  // a scanner, a plain-HTTP client or a timeout: nothing to answer
     return;
   }
-  auto expired = [&] { return realClock().nowNs() > deadline; };
+  auto expired = [&] { return clock.nowNs() > deadline; };
   // Request line and headers.
   std::string buf;
   size_t header_end = std::string::npos;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/fd.h"
 #include "common/status.h"
 
@@ -54,6 +55,7 @@ class TlsServer {
     size_t max_body_bytes = 4u << 20;
     int workers = 4;
     int connection_timeout_ms = 10'000;
+    const Clock* clock = &realClock();  // deadlines and the certificate re-read cadence
   };
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
 
