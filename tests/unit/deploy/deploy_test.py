@@ -18,7 +18,8 @@ without them:
 
 Usage (ctest runs one TestCase class per test):
   deploy_test.py --source-dir DIR --build-dir DIR --kubectl PATH --agent BIN --policyd BIN
-                 --ctl BIN --perf BIN --webhook BIN --plugin SO [--sanitize ON|OFF] [unittest args, e.g. AgentTest]
+                 --ctl BIN --perf BIN --webhook BIN --plugin SO [--sanitize ON|OFF]
+                 [unittest args, e.g. AgentTest]
 Needs /usr/bin/python3 with python3-yaml and python3-kubernetes (scripts/install-deps.sh).
 """
 import argparse
