@@ -80,7 +80,8 @@ const Json& arr(const Json& obj, std::string_view key) {
   return v != nullptr && v->is_array() ? *v : kEmpty;
 }
 
-// "/a/b/" -> "/a/b", "//a" -> "/a": for comparing host paths.
+// "/a/b/" -> "/a/b", "//a" -> "/a", and /var/run (a symlink to /run on every systemd
+// distribution, which the kubelet follows) -> /run: for comparing host paths.
 std::string normalPath(std::string p) {
   std::string out;
   for (char c : p) {
@@ -88,6 +89,7 @@ std::string normalPath(std::string p) {
     out += c;
   }
   while (out.size() > 1 && out.back() == '/') out.pop_back();
+  if (out == "/var/run" || out.rfind("/var/run/", 0) == 0) out.erase(0, 4);
   return out;
 }
 bool within(const std::string& path, const std::string& dir) {  // path is dir or below it

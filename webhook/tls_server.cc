@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
@@ -69,21 +70,56 @@ const char* reasonPhrase(int status) {
 // A TLS session on an accepted socket (which outlives it).
 struct SslFree {
   void operator()(SSL* ssl) const {
-    SSL_shutdown(ssl);  // best effort close_notify; the socket has a send timeout
+    SSL_shutdown(ssl);  // best effort close_notify (non-blocking: never waits)
     SSL_free(ssl);
   }
 };
 
-void respond(SSL* ssl, const HttpResponse& r) {
+// One connection's TLS I/O on its non-blocking socket: every OpenSSL call waits (poll) only
+// until the connection's deadline, so the deadline bounds the whole exchange, handshake
+// included, however slowly a peer dribbles its bytes.
+struct TlsIo {
+  SSL* ssl;
+  int fd;
+  int64_t deadline_ns;
+  const Clock& clock;
+
+  // `op` is an SSL_* call returning > 0 on success; returns it, or <= 0 (failed, closed or the
+  // deadline passed).
+  template <typename Op>
+  int run(Op op) const {
+    for (;;) {
+      const int r = op();
+      if (r > 0) return r;
+      const int e = SSL_get_error(ssl, r);
+      const short events = e == SSL_ERROR_WANT_READ    ? POLLIN
+                           : e == SSL_ERROR_WANT_WRITE ? POLLOUT
+                                                       : 0;
+      if (events == 0) return r;
+      const int64_t left_ms = (deadline_ns - clock.nowNs()) / kNsPerMs;
+      if (left_ms <= 0) return 0;
+      pollfd p{fd, events, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 60'000)));
+      if (n == 0 || (n < 0 && errno != EINTR)) return 0;
+    }
+  }
+  int read(char* buf, size_t size) const {
+    return run([&] { return SSL_read(ssl, buf, static_cast<int>(size)); });
+  }
+};
+
+void respond(const TlsIo& io, const HttpResponse& r) {
   std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reasonPhrase(r.status) +
                     "\r\nContent-Type: " + r.content_type +
                     "\r\nContent-Length: " + std::to_string(r.body.size()) +
                     "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n" + r.body;
+  // An answer gets a little time past the deadline (a 408 is sent after it).
+  const TlsIo w{io.ssl, io.fd, std::max(io.deadline_ns, io.clock.nowNs() + kNsPerSec), io.clock};
   size_t off = 0;
   while (off < out.size()) {
-    int n = SSL_write(ssl, out.data() + off, static_cast<int>(std::min<size_t>(out.size() - off,
-                                                                              1 << 20)));
-    if (n <= 0) return;  // the peer went away or the send timeout hit: nothing to tell it
+    const int len = static_cast<int>(std::min<size_t>(out.size() - off, 1 << 20));
+    const int n = w.run([&] { return SSL_write(w.ssl, out.data() + off, len); });
+    if (n <= 0) return;  // the peer went away or does not read: nothing more to tell it
     off += static_cast<size_t>(n);
   }
 }
@@ -155,7 +191,7 @@ TlsServer::~TlsServer() {
 
 void TlsServer::acceptLoop() {
   while (!stopping_) {
-    Fd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    Fd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd.valid()) {
       if (stopping_) return;
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -190,7 +226,7 @@ void TlsServer::workerLoop() {
 
 std::shared_ptr<SSL_CTX> TlsServer::context() {
   std::lock_guard<std::mutex> lock(ctx_mu_);
-  const int64_t now_ms = realClock().nowNs() / kNsPerMs;
+  const int64_t now_ms = options_.clock->nowNs() / kNsPerMs;
   if (now_ms >= next_check_ms_) {
     next_check_ms_ = now_ms + kReloadCheckMs;
     const int64_t m = mtimeNs(options_.cert_file) ^ mtimeNs(options_.key_file);
@@ -211,43 +247,42 @@ std::shared_ptr<SSL_CTX> TlsServer::context() {
 }
 
 void TlsServer::serve(Fd fd) {
-  const int64_t deadline = realClock().nowNs() + options_.connection_timeout_ms * kNsPerMs;
-  timeval tv{options_.connection_timeout_ms / 1000, (options_.connection_timeout_ms % 1000) * 1000};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  const Clock& clock = *options_.clock;
+  const int64_t deadline = clock.nowNs() + options_.connection_timeout_ms * kNsPerMs;
   std::shared_ptr<SSL_CTX> ctx = context();
   std::unique_ptr<SSL, SslFree> session(SSL_new(ctx.get()));
   if (!session) return;
   SSL* ssl = session.get();
   SSL_set_fd(ssl, fd.get());
-  if (SSL_accept(ssl) != 1) {
+  const TlsIo io{ssl, fd.get(), deadline, clock};
+  if (io.run([&] { return SSL_accept(ssl); }) != 1) {
     ERR_clear_error();  // a scanner, a plain-HTTP client or a timeout: nothing to answer
     return;
   }
-  auto expired = [&] { return realClock().nowNs() > deadline; };
+  auto expired = [&] { return clock.nowNs() > deadline; };
   // Request line and headers.
   std::string buf;
   size_t header_end = std::string::npos;
   char chunk[8192];
   while (header_end == std::string::npos) {
     if (buf.size() > kMaxHeaderBytes) {
-      return respond(ssl, {431, "text/plain; charset=utf-8", "request headers too large\n"});
+      return respond(io, {431, "text/plain; charset=utf-8", "request headers too large\n"});
     }
-    if (expired()) return respond(ssl, {408, "text/plain; charset=utf-8", "request timeout\n"});
-    int n = SSL_read(ssl, chunk, sizeof chunk);
+    if (expired()) return respond(io, {408, "text/plain; charset=utf-8", "request timeout\n"});
+    int n = io.read(chunk, sizeof chunk);
     if (n <= 0) return;
     buf.append(chunk, static_cast<size_t>(n));
     header_end = buf.find("\r\n\r\n");
   }
   if (header_end > kMaxHeaderBytes) {
-    return respond(ssl, {431, "text/plain; charset=utf-8", "request headers too large\n"});
+    return respond(io, {431, "text/plain; charset=utf-8", "request headers too large\n"});
   }
   HttpRequest req;
   const size_t line_end = buf.find("\r\n");
   const std::string line = buf.substr(0, line_end);
   const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
   if (sp1 == std::string::npos || sp2 == sp1) {
-    return respond(ssl, {400, "text/plain; charset=utf-8", "malformed request line\n"});
+    return respond(io, {400, "text/plain; charset=utf-8", "malformed request line\n"});
   }
   req.method = line.substr(0, sp1);
   req.path = line.substr(sp1 + 1, sp2 - sp1 - 1);
@@ -269,7 +304,7 @@ void TlsServer::serve(Fd fd) {
       auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
       if (value.empty() || ec != std::errc() || end != value.data() + value.size() ||
           (content_length && *content_length != v)) {
-        return respond(ssl, {400, "text/plain; charset=utf-8", "bad Content-Length\n"});
+        return respond(io, {400, "text/plain; charset=utf-8", "bad Content-Length\n"});
       }
       content_length = v;
     } else if (name == "transfer-encoding") {
@@ -277,20 +312,19 @@ void TlsServer::serve(Fd fd) {
     }
   }
   if (chunked) {
-    return respond(ssl, {411, "text/plain; charset=utf-8",
+    return respond(io, {411, "text/plain; charset=utf-8",
                          "Transfer-Encoding is not supported: send Content-Length\n"});
   }
   const size_t length = content_length.value_or(0);
   if (length > options_.max_body_bytes) {
-    return respond(ssl, {413, "text/plain; charset=utf-8",
+    return respond(io, {413, "text/plain; charset=utf-8",
                          "request body of " + std::to_string(length) + " bytes exceeds the " +
                              std::to_string(options_.max_body_bytes) + "-byte limit\n"});
   }
   req.body = buf.substr(header_end + 4, length);
   while (req.body.size() < length) {
-    if (expired()) return respond(ssl, {408, "text/plain; charset=utf-8", "request timeout\n"});
-    int n = SSL_read(ssl, chunk,
-                     static_cast<int>(std::min(sizeof chunk, length - req.body.size())));
+    if (expired()) return respond(io, {408, "text/plain; charset=utf-8", "request timeout\n"});
+    int n = io.read(chunk, std::min(sizeof chunk, length - req.body.size()));
     if (n <= 0) return;
     req.body.append(chunk, static_cast<size_t>(n));
   }
@@ -304,7 +338,7 @@ void TlsServer::serve(Fd fd) {
            e.what());
     r = {500, "text/plain; charset=utf-8", "internal error\n"};
   }
-  respond(ssl, r);
+  respond(io, r);
 }
 
 }  // namespace tq::webhook

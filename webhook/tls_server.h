@@ -4,7 +4,8 @@
 // Bounds (a peer is hostile until the request is answered): request line and headers at most
 // kMaxHeaderBytes, a body only with Content-Length and at most Options::max_body_bytes (413
 // beyond, before reading it; chunked bodies get 411), every connection done within
-// Options::connection_timeout_ms (send/receive timeouts on the socket, checked between reads),
+// Options::connection_timeout_ms (non-blocking socket, every TLS call polls against that
+// deadline, the handshake included),
 // at most Options::workers connections served at once and kQueueDepth waiting (more are closed
 // at once). The certificate and key are re-read when their files change (cert-manager renews
 // the Secret in place), checked at most every kReloadCheckMs; a broken new pair keeps the old.
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/fd.h"
 #include "common/status.h"
 
@@ -53,6 +55,7 @@ class TlsServer {
     size_t max_body_bytes = 4u << 20;
     int workers = 4;
     int connection_timeout_ms = 10'000;
+    const Clock* clock = &realClock();  // deadlines and the certificate re-read cadence
   };
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
 

@@ -47,6 +47,8 @@ Recipe (docs/deploy.md; defaults in brackets):
   --default-ld-library-path PATHS
                             after the plugin's directory when a container sets no
                             LD_LIBRARY_PATH [/usr/local/nvidia/lib64:/usr/local/cuda/lib64]
+  --request-timeout-ms N    a connection's whole exchange, TLS handshake to response
+                            (default 10000, 100..60000)
   --port-file FILE          write the bound port there once listening (for --listen HOST:0)
   -h, --help                this help
 Exit codes: 0 after SIGTERM/SIGINT, 1 cannot start, 2 usage error.
@@ -119,6 +121,15 @@ Result<WebhookConfig> parseWebhookArgs(const std::vector<std::string>& args) {
       } else {
         TQ_ASSIGN_OR_RETURN(c.recipe.group, parseGid(v));
       }
+    } else if (arg == "--request-timeout-ms") {
+      TQ_ASSIGN_OR_RETURN(std::string v, need());
+      int ms = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
+      if (v.empty() || ec != std::errc() || end != v.data() + v.size() || ms < 100 ||
+          ms > 60'000) {
+        return invalidArgument("--request-timeout-ms: \"" + v + "\" is not 100..60000");
+      }
+      c.request_timeout_ms = ms;
     } else if (arg == "--insecure" && !inline_value) {
       c.insecure = true;
     } else {
@@ -284,6 +295,7 @@ int webhookMain(int argc, char** argv) {
   options.cert_file = config->tls_cert;
   options.key_file = config->tls_key;
   options.max_body_bytes = kMaxReviewBytes;
+  options.connection_timeout_ms = config->request_timeout_ms;
   auto server = TlsServer::start(options, handler);
   if (!server.ok()) {
     std::cerr << "tenantqos-webhook: " << server.status().message() << "\n";

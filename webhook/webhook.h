@@ -41,6 +41,7 @@ struct WebhookConfig {
   bool insecure = false;
   std::string tls_ca, policyd_cert, policyd_key;
   RecipeOptions recipe;
+  int request_timeout_ms = 10'000;  // a whole connection, TLS handshake to response
   std::string port_file;  // written with the bound port once listening (tests use --listen :0)
 };
 

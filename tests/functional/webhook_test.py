@@ -42,7 +42,8 @@ tenants:
   - {name: tenant-b, link: fabric, guarantee: 20Gbps, limit: 40Gbps, weight: 1,
      serviceLevel: 2, dscp: 18, namespaces: [team-b], volcanoQueues: [queue-b]DEFAULT}
 """
-TENANT_MARK = "[tenantqos]"
+TIMEOUT_MS = 1500  # the webhook's --request-timeout-ms here (default 10 s)
+WORKERS = 4       # TlsServer's default worker count
 
 
 def wait_for(pred, timeout, what):
@@ -125,7 +126,8 @@ def start_everything():
     wh_port = os.path.join(ENV["tmp"], "webhook.port")
     ENV["webhook"] = start([ARGS.webhook, "--listen", "127.0.0.1:0", "--tls-cert", crt,
                            "--tls-key", key, "--policyd", f"127.0.0.1:{ENV['policyd_port']}",
-                           "--insecure", "--port-file", wh_port], "webhook")
+                           "--insecure", "--port-file", wh_port,
+                           "--request-timeout-ms", str(TIMEOUT_MS)], "webhook")
     ENV["port"] = read_port(wh_port, ENV["webhook"])
     ENV["tls"] = ssl.create_default_context(cafile=ca)
     wait_for(lambda: get("/readyz")[0] == 200, 20, "/readyz 200 (the policy from policyd)")
@@ -318,8 +320,9 @@ class ConflictTest(unittest.TestCase):
                      "tenantqos-webhook sets TENANTQOS_*")
 
     def test_another_tenants_entry_or_the_whole_run_dir(self):
-        for host_path in ("/run/tenantqos/tenants/tenant-b", "/run/tenantqos", "/run",
-                          "/run/tenantqos/tenants/../tenants/tenant-b"):
+        for host_path in ("/run/tenantqos/tenants/tenant-b", "/run/tenantqos", "/run", "/",
+                          "/run/tenantqos/tenants/../tenants/tenant-b",
+                          "/var/run/tenantqos/tenants/tenant-b", "//run//tenantqos/"):
             pod = user_pod("team-a")
             pod["spec"]["volumes"] = [{"name": "x", "hostPath": {"path": host_path}}]
             pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "x", "mountPath": "/x"}]
@@ -449,6 +452,26 @@ class BadRequestTest(unittest.TestCase):
             pass
         s.close()
         self.assert_alive()
+
+    def test_slow_peers_are_cut_at_the_deadline(self):
+        # Peers that connect and send nothing, or dribble a TLS handshake, occupy every worker;
+        # each is closed at the deadline, and a real request is answered after it.
+        start = time.monotonic()
+        idle = [socket.create_connection(("127.0.0.1", ENV["port"]), timeout=10)
+                for _ in range(WORKERS)]
+        try:
+            idle[0].sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, then nothing
+            self.assertEqual(get("/healthz"), (200, b"ok\n"))
+            for s in idle:
+                try:
+                    self.assertEqual(s.recv(100), b"", "closed by the server")
+                except ConnectionResetError:
+                    pass
+            elapsed = time.monotonic() - start
+            self.assertLess(elapsed, TIMEOUT_MS / 1000 + 5, "cut at the deadline")
+        finally:
+            for s in idle:
+                s.close()
 
     def test_metrics(self):
         mutated(user_pod("team-a"), "team-a")

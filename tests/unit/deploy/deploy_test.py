@@ -18,7 +18,8 @@ without them:
 
 Usage (ctest runs one TestCase class per test):
   deploy_test.py --source-dir DIR --build-dir DIR --kubectl PATH --agent BIN --policyd BIN
-                 --ctl BIN --perf BIN --webhook BIN --plugin SO [--sanitize ON|OFF] [unittest args, e.g. AgentTest]
+                 --ctl BIN --perf BIN --webhook BIN --plugin SO [--sanitize ON|OFF]
+                 [unittest args, e.g. AgentTest]
 Needs /usr/bin/python3 with python3-yaml and python3-kubernetes (scripts/install-deps.sh).
 """
 import argparse
@@ -439,7 +440,9 @@ class KustomizeTest(unittest.TestCase):
         self.assertEqual(ns["metadata"]["labels"].get("pod-security.kubernetes.io/enforce"),
                          "privileged")
         for d in base():
-            if d["kind"] not in CLUSTER_SCOPED:
+            if d["kind"] in CLUSTER_SCOPED:
+                self.assertNotIn("namespace", d["metadata"], d["kind"])
+            else:
                 self.assertEqual(d["metadata"].get("namespace"), NAMESPACE,
                                  f"{d['kind']} {d['metadata']['name']}")
 

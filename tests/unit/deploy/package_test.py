@@ -21,7 +21,8 @@ PKG = {}  # built once: {"dir": ..., "root": ..., "debs": {name: path}}
 
 EXPECTED_FILES = {
     "tenantqos-plugin": {"usr/lib/tenantqos/libnccl-net-tenantqos.so"},
-    "tenantqos-agent": {"usr/bin/tenantqos-agent", "usr/lib/systemd/system/tenantqos-agent.service"},
+    "tenantqos-agent": {"usr/bin/tenantqos-agent",
+                        "usr/lib/systemd/system/tenantqos-agent.service"},
     "tenantqos-policyd": {"usr/bin/tenantqos-policyd", "usr/bin/tenantqosctl",
                           "usr/lib/systemd/system/tenantqos-policyd.service"},
 }
