@@ -39,15 +39,11 @@ class PeerClass:
     def __init__(self, minor, label, rate, ceil, prio=0, weight=1, dscp=None):
         self.minor = minor
         self.label = label
-        self.rate = int(max(rate, 8_000))
+        self.rate = int(max(rate, 10_000))  # HTB needs a rate > 0 (tc/plan.h kMinClassRate)
         self.ceil = int(max(ceil, self.rate))
         self.prio = prio
         self.quantum = QUANTUM_PER_WEIGHT * max(1, min(weight, 50))
         self.dscp = dscp
-
-    def __repr__(self):
-        return (f"PeerClass(1:{self.minor:x} {self.label} rate {self.rate} ceil {self.ceil} "
-                f"prio {self.prio} quantum {self.quantum} dscp {self.dscp})")
 
 
 def priority_order(tenants):
