@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <cstdio>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -216,9 +215,11 @@ void UngovernedQpScanner::scanOnce() {
     }
   }
   logged_device_errors_ = std::move(device_errors);
-  if (listing->truncated) {
-    TQ_LOG(kDebug, "RDMA QP listing truncated at %zu QPs", listing->qps.size());
+  if (listing->truncated && !logged_truncated_) {
+    TQ_LOG(kWarn, "more than %zu RDMA QPs on this node: the rest are not counted",
+           listing->qps.size());
   }
+  logged_truncated_ = listing->truncated;
   board_->publishRdmaQps(tracker_.update(*listing, *attached, clock_.nowNs()));
 }
 

@@ -132,6 +132,7 @@ class UngovernedQpScanner {
   UngovernedQpTracker tracker_;
   std::optional<std::string> logged_error_;  // the listing error last logged
   std::set<std::string> logged_device_errors_;
+  bool logged_truncated_ = false;
   Worker worker_;
 };
 
