@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -166,7 +165,6 @@ UngovernedQpScanner::UngovernedQpScanner(std::unique_ptr<ib::QpSource> source,
       procs_(std::move(procs)),
       attached_(std::move(attached)),
       board_(board),
-      clock_(clock),
       interval_ns_(interval_ns),
       tracker_(*procs_, options),
       worker_(clock) {}
@@ -220,7 +218,7 @@ void UngovernedQpScanner::scanOnce() {
            listing->qps.size());
   }
   logged_truncated_ = listing->truncated;
-  board_->publishRdmaQps(tracker_.update(*listing, *attached, clock_.nowNs()));
+  board_->publishRdmaQps(tracker_.update(*listing, *attached, worker_.clock().nowNs()));
 }
 
 }  // namespace tq::agent

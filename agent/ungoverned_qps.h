@@ -107,7 +107,7 @@ class UngovernedQpTracker {
 
 class UngovernedQpScanner {
  public:
-  // `board` and `clock` must outlive the scanner.
+  // `board` and `clock` must outlive the scanner; the scan thread waits on `clock`.
   UngovernedQpScanner(std::unique_ptr<ib::QpSource> source, std::unique_ptr<ProcessTable> procs,
                       AttachedProcessesFn attached, StateBoard* board, Clock& clock,
                       int64_t interval_ns, UngovernedQpOptions options = {});
@@ -117,6 +117,7 @@ class UngovernedQpScanner {
 
   void start();  // a scan every interval, the first one interval after start
   void stop();   // idempotent; waits for a scan in progress (bounded by the source's deadline)
+  const Worker& worker() const { return worker_; }
 
   // One scan: list, classify, publish (nullopt when the listing failed or the attached set is
   // not known yet). The thread's body; tests call it directly.
@@ -127,7 +128,6 @@ class UngovernedQpScanner {
   std::unique_ptr<ProcessTable> procs_;
   AttachedProcessesFn attached_;
   StateBoard* board_;
-  Clock& clock_;
   int64_t interval_ns_;
   UngovernedQpTracker tracker_;
   std::optional<std::string> logged_error_;  // the listing error last logged

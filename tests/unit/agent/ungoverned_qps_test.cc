@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "common/log.h"
 
@@ -201,7 +204,7 @@ class FakeQpSource final : public ib::QpSource {
     return r;
   }
   std::vector<Result<ib::QpListing>> results;
-  int calls = 0;
+  std::atomic<int> calls{0};
 };
 
 TEST_F(UngovernedQpTest, ScannerPublishesWhatItCountsAndLogsErrorsOnce) {
@@ -223,7 +226,7 @@ TEST_F(UngovernedQpTest, ScannerPublishesWhatItCountsAndLogsErrorsOnce) {
   UngovernedQpScanner scanner(std::move(source), std::move(procs), [&] { return attached; },
                               &board, clock, kSec);
   scanner.scanOnce();
-  EXPECT_EQ(src->calls, 0);  // nothing to compare owners with: no listing at all
+  EXPECT_EQ(src->calls.load(), 0);  // nothing to compare owners with: no listing at all
   EXPECT_FALSE(board.snapshot().rdma_qps.has_value());
 
   attached = AttachedProcesses{{100, "tenant-a"}};
@@ -245,18 +248,31 @@ TEST_F(UngovernedQpTest, ScannerPublishesWhatItCountsAndLogsErrorsOnce) {
   EXPECT_EQ(linesWith("rxe1 (index 3)"), 1);
 }
 
-TEST_F(UngovernedQpTest, ScannerThreadStopsPromptly) {
+// The scan thread waits one interval on the injected clock, scans, and stops at once.
+TEST_F(UngovernedQpTest, ScannerThreadScansEveryIntervalOfTheClockAndStops) {
   auto source = std::make_unique<FakeQpSource>();
+  FakeQpSource* src = source.get();
   source->results = {Result<ib::QpListing>(ib::QpListing{})};
   StateBoard board;
+  FakeClock clock;
   UngovernedQpScanner scanner(
       std::move(source), std::make_unique<FakeProcesses>(),
-      [] { return std::optional<AttachedProcesses>(AttachedProcesses{}); }, &board, realClock(),
-      3600 * kSec);
+      [] { return std::optional<AttachedProcesses>(AttachedProcesses{}); }, &board, clock, kSec);
   scanner.start();
+  auto within = [](const std::function<bool()>& pred) {  // bounded real-time poll
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred() && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+    return pred();
+  };
+  ASSERT_TRUE(within([&] { return scanner.worker().sleepingUntilNs() == clock.nowNs() + kSec; }));
+  EXPECT_EQ(src->calls.load(), 0);  // nothing before the first interval
+  clock.advanceNs(kSec);
+  ASSERT_TRUE(within([&] { return src->calls.load() == 1; }));
+  ASSERT_TRUE(within([&] { return board.snapshot().rdma_qps.has_value(); }));
   const auto t0 = std::chrono::steady_clock::now();
   scanner.stop();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(src->calls.load(), 1);
 }
 
 }  // namespace
