@@ -1,0 +1,38 @@
+// tenantqos-perf: drives an NCCL net plugin the way NCCL does, without NCCL or GPUs.
+//
+//   tenantqos-perf sendrecv  [options]   bandwidth over message sizes (nccl-tests sendrecv_perf:
+//                                        rank r sends to r+1 and receives from r-1), or a
+//                                        fixed-size stream for --duration seconds
+//   tenantqos-perf allreduce [options]   ring reduce-scatter + all-gather over the plugin on
+//                                        host float buffers, result verified; nccl-tests' algbw
+//                                        and busbw = algbw * 2(n-1)/n
+//   tenantqos-perf pingpong  [options]   round-trip latency between 2 ranks over message sizes
+//
+// Ranks are processes: --rank R --nranks N --rendezvous HOST:PORT (rank 0 listens there), or
+// --local N to fork N ranks on this host. `tenantqos-perf --help` lists every option; docs/
+// plugin.md documents the output formats (text, and --json: one JSON object per line).
+//
+// Robustness: every wait is bounded. A rank with no progress for --timeout seconds fails; a
+// rank that dies closes its rendezvous and plugin connections, which makes the others fail
+// with a message within a fraction of a second.
+#include <signal.h>
+
+#include <cstdio>
+
+#include "common/fd.h"
+#include "nccl-plugin/perf/launch.h"
+#include "nccl-plugin/perf/options.h"
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  auto opts = tq::perf::parseArgs(argc, argv);
+  if (!opts.ok()) {
+    if (!opts.status().message().empty()) {
+      std::fprintf(stderr, "tenantqos-perf: %s\n", opts.status().message().c_str());
+    }
+    std::fputs(tq::perf::kUsage, stderr);
+    return 2;
+  }
+  if (opts->local > 0) return tq::perf::runLocal(*opts);
+  return tq::perf::runRank(*opts, opts->rank, tq::Fd());
+}
