@@ -111,46 +111,74 @@ void QpDeleter::operator()(ibv_qp* qp) const {
 
 // --- loading ----------------------------------------------------------------------------------
 
+// The required entry points resolved by name ("ibv_" + field), in one list for the loader and
+// for the check of a given table.
+// clang-format off
+#define TQ_REQUIRED_VERBS(X)                                                              \
+  X(get_device_list) X(free_device_list) X(get_device_name) X(open_device)                \
+  X(close_device) X(query_device) X(query_port) X(query_gid) X(alloc_pd) X(dealloc_pd)    \
+  X(reg_mr) X(dereg_mr) X(create_cq) X(destroy_cq) X(create_qp) X(modify_qp) X(query_qp)  \
+  X(destroy_qp) X(get_async_event) X(ack_async_event) X(wc_status_str) X(event_type_str)
+// clang-format on
+#define TQ_DATA_PATH_VERBS(X) X(post_send) X(post_recv) X(poll_cq)
+
 Result<std::unique_ptr<Verbs>> Verbs::load(std::string_view library) {
-  std::unique_ptr<Verbs> v(new Verbs());
-  v->library_ = library.empty() ? std::string(kDefaultVerbsLibrary) : std::string(library);
+  const std::string lib =
+      library.empty() ? std::string(kDefaultVerbsLibrary) : std::string(library);
   dlerror();
-  v->handle_ = dlopen(v->library_.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (v->handle_ == nullptr) {
+  void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
     const char* err = dlerror();
-    return unavailable("load libibverbs " + v->library_ + ": " + (err != nullptr ? err : "?"));
+    return unavailable("load libibverbs " + lib + ": " + (err != nullptr ? err : "?"));
   }
-  VerbsFunctions& f = v->fn_;
-  const std::string& lib = v->library_;
-#define TQ_RESOLVE(field, required) \
-  TQ_RETURN_IF_ERROR(resolve(v->handle_, lib, "ibv_" #field, &f.field, required))
-  TQ_RESOLVE(get_device_list, true);
-  TQ_RESOLVE(free_device_list, true);
-  TQ_RESOLVE(get_device_name, true);
-  TQ_RESOLVE(open_device, true);
-  TQ_RESOLVE(close_device, true);
-  TQ_RESOLVE(query_device, true);
-  TQ_RESOLVE(query_port, true);
-  TQ_RESOLVE(query_gid, true);
-  TQ_RESOLVE(alloc_pd, true);
-  TQ_RESOLVE(dealloc_pd, true);
-  TQ_RESOLVE(reg_mr, true);
-  TQ_RESOLVE(dereg_mr, true);
-  TQ_RESOLVE(create_cq, true);
-  TQ_RESOLVE(destroy_cq, true);
-  TQ_RESOLVE(create_qp, true);
-  TQ_RESOLVE(modify_qp, true);
-  TQ_RESOLVE(query_qp, true);
-  TQ_RESOLVE(destroy_qp, true);
-  TQ_RESOLVE(get_async_event, true);
-  TQ_RESOLVE(ack_async_event, true);
-  TQ_RESOLVE(wc_status_str, true);
-  TQ_RESOLVE(event_type_str, true);
-  TQ_RESOLVE(reg_mr_iova2, false);
-  TQ_RESOLVE(reg_dmabuf_mr, false);
-#undef TQ_RESOLVE
+  VerbsFunctions f;
+  Status resolved = [&]() -> Status {
+#define TQ_RESOLVE_REQUIRED(field) \
+  TQ_RETURN_IF_ERROR(resolve(handle, lib, "ibv_" #field, &f.field, true));
+    TQ_REQUIRED_VERBS(TQ_RESOLVE_REQUIRED)
+#undef TQ_RESOLVE_REQUIRED
+    TQ_RETURN_IF_ERROR(resolve(handle, lib, "ibv_reg_mr_iova2", &f.reg_mr_iova2, false));
+    TQ_RETURN_IF_ERROR(resolve(handle, lib, "ibv_reg_dmabuf_mr", &f.reg_dmabuf_mr, false));
+    return okStatus();
+  }();
+  if (!resolved.ok()) {
+    dlclose(handle);
+    return resolved;
+  }
+  // The inlines of <infiniband/verbs.h>: they go through the provider's ops in the context.
+  f.post_send = [](ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+    return ibv_post_send(qp, wr, bad);
+  };
+  f.post_recv = [](ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+    return ibv_post_recv(qp, wr, bad);
+  };
+  f.poll_cq = [](ibv_cq* cq, int n, ibv_wc* wc) { return ibv_poll_cq(cq, n, wc); };
+  auto v = fromFunctions(f, lib);
+  if (!v.ok()) {
+    dlclose(handle);
+    return v.status();
+  }
+  (*v)->handle_ = handle;
   return v;
 }
+
+Result<std::unique_ptr<Verbs>> Verbs::fromFunctions(const VerbsFunctions& fn,
+                                                    std::string_view name) {
+#define TQ_CHECK_PRESENT(field)                                                           \
+  if (fn.field == nullptr) {                                                              \
+    return invalidArgument("verbs table " + std::string(name) + ": no " #field " entry"); \
+  }
+  TQ_REQUIRED_VERBS(TQ_CHECK_PRESENT)
+  TQ_DATA_PATH_VERBS(TQ_CHECK_PRESENT)
+#undef TQ_CHECK_PRESENT
+  std::unique_ptr<Verbs> v(new Verbs());
+  v->library_ = std::string(name);
+  v->fn_ = fn;
+  return v;
+}
+
+#undef TQ_DATA_PATH_VERBS
+#undef TQ_REQUIRED_VERBS
 
 Verbs::~Verbs() {
   if (handle_ != nullptr) dlclose(handle_);

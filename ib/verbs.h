@@ -31,8 +31,10 @@ namespace tq::ib {
 
 inline constexpr char kDefaultVerbsLibrary[] = "libibverbs.so.1";
 
-// Entry points resolved with dlsym. Required ones are non-null after load(); the optional ones
-// are null when the library predates them (reg_dmabuf_mr: rdma-core 34; reg_mr_iova2: 29).
+// The entry points a Verbs calls: load() resolves the library's with dlsym and fills the data path
+// with the verbs.h inlines; a test builds one of its own (Verbs::fromFunctions) to drive the
+// transports without a kernel. Required ones are non-null in every Verbs; the optional ones are
+// null when the library predates them (reg_dmabuf_mr: rdma-core 34; reg_mr_iova2: 29).
 struct VerbsFunctions {
   decltype(&::ibv_get_device_list) get_device_list = nullptr;
   decltype(&::ibv_free_device_list) free_device_list = nullptr;
@@ -57,6 +59,11 @@ struct VerbsFunctions {
   decltype(&::ibv_ack_async_event) ack_async_event = nullptr;
   decltype(&::ibv_wc_status_str) wc_status_str = nullptr;
   decltype(&::ibv_event_type_str) event_type_str = nullptr;
+  // Data path (required): load() fills them with the verbs.h inlines, which call the provider's
+  // ops in the context (no library symbol). Same signatures as ibv_post_send/_recv, ibv_poll_cq.
+  int (*post_send)(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) = nullptr;
+  int (*post_recv)(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) = nullptr;
+  int (*poll_cq)(ibv_cq* cq, int num_entries, ibv_wc* wc) = nullptr;
   // Optional.
   decltype(&::ibv_reg_mr_iova2) reg_mr_iova2 = nullptr;
   decltype(&::ibv_reg_dmabuf_mr) reg_dmabuf_mr = nullptr;
@@ -133,6 +140,10 @@ class Verbs {
   // path (TENANTQOS_IBVERBS_LIB); empty means kDefaultVerbsLibrary. kUnavailable with dlerror()
   // text when the library or a required symbol is missing.
   static Result<std::unique_ptr<Verbs>> load(std::string_view library = {});
+  // A Verbs over a given table (tests: a fake device); `name` stands for the library in
+  // messages. kInvalidArgument naming the first required entry that is null.
+  static Result<std::unique_ptr<Verbs>> fromFunctions(const VerbsFunctions& fn,
+                                                      std::string_view name);
   ~Verbs();
   Verbs(const Verbs&) = delete;
   Verbs& operator=(const Verbs&) = delete;
@@ -175,6 +186,18 @@ class Verbs {
   // Waits up to timeout_ms (0: just check) for an async event on the context, acknowledges it
   // and returns it; nullopt when none arrived. One consumer per context.
   Result<std::optional<AsyncEvent>> pollAsyncEvent(ibv_context* ctx, int timeout_ms) const;
+
+  // --- data path (hot: one indirect call, no checks) ------------------------------------------
+  // The verbs calls' return values: 0, or an errno value; pollCq: completions (>= 0) or < 0.
+  int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) const {
+    return fn_.post_send(qp, wr, bad);
+  }
+  int postRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) const {
+    return fn_.post_recv(qp, wr, bad);
+  }
+  int pollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) const {
+    return fn_.poll_cq(cq, num_entries, wc);
+  }
 
   // "transport retry counter exceeded"; never null.
   const char* wcStatusStr(ibv_wc_status status) const;

@@ -270,7 +270,7 @@ std::string IbConnection::qpText(int q) const {
 
 Status IbConnection::postSend(int q, ibv_send_wr* wr) {
   ibv_send_wr* bad = nullptr;
-  const int rc = ibv_post_send(res_->qps[static_cast<size_t>(q)].get(), wr, &bad);
+  const int rc = res_->dev->verbs().postSend(res_->qps[static_cast<size_t>(q)].get(), wr, &bad);
   if (rc != 0) {
     Status s = errnoStatus(rc, "post " + describeWr(wr->wr_id) + " on " + qpText(q));
     fail(s);
@@ -283,7 +283,7 @@ Status IbConnection::postSend(int q, ibv_send_wr* wr) {
 Status IbConnection::pollCq() {
   ibv_wc wc[kPollBatch];
   for (;;) {
-    const int n = ibv_poll_cq(res_->cq.get(), kPollBatch, wc);
+    const int n = res_->dev->verbs().pollCq(res_->cq.get(), kPollBatch, wc);
     if (n < 0) {
       fail(internalError("poll the completion queue of " + res_->port->label() + " failed (" +
                          std::to_string(n) + ")"));
@@ -752,8 +752,8 @@ Status IbRecvComm::irecv(int n, void** data, const size_t* sizes, const int* tag
   ibv_recv_wr rwr{};
   rwr.wr_id = makeWrId(WrKind::kRecv, q, static_cast<uint64_t>(r->index));
   ibv_recv_wr* bad_r = nullptr;
-  if (const int rc = ibv_post_recv(res_->qps[static_cast<size_t>(q)].get(), &rwr, &bad_r);
-      rc != 0) {
+  const int rc = res_->dev->verbs().postRecv(res_->qps[static_cast<size_t>(q)].get(), &rwr, &bad_r);
+  if (rc != 0) {
     Status s = errnoStatus(rc, "post receive on " + qpText(q));
     fail(s);
     return s;
@@ -806,7 +806,7 @@ Status IbRecvComm::iflush(int n, void** data, const int* sizes, MemRegion** mrs,
   wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(data[last]);
   wr.wr.rdma.rkey = h->rkey();
   ibv_send_wr* bad = nullptr;
-  if (const int rc = ibv_post_send(res_->flush_qp.get(), &wr, &bad); rc != 0) {
+  if (const int rc = res_->dev->verbs().postSend(res_->flush_qp.get(), &wr, &bad); rc != 0) {
     r->in_use = false;
     flush_free_.push_back(r->index);
     return errnoStatus(rc, "post GPUDirect flush on " + describe());

@@ -13,6 +13,8 @@ TEST(VerbsLoaderTest, LoadsDefaultLibrary) {
   EXPECT_EQ((*v)->library(), kDefaultVerbsLibrary);
   EXPECT_NE((*v)->fn().get_device_list, nullptr);
   EXPECT_NE((*v)->fn().modify_qp, nullptr);
+  EXPECT_NE((*v)->fn().post_send, nullptr);  // the data path: verbs.h inlines
+  EXPECT_NE((*v)->fn().poll_cq, nullptr);
   EXPECT_TRUE((*v)->hasDmabufMr());  // Debian 12 ships rdma-core 44
   auto names = (*v)->deviceNames();
   ASSERT_TRUE(names.ok()) << names.status().toString();
@@ -54,6 +56,20 @@ TEST(VerbsLoaderTest, SharedInstanceIsLoadedOnce) {
   auto c = sharedVerbs("/some/other/libibverbs.so.1");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(VerbsLoaderTest, TableWithoutARequiredEntryIsRefusedByName) {
+  auto loaded = Verbs::load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  VerbsFunctions fn = (*loaded)->fn();
+  auto copy = Verbs::fromFunctions(fn, "copy");
+  ASSERT_TRUE(copy.ok()) << copy.status().toString();
+  EXPECT_EQ((*copy)->library(), "copy");
+  fn.poll_cq = nullptr;
+  auto v = Verbs::fromFunctions(fn, "fake");
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("poll_cq"), std::string::npos) << v.status().message();
 }
 
 TEST(VerbsLoaderTest, FatalAsyncEvents) {
