@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -41,7 +43,8 @@ VersionSummary summarize(const PolicyRecord& r) {
 
 class FileStore final : public PolicyStore {
  public:
-  FileStore(std::string dir, FileStoreOptions options) : dir_(std::move(dir)), options_(options) {}
+  FileStore(std::string dir, std::string epoch, FileStoreOptions options)
+      : dir_(std::move(dir)), epoch_(std::move(epoch)), options_(options) {}
 
   Status load() {
     DIR* d = ::opendir(dir_.c_str());
@@ -69,7 +72,6 @@ class FileStore final : public PolicyStore {
       next_ = std::max(next_, version + 1);
       Result<PolicyRecord> rec = readRecord(path, version);
       if (!rec.ok()) {
-        ++corrupt_;
         VersionSummary s;
         s.version = version;
         s.intact = false;
@@ -114,6 +116,7 @@ class FileStore final : public PolicyStore {
     summaries_[record.version] = summarize(*stored);
     latest_ = *stored;
     next_ = record.version + 1;
+    pruneLocked(record.version);
     return stored;
   }
 
@@ -151,10 +154,30 @@ class FileStore final : public PolicyStore {
 
   uint64_t corruptRecords() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return corrupt_;
+    return static_cast<uint64_t>(std::count_if(summaries_.begin(), summaries_.end(),
+                                               [](const auto& e) { return !e.second.intact; }));
   }
 
+  std::string epoch() const override { return epoch_; }
+  std::string describe() const override { return dir_; }
+
  private:
+  // Retention: removes the records of versions <= newestRetiredVersion(newest). A file that
+  // cannot be removed stays listed and is retried after the next append.
+  void pruneLocked(uint64_t newest) {
+    const uint64_t retired = newestRetiredVersion(newest, options_.retain_versions);
+    for (auto it = summaries_.begin(); it != summaries_.end() && it->first <= retired;) {
+      const std::string path = dir_ + "/" + recordFileName(it->first);
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+        TQ_LOG(kWarn, "policy store: cannot remove retired version %s: %s", path.c_str(),
+               std::strerror(errno));
+        ++it;
+        continue;
+      }
+      it = summaries_.erase(it);
+    }
+  }
+
   Result<PolicyRecord> readRecord(const std::string& path, uint64_t version) const {
     auto bytes = readFile(path, options_.max_record_bytes);
     if (!bytes.ok()) return dataLoss(bytes.status().message());
@@ -167,13 +190,34 @@ class FileStore final : public PolicyStore {
   }
 
   const std::string dir_;
+  const std::string epoch_;
   const FileStoreOptions options_;
   mutable std::mutex mu_;
   std::map<uint64_t, VersionSummary> summaries_;
   std::optional<PolicyRecord> latest_;
   uint64_t next_ = 1;
-  uint64_t corrupt_ = 0;
 };
+
+// Reads <data_dir>/store-epoch, creating it when absent (a new store, or one from before epochs).
+Result<std::string> loadOrCreateEpoch(const std::string& data_dir) {
+  const std::string path = data_dir + "/" + kStoreEpochFileName;
+  auto bytes = readFile(path, 64);
+  if (bytes.ok()) {
+    std::string e = *bytes;
+    while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
+    if (!isValidStoreEpoch(e)) {
+      return dataLoss(path + ": not a store epoch (32 hex digits); restore it from a backup, or "
+                      "remove it to give this store a new identity (agents then adopt its "
+                      "latest version whatever they hold)");
+    }
+    return e;
+  }
+  if (bytes.status().code() != StatusCode::kNotFound) return bytes.status();
+  std::string e = newStoreEpoch();
+  TQ_RETURN_IF_ERROR_CTX(writeFileAtomic(path, e + "\n", 0644), "create the store epoch");
+  TQ_LOG(kInfo, "policy store %s: new store epoch %s", data_dir.c_str(), e.c_str());
+  return e;
+}
 
 }  // namespace
 
@@ -190,9 +234,11 @@ Result<std::unique_ptr<PolicyStore>> openFileStore(const std::string& data_dir,
   if (::stat(data_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
     return failedPrecondition("data directory " + data_dir + " exists and is not a directory");
   }
+  if (options.retain_versions == 0) return invalidArgument("policy store: retain_versions is 0");
   const std::string dir = data_dir + "/versions";
   TQ_RETURN_IF_ERROR_CTX(checkWritableDir(dir), "data directory " + data_dir);
-  auto store = std::make_unique<FileStore>(dir, options);
+  TQ_ASSIGN_OR_RETURN(std::string epoch, loadOrCreateEpoch(data_dir));
+  auto store = std::make_unique<FileStore>(dir, std::move(epoch), options);
   TQ_RETURN_IF_ERROR_CTX(store->load(), "open policy store " + dir);
   return std::unique_ptr<PolicyStore>(std::move(store));
 }

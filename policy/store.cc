@@ -1,5 +1,7 @@
 #include "policy/store.h"
 
+#include <sys/random.h>
+
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -31,6 +33,8 @@ T getLe(std::string_view in, size_t off) {
 
 class MemoryStore final : public PolicyStore {
  public:
+  explicit MemoryStore(uint64_t retain) : retain_(retain) {}
+
   Result<PolicyRecord> append(PolicyRecord record) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (record.version != next_) {
@@ -42,6 +46,8 @@ class MemoryStore final : public PolicyStore {
     record.checksum = getLe<uint32_t>(bytes, bytes.size() - kTrailerBytes);
     records_[record.version] = record;
     ++next_;
+    records_.erase(records_.begin(),
+                   records_.upper_bound(newestRetiredVersion(record.version, retain_)));
     return record;
   }
   std::optional<PolicyRecord> latest() const override {
@@ -72,8 +78,12 @@ class MemoryStore final : public PolicyStore {
     return next_;
   }
   uint64_t corruptRecords() const override { return 0; }
+  std::string epoch() const override { return epoch_; }
+  std::string describe() const override { return "memory"; }
 
  private:
+  const uint64_t retain_;
+  const std::string epoch_ = newStoreEpoch();
   mutable std::mutex mu_;
   std::map<uint64_t, PolicyRecord> records_;
   uint64_t next_ = 1;
@@ -131,6 +141,33 @@ Result<PolicyRecord> decodeRecord(std::string_view bytes) {
   return r;
 }
 
-std::unique_ptr<PolicyStore> makeMemoryStore() { return std::make_unique<MemoryStore>(); }
+std::string newStoreEpoch() {
+  unsigned char raw[16];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+    // EINTR: retry. Nothing else can fail for 16 bytes from the urandom pool after boot.
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : raw) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+bool isValidStoreEpoch(std::string_view s) {
+  if (s.size() != 32) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::unique_ptr<PolicyStore> makeMemoryStore(uint64_t retain_versions) {
+  return std::make_unique<MemoryStore>(retain_versions);
+}
 
 }  // namespace tq::policy

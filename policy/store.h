@@ -1,17 +1,26 @@
 // The policy store: an append-only sequence of versioned policy records.
 //
-// PolicyStore is the seam for backends. FilePolicyStore (file_store.h) is the embedded, durable
-// default; a replicated backend (etcd: a transaction comparing the latest version key, then
-// putting the record) implements the same interface so several policyd replicas can share one
-// history. Versions start at 1, only grow, and are never reused, not even for a record that was
-// found corrupt.
+// PolicyStore is the seam for backends. The file store (file_store.h) is the embedded, durable
+// default; the etcd store (etcd_store.h: a transaction comparing the latest version key's
+// revision, then putting the record) implements the same interface so several policyd replicas
+// share one history. tests/unit/policy/store_conformance.h is the contract every backend passes.
+// Versions start at 1, only grow, and are never reused, not even for a record that was found
+// corrupt or removed by retention.
+//
+// Identity: every store has an epoch, a random id made when the store is created and kept with
+// it (every replica of one etcd store reports the same epoch). Agents hold (epoch, version): a
+// new epoch means a new store (a lost data dir re-applied from v1), not an older policy.
+//
+// Retention: a store keeps the newest `retain_versions` version numbers (corrupt ones count);
+// older records are removed when a newer one is appended (a lowered limit applies from the
+// next append). get() of a removed one is kNotFound.
 //
 // Record encoding (shared by all backends, so a record can move between them):
 //   offset 0   8 bytes  magic "TQPOLREC"
 //          8   u32 LE   record format (1)
 //         12   u64 LE   policy version
 //         20   u64 LE   payload length N
-//         28   N bytes  payload: tenantqos.v1.PolicySnapshot (checksum field unset)
+//         28   N bytes  payload: tenantqos.v1.PolicySnapshot (checksum, store_epoch unset)
 //       28+N   u32 LE   CRC-32C of bytes [0, 28+N)
 // The CRC is the record's checksum shown by ListVersions / GetPolicy.
 //
@@ -19,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,9 +83,37 @@ class PolicyStore {
   // The version the next append must carry: one more than the highest version ever seen.
   virtual uint64_t nextVersion() const = 0;
 
-  // Records that failed verification (checksum, framing, or payload), as of opening the store.
+  // Records that failed verification (checksum, framing, or payload) among those held.
   virtual uint64_t corruptRecords() const = 0;
+
+  // The store's epoch (32 lowercase hex digits), fixed for the store's life.
+  virtual std::string epoch() const = 0;
+
+  // Where the store lives, for messages ("/var/lib/tenantqos/policyd/versions", "etcd
+  // 10.0.0.1:2379,... prefix /tenantqos/").
+  virtual std::string describe() const = 0;
+
+  // Brings latest()/nextVersion() up to date with what other writers (other replicas) committed:
+  // a quorum read for etcd; a no-op for a store with one writer.
+  virtual Status sync() { return okStatus(); }
+
+  // `fn` is called, on a thread of the store, after versions appended by another writer became
+  // visible (not for this store's own appends). Stores with one writer never call it.
+  virtual void setOnExternalAppend(std::function<void()> fn) { (void)fn; }
 };
+
+// The default for retain_versions: about 15 MB of a 1000-tenant policy's records.
+inline constexpr uint64_t kDefaultRetainVersions = 100;
+
+// The version numbers retention removes when `newest` is appended: [1, newest - retain].
+inline uint64_t newestRetiredVersion(uint64_t newest, uint64_t retain) {
+  return newest > retain ? newest - retain : 0;
+}
+
+// A new random epoch (getrandom): 32 lowercase hex digits.
+std::string newStoreEpoch();
+// True if `s` looks like an epoch (what a store reads back from disk or etcd is checked).
+bool isValidStoreEpoch(std::string_view s);
 
 // Record codec (see the layout above).
 std::string encodeRecord(const PolicyRecord& record);
@@ -83,6 +121,7 @@ std::string encodeRecord(const PolicyRecord& record);
 Result<PolicyRecord> decodeRecord(std::string_view bytes);
 
 // An in-memory store for tests of the layers above: same semantics, no durability.
-std::unique_ptr<PolicyStore> makeMemoryStore();
+std::unique_ptr<PolicyStore> makeMemoryStore(
+    uint64_t retain_versions = kDefaultRetainVersions);
 
 }  // namespace tq::policy
