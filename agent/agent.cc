@@ -28,14 +28,17 @@ Status Agent::start() {
   std::map<std::string, HttpServer::Handler> routes;
   routes["/metrics"] = [this] {
     return HttpResponse{200, kMetricsContentType,
-                        renderMetrics(board_.snapshot(), board_.policydConnected())};
+                        renderMetrics(board_.snapshot(), board_.watchStatus())};
   };
   routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
   routes["/readyz"] = [this] {
     AgentState s = board_.snapshot();
     if (s.ready) {
+      // Still ready (the node enforces its policy); the store notice is the detail to act on.
+      const std::string notice = board_.watchStatus().store_notice;
       return HttpResponse{200, "text/plain; charset=utf-8",
-                          "ready: enforcing policy v" + std::to_string(s.policy_version) + "\n"};
+                          "ready: enforcing policy v" + std::to_string(s.policy_version) + "\n" +
+                              (notice.empty() ? "" : "warning: " + notice + "\n")};
     }
     return HttpResponse{
         503, "text/plain; charset=utf-8",
@@ -64,6 +67,7 @@ Status Agent::start() {
 
   // Fail-static: enforce what we last knew before talking to policyd.
   uint64_t known_version = 0;
+  std::string known_epoch;
   auto persisted = store_.load();
   if (!persisted.ok()) {
     TQ_LOG(kWarn, "ignoring the persisted policy: %s; waiting for policyd at %s",
@@ -73,6 +77,7 @@ Status Agent::start() {
            config_.policyd.c_str());
   } else {
     known_version = (*persisted)->version;
+    known_epoch = (*persisted)->store_epoch;
     TQ_LOG(kInfo, "enforcing persisted policy v%llu from %s before contacting policyd",
            static_cast<unsigned long long>(known_version), store_.path().c_str());
     loop_->postPolicy(**persisted, PolicySource::kPersisted);
@@ -80,18 +85,19 @@ Status Agent::start() {
   loop_->start();
 
   BackoffOptions backoff;  // 100 ms .. 5 s, x2, ±20 %
-  channel_ = makePolicydChannel(config_.policyd, backoff);
+  endpoints_ = makePolicydEndpoints(config_.policyd_endpoints, backoff);
   PolicyWatcher::Options wo;
   wo.node = config_.node;
   wo.known_version = known_version;
+  wo.known_store_epoch = known_epoch;
   wo.backoff = backoff;
   watcher_ = std::make_unique<PolicyWatcher>(
-      channel_, wo, &store_, &board_,
+      endpoints_, wo, &store_, &board_,
       [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); },
       realClock());
   watcher_->start();
-  reporter_ =
-      std::make_unique<UsageReporter>(channel_, board_, config_.report_interval_ns, realClock());
+  reporter_ = std::make_unique<UsageReporter>(endpoints_, board_, config_.report_interval_ns,
+                                              realClock());
   reporter_->start();
   if (config_.qp_scan_interval_ns > 0) {
     // The one place that says which processes are attached: today the pids the reconcile

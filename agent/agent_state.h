@@ -114,6 +114,15 @@ struct AgentState {
   int64_t published_at_ns = 0;  // monotonic
 };
 
+// What the watch thread reports (metrics, /readyz).
+struct WatchStatus {
+  bool connected = false;              // the watch stream to a policyd is up
+  uint64_t store_epoch_changes = 0;    // snapshots of a new store adopted
+  uint64_t older_versions_offered = 0;  // older versions of the held store refused
+  uint64_t older_offered_version = 0;   // the last one refused
+  std::string store_notice;  // why the last offered version was refused; "" once resolved
+};
+
 class StateBoard {
  public:
   void publish(AgentState state) {
@@ -136,11 +145,34 @@ class StateBoard {
   }
   bool policydConnected() const { return connected_.load(std::memory_order_relaxed); }
 
+  // Store identity events of the watch thread (policy_watcher.h, judgeSnapshot).
+  void countStoreEpochChange() { epoch_changes_.fetch_add(1, std::memory_order_relaxed); }
+  void reportOlderOffered(uint64_t version, std::string notice) {
+    older_offered_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    older_offered_version_ = version;
+    store_notice_ = std::move(notice);
+  }
+  void clearStoreNotice() {
+    std::lock_guard<std::mutex> lock(mu_);
+    store_notice_.clear();
+  }
+  WatchStatus watchStatus() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {policydConnected(), epoch_changes_.load(std::memory_order_relaxed),
+            older_offered_.load(std::memory_order_relaxed), older_offered_version_,
+            store_notice_};
+  }
+
  private:
   mutable std::mutex mu_;
   AgentState state_;
   std::optional<std::vector<RdmaQpCounts>> rdma_qps_;
   std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> epoch_changes_{0};
+  std::atomic<uint64_t> older_offered_{0};
+  uint64_t older_offered_version_ = 0;  // guarded by mu_
+  std::string store_notice_;            // guarded by mu_
 };
 
 }  // namespace tq::agent

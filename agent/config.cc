@@ -5,6 +5,7 @@
 #include <charconv>
 #include <set>
 
+#include "common/endpoints.h"
 #include "common/units.h"
 
 namespace tq::agent {
@@ -64,13 +65,16 @@ Result<std::pair<std::string, int>> splitHostPort(const std::string& text) {
 }
 
 std::string agentUsage() {
-  return R"(usage: tenantqos-agent --policyd HOST:PORT --device DEV=LINK [--device ...] [options]
+  return R"(usage: tenantqos-agent --policyd HOST:PORT[,...] --device DEV=LINK [--device ...] [opts]
        tenantqos-agent --cleanup --device DEV=LINK [--device ...] [--run-dir DIR] [--state-dir DIR]
 
 Turns the tenantqos policy into enforcement on this node (tc HTB classes, per-tenant shared
 memory for the NCCL plugin, work-conserving rate allocation) and exports metrics.
 
-  --policyd HOST:PORT       tenantqos-policyd to watch (required unless --cleanup)
+  --policyd HOST:PORT[,HOST:PORT...]
+                            tenantqos-policyd replicas to watch (required unless --cleanup);
+                            on failure the agent moves to the next, resuming from the version
+                            it holds (a DNS name with several addresses works too)
   --node NAME               this node's name in reports (default: host name)
   --device DEV=LINK         manage kernel device DEV as the policy's link LINK (repeatable, >= 1)
   --run-dir DIR             shared-memory files, DIR/tenants/<tenant> (default /run/tenantqos)
@@ -126,7 +130,10 @@ Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv) {
       c.cleanup = true;
     } else if (arg == "--policyd") {
       TQ_ASSIGN_OR_RETURN(c.policyd, need());
-      TQ_RETURN_IF_ERROR_CTX(splitHostPort(c.policyd).status(), "--policyd");
+      TQ_ASSIGN_OR_RETURN(c.policyd_endpoints, splitEndpointList(c.policyd, "--policyd"));
+      for (const std::string& e : c.policyd_endpoints) {
+        TQ_RETURN_IF_ERROR_CTX(splitHostPort(e).status(), "--policyd");
+      }
       have_policyd = true;
     } else if (arg == "--node") {
       TQ_ASSIGN_OR_RETURN(c.node, need());

@@ -29,7 +29,8 @@ struct DeviceMapping {
 };
 
 struct AgentConfig {
-  std::string policyd;  // HOST:PORT of tenantqos-policyd
+  std::string policyd;  // --policyd as given: HOST:PORT[,HOST:PORT...] (policyd replicas)
+  std::vector<std::string> policyd_endpoints;  // its entries
   std::string node;     // this node's name (default: the host name)
   std::vector<DeviceMapping> devices;
   std::string run_dir = "/run/tenantqos";

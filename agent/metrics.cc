@@ -49,7 +49,7 @@ MetricFamily histogram(std::string name, std::string help, const DurationHistogr
 
 }  // namespace
 
-std::vector<MetricFamily> metricFamilies(const AgentState& s, bool policyd_connected) {
+std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus& watch) {
   std::vector<MetricFamily> out;
 
   struct TenantFamily {
@@ -234,7 +234,16 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, bool policyd_conne
          "Newest policy version this node has received (may differ while it fails to apply).",
          MetricType::Gauge, double(s.latest_seen_version));
   scalar("tenantqos_policyd_connected", "1 while the policy watch stream to policyd is up.",
-         MetricType::Gauge, policyd_connected ? 1 : 0);
+         MetricType::Gauge, watch.connected ? 1 : 0);
+  scalar("tenantqos_policy_store_epoch_changes_total",
+         "Snapshots of a new policy store (another epoch) adopted whatever their version.",
+         MetricType::Counter, double(watch.store_epoch_changes));
+  scalar("tenantqos_policy_older_offers_total",
+         "Older versions of the held store offered by policyd and not taken.",
+         MetricType::Counter, double(watch.older_versions_offered));
+  scalar("tenantqos_policy_older_offered_version",
+         "The older version of the held store policyd last offered, while unresolved (else 0).",
+         MetricType::Gauge, double(watch.store_notice.empty() ? 0 : watch.older_offered_version));
   scalar("tenantqos_agent_ready", "1 once a policy (persisted or received) has been applied.",
          MetricType::Gauge, s.ready ? 1 : 0);
   scalar("tenantqos_reconcile_errors_total",
@@ -252,9 +261,9 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, bool policyd_conne
   return out;
 }
 
-std::string renderMetrics(const AgentState& state, bool policyd_connected) {
+std::string renderMetrics(const AgentState& state, const WatchStatus& watch) {
   std::ostringstream os;
-  prometheus::TextSerializer().Serialize(os, metricFamilies(state, policyd_connected));
+  prometheus::TextSerializer().Serialize(os, metricFamilies(state, watch));
   return os.str();
 }
 

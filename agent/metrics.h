@@ -15,8 +15,8 @@ namespace tq::agent {
 inline constexpr char kMetricsContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
 std::vector<prometheus::MetricFamily> metricFamilies(const AgentState& state,
-                                                     bool policyd_connected);
+                                                     const WatchStatus& watch);
 // The text exposition (format 0.0.4).
-std::string renderMetrics(const AgentState& state, bool policyd_connected);
+std::string renderMetrics(const AgentState& state, const WatchStatus& watch);
 
 }  // namespace tq::agent

@@ -35,10 +35,25 @@ std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
-PolicyWatcher::PolicyWatcher(std::shared_ptr<grpc::Channel> channel, Options options,
+std::shared_ptr<PolicydEndpoints> makePolicydEndpoints(std::vector<std::string> targets,
+                                                       const BackoffOptions& backoff) {
+  return std::make_shared<PolicydEndpoints>(
+      std::move(targets), [&](const std::string& t) { return makePolicydChannel(t, backoff); });
+}
+
+SnapshotVerdict judgeSnapshot(const std::string& held_epoch, uint64_t held_version,
+                              const std::string& epoch, uint64_t version) {
+  if (held_version == 0) return SnapshotVerdict::kTake;
+  if (!held_epoch.empty() && !epoch.empty() && held_epoch != epoch) {
+    return SnapshotVerdict::kTakeNewStore;
+  }
+  return version >= held_version ? SnapshotVerdict::kTake : SnapshotVerdict::kKeepOlder;
+}
+
+PolicyWatcher::PolicyWatcher(std::shared_ptr<PolicydEndpoints> endpoints, Options options,
                              SnapshotStore* store, StateBoard* board, OnSnapshot on_snapshot,
                              Clock& clock)
-    : channel_(std::move(channel)),
+    : endpoints_(std::move(endpoints)),
       options_(std::move(options)),
       store_(store),
       board_(board),
@@ -55,29 +70,65 @@ void PolicyWatcher::start() {
 void PolicyWatcher::stop() { worker_.stop(); }
 
 // True once the channel is READY; false on TRANSIENT_FAILURE/SHUTDOWN or when stopping.
-bool PolicyWatcher::waitChannelReady(const std::stop_token& stop) {
-  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+bool PolicyWatcher::waitChannelReady(grpc::Channel& channel, const std::stop_token& stop) {
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
   while (state != GRPC_CHANNEL_READY) {
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) return false;
     if (stop.stop_requested()) return false;
-    channel_->WaitForStateChange(state, deadlineIn(kStateWaitSliceNs));
-    state = channel_->GetState(/*try_to_connect=*/true);
+    channel.WaitForStateChange(state, deadlineIn(kStateWaitSliceNs));
+    state = channel.GetState(/*try_to_connect=*/true);
   }
+  return true;
+}
+
+bool PolicyWatcher::accept(const VersionedPolicy& p) {
+  const auto held = static_cast<unsigned long long>(options_.known_version);
+  const auto got = static_cast<unsigned long long>(p.version);
+  switch (judgeSnapshot(options_.known_store_epoch, options_.known_version, p.store_epoch,
+                        p.version)) {
+    case SnapshotVerdict::kKeepOlder: {
+      std::string notice = "policyd " + endpoints_->currentTarget() + " offers policy v" +
+                           std::to_string(got) + " of store " + p.store_epoch +
+                           ", older than the enforced v" + std::to_string(held) +
+                           " of the same store: not taken (store restored from an old backup? "
+                           "apply the intended policy again to move on)";
+      TQ_LOG(kError, "%s", notice.c_str());
+      board_->reportOlderOffered(p.version, std::move(notice));
+      return false;
+    }
+    case SnapshotVerdict::kTakeNewStore:
+      TQ_LOG(kWarn,
+             "policy store changed (epoch %s -> %s): adopting v%llu of the new store, "
+             "replacing v%llu of the old one",
+             options_.known_store_epoch.c_str(), p.store_epoch.c_str(), got, held);
+      board_->countStoreEpochChange();
+      break;
+    case SnapshotVerdict::kTake:
+      break;
+  }
+  board_->clearStoreNotice();
   return true;
 }
 
 void PolicyWatcher::run(const std::stop_token& stop) {
   Clock& clock = worker_.clock();
-  auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
   bool was_connected = false;
   bool logged_down = false;
   while (!stop.stop_requested()) {
-    if (!waitChannelReady(stop)) {
+    std::shared_ptr<grpc::Channel> channel = endpoints_->current();
+    if (!waitChannelReady(*channel, stop)) {
       if (stop.stop_requested()) break;
       const int64_t delay = backoff_.nextDelayNs();
+      const std::string failed = endpoints_->currentTarget();
+      if (endpoints_->size() > 1) {
+        const std::string next = endpoints_->failover();
+        TQ_LOG(kDebug, "policyd %s unreachable; trying %s next", failed.c_str(), next.c_str());
+      }
       if (!logged_down) {
-        TQ_LOG(kWarn, "policyd unreachable; enforcing policy v%llu as is, retrying with backoff",
-               static_cast<unsigned long long>(options_.known_version));
+        TQ_LOG(kWarn,
+               "policyd %s unreachable; enforcing policy v%llu as is, retrying with backoff%s",
+               failed.c_str(), static_cast<unsigned long long>(options_.known_version),
+               endpoints_->size() > 1 ? " over every replica" : "");
         logged_down = true;
       }
       TQ_LOG(kDebug, "policyd not ready; next attempt in %lld ms",
@@ -94,11 +145,14 @@ void PolicyWatcher::run(const std::stop_token& stop) {
     tenantqos::v1::WatchPolicyRequest req;
     req.set_node(options_.node);
     req.set_known_version(options_.known_version);
+    req.set_known_store_epoch(options_.known_store_epoch);
+    auto stub = tenantqos::v1::PolicyService::NewStub(channel);
     auto reader = stub->WatchPolicy(&ctx, req);
     streams_opened_++;
     board_->setPolicydConnected(true);
     if (!was_connected || logged_down) {
-      TQ_LOG(kInfo, "watching policyd (node %s, known version %llu)", options_.node.c_str(),
+      TQ_LOG(kInfo, "watching policyd %s (node %s, known version %llu)",
+             endpoints_->currentTarget().c_str(), options_.node.c_str(),
              static_cast<unsigned long long>(options_.known_version));
     }
     was_connected = true;
@@ -110,12 +164,14 @@ void PolicyWatcher::run(const std::stop_token& stop) {
     while (reader->Read(&msg)) {
       got_any = true;
       VersionedPolicy vp = proto::fromSnapshot(msg);
+      if (!accept(vp)) continue;
       Status s = store_->save(vp);
       if (!s.ok()) {
         // Enforcing the new policy matters more than surviving a restart with it.
         TQ_LOG(kError, "%s; applying it without persisting", s.message().c_str());
       }
       options_.known_version = vp.version;
+      if (!vp.store_epoch.empty()) options_.known_store_epoch = vp.store_epoch;
       on_snapshot_(std::move(vp));
     }
     grpc::Status st = reader->Finish();
@@ -124,11 +180,13 @@ void PolicyWatcher::run(const std::stop_token& stop) {
     // A stream that lived or delivered counts as a successful connection.
     if (got_any || clock.nowNs() - opened_at > 1'000'000'000) backoff_.reset();
     const int64_t delay = backoff_.nextDelayNs();
+    const std::string ended = endpoints_->currentTarget();
+    const std::string next = endpoints_->size() > 1 ? endpoints_->failover() : ended;
     TQ_LOG(kWarn,
-           "policy watch ended: %s (grpc code %d); enforcement unchanged, reconnecting "
-           "in %lld ms",
-           st.error_message().c_str(), static_cast<int>(st.error_code()),
-           static_cast<long long>(delay / 1'000'000));
+           "policy watch on %s ended: %s (grpc code %d); enforcement unchanged, reconnecting "
+           "to %s in %lld ms",
+           ended.c_str(), st.error_message().c_str(), static_cast<int>(st.error_code()),
+           next.c_str(), static_cast<long long>(delay / 1'000'000));
     backoffs_++;
     worker_.waitFor(delay);
   }

@@ -24,6 +24,7 @@ std::string SnapshotStore::encode(const VersionedPolicy& snapshot) {
   tenantqos::v1::PolicySnapshot msg;
   msg.set_version(snapshot.version);
   *msg.mutable_policy() = proto::toProto(snapshot.policy);
+  msg.set_store_epoch(snapshot.store_epoch);
   std::string body;
   msg.SerializeToString(&body);
   char header[64];

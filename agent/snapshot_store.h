@@ -5,7 +5,7 @@
 // fsync dir). Format v1:
 //   line 1  "tenantqos-agent-snapshot 1\n"
 //   line 2  "crc32c=<8 lowercase hex> length=<decimal>\n"
-//   body    <length> bytes: a serialized tenantqos.v1.PolicySnapshot (version + policy)
+//   body    <length> bytes: a serialized tenantqos.v1.PolicySnapshot (version, policy, store epoch)
 // The checksum covers the body. Any mismatch (header, length, checksum, protobuf parse) makes
 // load() fail with kDataLoss: the caller ignores the file and waits for policyd.
 // Thread-compatible: one writer (the watch thread) after startup.

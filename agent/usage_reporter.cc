@@ -45,9 +45,9 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
   return r;
 }
 
-UsageReporter::UsageReporter(std::shared_ptr<grpc::Channel> channel, const StateBoard& board,
-                             int64_t interval_ns, Clock& clock)
-    : channel_(std::move(channel)), board_(board), interval_ns_(interval_ns), worker_(clock) {}
+UsageReporter::UsageReporter(std::shared_ptr<proto::ChannelRing> endpoints,
+                             const StateBoard& board, int64_t interval_ns, Clock& clock)
+    : endpoints_(std::move(endpoints)), board_(board), interval_ns_(interval_ns), worker_(clock) {}
 
 UsageReporter::~UsageReporter() { stop(); }
 
@@ -58,7 +58,6 @@ void UsageReporter::start() {
 void UsageReporter::stop() { worker_.stop(); }
 
 void UsageReporter::run(std::stop_token stop) {
-  auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
   std::optional<AgentState> prev;
   const int64_t deadline_ns = std::clamp<int64_t>(interval_ns_, 200'000'000, 5'000'000'000);
   while (worker_.waitFor(interval_ns_)) {
@@ -73,6 +72,8 @@ void UsageReporter::run(std::stop_token stop) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::nanoseconds(deadline_ns));
     std::stop_callback cancel(stop, [&ctx] { ctx.TryCancel(); });
     tenantqos::v1::ReportUsageResponse resp;
+    // To the replica the watch uses: usage is held per replica (docs/policyd.md).
+    auto stub = tenantqos::v1::PolicyService::NewStub(endpoints_->current());
     grpc::Status st = stub->ReportUsage(&ctx, req, &resp);
     attempted_++;
     if (!st.ok()) {

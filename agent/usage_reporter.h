@@ -14,6 +14,7 @@
 #include "agent/agent_state.h"
 #include "common/clock.h"
 #include "common/policy.h"
+#include "proto/channel_ring.h"
 #include "common/worker.h"
 
 namespace tq::agent {
@@ -24,7 +25,8 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
 
 class UsageReporter {
  public:
-  UsageReporter(std::shared_ptr<grpc::Channel> channel, const StateBoard& board,
+  // Reports go to the replica `endpoints` currently uses (the watch moves it).
+  UsageReporter(std::shared_ptr<proto::ChannelRing> endpoints, const StateBoard& board,
                 int64_t interval_ns, Clock& clock);
   ~UsageReporter();
   void start();
@@ -38,7 +40,7 @@ class UsageReporter {
  private:
   void run(std::stop_token stop);
 
-  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<proto::ChannelRing> endpoints_;
   const StateBoard& board_;
   int64_t interval_ns_;
   std::atomic<uint64_t> sent_{0};

@@ -8,9 +8,13 @@
 //      one). Baseline in the same run: the same with a single watcher.
 //   2. apply latency of a generated T-tenant file (default 1000), with the watchers connected
 //      (ApplyPolicy round trip: parse, validate, durable store, publish), and its fan-out.
-// Target on the 2-core development machine: fan-out p99 <= 500 ms.
+// Both against the file store (one policyd) and the etcd store (a 3-member etcd on loopback
+// started here, --replicas policyd replicas, watchers spread over them), then both side by
+// side with the ratio of their apply latencies.
+// Targets on the 2-core development machine: fan-out p99 <= 500 ms; etcd apply <= 3x file.
 //
-//   policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N] [--policyd BIN]
+//   policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N]
+//                [--store file|etcd|both] [--replicas N] [--policyd BIN]
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -31,12 +35,14 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tenantqos/v1/policy.grpc.pb.h"
+#include "tests/functional/etcd_cluster.h"
 
 extern char** environ;
 
@@ -185,21 +191,35 @@ struct Args {
   int tenants = 1000;
   size_t connections = 0;  // 0 = one per watcher
   std::string policyd = TQ_POLICYD_BIN;
+  std::string store = "both";  // file, etcd, or both (then the ratio)
+  int replicas = 3;            // policyd replicas on the etcd store
 };
 
 class Bench {
  public:
-  explicit Bench(Args a) : args_(std::move(a)) {}
+  // `replicas` policyd processes, each with `store_args` (the file store: none, each replica
+  // then has its own data dir; etcd: --store etcd ..., all replicas share it).
+  Bench(Args a, std::vector<std::string> store_args, int replicas)
+      : args_(std::move(a)), store_args_(std::move(store_args)), replicas_(replicas) {}
   ~Bench() { stopServer(); }
 
   bool startServer() {
     char tmpl[] = "/tmp/tqpol-bench-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
-    const std::string port_file = dir_ + "/port", log = dir_ + "/policyd.log";
+    for (int r = 0; r < replicas_; ++r) {
+      if (!startReplica(r)) return false;
+    }
+    return true;
+  }
+
+  bool startReplica(int r) {
+    const std::string n = std::to_string(r);
+    const std::string port_file = dir_ + "/port" + n, log = dir_ + "/policyd" + n + ".log";
     std::vector<std::string> argv = {args_.policyd, "--listen",     "127.0.0.1:0",
-                                     "--data-dir",  dir_ + "/data", "--port-file",
+                                     "--data-dir",  dir_ + "/data" + n, "--port-file",
                                      port_file,     "--log-level",  "warn"};
+    argv.insert(argv.end(), store_args_.begin(), store_args_.end());
     std::vector<char*> cargv;
     for (auto& s : argv) cargv.push_back(s.data());
     cargv.push_back(nullptr);
@@ -207,7 +227,8 @@ class Bench {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    int rc = posix_spawn(&pid_, cargv[0], &fa, nullptr, cargv.data(), environ);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
       std::cerr << "cannot start " << args_.policyd << ": " << std::strerror(rc) << "\n";
@@ -215,22 +236,23 @@ class Bench {
     }
     auto deadline = Clock::now() + std::chrono::seconds(15);
     while (readAll(port_file).empty()) {
-      if (Clock::now() > deadline || waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      if (Clock::now() > deadline || waitpid(pid, nullptr, WNOHANG) == pid) {
         std::cerr << "policyd did not start:\n" << readAll(log);
         return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    address_ = "127.0.0.1:" + std::to_string(std::atoi(readAll(port_file).c_str()));
+    pids_.push_back(pid);
+    addresses_.push_back("127.0.0.1:" + std::to_string(std::atoi(readAll(port_file).c_str())));
     return true;
   }
 
   void stopServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
+    for (pid_t pid : pids_) {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
     }
+    pids_.clear();
     if (!dir_.empty()) {
       std::string cmd = "rm -rf " + dir_;
       if (system(cmd.c_str()) != 0) std::cerr << "cleanup of " << dir_ << " failed\n";
@@ -238,16 +260,18 @@ class Bench {
     }
   }
 
-  std::shared_ptr<grpc::Channel> channel(bool own) {
+  std::shared_ptr<grpc::Channel> channel(bool own, size_t replica = 0) {
     grpc::ChannelArguments ca;
     ca.SetMaxReceiveMessageSize(16 << 20);
     if (own) ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), ca);
+    return grpc::CreateCustomChannel(addresses_[replica], grpc::InsecureChannelCredentials(),
+                                     ca);
   }
 
-  // ApplyPolicy round trip in ms; the version in *version.
+  // ApplyPolicy round trip in ms (through replica 0); the version in *version.
   double apply(const std::string& yaml, uint64_t* version) {
-    static auto stub = v1::PolicyService::NewStub(channel(true));
+    if (!apply_stub_) apply_stub_ = v1::PolicyService::NewStub(channel(true));
+    auto& stub = apply_stub_;
     v1::ApplyPolicyRequest req;
     req.set_policy_yaml(yaml);
     req.set_applied_by("tqpol-bench");
@@ -271,7 +295,10 @@ class Bench {
   bool openWatchers(size_t n, uint64_t version) {
     size_t conns = args_.connections == 0 ? n : std::min(args_.connections, n);
     tracker_ = std::make_unique<Tracker>(n);
-    for (size_t c = 0; c < conns; ++c) stubs_.push_back(v1::PolicyService::NewStub(channel(true)));
+    // Spread over the replicas, as agents behind a Service would be.
+    for (size_t c = 0; c < conns; ++c) {
+      stubs_.push_back(v1::PolicyService::NewStub(channel(true, c % addresses_.size())));
+    }
     for (size_t i = 0; i < n; ++i) {
       watchers_.push_back(std::make_unique<Watcher>(stubs_[i % conns].get(), tracker_.get(), i));
     }
@@ -304,8 +331,12 @@ class Bench {
 
  private:
   Args args_;
-  pid_t pid_ = -1;
-  std::string dir_, address_;
+  std::vector<std::string> store_args_;
+  int replicas_;
+  std::vector<pid_t> pids_;
+  std::string dir_;
+  std::vector<std::string> addresses_;
+  std::unique_ptr<v1::PolicyService::Stub> apply_stub_;
   std::unique_ptr<Tracker> tracker_;
   std::vector<std::unique_ptr<v1::PolicyService::Stub>> stubs_;
   std::vector<std::unique_ptr<Watcher>> watchers_;
@@ -320,56 +351,26 @@ void print(const char* what, const Stats& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string f = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << f << " needs a value\n";
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (f == "--watchers")
-      a.watchers = std::stoul(next());
-    else if (f == "--applies")
-      a.applies = std::stoi(next());
-    else if (f == "--tenants")
-      a.tenants = std::stoi(next());
-    else if (f == "--connections")
-      a.connections = std::stoul(next());
-    else if (f == "--policyd")
-      a.policyd = next();
-    else {
-      std::cerr << "usage: policy_watch [--watchers N] [--applies N] [--tenants N] [--connections "
-                   "N] [--policyd BIN]\n";
-      return 2;
-    }
-  }
-  if (a.applies < 1 || a.applies > 100 || a.watchers < 1 || a.tenants < 1) {
-    std::cerr << "--applies must be 1..100, --watchers and --tenants >= 1\n";
-    return 2;
-  }
-  // Each watcher holds a TCP connection: make room for them (here and in the child policyd).
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  signal(SIGPIPE, SIG_IGN);
+struct Summary {
+  Stats apply;       // 2-tenant policy, ApplyPolicy round trip (1 watcher)
+  Stats fanout;      // to every watcher, from ApplyPolicy returning
+  Stats big_apply;   // T-tenant policy with the watchers connected
+};
 
-  Bench b(a);
-  if (!b.startServer()) return 1;
-  std::printf("policy_watch: tenantqos-policyd fan-out and apply latency (%u cores)\n",
-              std::thread::hardware_concurrency());
+// One store's run (every figure printed); nullopt if a server did not start or a wait failed.
+std::optional<Summary> runBench(const Args& a, const std::string& store,
+                                const std::vector<std::string>& store_args, int replicas) {
+  Bench b(a, store_args, replicas);
+  if (!b.startServer()) return std::nullopt;
+  std::printf("\n== store %s, %d policyd replica(s), watchers spread over them ==\n", store.c_str(),
+              replicas);
   uint64_t v = 0;
   int limit = 41;
   b.apply(smallPolicy(limit++), &v);
 
   // Baseline: one watcher.
   std::vector<double> base_e2e, base_apply;
-  if (!b.openWatchers(1, v)) return 1;
+  if (!b.openWatchers(1, v)) return std::nullopt;
   for (int i = 0; i < a.applies; ++i) {
     base_apply.push_back(b.apply(smallPolicy(limit++), &v));
     base_e2e.push_back(b.fanout(v, 1).from_call_ms);
@@ -380,7 +381,7 @@ int main(int argc, char** argv) {
   auto t_open = Clock::now();
   if (!b.openWatchers(a.watchers, v)) {
     std::cerr << "not all " << a.watchers << " watchers received the current version\n";
-    return 1;
+    return std::nullopt;
   }
   double open_s = std::chrono::duration<double>(Clock::now() - t_open).count();
   std::vector<double> fan, e2e;
@@ -440,5 +441,84 @@ int main(int argc, char** argv) {
   bool met = sf.p99 <= 500 && sa.p99 <= 500;
   std::printf("target p99 <= 500 ms (1. fan-out to %s watchers, 2. %s-tenant apply): %s\n",
               w.c_str(), t.c_str(), met ? "met" : "MISSED");
+  return Summary{stats(base_apply), sf, saw};
+}
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << f << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (f == "--watchers")
+      a.watchers = std::stoul(next());
+    else if (f == "--applies")
+      a.applies = std::stoi(next());
+    else if (f == "--tenants")
+      a.tenants = std::stoi(next());
+    else if (f == "--connections")
+      a.connections = std::stoul(next());
+    else if (f == "--policyd")
+      a.policyd = next();
+    else if (f == "--store")
+      a.store = next();
+    else if (f == "--replicas")
+      a.replicas = std::stoi(next());
+    else {
+      std::cerr << "usage: policy_watch [--watchers N] [--applies N] [--tenants N] [--connections "
+                   "N] [--store file|etcd|both] [--replicas N] [--policyd BIN]\n";
+      return 2;
+    }
+  }
+  if (a.applies < 1 || a.applies > 100 || a.watchers < 1 || a.tenants < 1 || a.replicas < 1 ||
+      (a.store != "file" && a.store != "etcd" && a.store != "both")) {
+    std::cerr << "--applies must be 1..100, --watchers, --tenants and --replicas >= 1, --store "
+                 "file, etcd or both\n";
+    return 2;
+  }
+  // Each watcher holds a TCP connection: make room for them (here and in the child policyd).
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  signal(SIGPIPE, SIG_IGN);
+
+  std::printf("policy_watch: tenantqos-policyd fan-out and apply latency (%u cores; the CPU is "
+              "shared with whatever else runs: compare figures of one run only)\n",
+              std::thread::hardware_concurrency());
+  std::optional<Summary> file, etcd;
+  if (a.store != "etcd") file = runBench(a, "file", {}, 1);
+  if (a.store != "file") {
+    auto cluster = tq::test::EtcdCluster::start(3);
+    if (!cluster) {
+      std::cerr << "no etcd: " << tq::test::EtcdCluster::error() << "\n";
+      return 1;
+    }
+    etcd = runBench(a, "etcd",
+                    {"--store", "etcd", "--etcd-endpoints", cluster->endpointList(),
+                     "--etcd-prefix", "/tq-bench/", "--retain-versions", "1000"},
+                    a.replicas);
+  }
+  if ((a.store != "etcd" && !file) || (a.store != "file" && !etcd)) return 1;
+  if (file && etcd) {
+    std::printf("\n== file store (1 policyd) vs etcd store (3-member etcd, %d replicas) ==\n",
+                a.replicas);
+    print("file: apply, 2-tenant policy", file->apply);
+    print("etcd: apply, 2-tenant policy", etcd->apply);
+    print("file: fan-out to every watcher", file->fanout);
+    print("etcd: fan-out to every watcher", etcd->fanout);
+    print("file: apply, T-tenant policy, watchers connected", file->big_apply);
+    print("etcd: apply, T-tenant policy, watchers connected", etcd->big_apply);
+    const double r50 = etcd->apply.p50 / std::max(file->apply.p50, 1e-3);
+    const double r99 = etcd->apply.p99 / std::max(file->apply.p99, 1e-3);
+    std::printf("  apply latency etcd / file: p50 %.2fx, p99 %.2fx (target <= 3x): %s\n", r50, r99,
+                r50 <= 3 && r99 <= 3 ? "met" : "MISSED");
+  }
   return 0;
 }

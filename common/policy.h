@@ -51,6 +51,7 @@ struct PolicySpec {
 struct VersionedPolicy {
   uint64_t version = 0;
   PolicySpec policy;
+  std::string store_epoch;  // the policy store's identity (policy/store.h); "" = unknown
   friend bool operator==(const VersionedPolicy&, const VersionedPolicy&) = default;
 };
 

@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/endpoints.h"
 #include "common/file_util.h"
 #include "common/units.h"
 #include "policy/policy_file.h"
@@ -51,7 +52,9 @@ Commands:
   import volcano     a policy skeleton from Volcano Queue objects (offline)
 
 Global flags:
-  --server HOST:PORT   policyd address (default: $TENANTQOS_SERVER, else 127.0.0.1:7400)
+  --server HOST:PORT[,HOST:PORT...]
+                       policyd address (default: $TENANTQOS_SERVER, else 127.0.0.1:7400);
+                       several replicas: the first that answers is used
   --timeout SECONDS    deadline for each request (default 10)
   -h, --help           help; `tenantqosctl COMMAND --help` for a command
 
@@ -445,35 +448,26 @@ std::string codeName(grpc::StatusCode c) {
   }
 }
 
-// A connected client, or the exit code and message for "unreachable".
+// A connected client, or the exit code and message for "unreachable". `server` may list
+// several policyd replicas (A,B,C): connect() takes the first that answers, in order.
 class Client {
  public:
   Client(const std::string& server, double timeout_s) : server_(server), timeout_s_(timeout_s) {}
 
-  // False (message on err) if the server cannot be reached within kConnectTimeout.
+  // False (message on err) if no server can be reached within kConnectTimeout each.
   bool connect(std::ostream& err) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(kMaxResponseBytes);
-    args.SetInt(GRPC_ARG_MAX_METADATA_SIZE, 64 * 1024);  // long error lists travel in trailers
-    channel_ = grpc::CreateCustomChannel(server_, grpc::InsecureChannelCredentials(), args);
-    stub_ = v1::PolicyService::NewStub(channel_);
-    auto deadline = std::chrono::system_clock::now() + kConnectTimeout;
-    grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
-    while (state != GRPC_CHANNEL_READY) {
-      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
-        err << "tenantqosctl: cannot reach tenantqos-policyd at " << server_
-            << ": connection failed (is it running? set --server or TENANTQOS_SERVER)\n";
-        return false;
-      }
-      if (!channel_->WaitForStateChange(state, deadline)) {
-        err << "tenantqosctl: cannot reach tenantqos-policyd at " << server_
-            << ": no connection within " << kConnectTimeout.count()
-            << "s (is it running? set --server or TENANTQOS_SERVER)\n";
-        return false;
-      }
-      state = channel_->GetState(false);
+    auto targets = splitEndpointList(server_, "--server");
+    if (!targets.ok()) {
+      err << "tenantqosctl: " << targets.status().message() << "\n";
+      return false;
     }
-    return true;
+    std::string why;
+    for (const std::string& target : *targets) {
+      if (connectTo(target, &why)) return true;
+      if (targets->size() > 1) err << "tenantqosctl: " << why << "; trying the next server\n";
+    }
+    err << "tenantqosctl: " << why << " (is it running? set --server or TENANTQOS_SERVER)\n";
+    return false;
   }
 
   void prepare(grpc::ClientContext* c) const {
@@ -498,6 +492,30 @@ class Client {
   const std::string& server() const { return server_; }
 
  private:
+  bool connectTo(const std::string& target, std::string* why) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+    args.SetInt(GRPC_ARG_MAX_METADATA_SIZE, 64 * 1024);  // long error lists travel in trailers
+    channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::PolicyService::NewStub(channel_);
+    auto deadline = std::chrono::system_clock::now() + kConnectTimeout;
+    grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+    while (state != GRPC_CHANNEL_READY) {
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+        *why = "cannot reach tenantqos-policyd at " + target + ": connection failed";
+        return false;
+      }
+      if (!channel_->WaitForStateChange(state, deadline)) {
+        *why = "cannot reach tenantqos-policyd at " + target + ": no connection within " +
+               std::to_string(kConnectTimeout.count()) + "s";
+        return false;
+      }
+      state = channel_->GetState(false);
+    }
+    server_ = target;  // named in later messages
+    return true;
+  }
+
   std::string server_;
   double timeout_s_;
   std::shared_ptr<grpc::Channel> channel_;

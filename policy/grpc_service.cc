@@ -309,10 +309,13 @@ void WatchHub::close(const grpc::Status& status) {
 
 namespace {
 
-std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record) {
+std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record,
+                                                      const std::string& epoch) {
   auto s = std::make_shared<EncodedSnapshot>();
   s->version = record.version;
-  grpc::Status st = serializeMessage(toSnapshot(record, /*with_source=*/false), &s->bytes);
+  v1::PolicySnapshot snap = toSnapshot(record, /*with_source=*/false);
+  snap.set_store_epoch(epoch);
+  grpc::Status st = serializeMessage(snap, &s->bytes);
   if (!st.ok()) {
     TQ_LOG(kError, "cannot serialise policy version %" PRIu64 " for watchers: %s", record.version,
            st.error_message().c_str());
@@ -328,12 +331,12 @@ std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record
 PolicyGrpcService::PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics)
     : core_(core), metrics_(metrics), hub_(std::make_unique<WatchHub>(metrics)) {
   WatchHub* hub = hub_.get();
-  core_.setPublisher([hub](const std::shared_ptr<const PolicyRecord>& record) {
-    if (auto s = encodeForWatch(*record)) hub->publish(std::move(s));
+  core_.setPublisher([hub, epoch = core_.epoch()](const std::shared_ptr<const PolicyRecord>& r) {
+    if (auto s = encodeForWatch(*r, epoch)) hub->publish(std::move(s));
   });
   // publish() ignores versions it already has, so an apply racing with this line is harmless.
   if (auto latest = core_.latest()) {
-    if (auto s = encodeForWatch(*latest)) hub->publish(std::move(s));
+    if (auto s = encodeForWatch(*latest, core_.epoch())) hub->publish(std::move(s));
   }
 }
 
@@ -378,6 +381,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetPolicy(grpc::CallbackServerConte
         Result<PolicyRecord> r = core_.get(req.version());
         if (!r.ok()) return toGrpcStatus(r.status());
         *resp = toSnapshot(*r);
+        resp->set_store_epoch(core_.epoch());
         return grpc::Status::OK;
       });
 }
@@ -422,9 +426,30 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
         "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message"));
     return raw;
   }
-  TQ_LOG(kDebug, "watch from %s (node %s), known version %" PRIu64, ctx->peer().c_str(),
-         req.node().c_str(), req.known_version());
-  raw->setWatcher(req.node(), req.known_version());
+  TQ_LOG(kDebug, "watch from %s (node %s), known version %" PRIu64 " of store %s",
+         ctx->peer().c_str(), req.node().c_str(), req.known_version(),
+         req.known_store_epoch().c_str());
+  // Versions are compared within one store only (see WatchPolicyRequest.known_store_epoch).
+  uint64_t newer_than = req.known_version();
+  if (!req.known_store_epoch().empty()) {
+    if (req.known_store_epoch() != core_.epoch()) {
+      newer_than = 0;  // another store: its latest, whatever the numbers
+    } else if (auto l = core_.latest(); l && l->version < newer_than) {
+      // Older than what the agent holds: a replica behind etcd, or a store restored from an old
+      // backup. Catch up first; if still older, send it so the agent reports it.
+      Status synced = core_.sync();
+      if (!synced.ok()) TQ_LOG(kWarn, "watch: %s", synced.message().c_str());
+      if (auto now = core_.latest(); now && now->version < newer_than) {
+        TQ_LOG(kWarn,
+               "watch from %s (node %s): it holds version %" PRIu64 " of this store, newer than "
+               "the latest %" PRIu64 " (was the store restored from an old backup?)",
+               ctx->peer().c_str(), req.node().c_str(), req.known_version(), now->version);
+        if (metrics_ != nullptr) metrics_->countWatcherAhead();
+        newer_than = 0;
+      }
+    }
+  }
+  raw->setWatcher(req.node(), newer_than);
   hub_->add(std::move(reactor));
   return raw;
 }

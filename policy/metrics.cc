@@ -42,6 +42,24 @@ struct PolicydMetrics::Impl {
                                  .Help("Nodes whose latest usage report policyd holds")
                                  .Register(*registry)
                                  .Add({});
+  prometheus::Family<prometheus::Gauge>& store_info =
+      prometheus::BuildGauge()
+          .Name("tenantqos_policyd_store_info")
+          .Help("1 for the policy store served: its backend and epoch")
+          .Register(*registry);
+  prometheus::Gauge& newest_corrupt =
+      prometheus::BuildGauge()
+          .Name("tenantqos_policyd_store_newest_corrupt_version")
+          .Help("The newest stored version when its record is corrupt and the newest intact one "
+                "is served instead (--serve-newest-intact); 0 when the newest is served")
+          .Register(*registry)
+          .Add({});
+  prometheus::Counter& watchers_ahead =
+      prometheus::BuildCounter()
+          .Name("tenantqos_policyd_watchers_ahead_total")
+          .Help("Watch requests holding a newer version of this store than its latest")
+          .Register(*registry)
+          .Add({});
 };
 
 PolicydMetrics::PolicydMetrics() : impl_(std::make_unique<Impl>()) {}
@@ -57,6 +75,13 @@ void PolicydMetrics::setStoreCorruptRecords(uint64_t n) {
   impl_->corrupt.Set(static_cast<double>(n));
 }
 void PolicydMetrics::setUsageNodes(uint64_t n) { impl_->nodes.Set(static_cast<double>(n)); }
+void PolicydMetrics::setStoreInfo(const std::string& backend, const std::string& epoch) {
+  impl_->store_info.Add({{"backend", backend}, {"epoch", epoch}}).Set(1);
+}
+void PolicydMetrics::setStoreNewestCorruptVersion(uint64_t v) {
+  impl_->newest_corrupt.Set(static_cast<double>(v));
+}
+void PolicydMetrics::countWatcherAhead() { impl_->watchers_ahead.Increment(); }
 
 std::shared_ptr<prometheus::Registry> PolicydMetrics::registry() const { return impl_->registry; }
 

@@ -9,6 +9,12 @@
 //   tenantqos_policyd_watchers                       gauge    open WatchPolicy streams
 //   tenantqos_policyd_store_corrupt_records          gauge    records that failed verification
 //   tenantqos_policyd_usage_nodes                    gauge    nodes with a usage report
+//   tenantqos_policyd_store_info{backend,epoch}      gauge    1: the store served
+//   tenantqos_policyd_store_newest_corrupt_version   gauge    the newest version when its record
+//                                                             is corrupt and an older one is
+//                                                             served (--serve-newest-intact); 0
+//   tenantqos_policyd_watchers_ahead_total           counter  watchers holding a newer version of
+//                                                             this store than its latest
 // Thread-safety: all methods are safe from any thread (prometheus-cpp metrics are atomic).
 #pragma once
 
@@ -36,6 +42,9 @@ class PolicydMetrics {
   void setWatchers(int64_t n);
   void setStoreCorruptRecords(uint64_t n);
   void setUsageNodes(uint64_t n);
+  void setStoreInfo(const std::string& backend, const std::string& epoch);
+  void setStoreNewestCorruptVersion(uint64_t version);
+  void countWatcherAhead();
 
   std::shared_ptr<prometheus::Registry> registry() const;
   // The text exposition format, as a scrape would return it.

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/endpoints.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "policy/grpc_service.h"
@@ -30,12 +31,47 @@ std::string hostOf(const std::string& listen) {
 
 }  // namespace
 
+Status checkNewestRecord(const PolicyStore& store, bool serve_newest_intact) {
+  std::vector<VersionSummary> versions = store.list();
+  if (versions.empty() || versions.front().intact) return okStatus();
+  const VersionSummary& newest = versions.front();
+  auto latest = store.latest();
+  const std::string serving =
+      latest ? "version " + std::to_string(latest->version) + " (the newest intact one)"
+             : "no policy (no version is intact)";
+  if (!serve_newest_intact) {
+    return dataLoss("the newest policy version " + std::to_string(newest.version) + " in " +
+                    store.describe() + " is corrupt: " + newest.problem +
+                    ". Agents may enforce it already, so an older version is not served as the "
+                    "latest. Restore the record from a backup, or start with "
+                    "--serve-newest-intact to serve " + serving +
+                    " (the next apply becomes version " + std::to_string(store.nextVersion()) +
+                    ")");
+  }
+  TQ_LOG(kError,
+         "the newest policy version %" PRIu64 " in %s is corrupt (%s); serving %s because of "
+         "--serve-newest-intact",
+         newest.version, store.describe().c_str(), newest.problem.c_str(), serving.c_str());
+  return okStatus();
+}
+
 Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, Clock& clock) {
   std::unique_ptr<Policyd> d(new Policyd());
   d->options_ = options;
   d->metrics_ = std::make_unique<PolicydMetrics>();
 
-  TQ_ASSIGN_OR_RETURN(d->store_, openFileStore(options.data_dir, options.store));
+  if (options.store_backend == "etcd") {
+    EtcdStoreOptions etcd = options.etcd;
+    etcd.retain_versions = options.store.retain_versions;
+    TQ_ASSIGN_OR_RETURN(d->store_, openEtcdStore(etcd));
+  } else {
+    TQ_ASSIGN_OR_RETURN(d->store_, openFileStore(options.data_dir, options.store));
+  }
+  TQ_RETURN_IF_ERROR(checkNewestRecord(*d->store_, options.serve_newest_intact));
+  const std::vector<VersionSummary> versions = d->store_->list();
+  const bool newest_corrupt = !versions.empty() && !versions.front().intact;
+  d->metrics_->setStoreInfo(options.store_backend, d->store_->epoch());
+  d->metrics_->setStoreNewestCorruptVersion(newest_corrupt ? versions.front().version : 0);
   d->core_ = std::make_unique<PolicyCore>(*d->store_, clock, d->metrics_.get());
   d->service_ = std::make_unique<PolicyGrpcService>(*d->core_, d->metrics_.get());
 
@@ -71,10 +107,15 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
                        " (address in use, not a local address, or malformed HOST:PORT)");
   }
   d->address_ = hostOf(options.listen) + ":" + std::to_string(d->port_);
+  if (auto* health = d->server_->GetHealthCheckService()) {
+    health->SetServingStatus(kStoreHealthService, !newest_corrupt);
+  }
   // Logged before the port file appears, so a script that waited for the file finds the line.
   auto latest = d->core_->latest();
-  TQ_LOG(kInfo, "tenantqos-policyd listening on %s (data dir %s, policy version %" PRIu64 ")",
-         d->address_.c_str(), options.data_dir.c_str(), latest ? latest->version : 0);
+  TQ_LOG(kInfo,
+         "tenantqos-policyd listening on %s (store %s, epoch %s, policy version %" PRIu64 ")",
+         d->address_.c_str(), d->store_->describe().c_str(), d->store_->epoch().c_str(),
+         latest ? latest->version : 0);
   if (d->exposer_) {
     TQ_LOG(kInfo, "metrics on http://%s:%d/metrics", hostOf(options.metrics_listen).c_str(),
            d->metrics_port_);
@@ -130,7 +171,20 @@ node agents (gRPC tenantqos.v1.PolicyService, plus grpc.health.v1 and server ref
 Flags:
   --listen HOST:PORT     gRPC address (default 127.0.0.1:7400; port 0 picks a free port;
                          use 0.0.0.0:7400 to serve agents on other nodes)
+  --store file|etcd      where the policy history lives (default file: --data-dir; etcd:
+                         shared by every replica pointed at the same etcd and prefix)
   --data-dir DIR         where policy versions are stored (default /var/lib/tenantqos/policyd)
+  --etcd-endpoints A,B,C etcd client URLs as HOST:PORT (--store etcd)
+  --etcd-prefix PREFIX   key prefix in etcd (default /tenantqos/)
+  --etcd-ca FILE         TLS to etcd: CA bundle that signed etcd's server certificate
+  --etcd-cert FILE       TLS client certificate for etcd (with --etcd-key; etcd
+  --etcd-key FILE        --client-cert-auth)
+  --retain-versions N    keep the newest N versions, remove older ones after each apply
+                         (default 100; N >= 1)
+  --serve-newest-intact  when the newest stored record is corrupt, serve the newest intact
+                         version (reported by the health service tenantqos.v1.PolicyStore and
+                         tenantqos_policyd_store_newest_corrupt_version) instead of refusing
+                         to start
   --port-file FILE       write the bound gRPC port to FILE (atomically) once listening
   --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics (default: off)
   --log-level LEVEL      error, warn, info (default), debug or trace
@@ -181,15 +235,45 @@ int policydMain(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     }
+    if (a == "--serve-newest-intact") {
+      opt.serve_newest_intact = true;
+      ++p.i;
+      continue;
+    }
+    std::string retain, endpoints;
+    if (p.take("--etcd-endpoints", &endpoints)) {
+      auto list = splitEndpointList(endpoints, "--etcd-endpoints");
+      if (!list.ok()) p.error = list.status().message();
+      if (list.ok()) opt.etcd.endpoints = *list;
+      continue;
+    }
+    if (p.take("--retain-versions", &retain)) {
+      char* end = nullptr;
+      errno = 0;
+      unsigned long long n = std::strtoull(retain.c_str(), &end, 10);
+      if (retain.empty() || *end != '\0' || errno != 0 || n == 0 || retain[0] == '-') {
+        p.error = "--retain-versions wants a whole number >= 1, got \"" + retain + "\"";
+      }
+      opt.store.retain_versions = n;
+      continue;
+    }
     if (p.take("--listen", &opt.listen) || p.take("--data-dir", &opt.data_dir) ||
         p.take("--port-file", &opt.port_file) || p.take("--metrics", &opt.metrics_listen) ||
-        p.take("--log-level", &level)) {
+        p.take("--log-level", &level) || p.take("--store", &opt.store_backend) ||
+        p.take("--etcd-prefix", &opt.etcd.prefix) || p.take("--etcd-ca", &opt.etcd.ca_file) ||
+        p.take("--etcd-cert", &opt.etcd.cert_file) || p.take("--etcd-key", &opt.etcd.key_file)) {
       continue;
     }
     p.error = "unknown argument \"" + a + "\"";
   }
   if (p.error.empty() && opt.listen.find(':') == std::string::npos) {
     p.error = "--listen wants HOST:PORT, got \"" + opt.listen + "\"";
+  }
+  if (p.error.empty() && opt.store_backend != "file" && opt.store_backend != "etcd") {
+    p.error = "--store wants file or etcd, got \"" + opt.store_backend + "\"";
+  }
+  if (p.error.empty() && opt.store_backend == "etcd" && opt.etcd.endpoints.empty()) {
+    p.error = "--store etcd needs --etcd-endpoints HOST:PORT[,HOST:PORT...]";
   }
   auto lvl = parseLogLevel(level);
   if (p.error.empty() && !lvl.ok()) p.error = lvl.status().message();

@@ -1,9 +1,12 @@
 // tenantqos-policyd: the gRPC server around PolicyCore, with its store, health and reflection
 // services, optional Prometheus endpoint, and the process entry point (flags, signals).
 //
-// Lifecycle: Policyd::start() opens the store under data_dir (failing clearly if it is not a
-// writable directory), binds `listen` (port 0 picks a free port; SO_REUSEPORT is off so a
-// busy port is an error), and serves. shutdown() marks health NOT_SERVING, ends every watch
+// Lifecycle: Policyd::start() opens the store (the file store under data_dir, failing clearly
+// if it is not a writable directory; or etcd), refuses to start when the newest stored record
+// is corrupt unless serve_newest_intact (then the store's health service
+// "tenantqos.v1.PolicyStore" is NOT_SERVING and a metric names the version), binds `listen`
+// (port 0 picks a free port; SO_REUSEPORT is off so a busy port is an error), and serves.
+// shutdown() marks health NOT_SERVING, ends every watch
 // stream with UNAVAILABLE, lets in-flight calls finish (up to shutdown_grace, then cancels
 // them), and returns when the server has stopped.
 // Thread-safety: start/shutdown from one thread; accessors from any.
@@ -15,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "policy/etcd_store.h"
 #include "policy/file_store.h"
 
 namespace grpc {
@@ -42,8 +46,21 @@ struct PolicydOptions {
   std::string metrics_listen;  // HOST:PORT for Prometheus; empty = no endpoint
   int max_request_bytes = kMaxRequestBytes;
   std::chrono::milliseconds shutdown_grace{5000};
-  FileStoreOptions store;
+  std::string store_backend = "file";  // "file" (data_dir) or "etcd"
+  FileStoreOptions store;  // file store; its retain_versions applies to every backend
+  EtcdStoreOptions etcd;   // --store etcd
+  // Serve the newest intact version when the newest record is corrupt, instead of refusing to
+  // start (--serve-newest-intact).
+  bool serve_newest_intact = false;
 };
+
+// The gRPC health service name that reports the store: NOT_SERVING while policyd serves an
+// older version than the newest stored one (its record is corrupt).
+inline constexpr const char* kStoreHealthService = "tenantqos.v1.PolicyStore";
+
+// The start-up check of the newest record: ok if it is intact (or there is none); otherwise
+// kDataLoss naming the record and the way out, unless `serve_newest_intact`.
+Status checkNewestRecord(const PolicyStore& store, bool serve_newest_intact);
 
 class Policyd {
  public:

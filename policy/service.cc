@@ -26,6 +26,35 @@ PolicyCore::PolicyCore(PolicyStore& store, Clock& clock, PolicydMetrics* metrics
     metrics_->setPolicyVersion(latest_ ? latest_->version : 0);
     metrics_->setStoreCorruptRecords(store_.corruptRecords());
   }
+  store_.setOnExternalAppend([this] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      refreshLocked();
+    }
+    publishLatest();
+  });
+}
+
+PolicyCore::~PolicyCore() { store_.setOnExternalAppend(nullptr); }
+
+Status PolicyCore::sync() {
+  Status st = store_.sync();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    refreshLocked();
+  }
+  publishLatest();
+  return st;
+}
+
+void PolicyCore::refreshLocked() {
+  const uint64_t have = latest_ ? latest_->version : 0;
+  if (store_.nextVersion() <= have + 1) return;  // nothing newer (the common, cheap case)
+  auto l = store_.latest();
+  if (!l || l->version <= have) return;
+  latest_ = std::make_shared<const PolicyRecord>(std::move(*l));
+  TQ_LOG(kInfo, "policy version %" PRIu64 " committed by another replica", latest_->version);
+  if (metrics_ != nullptr) metrics_->setPolicyVersion(latest_->version);
 }
 
 void PolicyCore::setPublisher(Publisher publisher) {
@@ -84,6 +113,27 @@ Result<ApplyResult> PolicyCore::rollback(uint64_t version, std::optional<uint64_
 Result<ApplyResult> PolicyCore::commitLocked(PolicySpec policy, std::string source_yaml,
                                              bool dry_run, std::optional<uint64_t> expected_version,
                                              const std::string& applied_by, uint64_t rollback_of) {
+  for (int race = 0;; ++race) {
+    refreshLocked();
+    Result<ApplyResult> r = commitOnceLocked(policy, source_yaml, dry_run, expected_version,
+                                             applied_by, rollback_of);
+    // kAborted: another replica committed this version number first. Decide again on top of it
+    // (the policy may now be unchanged, or expected_version stale).
+    if (r.ok() || r.status().code() != StatusCode::kAborted || race + 1 >= kMaxApplyRaces) {
+      return r;
+    }
+    TQ_LOG(kInfo, "apply lost a race to another replica (%s); deciding again",
+           r.status().message().c_str());
+    Status synced = store_.sync();
+    if (!synced.ok()) return unavailable(synced.message());
+  }
+}
+
+Result<ApplyResult> PolicyCore::commitOnceLocked(const PolicySpec& policy,
+                                                 const std::string& source_yaml, bool dry_run,
+                                                 std::optional<uint64_t> expected_version,
+                                                 const std::string& applied_by,
+                                                 uint64_t rollback_of) {
   const uint64_t current = latest_ ? latest_->version : 0;
   if (expected_version && *expected_version != current) {
     return failedPrecondition("expected_version " + std::to_string(*expected_version) +
@@ -104,8 +154,8 @@ Result<ApplyResult> PolicyCore::commitLocked(PolicySpec policy, std::string sour
 
   PolicyRecord rec;
   rec.version = out.version;
-  rec.policy = std::move(policy);
-  rec.source_yaml = std::move(source_yaml);
+  rec.policy = policy;
+  rec.source_yaml = source_yaml;
   rec.applied_at_unix_ms = clock_.wallNs() / kNsPerMs;
   rec.applied_by = applied_by;
   rec.rollback_of = rollback_of;
@@ -119,6 +169,8 @@ Result<ApplyResult> PolicyCore::commitLocked(PolicySpec policy, std::string sour
     // race (another replica appended first) is a retryable conflict.
     if (st.code() == StatusCode::kResourceExhausted) return st;
     if (st.code() == StatusCode::kFailedPrecondition) return aborted(st.message());
+    // etcd without quorum or unreachable: retryable, and nothing was stored.
+    if (st.code() == StatusCode::kUnavailable) return st;
     return internalError(st.message());
   }
   latest_ = std::make_shared<const PolicyRecord>(std::move(*stored));

@@ -8,6 +8,11 @@
 //     diff empty: formatting, comments and order do not count) stores nothing and reports
 //     changed = false with the latest version; a dry run validates and diffs only. Otherwise the
 //     new version is durable in the store before apply returns, then published.
+//   - several replicas on one store (etcd): the store's compare-and-append decides; an apply that
+//     lost the race to another replica is re-decided on top of the winner (no expected_version:
+//     up to kMaxApplyRaces times) or fails with kFailedPrecondition (expected_version is stale).
+//     Versions other replicas commit reach this core through the store's external-append
+//     callback and are published like local ones.
 //   - rollback(N): the content of version N becomes a new version (rollback_of = N).
 //   - usage: the latest report per node, in memory only.
 // Thread-safety: all methods are safe from any thread. One mutex serialises applies and is held
@@ -59,6 +64,7 @@ struct ClusterUsage {
 };
 
 inline constexpr size_t kMaxUsageNodes = 100000;
+inline constexpr int kMaxApplyRaces = 5;
 inline constexpr size_t kMaxUsageTenantsPerNode = 10000;
 
 class PolicyCore {
@@ -71,6 +77,7 @@ class PolicyCore {
 
   // `store`, `clock` and `metrics` (may be null) must outlive the core.
   PolicyCore(PolicyStore& store, Clock& clock, PolicydMetrics* metrics = nullptr);
+  ~PolicyCore();
 
   // Installs the publisher; it is not called for versions that exist already (read latest()).
   void setPublisher(Publisher publisher);
@@ -84,6 +91,10 @@ class PolicyCore {
   // The latest record (shared, immutable), or null before the first apply.
   std::shared_ptr<const PolicyRecord> latest() const;
   std::vector<VersionSummary> list() const;
+  // The store's epoch (policy/store.h).
+  std::string epoch() const { return store_.epoch(); }
+  // Catches up with versions other replicas committed (PolicyStore::sync), publishing them.
+  Status sync();
 
   Status reportUsage(NodeUsageReport report);
   ClusterUsage usage() const;
@@ -92,7 +103,12 @@ class PolicyCore {
   Result<ApplyResult> commitLocked(PolicySpec policy, std::string source_yaml, bool dry_run,
                                    std::optional<uint64_t> expected_version,
                                    const std::string& applied_by, uint64_t rollback_of);
+  Result<ApplyResult> commitOnceLocked(const PolicySpec& policy, const std::string& source_yaml,
+                                       bool dry_run, std::optional<uint64_t> expected_version,
+                                       const std::string& applied_by, uint64_t rollback_of);
   void publishLatest();
+  // Takes the store's latest if it is newer than latest_ (another replica appended it).
+  void refreshLocked();
 
   PolicyStore& store_;
   Clock& clock_;

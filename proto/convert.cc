@@ -53,7 +53,7 @@ PolicySpec fromProto(const tenantqos::v1::Policy& policy) {
 }
 
 VersionedPolicy fromSnapshot(const tenantqos::v1::PolicySnapshot& snapshot) {
-  return VersionedPolicy{snapshot.version(), fromProto(snapshot.policy())};
+  return VersionedPolicy{snapshot.version(), fromProto(snapshot.policy()), snapshot.store_epoch()};
 }
 
 tenantqos::v1::TenantUsage toProto(const TenantUsageReport& u) {

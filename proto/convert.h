@@ -10,7 +10,7 @@ namespace tq::proto {
 tenantqos::v1::Policy toProto(const PolicySpec& policy);
 PolicySpec fromProto(const tenantqos::v1::Policy& policy);
 
-// WatchPolicy / GetPolicy snapshot -> what the agent holds (version + policy).
+// WatchPolicy / GetPolicy snapshot -> what the agent holds (version, policy, store epoch).
 VersionedPolicy fromSnapshot(const tenantqos::v1::PolicySnapshot& snapshot);
 
 tenantqos::v1::TenantUsage toProto(const TenantUsageReport& usage);

@@ -22,6 +22,8 @@ pkgs=(
   # test and demo tools: real tc, real Prometheus, an independent gRPC client, plots
   iproute2 iperf3 prometheus python3 python3-grpcio python3-protobuf procps psmisc curl
   gnuplot-nox tcpdump nftables
+  # the etcd store's tests (ctest -L etcd): a real etcd cluster on loopback; etcdctl for people
+  etcd-server etcd-client
   # offline checks of the Kubernetes manifests (deploy/): YAML and the API's field schemas
   python3-yaml python3-kubernetes
   # the admission webhook's tests: applying its JSONPatch

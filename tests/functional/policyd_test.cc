@@ -341,7 +341,7 @@ TEST_F(PolicydTest, Kill9AndRestartServeTheSameVersionAndHistory) {
   EXPECT_EQ(resp.version(), 4u);
 }
 
-TEST_F(PolicydTest, CorruptLatestRecordFallsBackToTheNewestIntact) {
+TEST_F(PolicydTest, CorruptLatestRecordRefusesToStartUnlessServeNewestIntact) {
   start({"--metrics", "127.0.0.1:0"});
   ASSERT_TRUE(apply(policyWithLimit(61)).ok());
   ASSERT_TRUE(apply(policyWithLimit(62)).ok());
@@ -351,7 +351,15 @@ TEST_F(PolicydTest, CorruptLatestRecordFallsBackToTheNewestIntact) {
   std::string bytes = readWholeFile(rec);
   bytes[bytes.size() / 2] ^= 0x40;
   std::ofstream(rec, std::ios::binary | std::ios::trunc) << bytes;
-  start({"--metrics", "127.0.0.1:0"});
+  // Agents may enforce version 2 already: serving 1 as the latest would be silent. Refused,
+  // naming the file and the way out.
+  auto refused = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", data_}, {}, "",
+                            20s);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find(rec), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--serve-newest-intact"), std::string::npos) << refused.err;
+
+  start({"--metrics", "127.0.0.1:0", "--serve-newest-intact"});
   EXPECT_NE(readWholeFile(log_).find("version 2 is corrupt"), std::string::npos);
   v1::PolicySnapshot snap;
   ASSERT_TRUE(get(0, &snap).ok());
@@ -361,7 +369,16 @@ TEST_F(PolicydTest, CorruptLatestRecordFallsBackToTheNewestIntact) {
   EXPECT_FALSE(versions.versions(0).intact());
   EXPECT_NE(versions.versions(0).problem().find("checksum"), std::string::npos);
   EXPECT_EQ(get(2, &snap).error_code(), grpc::StatusCode::DATA_LOSS);
-  // The metric says so.
+  // Health: the process serves, the store's health service says it is degraded.
+  std::string health;
+  const std::string store_service = "tenantqos.v1.PolicyStore";
+  ASSERT_TRUE(rawCall("/grpc.health.v1.Health/Check",
+                      std::string("\x0a") + static_cast<char>(store_service.size()) +
+                          store_service,
+                      &health)
+                  .ok());
+  EXPECT_EQ(health, std::string("\x08\x02", 2)) << "want NOT_SERVING";
+  // The metrics say so.
   std::string log = readWholeFile(log_);
   size_t at = log.rfind("metrics on http://127.0.0.1:");
   ASSERT_NE(at, std::string::npos);
@@ -371,11 +388,54 @@ TEST_F(PolicydTest, CorruptLatestRecordFallsBackToTheNewestIntact) {
   ASSERT_EQ(scrape.exit_code, 0) << scrape.err;
   EXPECT_NE(scrape.out.find("tenantqos_policyd_store_corrupt_records 1"), std::string::npos)
       << scrape.out;
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_store_newest_corrupt_version 2"),
+            std::string::npos);
   EXPECT_NE(scrape.out.find("tenantqos_policyd_policy_version 1"), std::string::npos);
   // Version numbers move on past the corrupt one.
   v1::ApplyPolicyResponse resp;
   ASSERT_TRUE(apply(policyWithLimit(70), &resp).ok());
   EXPECT_EQ(resp.version(), 3u);
+}
+
+// The store epoch: on every snapshot; a watcher of another store gets this store's latest
+// whatever it holds; a watcher holding a newer version of this store gets the (older) latest,
+// so that it reports it, and policyd counts it.
+TEST_F(PolicydTest, StoreEpochOnSnapshotsAndWatchersOfAnotherStore) {
+  start({"--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(apply(policyWithLimit(61)).ok());
+  v1::PolicySnapshot snap;
+  ASSERT_TRUE(get(0, &snap).ok());
+  const std::string epoch = snap.store_epoch();
+  ASSERT_EQ(epoch.size(), 32u);
+  EXPECT_EQ(readWholeFile(data_ + "/store-epoch"), epoch + "\n");
+
+  auto watch = [&](uint64_t known, const std::string& known_epoch) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    v1::WatchPolicyRequest req;
+    req.set_node("n");
+    req.set_known_version(known);
+    req.set_known_store_epoch(known_epoch);
+    auto reader = stub()->WatchPolicy(&ctx, req);
+    v1::PolicySnapshot s;
+    bool got = reader->Read(&s);
+    ctx.TryCancel();
+    reader->Finish();
+    return got ? s.version() : 0;
+  };
+  EXPECT_EQ(watch(9, std::string(32, 'b')), 1u);  // another store: its latest
+  EXPECT_EQ(watch(9, epoch), 1u);                 // same store, ahead of it: reported
+  EXPECT_EQ(watch(0, ""), 1u);
+
+  // A lost data dir re-applied from v1 is a new store with a new epoch.
+  proc_->signal(SIGTERM);
+  ASSERT_TRUE(proc_->wait(10s).has_value());
+  ASSERT_EQ(system(("rm -rf " + data_).c_str()), 0);
+  start();
+  ASSERT_TRUE(apply(policyWithLimit(62)).ok());
+  ASSERT_TRUE(get(0, &snap).ok());
+  EXPECT_EQ(snap.version(), 1u);
+  EXPECT_NE(snap.store_epoch(), epoch);
 }
 
 // 100 watchers, 20 versions applied back to back: every watcher sees strictly increasing

@@ -104,7 +104,7 @@ Parsed parse(const std::string& text) {
 }
 
 TEST(MetricsTest, NamesLabelsAndValues) {
-  Parsed p = parse(renderMetrics(sampleState(), true));
+  Parsed p = parse(renderMetrics(sampleState(), WatchStatus{true}));
   EXPECT_EQ(p.series.at(R"(tenantqos_tenant_transmit_bytes_total{node="node1",tenant="tenant-b"})"),
             2000);
   EXPECT_EQ(
@@ -151,13 +151,13 @@ TEST(MetricsTest, NamesLabelsAndValues) {
   EXPECT_EQ(p.types.at("tenantqos_tenant_allocated_rate_bytes_per_second"), "gauge");
   EXPECT_EQ(p.types.at("tenantqos_reconcile_duration_seconds"), "histogram");
 
-  Parsed q = parse(renderMetrics(AgentState{}, false));
+  Parsed q = parse(renderMetrics(AgentState{}, WatchStatus{false}));
   EXPECT_EQ(q.series.at("tenantqos_policyd_connected"), 0);
   EXPECT_EQ(q.series.at("tenantqos_agent_ready"), 0);
 }
 
 TEST(MetricsTest, RdmaPortSeriesOnlyForCountersTheDeviceHas) {
-  Parsed p = parse(renderMetrics(sampleState(), true));
+  Parsed p = parse(renderMetrics(sampleState(), WatchStatus{true}));
   const std::string ib = R"({device="mlx5_0",link_layer="InfiniBand",netdev="",port="1"})";
   const std::string rxe = R"({device="rxe0",link_layer="Ethernet",netdev="rxeveth0",port="1"})";
   EXPECT_EQ(p.series.at("tenantqos_rdma_port_transmit_bytes_total" + ib), 4000);
@@ -176,17 +176,18 @@ TEST(MetricsTest, RdmaPortSeriesOnlyForCountersTheDeviceHas) {
   // No RDMA ports: not even a HELP/TYPE line.
   AgentState none = sampleState();
   none.rdma_ports.clear();
-  EXPECT_EQ(renderMetrics(none, true).find("tenantqos_rdma_port"), std::string::npos);
+  EXPECT_EQ(renderMetrics(none, WatchStatus{true}).find("tenantqos_rdma_port"),
+            std::string::npos);
   // Only rxe: the byte families are absent altogether.
   AgentState only_rxe = sampleState();
   only_rxe.rdma_ports.erase(only_rxe.rdma_ports.begin());
-  const std::string text = renderMetrics(only_rxe, true);
+  const std::string text = renderMetrics(only_rxe, WatchStatus{true});
   EXPECT_EQ(text.find("tenantqos_rdma_port_transmit_bytes_total"), std::string::npos);
   EXPECT_NE(text.find("tenantqos_rdma_port_transmit_packets_total"), std::string::npos);
 }
 
 TEST(MetricsTest, UngovernedTrafficSeries) {
-  Parsed p = parse(renderMetrics(sampleState(), true));
+  Parsed p = parse(renderMetrics(sampleState(), WatchStatus{true}));
   EXPECT_EQ(p.series.at(R"(tenantqos_ungoverned_bytes_total{device="eth0",path="tcp"})"), 900);
   EXPECT_EQ(p.types.at("tenantqos_ungoverned_bytes_total"), "counter");
   for (const auto& [owner, n] :
@@ -208,7 +209,7 @@ TEST(MetricsTest, UngovernedTrafficSeries) {
   AgentState none = sampleState();
   none.rdma_qps.reset();
   none.classes.clear();
-  const std::string text = renderMetrics(none, true);
+  const std::string text = renderMetrics(none, WatchStatus{true});
   EXPECT_EQ(text.find("_qps"), std::string::npos);
   EXPECT_EQ(text.find("tenantqos_ungoverned"), std::string::npos);
 }
@@ -217,7 +218,7 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeAndMonotonic) {
   AgentState s;
   for (double v : {1e-6, 3e-5, 2e-4, 0.004, 0.004, 0.03, 1.0, 10.0})
     s.reconcile_duration.observe(v);
-  Parsed p = parse(renderMetrics(s, false));
+  Parsed p = parse(renderMetrics(s, WatchStatus{false}));
   std::vector<std::pair<double, double>> buckets;  // le -> count
   const std::regex re(R"re(tenantqos_reconcile_duration_seconds_bucket\{le="([^"]+)"\})re");
   for (const auto& [k, v] : p.series) {
@@ -235,11 +236,11 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeAndMonotonic) {
 }
 
 TEST(MetricsTest, EveryFamilyNameCarriesAUnitOrIsDimensionless) {
-  Parsed p = parse(renderMetrics(sampleState(), true));
+  Parsed p = parse(renderMetrics(sampleState(), WatchStatus{true}));
   const std::regex ok(
       "tenantqos_[a-z_]+(_bytes_total|_packets_total|_drops_total|_overlimits_total|"
       "_seconds_total|_bytes_per_second|_seconds|_errors_total|_bytes|_processes|_version|"
-      "_connected|_ready|_errors|_up|_qps|_qp_owners)");
+      "_connected|_ready|_errors|_up|_qps|_qp_owners|_changes_total|_offers_total)");
   for (const auto& [name, type] : p.types) EXPECT_TRUE(std::regex_match(name, ok)) << name;
 }
 

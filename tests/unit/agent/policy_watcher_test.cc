@@ -22,6 +22,9 @@ using testing::samplePolicy;
 using testing::TempDir;
 namespace v1 = tenantqos::v1;
 
+constexpr char kEpochA[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+constexpr char kEpochB[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
 class FakePolicyService final : public v1::PolicyService::Service {
  public:
   grpc::Status WatchPolicy(grpc::ServerContext* ctx, const v1::WatchPolicyRequest* req,
@@ -29,8 +32,14 @@ class FakePolicyService final : public v1::PolicyService::Service {
     std::unique_lock<std::mutex> lock(mu_);
     watch_requests.push_back(*req);
     size_t next = 0;
-    // Like policyd: send the latest at once if newer than known, then every later version.
-    while (next < snapshots_.size() && snapshots_[next].version() <= req->known_version()) ++next;
+    // Like policyd: send the latest at once if newer than known, then every later version; all
+    // of them to a watcher of another store, or when told to offer older versions.
+    const bool other_store =
+        !req->known_store_epoch().empty() && req->known_store_epoch() != epoch;
+    while (!other_store && !offer_older && next < snapshots_.size() &&
+           snapshots_[next].version() <= req->known_version()) {
+      ++next;
+    }
     while (!ctx->IsCancelled() && !closed_) {
       if (next < snapshots_.size()) {
         v1::PolicySnapshot s = snapshots_[next++];
@@ -52,6 +61,7 @@ class FakePolicyService final : public v1::PolicyService::Service {
   void publish(const VersionedPolicy& p) {
     v1::PolicySnapshot s;
     s.set_version(p.version);
+    s.set_store_epoch(epoch);
     *s.mutable_policy() = proto::toProto(p.policy);
     std::lock_guard<std::mutex> lock(mu_);
     snapshots_.push_back(s);
@@ -69,6 +79,8 @@ class FakePolicyService final : public v1::PolicyService::Service {
 
   std::vector<v1::WatchPolicyRequest> watch_requests;
   std::vector<v1::ReportUsageRequest> reports;
+  std::string epoch = kEpochA;  // set before publishing
+  bool offer_older = false;
 
  private:
   std::mutex mu_;
@@ -122,15 +134,19 @@ bool driveUntil(FakeClock& clock, const Worker& worker, Pred done, int timeout_m
 
 class PolicyWatcherTest : public ::testing::Test {
  protected:
-  std::unique_ptr<PolicyWatcher> makeWatcher(int port, uint64_t known) {
+  std::unique_ptr<PolicyWatcher> makeWatcher(int port, uint64_t known,
+                                             std::vector<int> more_ports = {},
+                                             std::string known_epoch = "") {
     PolicyWatcher::Options o;
     o.node = "node-x";
     o.known_version = known;
+    o.known_store_epoch = std::move(known_epoch);
     o.backoff = {20'000'000, 200'000'000, 2.0, 0.2};
     o.seed = 5;
-    auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), o.backoff);
+    std::vector<std::string> targets{"127.0.0.1:" + std::to_string(port)};
+    for (int p : more_ports) targets.push_back("127.0.0.1:" + std::to_string(p));
     return std::make_unique<PolicyWatcher>(
-        ch, o, &store_, &board_,
+        makePolicydEndpoints(targets, o.backoff), o, &store_, &board_,
         [this](VersionedPolicy p) {
           // Persisted BEFORE it reaches the reconciler.
           auto on_disk = store_.load();
@@ -168,7 +184,9 @@ TEST_F(PolicyWatcherTest, ReceivesPersistsThenDelivers) {
   w->stop();
   EXPECT_FALSE(board_.policydConnected());
   std::lock_guard<std::mutex> lock(mu_);
-  EXPECT_EQ(received_[0], samplePolicy(4));
+  VersionedPolicy expect = samplePolicy(4);
+  expect.store_epoch = kEpochA;
+  EXPECT_EQ(received_[0], expect);
   EXPECT_EQ(received_[1].version, 5u);
   EXPECT_EQ(persisted_first_, (std::vector<bool>{true, true}));
   EXPECT_EQ((*store_.load())->version, 5u);
@@ -204,6 +222,71 @@ TEST_F(PolicyWatcherTest, ReconnectsAfterPolicydRestartWithKnownVersion) {
   ASSERT_GE(reqs.size(), 1u);
   EXPECT_EQ(reqs.back().known_version(), 1u) << "the reconnect must send the known version";
   w->stop();
+}
+
+TEST(JudgeSnapshot, EpochsAndVersions) {
+  using V = SnapshotVerdict;
+  EXPECT_EQ(judgeSnapshot("", 0, kEpochA, 1), V::kTake);
+  EXPECT_EQ(judgeSnapshot(kEpochA, 4, kEpochA, 5), V::kTake);
+  EXPECT_EQ(judgeSnapshot(kEpochA, 4, kEpochA, 2), V::kKeepOlder);
+  EXPECT_EQ(judgeSnapshot(kEpochA, 4, kEpochB, 1), V::kTakeNewStore);
+  // A snapshot from before epochs, or a server that sends none: versions decide.
+  EXPECT_EQ(judgeSnapshot("", 4, kEpochA, 4), V::kTake);
+  EXPECT_EQ(judgeSnapshot("", 4, kEpochA, 3), V::kKeepOlder);
+  EXPECT_EQ(judgeSnapshot(kEpochA, 4, "", 3), V::kKeepOlder);
+}
+
+TEST_F(PolicyWatcherTest, AdoptsANewStoreWhateverItsVersionAndSaysSo) {
+  FakeServer server;
+  server.service.epoch = kEpochB;  // policyd lost its data dir; v1 re-applied
+  server.service.publish(samplePolicy(1));
+  auto w = makeWatcher(server.port, 4, {}, kEpochA);
+  w->start();
+  ASSERT_TRUE(waitFor([&] { return received() == 1; }));
+  w->stop();
+  EXPECT_EQ(board_.watchStatus().store_epoch_changes, 1u);
+  EXPECT_EQ((*store_.load())->store_epoch, kEpochB);
+  EXPECT_EQ((*store_.load())->version, 1u);
+  auto reqs = server.service.locked([&] { return server.service.watch_requests; });
+  EXPECT_EQ(reqs.at(0).known_store_epoch(), kEpochA);
+}
+
+TEST_F(PolicyWatcherTest, AnOlderVersionOfTheSameStoreIsReportedNeverTaken) {
+  FakeServer server;
+  server.service.offer_older = true;  // policyd restored from an old backup: v2 is its latest
+  server.service.publish(samplePolicy(2));
+  auto w = makeWatcher(server.port, 4, {}, kEpochA);
+  w->start();
+  ASSERT_TRUE(waitFor([&] { return board_.watchStatus().older_versions_offered == 1; }));
+  EXPECT_EQ(received(), 0u);
+  EXPECT_NE(board_.watchStatus().store_notice.find("older than the enforced v4"),
+            std::string::npos)
+      << board_.watchStatus().store_notice;
+  EXPECT_FALSE(store_.load()->has_value());  // not persisted either
+  server.service.publish(samplePolicy(5));   // the operator applies again
+  ASSERT_TRUE(waitFor([&] { return received() == 1; }));
+  EXPECT_TRUE(board_.watchStatus().store_notice.empty());
+  w->stop();
+}
+
+TEST_F(PolicyWatcherTest, FailsOverToTheNextReplicaAndResumesFromTheHeldVersion) {
+  auto a = std::make_unique<FakeServer>();
+  FakeServer b;
+  a->service.publish(samplePolicy(1));
+  b.service.publish(samplePolicy(1));
+  auto w = makeWatcher(a->port, 0, {b.port});
+  w->start();
+  ASSERT_TRUE(waitFor([&] { return received() == 1; }));
+  a->stop();  // replica A dies
+  b.service.publish(samplePolicy(2));
+  ASSERT_TRUE(driveUntil(clock_, w->worker(), [&] { return received() == 2; }));
+  w->stop();
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(received_[1].version, 2u);  // v1 was not delivered twice
+  auto reqs = b.service.locked([&] { return b.service.watch_requests; });
+  ASSERT_GE(reqs.size(), 1u);
+  EXPECT_EQ(reqs.back().known_version(), 1u);
+  EXPECT_EQ(reqs.back().known_store_epoch(), kEpochA);
 }
 
 TEST_F(PolicyWatcherTest, StopIsPromptWhilePolicydIsUnreachable) {
@@ -280,9 +363,10 @@ TEST(UsageReporterTest, SendsPeriodicallyAndSurvivesPolicydOutage) {
   board.publish(s);
   auto server = std::make_unique<FakeServer>();
   const int port = server->port;
-  auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), {20'000'000, 100'000'000});
+  auto eps = makePolicydEndpoints({"127.0.0.1:" + std::to_string(port)},
+                                  BackoffOptions{20'000'000, 100'000'000});
   FakeClock clock;
-  UsageReporter reporter(ch, board, 50'000'000, clock);
+  UsageReporter reporter(eps, board, 50'000'000, clock);
   reporter.start();
   auto reports = [&] {
     return server->service.locked([&] { return server->service.reports.size(); });

@@ -1,0 +1,553 @@
+#include "policy/etcd_store.h"
+
+#include <grpcpp/grpcpp.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "etcd/rpc.grpc.pb.h"
+#include "proto/channel_ring.h"
+
+namespace tq::policy {
+namespace {
+
+namespace pb = etcdserverpb;
+
+constexpr int64_t kWatchRetryMs = 200;
+constexpr int kRangePage = 8;  // records per Range response (each up to ~4 MiB)
+
+// The range_end that selects every key starting with `prefix` (etcd's clientv3.GetPrefixRangeEnd).
+std::string prefixEnd(std::string p) {
+  while (!p.empty()) {
+    if (static_cast<unsigned char>(p.back()) < 0xff) {
+      p.back() = static_cast<char>(static_cast<unsigned char>(p.back()) + 1);
+      return p;
+    }
+    p.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+std::optional<uint64_t> parseDecimal(std::string_view s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    if (v > (UINT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+std::string joinTargets(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+VersionSummary summarize(const PolicyRecord& r) {
+  return {r.version,     r.applied_at_unix_ms,
+          r.applied_by,  static_cast<uint32_t>(r.policy.tenants.size()),
+          r.rollback_of, r.checksum,
+          true,          ""};
+}
+
+Result<std::shared_ptr<grpc::ChannelCredentials>> credentials(const EtcdStoreOptions& o) {
+  if (o.ca_file.empty() && o.cert_file.empty() && o.key_file.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  if (o.ca_file.empty()) return invalidArgument("etcd TLS: --etcd-cert/--etcd-key need --etcd-ca");
+  if (o.cert_file.empty() != o.key_file.empty()) {
+    return invalidArgument("etcd TLS: --etcd-cert and --etcd-key go together");
+  }
+  grpc::SslCredentialsOptions ssl;
+  TQ_ASSIGN_OR_RETURN(ssl.pem_root_certs, readFile(o.ca_file, 1u << 20));
+  if (!o.cert_file.empty()) {
+    TQ_ASSIGN_OR_RETURN(ssl.pem_cert_chain, readFile(o.cert_file, 1u << 20));
+    TQ_ASSIGN_OR_RETURN(ssl.pem_private_key, readFile(o.key_file, 1u << 20));
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+class EtcdStore final : public PolicyStore {
+ public:
+  EtcdStore(EtcdStoreOptions o, std::shared_ptr<grpc::ChannelCredentials> creds)
+      : o_(std::move(o)),
+        epoch_key_(o_.prefix + "epoch"),
+        latest_key_(o_.prefix + "latest"),
+        versions_prefix_(o_.prefix + "versions/"),
+        ring_(o_.endpoints, [&](const std::string& target) {
+          grpc::ChannelArguments args;
+          args.SetMaxReceiveMessageSize(128 << 20);
+          args.SetMaxSendMessageSize(128 << 20);
+          args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+          args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+          args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+          return grpc::CreateCustomChannel(target, creds, args);
+        }) {}
+
+  ~EtcdStore() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
+    }
+    cv_.notify_all();
+    if (watcher_.joinable()) watcher_.join();
+  }
+
+  Status open() {
+    TQ_RETURN_IF_ERROR(loadEpoch());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TQ_RETURN_IF_ERROR(loadAllLocked());
+    }
+    watcher_ = std::thread([this] { watchLoop(); });
+    return okStatus();
+  }
+
+  Result<PolicyRecord> append(PolicyRecord record) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t n = record.version;
+    if (n != next_) {
+      return failedPrecondition("append version " + std::to_string(n) +
+                                ": the store expects version " + std::to_string(next_));
+    }
+    record.checksum = 0;
+    const std::string bytes = encodeRecord(record);
+    const std::string key = etcdRecordKey(o_.prefix, n);
+    const uint64_t retired = newestRetiredVersion(n, o_.retain_versions);
+
+    pb::TxnRequest txn;
+    pb::Compare* c = txn.add_compare();  // nobody moved `latest` since this replica saw it
+    c->set_key(latest_key_);
+    c->set_target(pb::Compare::MOD);
+    c->set_result(pb::Compare::EQUAL);
+    c->set_mod_revision(latest_rev_);
+    c = txn.add_compare();  // and version n was never created (numbers are never reused)
+    c->set_key(key);
+    c->set_target(pb::Compare::CREATE);
+    c->set_result(pb::Compare::EQUAL);
+    c->set_create_revision(0);
+    pb::PutRequest* put = txn.add_success()->mutable_request_put();
+    put->set_key(key);
+    put->set_value(bytes);
+    put = txn.add_success()->mutable_request_put();
+    put->set_key(latest_key_);
+    put->set_value(std::to_string(n));
+    if (retired > 0) {
+      pb::DeleteRangeRequest* del = txn.add_success()->mutable_request_delete_range();
+      del->set_key(versions_prefix_);
+      del->set_range_end(etcdRecordKey(o_.prefix, retired + 1));
+    }
+    txn.add_failure()->mutable_request_range()->set_key(latest_key_);
+    txn.add_failure()->mutable_request_range()->set_key(key);
+
+    pb::TxnResponse resp;
+    TQ_RETURN_IF_ERROR_CTX(unary("store policy version " + std::to_string(n), &pb::KV::Stub::Txn,
+                                 txn, &resp),
+                           "store policy version " + std::to_string(n));
+    int64_t rev = resp.header().revision();
+    if (!resp.succeeded()) {
+      // Lost the compare. Either another replica moved on, or this very transaction committed
+      // on an attempt whose answer was lost (then versions/n holds exactly our bytes).
+      const auto& latest_kvs = resp.responses(0).response_range().kvs();
+      const auto& mine = resp.responses(1).response_range().kvs();
+      if (!mine.empty() && mine[0].value() == bytes && !latest_kvs.empty() &&
+          latest_kvs[0].value() == std::to_string(n)) {
+        rev = latest_kvs[0].mod_revision();
+      } else {
+        uint64_t now = 0;
+        if (!latest_kvs.empty()) now = parseDecimal(latest_kvs[0].value()).value_or(0);
+        next_ = std::max(next_, now + 1);
+        return failedPrecondition("policy version " + std::to_string(n) +
+                                  " was committed by another policyd replica first (the latest "
+                                  "in etcd is now " + std::to_string(now) + ")");
+      }
+    }
+    Result<PolicyRecord> stored = decodeRecord(bytes);
+    if (!stored.ok()) return stored.status().withContext("re-read policy version just written");
+    summaries_[n] = summarize(*stored);
+    latest_ = *stored;
+    next_ = n + 1;
+    latest_rev_ = std::max(latest_rev_, rev);
+    summaries_.erase(summaries_.begin(), summaries_.upper_bound(retired));
+    return stored;
+  }
+
+  std::optional<PolicyRecord> latest() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return latest_;
+  }
+
+  Result<PolicyRecord> get(uint64_t version) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (latest_ && latest_->version == version) return *latest_;
+      auto it = summaries_.find(version);
+      if (it == summaries_.end()) {
+        return notFound("policy version " + std::to_string(version) + " does not exist");
+      }
+      if (!it->second.intact) {
+        return dataLoss("policy version " + std::to_string(version) +
+                        " is corrupt: " + it->second.problem);
+      }
+    }
+    pb::RangeRequest req;
+    req.set_key(etcdRecordKey(o_.prefix, version));
+    pb::RangeResponse resp;
+    TQ_RETURN_IF_ERROR(unary("read policy version " + std::to_string(version),
+                             &pb::KV::Stub::Range, req, &resp));
+    if (resp.kvs().empty()) {
+      return notFound("policy version " + std::to_string(version) + " does not exist");
+    }
+    return decodeKv(resp.kvs(0), version);
+  }
+
+  std::vector<VersionSummary> list() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<VersionSummary> out;
+    out.reserve(summaries_.size());
+    for (auto it = summaries_.rbegin(); it != summaries_.rend(); ++it) out.push_back(it->second);
+    return out;
+  }
+
+  uint64_t nextVersion() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_;
+  }
+
+  uint64_t corruptRecords() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<uint64_t>(std::count_if(summaries_.begin(), summaries_.end(),
+                                               [](const auto& e) { return !e.second.intact; }));
+  }
+
+  std::string epoch() const override { return epoch_; }
+
+  std::string describe() const override {
+    return "etcd " + joinTargets(o_.endpoints) + " prefix " + o_.prefix;
+  }
+
+  Status sync() override {
+    pb::RangeRequest req;
+    req.set_key(latest_key_);
+    pb::RangeResponse resp;
+    TQ_RETURN_IF_ERROR(unary("read the latest policy version", &pb::KV::Stub::Range, req, &resp));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (resp.kvs().empty() || resp.kvs(0).mod_revision() <= latest_rev_) return okStatus();
+    // Load the versions this replica has not seen, as of that read.
+    const uint64_t from = summaries_.empty() ? 1 : summaries_.rbegin()->first + 1;
+    TQ_RETURN_IF_ERROR(loadRangeLocked(etcdRecordKey(o_.prefix, from), resp.header().revision()));
+    applyLatestKvLocked(resp.kvs(0));
+    return okStatus();
+  }
+
+  void setOnExternalAppend(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(cb_mu_);
+    on_external_ = std::move(fn);
+  }
+
+ private:
+  // Runs one KV call on the current endpoint; an unreachable member (UNAVAILABLE) is retried on
+  // the next one, each endpoint once. No answer within request_timeout is not retried: without
+  // quorum every member would time out the same way.
+  template <typename Req, typename Resp>
+  Status unary(const std::string& what,
+               grpc::Status (pb::KV::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+               const Req& req, Resp* resp) const {
+    grpc::Status st;
+    std::string target;
+    for (size_t attempt = 0; attempt < ring_.size(); ++attempt) {
+      target = ring_.currentTarget();
+      auto stub = pb::KV::NewStub(ring_.current());
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + o_.request_timeout);
+      st = (stub.get()->*method)(&ctx, req, resp);
+      if (st.ok()) return okStatus();
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      ring_.failover();
+    }
+    return etcdError(what, target, st);
+  }
+
+  Status etcdError(const std::string& what, const std::string& target,
+                   const grpc::Status& st) const {
+    const std::string where = "etcd " + target + " (of " + joinTargets(o_.endpoints) + ")";
+    switch (st.error_code()) {
+      case grpc::StatusCode::UNAVAILABLE:
+        return unavailable(where + ": unreachable, or without quorum (" + st.error_message() +
+                           "); " + what + " is not acknowledged");
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        return unavailable(where + ": no answer within " +
+                           std::to_string(o_.request_timeout.count()) +
+                           " ms (etcd has no quorum, or is overloaded); " + what +
+                           " is not acknowledged");
+      case grpc::StatusCode::RESOURCE_EXHAUSTED:
+        return resourceExhausted(where + ": " + st.error_message());
+      case grpc::StatusCode::INVALID_ARGUMENT:
+        // "etcdserver: request is too large": etcd's --max-request-bytes.
+        return resourceExhausted(where + ": " + st.error_message() +
+                                 " (raise etcd's --max-request-bytes, docs/deploy.md)");
+      case grpc::StatusCode::UNAUTHENTICATED:
+      case grpc::StatusCode::PERMISSION_DENIED:
+        return permissionDenied(where + ": " + st.error_message());
+      default:
+        return internalError(where + ": " + what + ": " + st.error_message() + " (grpc code " +
+                             std::to_string(static_cast<int>(st.error_code())) + ")");
+    }
+  }
+
+  Status loadEpoch() {
+    const std::string fresh = newStoreEpoch();
+    pb::TxnRequest txn;
+    pb::Compare* c = txn.add_compare();
+    c->set_key(epoch_key_);
+    c->set_target(pb::Compare::CREATE);
+    c->set_result(pb::Compare::EQUAL);
+    c->set_create_revision(0);
+    pb::PutRequest* put = txn.add_success()->mutable_request_put();
+    put->set_key(epoch_key_);
+    put->set_value(fresh);
+    txn.add_failure()->mutable_request_range()->set_key(epoch_key_);
+    pb::TxnResponse resp;
+    TQ_RETURN_IF_ERROR(unary("create or read the store epoch", &pb::KV::Stub::Txn, txn, &resp));
+    if (resp.succeeded()) {
+      epoch_ = fresh;
+      TQ_LOG(kInfo, "policy store %s: new store epoch %s", describe().c_str(), fresh.c_str());
+      return okStatus();
+    }
+    const auto& kvs = resp.responses(0).response_range().kvs();
+    std::string e = kvs.empty() ? "" : kvs[0].value();
+    if (!isValidStoreEpoch(e)) {
+      return dataLoss("etcd key " + epoch_key_ + " is not a store epoch (32 hex digits); restore "
+                      "it, or delete it to give the store a new identity");
+    }
+    epoch_ = e;
+    return okStatus();
+  }
+
+  // Decodes one record value; kDataLoss naming the key when it is not an intact record of
+  // `version`.
+  Result<PolicyRecord> decodeKv(const pb::KeyValue& kv, uint64_t version) const {
+    if (kv.value().size() > o_.max_record_bytes) {
+      return dataLoss("etcd key " + kv.key() + ": " + std::to_string(kv.value().size()) +
+                      " bytes, more than the limit of " + std::to_string(o_.max_record_bytes));
+    }
+    Result<PolicyRecord> rec = decodeRecord(kv.value());
+    if (!rec.ok()) return rec.status().withContext("etcd key " + kv.key());
+    if (rec->version != version) {
+      return dataLoss("etcd key " + kv.key() + ": holds version " + std::to_string(rec->version));
+    }
+    return rec;
+  }
+
+  // A put of versions/N (from a load or the watch): idempotent.
+  void applyRecordKvLocked(const pb::KeyValue& kv) {
+    auto version = parseDecimal(std::string_view(kv.key()).substr(versions_prefix_.size()));
+    if (!version) {
+      TQ_LOG(kWarn, "policy store: ignoring unexpected etcd key %s", kv.key().c_str());
+      return;
+    }
+    next_ = std::max(next_, *version + 1);
+    Result<PolicyRecord> rec = decodeKv(kv, *version);
+    if (!rec.ok()) {
+      VersionSummary s;
+      s.version = *version;
+      s.intact = false;
+      s.problem = rec.status().message();
+      summaries_[*version] = s;
+      TQ_LOG(kError, "policy store: version %" PRIu64 " is corrupt and will not be served: %s",
+             *version, s.problem.c_str());
+      return;
+    }
+    summaries_[*version] = summarize(*rec);
+    if (!latest_ || rec->version > latest_->version) latest_ = std::move(*rec);
+  }
+
+  void applyLatestKvLocked(const pb::KeyValue& kv) {
+    if (kv.mod_revision() <= latest_rev_) return;
+    latest_rev_ = kv.mod_revision();
+    if (auto v = parseDecimal(kv.value())) next_ = std::max(next_, *v + 1);
+  }
+
+  // Loads versions/[from_key, end) as of `revision` (0 = now), page by page.
+  Status loadRangeLocked(std::string from_key, int64_t revision) {
+    const std::string end = prefixEnd(versions_prefix_);
+    for (;;) {
+      pb::RangeRequest req;
+      req.set_key(from_key);
+      req.set_range_end(end);
+      req.set_limit(kRangePage);
+      req.set_revision(revision);
+      pb::RangeResponse resp;
+      TQ_RETURN_IF_ERROR(unary("read policy versions", &pb::KV::Stub::Range, req, &resp));
+      for (const pb::KeyValue& kv : resp.kvs()) applyRecordKvLocked(kv);
+      if (!resp.more() || resp.kvs().empty()) return okStatus();
+      from_key = resp.kvs(resp.kvs_size() - 1).key() + std::string(1, '\0');
+    }
+  }
+
+  // Everything, consistently as of one revision; the watch resumes after it.
+  Status loadAllLocked() {
+    pb::RangeRequest req;
+    req.set_key(latest_key_);
+    pb::RangeResponse resp;
+    TQ_RETURN_IF_ERROR(unary("read the latest policy version", &pb::KV::Stub::Range, req, &resp));
+    const int64_t rev = resp.header().revision();
+    summaries_.clear();
+    latest_.reset();
+    latest_rev_ = 0;
+    TQ_RETURN_IF_ERROR(loadRangeLocked(versions_prefix_, rev));
+    if (!resp.kvs().empty()) applyLatestKvLocked(resp.kvs(0));
+    watched_rev_ = rev;
+    return okStatus();
+  }
+
+  // True if anything changed.
+  bool applyEventsLocked(const pb::WatchResponse& w) {
+    bool changed = false;
+    for (const pb::Event& e : w.events()) {
+      const pb::KeyValue& kv = e.kv();
+      watched_rev_ = std::max(watched_rev_, kv.mod_revision());
+      const bool is_version = kv.key().rfind(versions_prefix_, 0) == 0;
+      if (e.type() == pb::Event::DELETE) {
+        if (!is_version) continue;
+        auto v = parseDecimal(std::string_view(kv.key()).substr(versions_prefix_.size()));
+        if (v && summaries_.erase(*v) > 0) changed = true;
+        continue;
+      }
+      if (kv.key() == latest_key_) {
+        const int64_t before = latest_rev_;
+        applyLatestKvLocked(kv);
+        changed |= latest_rev_ != before;
+      } else if (is_version) {
+        auto v = parseDecimal(std::string_view(kv.key()).substr(versions_prefix_.size()));
+        if (v && !summaries_.count(*v)) {
+          applyRecordKvLocked(kv);
+          changed = true;
+        }
+      }
+    }
+    return changed;
+  }
+
+  void notifyExternal() {
+    std::function<void()> fn;
+    {
+      std::lock_guard<std::mutex> lock(cb_mu_);
+      fn = on_external_;
+    }
+    if (fn) fn();
+  }
+
+  void watchLoop() {
+    pthread_setname_np(pthread_self(), "tq-etcd-watch");
+    bool reload = false;
+    for (;;) {
+      grpc::ClientContext ctx;
+      // A member that lost its leader ends the stream (clientv3's WithRequireLeader), so the
+      // watch moves to a member of the majority instead of going silent.
+      ctx.AddMetadata("hasleader", "true");
+      pb::WatchRequest req;
+      bool reloaded = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+        if (reload) {
+          Status st = loadAllLocked();
+          if (!st.ok()) {
+            TQ_LOG(kWarn, "policy store: reload after compaction: %s", st.message().c_str());
+          }
+          reload = !st.ok();
+          reloaded = st.ok();
+        }
+        watch_ctx_ = &ctx;
+        pb::WatchCreateRequest* create = req.mutable_create_request();
+        create->set_key(o_.prefix);
+        create->set_range_end(prefixEnd(o_.prefix));
+        create->set_start_revision(watched_rev_ + 1);
+      }
+      if (reloaded) notifyExternal();
+      auto stub = pb::Watch::NewStub(ring_.current());
+      auto stream = stub->Watch(&ctx);
+      bool wrote = stream->Write(req);
+      pb::WatchResponse resp;
+      while (wrote && stream->Read(&resp)) {
+        if (resp.compact_revision() > 0 || resp.canceled()) {
+          TQ_LOG(kWarn, "policy store: etcd watch cancelled (%s, compacted at %" PRId64
+                        "); reloading", resp.cancel_reason().c_str(), resp.compact_revision());
+          reload = true;
+          ctx.TryCancel();
+          break;
+        }
+        bool changed;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          changed = applyEventsLocked(resp);
+        }
+        if (changed) notifyExternal();
+      }
+      stream->WritesDone();
+      grpc::Status st = stream->Finish();
+      std::unique_lock<std::mutex> lock(mu_);
+      watch_ctx_ = nullptr;
+      if (stopping_) return;
+      TQ_LOG(kDebug, "policy store: etcd watch on %s ended (%s); resuming from revision %" PRId64,
+             ring_.currentTarget().c_str(), st.error_message().c_str(), watched_rev_ + 1);
+      ring_.failover();
+      cv_.wait_for(lock, std::chrono::milliseconds(kWatchRetryMs), [this] { return stopping_; });
+    }
+  }
+
+  const EtcdStoreOptions o_;
+  const std::string epoch_key_;
+  const std::string latest_key_;
+  const std::string versions_prefix_;
+  mutable proto::ChannelRing ring_;
+  std::string epoch_;  // set in open(), then constant
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, VersionSummary> summaries_;
+  std::optional<PolicyRecord> latest_;
+  uint64_t next_ = 1;
+  int64_t latest_rev_ = 0;   // mod_revision of <prefix>latest as last seen (0: absent)
+  int64_t watched_rev_ = 0;  // everything up to this etcd revision is applied
+  bool stopping_ = false;
+  grpc::ClientContext* watch_ctx_ = nullptr;
+
+  std::mutex cb_mu_;  // the callback is called without mu_ (it reads the store)
+  std::function<void()> on_external_;
+  std::thread watcher_;
+};
+
+}  // namespace
+
+std::string etcdRecordKey(const std::string& prefix, uint64_t version) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%020" PRIu64, version);
+  return prefix + "versions/" + buf;
+}
+
+Result<std::unique_ptr<PolicyStore>> openEtcdStore(const EtcdStoreOptions& options) {
+  if (options.endpoints.empty()) return invalidArgument("etcd store: no endpoints");
+  if (options.prefix.empty()) return invalidArgument("etcd store: empty prefix");
+  if (options.retain_versions == 0) return invalidArgument("etcd store: retain_versions is 0");
+  TQ_ASSIGN_OR_RETURN(auto creds, credentials(options));
+  auto store = std::make_unique<EtcdStore>(options, std::move(creds));
+  TQ_RETURN_IF_ERROR_CTX(store->open(), "open policy store " + store->describe());
+  return std::unique_ptr<PolicyStore>(std::move(store));
+}
+
+}  // namespace tq::policy

@@ -1,0 +1,126 @@
+#include "tests/functional/etcd_cluster.h"
+
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "etcd/rpc.grpc.pb.h"
+
+namespace tq::test {
+namespace {
+
+std::string g_error;
+
+// A free loopback port (bound to 0, read back, released). etcd cannot take port 0 itself.
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace
+
+const std::string& EtcdCluster::error() { return g_error; }
+
+std::unique_ptr<EtcdCluster> EtcdCluster::start(int members, std::chrono::milliseconds timeout) {
+  if (access(kEtcdBinary, X_OK) != 0) {
+    g_error = std::string(kEtcdBinary) +
+              " is missing (scripts/install-deps.sh installs etcd-server)";
+    return nullptr;
+  }
+  std::unique_ptr<EtcdCluster> c(new EtcdCluster());
+  std::string tmpl = "/tmp/tq-etcd-" + std::to_string(getpid()) + "-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    g_error = "mkdtemp failed";
+    return nullptr;
+  }
+  c->dir_ = tmpl;
+  for (int i = 0; i < members; ++i) {
+    c->endpoints_.push_back("127.0.0.1:" + std::to_string(freePort()));
+    c->peer_ports_.push_back(freePort());
+  }
+  c->procs_.resize(members);
+  for (int i = 0; i < members; ++i) c->launch(i, /*existing=*/false);
+  for (int i = 0; i < members; ++i) {
+    if (!c->waitQuorum(i, timeout)) {
+      g_error = "etcd member " + std::to_string(i) + " did not come up; its log:\n" + c->log(i);
+      return nullptr;
+    }
+  }
+  return c;
+}
+
+EtcdCluster::~EtcdCluster() {
+  procs_.clear();  // SIGKILL by PID
+  if (!dir_.empty() && std::system(("rm -rf " + dir_).c_str()) != 0) {
+    // Left behind in /tmp; nothing else to do in a destructor.
+  }
+}
+
+std::string EtcdCluster::endpointList() const {
+  std::string out;
+  for (const std::string& e : endpoints_) out += (out.empty() ? "" : ",") + e;
+  return out;
+}
+
+std::string EtcdCluster::log(int member) const {
+  return readWholeFile(dir_ + "/m" + std::to_string(member) + ".log");
+}
+
+void EtcdCluster::launch(int member, bool existing) {
+  std::string cluster;
+  for (size_t i = 0; i < peer_ports_.size(); ++i) {
+    cluster += (i ? "," : "") + std::string("m") + std::to_string(i) +
+               "=http://127.0.0.1:" + std::to_string(peer_ports_[i]);
+  }
+  const std::string name = "m" + std::to_string(member);
+  const std::string client = "http://" + endpoints_[member];
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_ports_[member]);
+  std::vector<std::string> argv = {
+      kEtcdBinary, "--name", name, "--data-dir", dir_ + "/" + name,
+      "--listen-client-urls", client, "--advertise-client-urls", client,
+      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+      "--initial-cluster", cluster, "--initial-cluster-token", "tq-test",
+      "--initial-cluster-state", existing ? "existing" : "new",
+      // Policies up to 4 MiB (docs/deploy.md); fast elections keep the tests short.
+      "--max-request-bytes", "10485760", "--heartbeat-interval", "50",
+      "--election-timeout", "500", "--logger", "zap", "--log-level", "warn"};
+  procs_[member] = std::make_unique<ChildProcess>(argv, dir_ + "/" + name + ".log");
+}
+
+void EtcdCluster::kill(int member) { procs_[member].reset(); }
+
+void EtcdCluster::restart(int member) { launch(member, /*existing=*/true); }
+
+bool EtcdCluster::running(int member) const {
+  return procs_[member] != nullptr && procs_[member]->running();
+}
+
+bool EtcdCluster::waitQuorum(int member, std::chrono::milliseconds timeout) {
+  auto channel = grpc::CreateChannel(endpoints_[member], grpc::InsecureChannelCredentials());
+  auto stub = etcdserverpb::KV::NewStub(channel);
+  return pollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+        etcdserverpb::RangeRequest req;
+        req.set_key("tq-health");
+        etcdserverpb::RangeResponse resp;
+        return stub->Range(&ctx, req, &resp).ok();
+      },
+      timeout);
+}
+
+}  // namespace tq::test
