@@ -517,8 +517,12 @@ int main(int argc, char** argv) {
     print("etcd: apply, T-tenant policy, watchers connected", etcd->big_apply);
     const double r50 = etcd->apply.p50 / std::max(file->apply.p50, 1e-3);
     const double r99 = etcd->apply.p99 / std::max(file->apply.p99, 1e-3);
-    std::printf("  apply latency etcd / file: p50 %.2fx, p99 %.2fx (target <= 3x): %s\n", r50, r99,
-                r50 <= 3 && r99 <= 3 ? "met" : "MISSED");
+    std::printf("  apply latency etcd / file, 2-tenant: p50 %.2fx, p99 %.2fx (target <= 3x): %s\n",
+                r50, r99, r50 <= 3 && r99 <= 3 ? "met" : "MISSED");
+    const double b50 = etcd->big_apply.p50 / std::max(file->big_apply.p50, 1e-3);
+    const double b99 = etcd->big_apply.p99 / std::max(file->big_apply.p99, 1e-3);
+    std::printf("  apply latency etcd / file, T-tenant: p50 %.2fx, p99 %.2fx (target <= 3x): %s\n",
+                b50, b99, b50 <= 3 && b99 <= 3 ? "met" : "MISSED");
   }
   return 0;
 }

@@ -55,13 +55,6 @@ std::string joinTargets(const std::vector<std::string>& v) {
   return out;
 }
 
-VersionSummary summarize(const PolicyRecord& r) {
-  return {r.version,     r.applied_at_unix_ms,
-          r.applied_by,  static_cast<uint32_t>(r.policy.tenants.size()),
-          r.rollback_of, r.checksum,
-          true,          ""};
-}
-
 Result<std::shared_ptr<grpc::ChannelCredentials>> credentials(const EtcdStoreOptions& o) {
   if (o.ca_file.empty() && o.cert_file.empty() && o.key_file.empty()) {
     return grpc::InsecureChannelCredentials();
@@ -216,10 +209,7 @@ class EtcdStore final : public PolicyStore {
 
   std::vector<VersionSummary> list() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<VersionSummary> out;
-    out.reserve(summaries_.size());
-    for (auto it = summaries_.rbegin(); it != summaries_.rend(); ++it) out.push_back(it->second);
-    return out;
+    return newestFirst(summaries_);
   }
 
   uint64_t nextVersion() const override {
@@ -229,8 +219,7 @@ class EtcdStore final : public PolicyStore {
 
   uint64_t corruptRecords() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<uint64_t>(std::count_if(summaries_.begin(), summaries_.end(),
-                                               [](const auto& e) { return !e.second.intact; }));
+    return countCorrupt(summaries_);
   }
 
   std::string epoch() const override { return epoch_; }

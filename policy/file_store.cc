@@ -34,13 +34,6 @@ std::optional<uint64_t> versionOfName(std::string_view name) {
   return v;
 }
 
-VersionSummary summarize(const PolicyRecord& r) {
-  return {r.version,     r.applied_at_unix_ms,
-          r.applied_by,  static_cast<uint32_t>(r.policy.tenants.size()),
-          r.rollback_of, r.checksum,
-          true,          ""};
-}
-
 class FileStore final : public PolicyStore {
  public:
   FileStore(std::string dir, std::string epoch, FileStoreOptions options)
@@ -141,10 +134,7 @@ class FileStore final : public PolicyStore {
 
   std::vector<VersionSummary> list() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<VersionSummary> out;
-    out.reserve(summaries_.size());
-    for (auto it = summaries_.rbegin(); it != summaries_.rend(); ++it) out.push_back(it->second);
-    return out;
+    return newestFirst(summaries_);
   }
 
   uint64_t nextVersion() const override {
@@ -154,8 +144,7 @@ class FileStore final : public PolicyStore {
 
   uint64_t corruptRecords() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<uint64_t>(std::count_if(summaries_.begin(), summaries_.end(),
-                                               [](const auto& e) { return !e.second.intact; }));
+    return countCorrupt(summaries_);
   }
 
   std::string epoch() const override { return epoch_; }

@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -66,10 +67,7 @@ class MemoryStore final : public PolicyStore {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<VersionSummary> out;
     for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
-      const PolicyRecord& r = it->second;
-      out.push_back({r.version, r.applied_at_unix_ms, r.applied_by,
-                     static_cast<uint32_t>(r.policy.tenants.size()), r.rollback_of, r.checksum,
-                     true, ""});
+      out.push_back(summarize(it->second));
     }
     return out;
   }
@@ -139,6 +137,25 @@ Result<PolicyRecord> decodeRecord(std::string_view bytes) {
   PolicyRecord r = fromSnapshot(snap);
   r.checksum = stored;
   return r;
+}
+
+VersionSummary summarize(const PolicyRecord& r) {
+  return {r.version,     r.applied_at_unix_ms,
+          r.applied_by,  static_cast<uint32_t>(r.policy.tenants.size()),
+          r.rollback_of, r.checksum,
+          true,          ""};
+}
+
+std::vector<VersionSummary> newestFirst(const std::map<uint64_t, VersionSummary>& versions) {
+  std::vector<VersionSummary> out;
+  out.reserve(versions.size());
+  for (auto it = versions.rbegin(); it != versions.rend(); ++it) out.push_back(it->second);
+  return out;
+}
+
+uint64_t countCorrupt(const std::map<uint64_t, VersionSummary>& versions) {
+  return static_cast<uint64_t>(std::count_if(versions.begin(), versions.end(),
+                                             [](const auto& e) { return !e.second.intact; }));
 }
 
 std::string newStoreEpoch() {

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,6 +110,12 @@ inline constexpr uint64_t kDefaultRetainVersions = 100;
 inline uint64_t newestRetiredVersion(uint64_t newest, uint64_t retain) {
   return newest > retain ? newest - retain : 0;
 }
+
+// Helpers the backends share: the summary of an intact record; a version map listed newest
+// first (list()); its corrupt entries (corruptRecords()).
+VersionSummary summarize(const PolicyRecord& record);
+std::vector<VersionSummary> newestFirst(const std::map<uint64_t, VersionSummary>& versions);
+uint64_t countCorrupt(const std::map<uint64_t, VersionSummary>& versions);
 
 // A new random epoch (getrandom): 32 lowercase hex digits.
 std::string newStoreEpoch();

@@ -14,8 +14,9 @@ namespace {
 
 std::string g_error;
 
-// A free loopback port (bound to 0, read back, released). etcd cannot take port 0 itself.
-int freePort() {
+}  // namespace
+
+int freeLoopbackPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -29,8 +30,6 @@ int freePort() {
   close(fd);
   return port;
 }
-
-}  // namespace
 
 const std::string& EtcdCluster::error() { return g_error; }
 
@@ -48,8 +47,8 @@ std::unique_ptr<EtcdCluster> EtcdCluster::start(int members, std::chrono::millis
   }
   c->dir_ = tmpl;
   for (int i = 0; i < members; ++i) {
-    c->endpoints_.push_back("127.0.0.1:" + std::to_string(freePort()));
-    c->peer_ports_.push_back(freePort());
+    c->endpoints_.push_back("127.0.0.1:" + std::to_string(freeLoopbackPort()));
+    c->peer_ports_.push_back(freeLoopbackPort());
   }
   c->procs_.resize(members);
   for (int i = 0; i < members; ++i) c->launch(i, /*existing=*/false);

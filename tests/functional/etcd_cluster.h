@@ -15,6 +15,9 @@ namespace tq::test {
 
 inline constexpr char kEtcdBinary[] = "/usr/bin/etcd";
 
+// A free loopback TCP port (bound to 0, read back, released), for servers that cannot take 0.
+int freeLoopbackPort();
+
 class EtcdCluster {
  public:
   // Starts `members` members and waits (up to `timeout`) until the cluster answers a quorum

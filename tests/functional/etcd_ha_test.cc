@@ -8,9 +8,7 @@
 // quorum: applies fail UNAVAILABLE with a clear message while watchers keep what they hold.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -45,21 +43,6 @@ std::string policyNumber(int n) {
   return s;
 }
 
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 class EtcdHaTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -67,7 +50,7 @@ class EtcdHaTest : public ::testing::Test {
     if (!cluster_) GTEST_SKIP() << "no etcd: " << EtcdCluster::error();
     prefix_ = "/tq-ha-" + std::to_string(getpid()) + "/";
     for (int i = 0; i < kReplicas; ++i) {
-      addrs_.push_back("127.0.0.1:" + std::to_string(freePort()));
+      addrs_.push_back("127.0.0.1:" + std::to_string(freeLoopbackPort()));
       procs_.emplace_back();
       startReplica(i);
     }
