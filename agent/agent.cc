@@ -96,8 +96,8 @@ Status Agent::start() {
       [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); },
       realClock());
   watcher_->start();
-  reporter_ = std::make_unique<UsageReporter>(endpoints_, board_, config_.report_interval_ns,
-                                              realClock());
+  reporter_ =
+      std::make_unique<UsageReporter>(endpoints_, board_, config_.report_interval_ns, realClock());
   reporter_->start();
   if (config_.qp_scan_interval_ns > 0) {
     // The one place that says which processes are attached: today the pids the reconcile

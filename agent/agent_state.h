@@ -116,8 +116,8 @@ struct AgentState {
 
 // What the watch thread reports (metrics, /readyz).
 struct WatchStatus {
-  bool connected = false;              // the watch stream to a policyd is up
-  uint64_t store_epoch_changes = 0;    // snapshots of a new store adopted
+  bool connected = false;               // the watch stream to a policyd is up
+  uint64_t store_epoch_changes = 0;     // snapshots of a new store adopted
   uint64_t older_versions_offered = 0;  // older versions of the held store refused
   uint64_t older_offered_version = 0;   // the last one refused
   std::string store_notice;  // why the last offered version was refused; "" once resolved
@@ -160,8 +160,7 @@ class StateBoard {
   WatchStatus watchStatus() const {
     std::lock_guard<std::mutex> lock(mu_);
     return {policydConnected(), epoch_changes_.load(std::memory_order_relaxed),
-            older_offered_.load(std::memory_order_relaxed), older_offered_version_,
-            store_notice_};
+            older_offered_.load(std::memory_order_relaxed), older_offered_version_, store_notice_};
   }
 
  private:

@@ -239,8 +239,8 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
          "Snapshots of a new policy store (another epoch) adopted whatever their version.",
          MetricType::Counter, double(watch.store_epoch_changes));
   scalar("tenantqos_policy_older_offers_total",
-         "Older versions of the held store offered by policyd and not taken.",
-         MetricType::Counter, double(watch.older_versions_offered));
+         "Older versions of the held store offered by policyd and not taken.", MetricType::Counter,
+         double(watch.older_versions_offered));
   scalar("tenantqos_policy_older_offered_version",
          "The older version of the held store policyd last offered, while unresolved (else 0).",
          MetricType::Gauge, double(watch.store_notice.empty() ? 0 : watch.older_offered_version));

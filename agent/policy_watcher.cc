@@ -84,8 +84,8 @@ bool PolicyWatcher::waitChannelReady(grpc::Channel& channel, const std::stop_tok
 bool PolicyWatcher::accept(const VersionedPolicy& p) {
   const auto held = static_cast<unsigned long long>(options_.known_version);
   const auto got = static_cast<unsigned long long>(p.version);
-  switch (judgeSnapshot(options_.known_store_epoch, options_.known_version, p.store_epoch,
-                        p.version)) {
+  switch (
+      judgeSnapshot(options_.known_store_epoch, options_.known_version, p.store_epoch, p.version)) {
     case SnapshotVerdict::kKeepOlder: {
       std::string notice = "policyd " + endpoints_->currentTarget() + " offers policy v" +
                            std::to_string(got) + " of store " + p.store_epoch +
@@ -103,8 +103,7 @@ bool PolicyWatcher::accept(const VersionedPolicy& p) {
              options_.known_store_epoch.c_str(), p.store_epoch.c_str(), got, held);
       board_->countStoreEpochChange();
       break;
-    case SnapshotVerdict::kTake:
-      break;
+    case SnapshotVerdict::kTake: break;
   }
   board_->clearStoreNotice();
   return true;

@@ -73,8 +73,8 @@ class PolicyWatcher {
   // Called on the watch thread for each snapshot, after it was persisted.
   using OnSnapshot = std::function<void(VersionedPolicy)>;
 
-  PolicyWatcher(std::shared_ptr<PolicydEndpoints> endpoints, Options options,
-                SnapshotStore* store, StateBoard* board, OnSnapshot on_snapshot, Clock& clock);
+  PolicyWatcher(std::shared_ptr<PolicydEndpoints> endpoints, Options options, SnapshotStore* store,
+                StateBoard* board, OnSnapshot on_snapshot, Clock& clock);
   ~PolicyWatcher();
 
   void start();

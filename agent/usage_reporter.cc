@@ -45,8 +45,8 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
   return r;
 }
 
-UsageReporter::UsageReporter(std::shared_ptr<proto::ChannelRing> endpoints,
-                             const StateBoard& board, int64_t interval_ns, Clock& clock)
+UsageReporter::UsageReporter(std::shared_ptr<proto::ChannelRing> endpoints, const StateBoard& board,
+                             int64_t interval_ns, Clock& clock)
     : endpoints_(std::move(endpoints)), board_(board), interval_ns_(interval_ns), worker_(clock) {}
 
 UsageReporter::~UsageReporter() { stop(); }

@@ -14,8 +14,8 @@
 #include "agent/agent_state.h"
 #include "common/clock.h"
 #include "common/policy.h"
-#include "proto/channel_ring.h"
 #include "common/worker.h"
+#include "proto/channel_ring.h"
 
 namespace tq::agent {
 

@@ -216,9 +216,9 @@ class Bench {
   bool startReplica(int r) {
     const std::string n = std::to_string(r);
     const std::string port_file = dir_ + "/port" + n, log = dir_ + "/policyd" + n + ".log";
-    std::vector<std::string> argv = {args_.policyd, "--listen",     "127.0.0.1:0",
+    std::vector<std::string> argv = {args_.policyd, "--listen",         "127.0.0.1:0",
                                      "--data-dir",  dir_ + "/data" + n, "--port-file",
-                                     port_file,     "--log-level",  "warn"};
+                                     port_file,     "--log-level",      "warn"};
     argv.insert(argv.end(), store_args_.begin(), store_args_.end());
     std::vector<char*> cargv;
     for (auto& s : argv) cargv.push_back(s.data());
@@ -264,8 +264,7 @@ class Bench {
     grpc::ChannelArguments ca;
     ca.SetMaxReceiveMessageSize(16 << 20);
     if (own) ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(addresses_[replica], grpc::InsecureChannelCredentials(),
-                                     ca);
+    return grpc::CreateCustomChannel(addresses_[replica], grpc::InsecureChannelCredentials(), ca);
   }
 
   // ApplyPolicy round trip in ms (through replica 0); the version in *version.
@@ -352,9 +351,9 @@ void print(const char* what, const Stats& s) {
 }  // namespace
 
 struct Summary {
-  Stats apply;       // 2-tenant policy, ApplyPolicy round trip (1 watcher)
-  Stats fanout;      // to every watcher, from ApplyPolicy returning
-  Stats big_apply;   // T-tenant policy with the watchers connected
+  Stats apply;      // 2-tenant policy, ApplyPolicy round trip (1 watcher)
+  Stats fanout;     // to every watcher, from ApplyPolicy returning
+  Stats big_apply;  // T-tenant policy with the watchers connected
 };
 
 // One store's run (every figure printed); nullopt if a server did not start or a wait failed.
@@ -489,9 +488,10 @@ int main(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
-  std::printf("policy_watch: tenantqos-policyd fan-out and apply latency (%u cores; the CPU is "
-              "shared with whatever else runs: compare figures of one run only)\n",
-              std::thread::hardware_concurrency());
+  std::printf(
+      "policy_watch: tenantqos-policyd fan-out and apply latency (%u cores; the CPU is "
+      "shared with whatever else runs: compare figures of one run only)\n",
+      std::thread::hardware_concurrency());
   std::optional<Summary> file, etcd;
   if (a.store != "etcd") file = runBench(a, "file", {}, 1);
   if (a.store != "file") {

@@ -7,8 +7,8 @@ Result<std::vector<std::string>> splitEndpointList(std::string_view list, std::s
   size_t start = 0;
   for (;;) {
     const size_t comma = list.find(',', start);
-    std::string_view item = list.substr(start, comma == std::string_view::npos ? list.npos
-                                                                              : comma - start);
+    std::string_view item =
+        list.substr(start, comma == std::string_view::npos ? list.npos : comma - start);
     while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
     while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
     if (item.empty()) {

@@ -147,9 +147,9 @@ class EtcdStore final : public PolicyStore {
     txn.add_failure()->mutable_request_range()->set_key(key);
 
     pb::TxnResponse resp;
-    TQ_RETURN_IF_ERROR_CTX(unary("store policy version " + std::to_string(n), &pb::KV::Stub::Txn,
-                                 txn, &resp),
-                           "store policy version " + std::to_string(n));
+    TQ_RETURN_IF_ERROR_CTX(
+        unary("store policy version " + std::to_string(n), &pb::KV::Stub::Txn, txn, &resp),
+        "store policy version " + std::to_string(n));
     int64_t rev = resp.header().revision();
     if (!resp.succeeded()) {
       // Lost the compare. Either another replica moved on, or this very transaction committed
@@ -165,7 +165,8 @@ class EtcdStore final : public PolicyStore {
         next_ = std::max(next_, now + 1);
         return failedPrecondition("policy version " + std::to_string(n) +
                                   " was committed by another policyd replica first (the latest "
-                                  "in etcd is now " + std::to_string(now) + ")");
+                                  "in etcd is now " +
+                                  std::to_string(now) + ")");
       }
     }
     Result<PolicyRecord> stored = decodeRecord(bytes);
@@ -199,8 +200,8 @@ class EtcdStore final : public PolicyStore {
     pb::RangeRequest req;
     req.set_key(etcdRecordKey(o_.prefix, version));
     pb::RangeResponse resp;
-    TQ_RETURN_IF_ERROR(unary("read policy version " + std::to_string(version),
-                             &pb::KV::Stub::Range, req, &resp));
+    TQ_RETURN_IF_ERROR(
+        unary("read policy version " + std::to_string(version), &pb::KV::Stub::Range, req, &resp));
     if (resp.kvs().empty()) {
       return notFound("policy version " + std::to_string(version) + " does not exist");
     }
@@ -278,10 +279,9 @@ class EtcdStore final : public PolicyStore {
         return unavailable(where + ": unreachable, or without quorum (" + st.error_message() +
                            "); " + what + " is not acknowledged");
       case grpc::StatusCode::DEADLINE_EXCEEDED:
-        return unavailable(where + ": no answer within " +
-                           std::to_string(o_.request_timeout.count()) +
-                           " ms (etcd has no quorum, or is overloaded); " + what +
-                           " is not acknowledged");
+        return unavailable(
+            where + ": no answer within " + std::to_string(o_.request_timeout.count()) +
+            " ms (etcd has no quorum, or is overloaded); " + what + " is not acknowledged");
       case grpc::StatusCode::RESOURCE_EXHAUSTED:
         return resourceExhausted(where + ": " + st.error_message());
       case grpc::StatusCode::INVALID_ARGUMENT:
@@ -319,7 +319,8 @@ class EtcdStore final : public PolicyStore {
     const auto& kvs = resp.responses(0).response_range().kvs();
     std::string e = kvs.empty() ? "" : kvs[0].value();
     if (!isValidStoreEpoch(e)) {
-      return dataLoss("etcd key " + epoch_key_ + " is not a store epoch (32 hex digits); restore "
+      return dataLoss("etcd key " + epoch_key_ +
+                      " is not a store epoch (32 hex digits); restore "
                       "it, or delete it to give the store a new identity");
     }
     epoch_ = e;
@@ -474,8 +475,9 @@ class EtcdStore final : public PolicyStore {
       pb::WatchResponse resp;
       while (wrote && stream->Read(&resp)) {
         if (resp.compact_revision() > 0 || resp.canceled()) {
-          TQ_LOG(kWarn, "policy store: etcd watch cancelled (%s, compacted at %" PRId64
-                        "); reloading", resp.cancel_reason().c_str(), resp.compact_revision());
+          TQ_LOG(kWarn,
+                 "policy store: etcd watch cancelled (%s, compacted at %" PRId64 "); reloading",
+                 resp.cancel_reason().c_str(), resp.compact_revision());
           reload = true;
           ctx.TryCancel();
           break;

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cinttypes>
 #include <cerrno>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -195,7 +195,8 @@ Result<std::string> loadOrCreateEpoch(const std::string& data_dir) {
     std::string e = *bytes;
     while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
     if (!isValidStoreEpoch(e)) {
-      return dataLoss(path + ": not a store epoch (32 hex digits); restore it from a backup, or "
+      return dataLoss(path +
+                      ": not a store epoch (32 hex digits); restore it from a backup, or "
                       "remove it to give this store a new identity (agents then adopt its "
                       "latest version whatever they hold)");
     }

@@ -441,7 +441,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
       if (!synced.ok()) TQ_LOG(kWarn, "watch: %s", synced.message().c_str());
       if (auto now = core_.latest(); now && now->version < newer_than) {
         TQ_LOG(kWarn,
-               "watch from %s (node %s): it holds version %" PRIu64 " of this store, newer than "
+               "watch from %s (node %s): it holds version %" PRIu64
+               " of this store, newer than "
                "the latest %" PRIu64 " (was the store restored from an old backup?)",
                ctx->peer().c_str(), req.node().c_str(), req.known_version(), now->version);
         if (metrics_ != nullptr) metrics_->countWatcherAhead();

@@ -50,8 +50,9 @@ struct PolicydMetrics::Impl {
   prometheus::Gauge& newest_corrupt =
       prometheus::BuildGauge()
           .Name("tenantqos_policyd_store_newest_corrupt_version")
-          .Help("The newest stored version when its record is corrupt and the newest intact one "
-                "is served instead (--serve-newest-intact); 0 when the newest is served")
+          .Help(
+              "The newest stored version when its record is corrupt and the newest intact one "
+              "is served instead (--serve-newest-intact); 0 when the newest is served")
           .Register(*registry)
           .Add({});
   prometheus::Counter& watchers_ahead =

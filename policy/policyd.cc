@@ -44,12 +44,13 @@ Status checkNewestRecord(const PolicyStore& store, bool serve_newest_intact) {
                     store.describe() + " is corrupt: " + newest.problem +
                     ". Agents may enforce it already, so an older version is not served as the "
                     "latest. Restore the record from a backup, or start with "
-                    "--serve-newest-intact to serve " + serving +
-                    " (the next apply becomes version " + std::to_string(store.nextVersion()) +
-                    ")");
+                    "--serve-newest-intact to serve " +
+                    serving + " (the next apply becomes version " +
+                    std::to_string(store.nextVersion()) + ")");
   }
   TQ_LOG(kError,
-         "the newest policy version %" PRIu64 " in %s is corrupt (%s); serving %s because of "
+         "the newest policy version %" PRIu64
+         " in %s is corrupt (%s); serving %s because of "
          "--serve-newest-intact",
          newest.version, store.describe().c_str(), newest.problem.c_str(), serving.c_str());
   return okStatus();

@@ -47,8 +47,8 @@ struct PolicydOptions {
   int max_request_bytes = kMaxRequestBytes;
   std::chrono::milliseconds shutdown_grace{5000};
   std::string store_backend = "file";  // "file" (data_dir) or "etcd"
-  FileStoreOptions store;  // file store; its retain_versions applies to every backend
-  EtcdStoreOptions etcd;   // --store etcd
+  FileStoreOptions store;              // file store; its retain_versions applies to every backend
+  EtcdStoreOptions etcd;               // --store etcd
   // Serve the newest intact version when the newest record is corrupt, instead of refusing to
   // start (--serve-newest-intact).
   bool serve_newest_intact = false;

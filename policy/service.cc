@@ -115,8 +115,8 @@ Result<ApplyResult> PolicyCore::commitLocked(PolicySpec policy, std::string sour
                                              const std::string& applied_by, uint64_t rollback_of) {
   for (int race = 0;; ++race) {
     refreshLocked();
-    Result<ApplyResult> r = commitOnceLocked(policy, source_yaml, dry_run, expected_version,
-                                             applied_by, rollback_of);
+    Result<ApplyResult> r =
+        commitOnceLocked(policy, source_yaml, dry_run, expected_version, applied_by, rollback_of);
     // kAborted: another replica committed this version number first. Decide again on top of it
     // (the policy may now be unchanged, or expected_version stale).
     if (r.ok() || r.status().code() != StatusCode::kAborted || race + 1 >= kMaxApplyRaces) {

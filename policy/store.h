@@ -128,7 +128,6 @@ std::string encodeRecord(const PolicyRecord& record);
 Result<PolicyRecord> decodeRecord(std::string_view bytes);
 
 // An in-memory store for tests of the layers above: same semantics, no durability.
-std::unique_ptr<PolicyStore> makeMemoryStore(
-    uint64_t retain_versions = kDefaultRetainVersions);
+std::unique_ptr<PolicyStore> makeMemoryStore(uint64_t retain_versions = kDefaultRetainVersions);
 
 }  // namespace tq::policy

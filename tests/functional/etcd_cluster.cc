@@ -35,8 +35,8 @@ const std::string& EtcdCluster::error() { return g_error; }
 
 std::unique_ptr<EtcdCluster> EtcdCluster::start(int members, std::chrono::milliseconds timeout) {
   if (access(kEtcdBinary, X_OK) != 0) {
-    g_error = std::string(kEtcdBinary) +
-              " is missing (scripts/install-deps.sh installs etcd-server)";
+    g_error =
+        std::string(kEtcdBinary) + " is missing (scripts/install-deps.sh installs etcd-server)";
     return nullptr;
   }
   std::unique_ptr<EtcdCluster> c(new EtcdCluster());
@@ -88,14 +88,14 @@ void EtcdCluster::launch(int member, bool existing) {
   const std::string client = "http://" + endpoints_[member];
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_ports_[member]);
   std::vector<std::string> argv = {
-      kEtcdBinary, "--name", name, "--data-dir", dir_ + "/" + name,
-      "--listen-client-urls", client, "--advertise-client-urls", client,
-      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-      "--initial-cluster", cluster, "--initial-cluster-token", "tq-test",
-      "--initial-cluster-state", existing ? "existing" : "new",
+      kEtcdBinary, "--name", name, "--data-dir", dir_ + "/" + name, "--listen-client-urls", client,
+      "--advertise-client-urls", client, "--listen-peer-urls", peer,
+      "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+      "--initial-cluster-token", "tq-test", "--initial-cluster-state",
+      existing ? "existing" : "new",
       // Policies up to 4 MiB (docs/deploy.md); fast elections keep the tests short.
-      "--max-request-bytes", "10485760", "--heartbeat-interval", "50",
-      "--election-timeout", "500", "--logger", "zap", "--log-level", "warn"};
+      "--max-request-bytes", "10485760", "--heartbeat-interval", "50", "--election-timeout", "500",
+      "--logger", "zap", "--log-level", "warn"};
   procs_[member] = std::make_unique<ChildProcess>(argv, dir_ + "/" + name + ".log");
 }
 

@@ -22,9 +22,8 @@ class EtcdCluster {
  public:
   // Starts `members` members and waits (up to `timeout`) until the cluster answers a quorum
   // read. Empty (with the reason in error()) when etcd is missing or does not come up.
-  static std::unique_ptr<EtcdCluster> start(int members = 3,
-                                            std::chrono::milliseconds timeout =
-                                                std::chrono::seconds(30));
+  static std::unique_ptr<EtcdCluster> start(
+      int members = 3, std::chrono::milliseconds timeout = std::chrono::seconds(30));
   ~EtcdCluster();
 
   // "127.0.0.1:P0,127.0.0.1:P1,..." and the list.

@@ -64,8 +64,9 @@ class EtcdHaTest : public ::testing::Test {
     cluster_.reset();
   }
 
-  std::string log(int i) { return readWholeFile(cluster_->dir() + "/policyd" +
-                                                std::to_string(i) + ".log"); }
+  std::string log(int i) {
+    return readWholeFile(cluster_->dir() + "/policyd" + std::to_string(i) + ".log");
+  }
   void startReplica(int i) {
     procs_[i] = std::make_unique<ChildProcess>(
         std::vector<std::string>{kPolicyd, "--listen", addrs_[i], "--store", "etcd",
@@ -255,7 +256,7 @@ TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
   // Every acknowledged version is present with its exact content, on every replica alike.
   EXPECT_EQ(double_acks, 0) << "two applies were acknowledged with the same version";
   EXPECT_EQ(other.load(), 0) << other_errors;
-  EXPECT_GT(acked.size(), 100u) << "too few applies succeeded to mean anything";
+  EXPECT_GE(acked.size(), size_t{kApplies / 6}) << "too few applies succeeded to mean anything";
   uint64_t newest = 0;
   for (int i = 0; i < kReplicas; ++i) {
     auto s = stub(i);
@@ -289,7 +290,7 @@ TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
   }
   // Every agent ends on the latest and never went backwards.
   for (int i = 0; i < kWatchers; ++i) {
-    EXPECT_TRUE(pollUntil([&] { return agents[i]->last() == newest; }, 20s))
+    EXPECT_TRUE(pollUntil([&] { return agents[i]->last() == newest; }, 30s))
         << "agent " << i << " holds " << agents[i]->last() << ", latest " << newest;
     std::lock_guard<std::mutex> lock(agents[i]->mu);
     for (size_t k = 1; k < agents[i]->versions.size(); ++k) {

@@ -93,10 +93,10 @@ class EtcdBackend final : public conformance::StoreBackend {
 }  // namespace
 
 namespace conformance {
-INSTANTIATE_TEST_SUITE_P(
-    Etcd, StoreConformance,
-    ::testing::Values(BackendFactory{"etcd", [] { return std::make_unique<EtcdBackend>(); }}),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Etcd, StoreConformance,
+                         ::testing::Values(BackendFactory{
+                             "etcd", [] { return std::make_unique<EtcdBackend>(); }}),
+                         [](const auto& info) { return info.param.name; });
 }  // namespace conformance
 
 namespace {

@@ -353,8 +353,8 @@ TEST_F(PolicydTest, CorruptLatestRecordRefusesToStartUnlessServeNewestIntact) {
   std::ofstream(rec, std::ios::binary | std::ios::trunc) << bytes;
   // Agents may enforce version 2 already: serving 1 as the latest would be silent. Refused,
   // naming the file and the way out.
-  auto refused = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", data_}, {}, "",
-                            20s);
+  auto refused =
+      runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", data_}, {}, "", 20s);
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.err.find(rec), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find("--serve-newest-intact"), std::string::npos) << refused.err;
@@ -373,8 +373,7 @@ TEST_F(PolicydTest, CorruptLatestRecordRefusesToStartUnlessServeNewestIntact) {
   std::string health;
   const std::string store_service = "tenantqos.v1.PolicyStore";
   ASSERT_TRUE(rawCall("/grpc.health.v1.Health/Check",
-                      std::string("\x0a") + static_cast<char>(store_service.size()) +
-                          store_service,
+                      std::string("\x0a") + static_cast<char>(store_service.size()) + store_service,
                       &health)
                   .ok());
   EXPECT_EQ(health, std::string("\x08\x02", 2)) << "want NOT_SERVING";
@@ -388,8 +387,7 @@ TEST_F(PolicydTest, CorruptLatestRecordRefusesToStartUnlessServeNewestIntact) {
   ASSERT_EQ(scrape.exit_code, 0) << scrape.err;
   EXPECT_NE(scrape.out.find("tenantqos_policyd_store_corrupt_records 1"), std::string::npos)
       << scrape.out;
-  EXPECT_NE(scrape.out.find("tenantqos_policyd_store_newest_corrupt_version 2"),
-            std::string::npos);
+  EXPECT_NE(scrape.out.find("tenantqos_policyd_store_newest_corrupt_version 2"), std::string::npos);
   EXPECT_NE(scrape.out.find("tenantqos_policyd_policy_version 1"), std::string::npos);
   // Version numbers move on past the corrupt one.
   v1::ApplyPolicyResponse resp;

@@ -16,7 +16,8 @@ import sys
 
 # Folder -> the top-level folders whose headers it may include (itself always). "tenantqos"
 # is the generated protobuf code (proto/tenantqos/v1/*.pb.h): it stops at the agent, policy
-# and webhook edges. Dependencies point one way; keep this table in step with
+# and webhook edges; "etcd" is the generated etcd v3 API subset (proto/etcd/rpc.proto), for
+# the policy store only. Dependencies point one way; keep this table in step with
 # docs/development.md.
 ALLOWED = {
     "common": set(),
@@ -24,7 +25,7 @@ ALLOWED = {
     "ib": {"common"},
     "proto": {"common", "tenantqos"},
     "nccl-plugin": {"common", "ib"},
-    "policy": {"common", "ib", "proto", "tenantqos"},
+    "policy": {"common", "ib", "proto", "tenantqos", "etcd"},
     "agent": {"common", "tc", "ib", "proto", "tenantqos"},
     "webhook": {"common", "proto", "tenantqos"},
 }

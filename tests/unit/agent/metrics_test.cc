@@ -176,8 +176,7 @@ TEST(MetricsTest, RdmaPortSeriesOnlyForCountersTheDeviceHas) {
   // No RDMA ports: not even a HELP/TYPE line.
   AgentState none = sampleState();
   none.rdma_ports.clear();
-  EXPECT_EQ(renderMetrics(none, WatchStatus{true}).find("tenantqos_rdma_port"),
-            std::string::npos);
+  EXPECT_EQ(renderMetrics(none, WatchStatus{true}).find("tenantqos_rdma_port"), std::string::npos);
   // Only rxe: the byte families are absent altogether.
   AgentState only_rxe = sampleState();
   only_rxe.rdma_ports.erase(only_rxe.rdma_ports.begin());

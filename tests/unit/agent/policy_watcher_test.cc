@@ -34,8 +34,7 @@ class FakePolicyService final : public v1::PolicyService::Service {
     size_t next = 0;
     // Like policyd: send the latest at once if newer than known, then every later version; all
     // of them to a watcher of another store, or when told to offer older versions.
-    const bool other_store =
-        !req->known_store_epoch().empty() && req->known_store_epoch() != epoch;
+    const bool other_store = !req->known_store_epoch().empty() && req->known_store_epoch() != epoch;
     while (!other_store && !offer_older && next < snapshots_.size() &&
            snapshots_[next].version() <= req->known_version()) {
       ++next;
@@ -259,8 +258,7 @@ TEST_F(PolicyWatcherTest, AnOlderVersionOfTheSameStoreIsReportedNeverTaken) {
   w->start();
   ASSERT_TRUE(waitFor([&] { return board_.watchStatus().older_versions_offered == 1; }));
   EXPECT_EQ(received(), 0u);
-  EXPECT_NE(board_.watchStatus().store_notice.find("older than the enforced v4"),
-            std::string::npos)
+  EXPECT_NE(board_.watchStatus().store_notice.find("older than the enforced v4"), std::string::npos)
       << board_.watchStatus().store_notice;
   EXPECT_FALSE(store_.load()->has_value());  // not persisted either
   server.service.publish(samplePolicy(5));   // the operator applies again

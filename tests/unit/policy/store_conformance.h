@@ -239,11 +239,14 @@ TEST_P(StoreConformance, ReplicasShareOneHistoryAndOneWinnerPerVersion) {
     EXPECT_EQ(*a->get(v), winner);
     EXPECT_EQ(*b->get(v), winner);
   }
-  // b heard about a's appends without syncing (the watch), eventually.
-  for (int i = 0; i < 500 && external.load() == 0; ++i) {
+  // b hears about an append of a without syncing (its watch), and says so.
+  const int before = external.load();
+  ASSERT_TRUE(a->append(testRecord(7)).ok());
+  for (int i = 0; i < 500 && external.load() == before; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_GT(external.load(), 0);
+  EXPECT_GT(external.load(), before);
+  EXPECT_EQ(b->nextVersion(), 8u);
 }
 
 }  // namespace tq::policy::conformance
