@@ -27,6 +27,7 @@ constexpr uint64_t kMaxBacklogBytes = 1ull << 40;   // 1 TiB
 constexpr uint64_t kSlackBytes = 4ull << 30;        // 4 GiB: one huge message
 constexpr int64_t kSlackNs = 1'000'000'000;         // clock skew between readings
 constexpr int64_t kMaxOpenIntervalNs = 86'400'000'000'000;  // one day
+constexpr int64_t kFirstReadingNs = 60'000'000'000;        // see collect()
 
 Result<Fd> makeMemfd(const std::string& name, size_t size) {
   Fd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -324,7 +325,9 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
   const size_t got = n > 0 ? static_cast<size_t>(n) : 0;
 
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t elapsed = last_collect_ns_ != 0 ? now_ns - last_collect_ns_ : 0;
+  // The first reading of a tenant's memory has no previous one: bound it as a minute's worth
+  // (the agent reads within a period of creating the memory, so a tenant gains nothing there).
+  const int64_t elapsed = last_collect_ns_ != 0 ? now_ns - last_collect_ns_ : kFirstReadingNs;
   last_collect_ns_ = now_ns;
   TenantUsage u;
   for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {

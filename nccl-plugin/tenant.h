@@ -120,7 +120,7 @@ class TenantPacer {
   // has caught up (its next refusal). Tokens are only there if nobody used them — the bucket
   // state is shared — so this restores the rate of a backlogged tenant without ever exceeding
   // it; the extra burst is bounded by rate x catchup. The limit is a hard cap, the rate is not:
-  // when the agent's file gives a limit, the catch-up is also bounded by (limit - rate) x
+  // when the agent gives a limit, the catch-up is also bounded by (limit - rate) x
   // catchup, so the tenant stays under its limit over any window of >= catchup + burst / limit
   // (none at all when its rate is its limit).
   //

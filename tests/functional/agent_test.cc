@@ -214,7 +214,7 @@ TEST_F(PrivilegedAgentTest, CorruptedSnapshotIsIgnoredAndAgentWaitsForPolicyd) {
   data[data.size() - 10] ^= 0x5a;
   ASSERT_TRUE(writeFileAtomic(snap, data).ok());
   ASSERT_TRUE(ns_->run({"tc", "qdisc", "del", "dev", dev0_, "root"}).ok());
-  ASSERT_EQ(std::system(("rm -f " + run_dir_ + "/tenants/*").c_str()), 0);
+  ASSERT_EQ(std::system(("rm -rf " + run_dir_ + "/tenants/*").c_str()), 0);
 
   startAgent();
   EXPECT_TRUE(eventually(
