@@ -271,8 +271,13 @@ Status Reconciler::serveTenant(const std::string& name, TenantEntry& e,
 }
 
 void Reconciler::serveDefault(const DesiredNode& desired) {
-  if (desired.tenants.count(options_.default_tenant) != 0) {
-    if (options_.attach) options_.attach->serveDefault(tenants_.at(options_.default_tenant).shm);
+  // The policy's `default: true` tenant, else the one named --default-tenant, else built in.
+  std::string name = options_.default_tenant;
+  for (const auto& [n, spec] : desired.tenants) {
+    if (spec.is_default) name = n;
+  }
+  if (tenants_.count(name) != 0) {
+    if (options_.attach) options_.attach->serveDefault(tenants_.at(name).shm);
     return;
   }
   if (!builtin_default_) {
