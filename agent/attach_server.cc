@@ -181,14 +181,6 @@ std::vector<Attachment> AttachServer::attachments() const {
   return out;
 }
 
-std::vector<pid_t> AttachServer::attachedPids() const {
-  std::vector<pid_t> pids;
-  for (const Attachment& a : attachments()) pids.push_back(a.peer.pid);
-  std::sort(pids.begin(), pids.end());
-  pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
-  return pids;
-}
-
 void AttachServer::wake() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
@@ -372,11 +364,10 @@ void AttachServer::refuse(Conn* c, int64_t now, attach::ReplyStatus status,
   attach::sendWithFds(c->fd.get(), attach::encodeReply(reply), {}).ignore();
 }
 
-// mu_ held. Counted, and logged naming the socket's tenant, the peer's pid, uid and gid, and
+// mu_ held. Logged naming the socket's tenant, the peer's pid, uid and gid, and
 // what was wrong; at most kLogsPerSecond lines per socket per second, so a tenant cannot flood
 // the log (the rest are counted in one line per second).
 void AttachServer::badInput(const Conn& c, int64_t now, const std::string& what) {
-  refused_.fetch_add(1, std::memory_order_relaxed);
   logLimited(c, now, true, what);
 }
 

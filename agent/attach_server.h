@@ -60,12 +60,9 @@ class AttachServer {
   // The tenant the node-wide socket attaches to.
   void serveDefault(std::shared_ptr<TenantShm> shm);
 
-  // Every attached process (thread-safe; e.g. to tell governed from ungoverned processes).
+  // Every attached process, its pid in the agent's pid namespace (thread-safe; the reconciler
+  // publishes them so the ungoverned-QP scan tells governed from ungoverned processes).
   std::vector<Attachment> attachments() const;
-  // The pids of attached processes, in the agent's pid namespace (sorted, unique).
-  std::vector<pid_t> attachedPids() const;
-  // Connections refused or closed for bad input since start.
-  uint64_t refusedTotal() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
   struct Listener {
@@ -111,7 +108,6 @@ class AttachServer {
   Fd wake_fd_;  // eventfd
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> refused_{0};
 
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Listener>> listeners_;  // by tenant; "" = node-wide

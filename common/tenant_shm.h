@@ -220,9 +220,6 @@ class TenantShmView {
   bool paramsChanged(uint64_t seq) const {
     return params_->params.seq.load(std::memory_order_acquire) != seq;
   }
-  uint64_t agentHeartbeatNs() const {
-    return params_->header.agent_heartbeat_ns.load(std::memory_order_relaxed);
-  }
   std::atomic<int64_t>& bucketState() { return shared_->bucket.empty_at_ns; }
   shm::Slot* slot() { return slot_; }  // nullptr: attached without a slot
 

@@ -886,6 +886,8 @@ std::string toYaml(const PolicySpec& policy, std::string_view header_comment) {
       y += "]\n";
     }
     if (t.is_default) y += "    default: true\n";
+    // A validated gid or portable group name: quoted so a gid stays a string.
+    if (!t.unix_group.empty()) y += "    unixGroup: \"" + t.unix_group + "\"\n";
   }
   return y;
 }
