@@ -1,14 +1,16 @@
 #include "agent/agent.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "agent/metrics.h"
 #include "agent/tc_executor_applier.h"
 #include "common/file_util.h"
 #include "common/log.h"
-#include "common/tenant_shm.h"
+#include "common/attach_protocol.h"
 
 namespace tq::agent {
 
@@ -24,13 +26,40 @@ Status Agent::start() {
   TQ_RETURN_IF_ERROR_CTX(checkWritableDir(config_.state_dir), "--state-dir");
   if (tc_ == nullptr) return failedPrecondition("no tc executor");
 
-  // Metrics first: /healthz answers (and /readyz says why not ready) from the first moment.
+  AttachServer::Options ao;
+  ao.run_dir = config_.run_dir;
+  TQ_ASSIGN_OR_RETURN(attach_, AttachServer::start(ao));
+
+  ReconcilerOptions ro;
+  ro.attach = attach_.get();
+  ro.default_tenant = config_.default_tenant;
+  ro.node = config_.node;
+  ro.devices = config_.devices;
+  ro.run_dir = config_.run_dir;
+  ro.tc_mode = config_.tc_mode;
+  ro.period_ns = config_.period_ns;
+  ro.burst_bytes = config_.burst_bytes;
+  ro.sysfs_root = config_.sysfs_root;
+  reconciler_ = std::make_unique<Reconciler>(ro, tc_.get(), realClock(), &board_);
+  loop_ = std::make_unique<ReconcileLoop>(*reconciler_);
+
+  // Metrics before any thread runs: /healthz answers (and /readyz says why not ready) from the
+  // first moment.
   std::map<std::string, HttpServer::Handler> routes;
   routes["/metrics"] = [this] {
     return HttpResponse{200, kMetricsContentType,
                         renderMetrics(board_.snapshot(), board_.watchStatus())};
   };
-  routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
+  routes["/healthz"] = [this] {
+    const int64_t stuck_ns = std::max(kStuckPeriods * config_.period_ns, kMinStuckNs);
+    const int64_t idle_ns = loop_ ? realClock().nowNs() - loop_->lastPassNs() : 0;
+    if (idle_ns > stuck_ns) {
+      return HttpResponse{500, "text/plain; charset=utf-8",
+                          "unhealthy: the reconcile thread has not finished a pass for " +
+                              std::to_string(idle_ns / 1'000'000) + " ms\n"};
+    }
+    return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
+  };
   routes["/readyz"] = [this] {
     AgentState s = board_.snapshot();
     if (s.ready) {
@@ -54,16 +83,6 @@ Status Agent::start() {
         "--metrics-port-file");
   }
 
-  ReconcilerOptions ro;
-  ro.node = config_.node;
-  ro.devices = config_.devices;
-  ro.run_dir = config_.run_dir;
-  ro.tc_mode = config_.tc_mode;
-  ro.period_ns = config_.period_ns;
-  ro.burst_bytes = config_.burst_bytes;
-  ro.sysfs_root = config_.sysfs_root;
-  reconciler_ = std::make_unique<Reconciler>(ro, tc_.get(), realClock(), &board_);
-  loop_ = std::make_unique<ReconcileLoop>(*reconciler_);
 
   // Fail-static: enforce what we last knew before talking to policyd.
   uint64_t known_version = 0;
@@ -131,6 +150,7 @@ void Agent::stop() {
   if (reporter_) reporter_->stop();
   if (qp_scanner_) qp_scanner_->stop();
   if (loop_) loop_->stop();
+  attach_.reset();  // closes the sockets; attached processes keep their memory (fail-static)
   http_.reset();
   TQ_LOG(kInfo, "tenantqos-agent stopped; tc trees and shm files left in place (fail-static)");
 }
@@ -150,23 +170,27 @@ Status runCleanup(const AgentConfig& config, TcApplier* tc) {
       note(s);
     }
   }
-  for (const std::string& tenant : listTenantFiles(config.run_dir)) {
-    const std::string path = tenantShmPath(config.run_dir, tenant);
-    // Mark it deleted first so attached plugins stop trusting it, then unlink regardless of
-    // live processes (they keep their mapping; this is an explicit operator request).
-    if (isDns1123Label(tenant)) {
-      auto w = TenantShmWriter::openOrCreate(config.run_dir, tenant);
-      if (w.ok()) {
-        TenantParams p = (*w)->published();
-        p.deleted = true;
-        (*w)->publish(p);
+  // Sockets and tenant directories (and layout v1 files an older agent left). Attached
+  // processes keep their memory; this is an explicit operator request.
+  const std::string tenants = config.run_dir + "/tenants";
+  if (DIR* d = ::opendir(tenants.c_str())) {
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const std::string& name : names) {
+      if (name == "." || name == "..") continue;
+      const std::string path = tenants + "/" + name;
+      ::unlink((path + "/agent.sock").c_str());
+      if (::rmdir(path.c_str()) != 0 && ::unlink(path.c_str()) != 0 && errno != ENOENT) {
+        note(errnoStatus("remove " + path));
+      } else {
+        TQ_LOG(kInfo, "cleanup: removed %s", path.c_str());
       }
     }
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      note(errnoStatus("unlink " + path));
-    } else {
-      TQ_LOG(kInfo, "cleanup: removed %s", path.c_str());
-    }
+  }
+  for (const std::string& path :
+       {attach::nodeSocketPath(config.run_dir), attach::trafficClassesPath(config.run_dir)}) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) note(errnoStatus("unlink " + path));
   }
   ::rmdir((config.run_dir + "/tenants").c_str());  // only if empty; failure is fine
   SnapshotStore store(config.state_dir);

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "agent/agent_state.h"
+#include "agent/attach_server.h"
 #include "agent/config.h"
 #include "agent/http_server.h"
 #include "agent/policy_watcher.h"
@@ -35,6 +36,12 @@ class Agent {
 
   int metricsPort() const { return http_ ? http_->port() : 0; }
   StateBoard& board() { return board_; }
+  AttachServer* attach() { return attach_.get(); }
+
+  // /healthz fails when the reconcile thread has not finished a pass for this many periods
+  // (and at least kMinStuckNs): a liveness probe then restarts a stuck agent.
+  static constexpr int64_t kStuckPeriods = 100;
+  static constexpr int64_t kMinStuckNs = 2'000'000'000;
   ReconcileLoop* loop() { return loop_.get(); }
 
  private:
@@ -42,6 +49,7 @@ class Agent {
   std::unique_ptr<TcApplier> tc_;
   StateBoard board_;
   SnapshotStore store_;
+  std::unique_ptr<AttachServer> attach_;
   std::unique_ptr<Reconciler> reconciler_;
   std::unique_ptr<ReconcileLoop> loop_;
   std::unique_ptr<HttpServer> http_;

@@ -45,7 +45,7 @@ struct RdmaPortStat {
   friend bool operator==(const RdmaPortStat&, const RdmaPortStat&) = default;
 };
 
-// A process attached to the agent (holding a slot in its tenant's shm file), by pid in the agent's
+// A process attached to the agent (connected to an attach socket), by pid in the agent's
 // pid namespace. What the ungoverned-QP scan (agent/ungoverned_qps.h) checks QP owners against.
 struct AttachedProcess {
   int32_t pid = 0;

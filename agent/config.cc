@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/endpoints.h"
+#include "common/tenant_shm.h"
 #include "common/units.h"
 
 namespace tq::agent {
@@ -77,7 +78,10 @@ memory for the NCCL plugin, work-conserving rate allocation) and exports metrics
                             it holds (a DNS name with several addresses works too)
   --node NAME               this node's name in reports (default: host name)
   --device DEV=LINK         manage kernel device DEV as the policy's link LINK (repeatable, >= 1)
-  --run-dir DIR             shared-memory files, DIR/tenants/<tenant> (default /run/tenantqos)
+  --run-dir DIR             attach sockets: DIR/tenants/<tenant>/agent.sock per tenant and
+                            DIR/agent.sock node-wide (default /run/tenantqos)
+  --default-tenant NAME     the tenant of the node-wide socket (default "default"); without it
+                            in the policy, a built-in one paced at 100 Mbit/s
   --state-dir DIR           persisted policy snapshot (default /var/lib/tenantqos)
   --metrics HOST:PORT       /metrics, /healthz, /readyz (default 127.0.0.1:9464; port 0 = any)
   --metrics-port-file FILE  write the bound metrics port to FILE (with port 0)
@@ -93,7 +97,7 @@ memory for the NCCL plugin, work-conserving rate allocation) and exports metrics
                             the allocator; a tree left from htb mode is removed
   --burst SIZE              token-bucket depth given to the plugin (default 256KiB)
   --cleanup                 remove everything the agent created (tc trees on the --device
-                            devices, shm files, persisted state), then exit
+                            devices, sockets and tenant directories, persisted state), then exit
   --help                    this text
 
 SIGTERM/SIGINT stop the agent and LEAVE enforcement in place (fail-static).
@@ -192,6 +196,12 @@ Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv) {
         c.tc_mode = TcMode::kNone;
       } else {
         return invalidArgument("--tc-mode: \"" + v + "\" is not htb or none");
+      }
+    } else if (arg == "--default-tenant") {
+      TQ_ASSIGN_OR_RETURN(c.default_tenant, need());
+      if (!isDns1123Label(c.default_tenant)) {
+        return invalidArgument("--default-tenant: \"" + c.default_tenant +
+                               "\" is not a DNS-1123 label");
       }
     } else if (arg == "--burst") {
       TQ_ASSIGN_OR_RETURN(std::string v, need());

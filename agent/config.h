@@ -44,6 +44,7 @@ struct AgentConfig {
   int64_t qp_scan_interval_ns = 5'000'000'000;  // RDMA QP listing (ungoverned QPs); 0 = off
   TcMode tc_mode = TcMode::kHtb;
   uint64_t burst_bytes = 256 * 1024;  // token-bucket depth published to the plugin
+  std::string default_tenant = "default";  // the node-wide socket's tenant
   bool cleanup = false;
   bool help = false;
 };

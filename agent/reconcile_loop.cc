@@ -7,7 +7,9 @@
 namespace tq::agent {
 
 ReconcileLoop::ReconcileLoop(Reconciler& reconciler)
-    : reconciler_(reconciler), worker_(reconciler.clock()) {}
+    : reconciler_(reconciler),
+      last_pass_ns_(reconciler.clock().nowNs()),
+      worker_(reconciler.clock()) {}
 
 ReconcileLoop::~ReconcileLoop() { stop(); }
 
@@ -57,6 +59,7 @@ void ReconcileLoop::run() {
     drainQueue();
     if (worker_.stopRequested()) break;
     reconciler_.tick();
+    last_pass_ns_.store(reconciler_.clock().nowNs(), std::memory_order_relaxed);
     worker_.waitUntil(reconciler_.nextDueNs(), [this] { return !queue_.empty(); });
   }
   drainQueue();  // posted before stop() refused new work

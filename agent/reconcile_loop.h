@@ -4,6 +4,7 @@
 // Time is the Reconciler's Clock (a FakeClock in tests moves the loop too).
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <functional>
 
@@ -26,6 +27,9 @@ class ReconcileLoop {
   bool postPolicy(VersionedPolicy policy, PolicySource source);
   // Runs `fn` on the reconcile thread and waits for it (tests, benchmarks). False if stopped.
   bool runSync(std::function<void(Reconciler&)> fn);
+  // CLOCK_MONOTONIC ns at which the thread last finished a pass (posted work + tick); the
+  // start time before the first. Thread-safe: /healthz reads it to catch a stuck thread.
+  int64_t lastPassNs() const { return last_pass_ns_.load(std::memory_order_relaxed); }
 
   const Worker& worker() const { return worker_; }
 
@@ -34,6 +38,7 @@ class ReconcileLoop {
   void drainQueue();
 
   Reconciler& reconciler_;
+  std::atomic<int64_t> last_pass_ns_;
   std::deque<std::function<void(Reconciler&)>> queue_;  // under worker_.withLock()
   bool stopped_ = false;                                // under worker_.withLock()
   Worker worker_;

@@ -1,9 +1,15 @@
 #include "agent/reconciler.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 
+#include "common/attach_protocol.h"
 #include "common/capacity.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/units.h"
 
@@ -184,50 +190,49 @@ TenantParams Reconciler::paramsFor(const TenantSpec& spec, uint64_t version, uin
 }
 
 Status Reconciler::syncShm(const DesiredNode& desired) {
+  removeStaleEntries(desired);
   Status first_error;
+  auto note = [&](Status s) {
+    if (!s.ok() && first_error.ok()) first_error = s;
+  };
   for (const auto& [name, spec] : desired.tenants) {
     auto it = tenants_.find(name);
     if (it == tenants_.end()) {
       TenantEntry e;
       auto r = retiring_.find(name);
       if (r != retiring_.end()) {
-        e.writer = std::move(r->second);  // came back before its file went away
+        e.shm = std::move(r->second);  // came back before its last process left
         retiring_.erase(r);
       } else {
-        auto w = TenantShmWriter::openOrCreate(options_.run_dir, name);
-        if (!w.ok()) {
-          if (first_error.ok()) first_error = w.status().withContext("tenant " + name);
+        auto created = TenantShm::create(name, clock_.wallNs());
+        if (!created.ok()) {
+          note(created.status().withContext("tenant " + name));
           continue;
         }
-        e.writer = std::move(w).value();
+        e.shm = std::move(created).value();
       }
-      // A file that survived an agent restart keeps its rate (running jobs see no change until
-      // the allocator has measured them); a new tenant starts at its guarantee, the bucket rate
-      // the allocator gives a tenant without processes.
-      const TenantParams existing = e.writer->published();
-      const bool reuse = existing.policy_version != 0 && !existing.deleted;
-      const uint64_t initial =
-          reuse ? existing.rate_bytes_per_second : spec.guarantee_bytes_per_second;
+      // A new tenant starts at its guarantee, the bucket rate the allocator gives a tenant
+      // without processes.
       e.spec = spec;
       e.link_capacity = allocatableCapacity(desired.links.at(spec.link));
       e.estimator = DemandEstimator(options_.demand);
-      e.params = paramsFor(spec, desired.version, initial);
-      if (!(e.params == existing)) e.writer->publish(e.params);
-      e.writer->heartbeat(clock_.nowNs());
-      TQ_LOG(kInfo, "tenant %s: shm file %s (rate %s, guarantee %s, limit %s)", name.c_str(),
-             e.writer->path().c_str(), formatRate(e.params.rate_bytes_per_second).c_str(),
+      e.params = paramsFor(spec, desired.version, spec.guarantee_bytes_per_second);
+      e.shm->publish(e.params);
+      e.shm->heartbeat(clock_.nowNs());
+      TQ_LOG(kInfo, "tenant %s: shared memory (rate %s, guarantee %s, limit %s)", name.c_str(),
+             formatRate(e.params.rate_bytes_per_second).c_str(),
              formatRate(spec.guarantee_bytes_per_second).c_str(),
              formatRate(spec.limit_bytes_per_second).c_str());
-      tenants_.emplace(name, std::move(e));
-      continue;
-    }
-    TenantEntry& e = it->second;
-    e.spec = spec;
-    e.link_capacity = allocatableCapacity(desired.links.at(spec.link));
-    TenantParams p = paramsFor(spec, desired.version, e.params.rate_bytes_per_second);
-    if (!(p == e.params)) {
-      e.params = p;
-      e.writer->publish(p);
+      it = tenants_.emplace(name, std::move(e)).first;
+    } else {
+      TenantEntry& e = it->second;
+      e.spec = spec;
+      e.link_capacity = allocatableCapacity(desired.links.at(spec.link));
+      TenantParams p = paramsFor(spec, desired.version, e.params.rate_bytes_per_second);
+      if (!(p == e.params)) {
+        e.params = p;
+        e.shm->publish(p);
+      }
     }
   }
   std::vector<std::string> gone;
@@ -236,43 +241,131 @@ Status Reconciler::syncShm(const DesiredNode& desired) {
   }
   for (const std::string& name : gone) {
     auto node = tenants_.extract(name);
-    retireTenant(name, std::move(node.mapped().writer));
+    retireTenant(name, std::move(node.mapped()));
   }
-  adoptOrphanFiles(desired);
+  // Sockets after the memory: a process that attaches finds its parameters published. Groups
+  // in name order, so which of two tenants resolving to one gid gets it is stable.
+  std::map<gid_t, std::string> group_owner;
+  for (auto& [name, e] : tenants_) note(serveTenant(name, e, group_owner));
+  serveDefault(desired);
+  writeTrafficClasses(desired);
   return first_error;
 }
 
-void Reconciler::retireTenant(const std::string& name, std::unique_ptr<TenantShmWriter> writer) {
-  auto removed = writer->removeIfUnused();
-  if (removed.ok() && *removed) {
-    TQ_LOG(kInfo, "tenant %s: left the policy; file %s removed", name.c_str(),
-           writer->path().c_str());
-    return;
+Status Reconciler::serveTenant(const std::string& name, TenantEntry& e,
+                               std::map<gid_t, std::string>& group_owner) {
+  e.group.reset();
+  if (!e.spec.unix_group.empty()) {
+    auto gid = resolveUnixGroup(e.spec.unix_group);
+    if (!gid.ok()) return gid.status().withContext("tenant " + name);
+    auto [it, fresh] = group_owner.emplace(*gid, name);
+    if (!fresh) {
+      return failedPrecondition("tenant " + name + ": unixGroup " + e.spec.unix_group +
+                                " is gid " + std::to_string(*gid) + " on this node, tenant " +
+                                it->second + "'s too; not served");
+    }
+    e.group = *gid;
   }
-  if (!removed.ok()) {
-    TQ_LOG(kWarn, "tenant %s: %s", name.c_str(), removed.status().message().c_str());
-  } else if (retiring_.count(name) == 0) {
-    TQ_LOG(kInfo,
-           "tenant %s: left the policy; file kept (marked deleted) until its %d "
-           "process(es) exit",
-           name.c_str(), writer->liveProcesses());
-  }
-  retiring_[name] = std::move(writer);
+  if (options_.attach == nullptr) return okStatus();
+  return options_.attach->serve(name, e.shm, e.group).withContext("tenant " + name);
 }
 
-void Reconciler::adoptOrphanFiles(const DesiredNode& desired) {
-  if (orphans_adopted_) return;
-  orphans_adopted_ = true;
-  // Files of tenants a previous agent run created that this policy no longer has.
-  for (const std::string& name : listTenantFiles(options_.run_dir)) {
-    if (desired.tenants.count(name) != 0 || retiring_.count(name) != 0) continue;
-    if (!isDns1123Label(name)) continue;
-    auto w = TenantShmWriter::openOrCreate(options_.run_dir, name);
-    if (!w.ok()) {
-      TQ_LOG(kWarn, "stale tenant file %s: %s", name.c_str(), w.status().message().c_str());
+void Reconciler::serveDefault(const DesiredNode& desired) {
+  // The policy's `default: true` tenant, else the one named --default-tenant, else built in.
+  std::string name = options_.default_tenant;
+  for (const auto& [n, spec] : desired.tenants) {
+    if (spec.is_default) name = n;
+  }
+  if (tenants_.count(name) != 0) {
+    if (options_.attach) options_.attach->serveDefault(tenants_.at(name).shm);
+    return;
+  }
+  if (!builtin_default_) {
+    auto created = TenantShm::create(options_.default_tenant, clock_.wallNs());
+    if (!created.ok()) {
+      TQ_LOG(kError, "built-in default tenant %s: %s", options_.default_tenant.c_str(),
+             created.status().message().c_str());
+      return;
+    }
+    builtin_default_ = std::move(created).value();
+    TenantParams p;
+    p.rate_bytes_per_second = kConservativeRateBytesPerSecond;
+    p.limit_bytes_per_second = kConservativeRateBytesPerSecond;
+    p.burst_bytes = options_.burst_bytes;
+    builtin_default_->publish(p);
+    TQ_LOG(kInfo, "the policy has no tenant %s: the node-wide socket attaches processes to a "
+           "built-in default tenant paced at %s", options_.default_tenant.c_str(),
+           formatRate(kConservativeRateBytesPerSecond).c_str());
+  }
+  TenantParams p = builtin_default_->published();
+  if (p.policy_version != desired.version) {
+    p.policy_version = desired.version;
+    builtin_default_->publish(p);
+  }
+  if (options_.attach) options_.attach->serveDefault(builtin_default_);
+}
+
+void Reconciler::writeTrafficClasses(const DesiredNode& desired) {
+  std::vector<std::pair<int, std::string>> map;
+  for (const auto& [name, spec] : desired.tenants) {
+    for (int32_t tc : spec.traffic_classes) map.emplace_back(tc, name);
+  }
+  std::sort(map.begin(), map.end());
+  const std::string text = attach::encodeTrafficClasses(map);
+  if (text == traffic_classes_written_) return;
+  const std::string path = attach::trafficClassesPath(options_.run_dir);
+  Status s = makeDirs(options_.run_dir, 0755);
+  if (s.ok()) s = writeFileAtomic(path, text, 0644);
+  if (!s.ok()) {
+    TQ_LOG(kWarn, "write %s: %s", path.c_str(), s.message().c_str());
+    return;
+  }
+  traffic_classes_written_ = text;
+}
+
+void Reconciler::retireTenant(const std::string& name, TenantEntry e) {
+  TenantParams p = e.params;
+  p.deleted = true;
+  e.shm->publish(p);
+  if (options_.attach) options_.attach->unserve(name);
+  if (e.shm->idle()) {
+    TQ_LOG(kInfo, "tenant %s: left the policy; its memory is released", name.c_str());
+    return;
+  }
+  TQ_LOG(kInfo, "tenant %s: left the policy; marked deleted, kept until its %zu attached "
+         "process(es) leave", name.c_str(), e.shm->attachments().size());
+  retiring_[name] = std::move(e.shm);
+}
+
+void Reconciler::removeStaleEntries(const DesiredNode& desired) {
+  if (stale_removed_) return;
+  stale_removed_ = true;
+  // What an earlier agent left under <run>/tenants: sockets of tenants this policy no longer
+  // has, and layout v1 files (processes that map one keep it until they restart).
+  const std::string dir = options_.run_dir + "/tenants";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> names;
+  while (dirent* ent = ::readdir(d)) names.emplace_back(ent->d_name);
+  ::closedir(d);
+  for (const std::string& name : names) {
+    if (name == "." || name == "..") continue;
+    const std::string path = dir + "/" + name;
+    struct stat st{};
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    if (!S_ISDIR(st.st_mode)) {
+      if (::unlink(path.c_str()) == 0) {
+        TQ_LOG(kInfo, "removed %s, left by an earlier agent (layout v1 or a stray file)",
+               path.c_str());
+      }
       continue;
     }
-    retireTenant(name, std::move(w).value());
+    if (desired.tenants.count(name) != 0) continue;
+    ::unlink((path + "/agent.sock").c_str());
+    if (::rmdir(path.c_str()) == 0) {
+      TQ_LOG(kInfo, "removed %s of tenant %s, no longer in the policy", path.c_str(),
+             name.c_str());
+    }
   }
 }
 
@@ -281,8 +374,7 @@ void Reconciler::allocate(int64_t now) {
   // Per link: the tenants sharing it, as allocator inputs.
   std::map<std::string, std::vector<TenantEntry*>> by_link;
   for (auto& [name, e] : tenants_) {
-    e.writer->reclaimDeadSlots();
-    TenantUsage u = e.writer->usage(now);
+    TenantUsage u = e.shm->collect(now, e.spec.limit_bytes_per_second);
     DemandSignals sig;
     if (e.usage_at_ns != 0) {
       sig.bytes_sent = u.tx_bytes >= e.usage.tx_bytes ? u.tx_bytes - e.usage.tx_bytes : 0;
@@ -302,7 +394,7 @@ void Reconciler::allocate(int64_t now) {
     }
     e.usage = std::move(u);
     e.usage_at_ns = now;
-    e.writer->heartbeat(now);
+    e.shm->heartbeat(now);
     by_link[e.spec.link].push_back(&e);
   }
   for (auto& [link, entries] : by_link) {
@@ -318,20 +410,23 @@ void Reconciler::allocate(int64_t now) {
       e.allocation = out[i].rate;
       if (out[i].bucket_rate != e.params.rate_bytes_per_second) {
         e.params.rate_bytes_per_second = out[i].bucket_rate;
-        e.writer->publish(e.params);
+        e.shm->publish(e.params);
       }
     }
   }
   for (auto it = retiring_.begin(); it != retiring_.end();) {
-    auto removed = it->second->removeIfUnused();
-    if (removed.ok() && *removed) {
-      TQ_LOG(kInfo, "tenant %s: last process gone; file %s removed", it->first.c_str(),
-             it->second->path().c_str());
+    it->second->collect(now, 0);  // drains the slots of processes that left
+    it->second->heartbeat(now);
+    if (it->second->idle()) {
+      TQ_LOG(kInfo, "tenant %s: last process gone; its memory is released", it->first.c_str());
       it = retiring_.erase(it);
     } else {
-      it->second->reclaimDeadSlots();
       ++it;
     }
+  }
+  if (builtin_default_) {
+    builtin_default_->collect(now, kConservativeRateBytesPerSecond);
+    builtin_default_->heartbeat(now);
   }
   allocation_hist_.observe(secondsBetween(start, clock_.nowNs()));
 }
@@ -388,12 +483,12 @@ AgentState Reconciler::buildState() const {
     t.limit_bytes_per_second = e.spec.limit_bytes_per_second;
     t.processes = e.usage.processes;
     s.tenants.push_back(std::move(t));
-    // Today the attached processes are the owners of the file's slots (the pid each plugin
-    // wrote, in its own pid namespace: right only for plugins in the agent's pid namespace).
-    for (const SlotUsage& slot : e.usage.slots) {
-      if (slot.owner != 0 && slot.owner <= 0x7fffffff) {
-        s.attached.push_back({static_cast<int32_t>(slot.owner), name});
-      }
+  }
+  // The attached processes as the kernel names them (SO_PEERCRED on their sockets, in the
+  // agent's pid namespace, whatever namespace they run in).
+  if (options_.attach != nullptr) {
+    for (const Attachment& a : options_.attach->attachments()) {
+      s.attached.push_back({static_cast<int32_t>(a.peer.pid), a.tenant});
     }
   }
   std::sort(s.attached.begin(), s.attached.end(),
@@ -450,6 +545,13 @@ std::optional<TenantParams> Reconciler::tenantParams(const std::string& tenant) 
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return std::nullopt;
   return it->second.params;
+}
+
+std::shared_ptr<TenantShm> Reconciler::tenantShm(const std::string& tenant) const {
+  if (auto it = tenants_.find(tenant); it != tenants_.end()) return it->second.shm;
+  if (auto it = retiring_.find(tenant); it != retiring_.end()) return it->second;
+  if (tenant == options_.default_tenant) return builtin_default_;
+  return nullptr;
 }
 
 std::vector<std::string> Reconciler::activeTenants() const {

@@ -6,11 +6,12 @@
 // onPolicy(p): desired = p ∩ node (desired_state.h); tc trees through the TcApplier (htb mode:
 // a class per tenant; none mode: no tc),
 // device by device, rolling back the devices already changed if a later one fails, so the node
-// keeps its last good state; then the per-tenant shm files (create/update; a tenant that left
-// is marked deleted and its file removed once no live process uses it). A failure is counted,
-// logged, kept as an unresolved error (reported to policyd) and retried with backoff.
-// tick(): whatever is due — the retry, the allocation pass (every period: read usage, heartbeat,
-// reclaim dead slots; per link, estimate each tenant's demand from its counters (DemandEstimator)
+// keeps its last good state; then the per-tenant shared memory (tenant_shm.h: create/update)
+// and its attach socket (attach_server.h; a tenant that left is marked deleted, no longer served,
+// and its memory dropped once no process is attached). A failure is counted, logged, kept as an
+// unresolved error (reported to policyd) and retried with backoff.
+// tick(): whatever is due — the retry, the allocation pass (every period: read usage (checked,
+// never trusted), heartbeat; per link, estimate each tenant's demand from its counters (DemandEstimator)
 // and split the link's capacity (allocate(), work-conserving water-filling); publish a tenant's
 // bucket rate only when it changed, to keep the seqlock quiet), a periodic tc resync (drift
 // repair; zero writes when nothing drifted), tc statistics and RDMA port counters (~1 s; see
@@ -26,6 +27,7 @@
 
 #include "agent/agent_state.h"
 #include "agent/allocator.h"
+#include "agent/attach_server.h"
 #include "agent/backoff.h"
 #include "agent/config.h"
 #include "agent/desired_state.h"
@@ -43,6 +45,11 @@ struct ReconcilerOptions {
   std::string node;
   std::vector<DeviceMapping> devices;
   std::string run_dir;
+  // Serves the tenants' sockets; null: none (unit tests that only look at the memory).
+  AttachServer* attach = nullptr;
+  // The tenant the node-wide socket attaches to; when the policy has no tenant of that name, a
+  // built-in one paced at kConservativeRateBytesPerSecond.
+  std::string default_tenant = "default";
   TcMode tc_mode = TcMode::kHtb;
   int64_t period_ns = 10'000'000;
   uint64_t burst_bytes = 256 * 1024;
@@ -88,6 +95,9 @@ class Reconciler {
   int lastTcWrites() const { return last_tc_writes_; }
   // Parameters currently published for a tenant (nullopt if it is not active).
   std::optional<TenantParams> tenantParams(const std::string& tenant) const;
+  // The shared memory of an active or retiring tenant (tests); the built-in default as
+  // default_tenant when the policy has none.
+  std::shared_ptr<TenantShm> tenantShm(const std::string& tenant) const;
   std::vector<std::string> activeTenants() const;
   std::vector<std::string> retiringTenants() const;
   // Builds the AgentState that would be published now.
@@ -97,8 +107,9 @@ class Reconciler {
   struct TenantEntry {
     TenantSpec spec;
     uint64_t link_capacity = 0;  // allocatableCapacity() of its link
-    std::unique_ptr<TenantShmWriter> writer;
-    TenantParams params;      // as last published
+    std::shared_ptr<TenantShm> shm;
+    std::optional<gid_t> group;  // unixGroup, resolved on this node
+    TenantParams params;      // as last published (the agent's own copy, never read back)
     TenantUsage usage;        // as last read
     int64_t usage_at_ns = 0;  // 0: not read yet
     DemandEstimator estimator;
@@ -111,8 +122,12 @@ class Reconciler {
   void rollbackTc(const std::vector<const DesiredDevice*>& changed);
   Status syncShm(const DesiredNode& desired);
   TenantParams paramsFor(const TenantSpec& spec, uint64_t version, uint64_t rate) const;
-  void retireTenant(const std::string& name, std::unique_ptr<TenantShmWriter> writer);
-  void adoptOrphanFiles(const DesiredNode& desired);
+  void retireTenant(const std::string& name, TenantEntry e);
+  Status serveTenant(const std::string& name, TenantEntry& e,
+                     std::map<gid_t, std::string>& group_owner);
+  void serveDefault(const DesiredNode& desired);
+  void removeStaleEntries(const DesiredNode& desired);
+  void writeTrafficClasses(const DesiredNode& desired);
   void allocate(int64_t now);
   void resync();
   void refreshClassStats();
@@ -133,10 +148,13 @@ class Reconciler {
   uint64_t errors_total_ = 0;
   std::string not_ready_reason_ = "no policy yet";
   int last_tc_writes_ = 0;
-  bool orphans_adopted_ = false;
+  bool stale_removed_ = false;
+  std::string traffic_classes_written_;
 
   std::map<std::string, TenantEntry> tenants_;
-  std::map<std::string, std::unique_ptr<TenantShmWriter>> retiring_;
+  // Left the policy: marked deleted, no longer served, dropped once no process is attached.
+  std::map<std::string, std::shared_ptr<TenantShm>> retiring_;
+  std::shared_ptr<TenantShm> builtin_default_;  // when the policy has no default tenant
   std::vector<ClassStat> class_stats_;
   std::unique_ptr<RdmaPortMonitor> rdma_;  // null when options_.sysfs_root is empty
 

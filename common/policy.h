@@ -33,6 +33,9 @@ struct TenantSpec {
   std::vector<std::string> namespaces;
   std::vector<std::string> volcano_queues;
   bool is_default = false;
+  // Unix group (numeric gid or name) of the tenant's attach directory on the nodes; empty: root
+  // only. Decides which processes of a node can attach as this tenant (common/attach_protocol.h).
+  std::string unix_group;
   friend bool operator==(const TenantSpec&, const TenantSpec&) = default;
 };
 

@@ -1,6 +1,5 @@
 #include "common/tenant_shm.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,116 +7,75 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 
-#include "common/file_util.h"
 #include "common/log.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010  // Linux 5.1
+#endif
 
 namespace tq {
 namespace {
 
-using shm::TenantFile;
+using shm::ParamsPage;
+using shm::SharedPage;
 
-int64_t monoNow() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-uint64_t wallNow() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
-}
+constexpr int kParamsSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+constexpr int kSharedSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
-std::string tenantsDir(const std::string& run_dir) { return run_dir + "/tenants"; }
+constexpr uint64_t kMaxBacklogBytes = 1ull << 40;   // 1 TiB
+constexpr uint64_t kSlackBytes = 4ull << 30;        // 4 GiB: one huge message
+constexpr int64_t kSlackNs = 1'000'000'000;         // clock skew between readings
+constexpr int64_t kMaxOpenIntervalNs = 86'400'000'000'000;  // one day
+constexpr int64_t kFirstReadingNs = 60'000'000'000;        // see collect()
 
-// Non-blocking OFD write lock on one byte; true if taken. OFD locks belong to the open file
-// description, not the process, so two Readers in one process (or a Reader and a Writer) do
-// conflict, which is what slot exclusivity needs.
-bool tryLockByte(int fd, uint64_t offset) {
-  struct flock fl{};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(offset);
-  fl.l_len = 1;
-  return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
-}
-void unlockByte(int fd, uint64_t offset) {
-  struct flock fl{};
-  fl.l_type = F_UNLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(offset);
-  fl.l_len = 1;
-  ::fcntl(fd, F_OFD_SETLK, &fl);
-}
-// True if some open file description holds a lock on the byte (a live claimant).
-bool byteLocked(int fd, uint64_t offset) {
-  struct flock fl{};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(offset);
-  fl.l_len = 1;
-  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;  // unknown: assume alive
-  return fl.l_type != F_UNLCK;
+Result<Fd> makeMemfd(const std::string& name, size_t size) {
+  Fd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) return errnoStatus("memfd_create " + name);
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+    return errnoStatus("size memfd " + name);
+  }
+  return fd;
 }
 
-Status checkHeader(const TenantFile* f, const std::string& path, size_t size) {
-  if (size != sizeof(TenantFile)) {
-    return failedPrecondition(path + ": size " + std::to_string(size) + " bytes, layout v" +
-                              std::to_string(shm::kLayoutVersion) + " needs " +
-                              std::to_string(sizeof(TenantFile)));
+// The open interval that started at `since` as seen at `now`: 0 when none, nullopt when the
+// value is implausible.
+std::optional<uint64_t> openInterval(int64_t since, int64_t now_ns) {
+  if (since == 0) return 0;
+  // CLOCK_MONOTONIC readings are positive; `now_ns - since` cannot overflow past this check.
+  if (since < 0 || since > now_ns + kSlackNs || now_ns - since > kMaxOpenIntervalNs) {
+    return std::nullopt;
   }
-  if (f->header.magic != shm::kMagic) return failedPrecondition(path + ": bad magic");
-  if (f->header.layout_version != shm::kLayoutVersion) {
-    return failedPrecondition(path + ": layout version " +
-                              std::to_string(f->header.layout_version) + ", this build reads v" +
-                              std::to_string(shm::kLayoutVersion));
-  }
-  if (f->header.file_size != sizeof(TenantFile) || f->header.max_slots != shm::kMaxSlots) {
-    return failedPrecondition(path + ": inconsistent header sizes");
-  }
-  return okStatus();
+  return since < now_ns ? static_cast<uint64_t>(now_ns - since) : 0;
 }
 
-Result<TenantFile*> mapFile(int fd, const std::string& path) {
-  void* p = ::mmap(nullptr, sizeof(TenantFile), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return errnoStatus("mmap " + path);
-  return static_cast<TenantFile*>(p);
+void addProblem(std::string* problems, const std::string& p) {
+  if (!problems->empty()) *problems += "; ";
+  *problems += p;
 }
 
-// Opens and validates an existing file. kNotFound if absent.
-Result<std::pair<int, TenantFile*>> openExisting(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errnoStatus("open " + path);
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    Status s = errnoStatus("stat " + path);
-    ::close(fd);
-    return s;
+// Accepts cur - *base when it is in [0, bound]; otherwise records why and resynchronises.
+uint64_t counterDelta(uint64_t* base, uint64_t cur, uint64_t bound, const char* name,
+                      std::string* problems) {
+  const uint64_t prev = *base;
+  *base = cur;
+  if (cur < prev) {
+    addProblem(problems, std::string(name) + " went backwards (" + std::to_string(prev) + " -> " +
+                             std::to_string(cur) + ")");
+    return 0;
   }
-  if (static_cast<size_t>(st.st_size) < sizeof(shm::Header)) {
-    ::close(fd);
-    return failedPrecondition(path + ": truncated (" + std::to_string(st.st_size) + " bytes)");
+  if (cur - prev > bound) {
+    addProblem(problems, std::string(name) + " jumped by " + std::to_string(cur - prev) +
+                             " (at most " + std::to_string(bound) + " possible)");
+    return 0;
   }
-  if (static_cast<size_t>(st.st_size) != sizeof(TenantFile)) {
-    ::close(fd);
-    return failedPrecondition(path + ": size " + std::to_string(st.st_size) +
-                              " bytes, layout v" + std::to_string(shm::kLayoutVersion) +
-                              " needs " + std::to_string(sizeof(TenantFile)) +
-                              " (written by another version?)");
-  }
-  auto mapped = mapFile(fd, path);
-  if (!mapped.ok()) {
-    ::close(fd);
-    return std::move(mapped).status();
-  }
-  Status s = checkHeader(*mapped, path, static_cast<size_t>(st.st_size));
-  if (!s.ok()) {
-    ::munmap(*mapped, sizeof(TenantFile));
-    ::close(fd);
-    return s;
-  }
-  return std::make_pair(fd, *mapped);
+  return cur - prev;
+}
+
+// Saturating a x b for the bounds above.
+uint64_t satMulAdd(uint64_t a, uint64_t b, uint64_t add) {
+  const unsigned __int128 v = static_cast<unsigned __int128>(a) * b + add;
+  return v > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(v);
 }
 
 void writeParams(shm::Params& p, const TenantParams& v) {
@@ -142,12 +100,87 @@ void writeParams(shm::Params& p, const TenantParams& v) {
   p.seq.store(seq + 2, std::memory_order_release);
 }
 
-TenantParams readParamsFrom(const shm::Params& p, uint64_t* seq_out) {
+}  // namespace
+
+bool isDns1123Label(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers
+
+SlotSample slotFromBytes(const uint8_t* page, size_t size, uint32_t index) {
+  shm::Slot raw;
+  std::memset(static_cast<void*>(&raw), 0, sizeof(raw));
+  const size_t off = offsetof(SharedPage, slots) + static_cast<size_t>(index) * sizeof(shm::Slot);
+  if (index < shm::kMaxSlots && off < size) {
+    std::memcpy(static_cast<void*>(&raw), page + off, std::min(sizeof(raw), size - off));
+  }
+  SlotSample s;
+  s.pid = raw.pid.load(std::memory_order_relaxed);
+  s.tx_bytes = raw.tx_bytes.load(std::memory_order_relaxed);
+  s.rx_bytes = raw.rx_bytes.load(std::memory_order_relaxed);
+  s.throttled_ns = raw.throttled_ns.load(std::memory_order_relaxed);
+  s.throttled_since_ns = raw.throttled_since_ns.load(std::memory_order_relaxed);
+  s.backlog_bytes = raw.backlog_bytes.load(std::memory_order_relaxed);
+  s.heartbeat_ns = raw.heartbeat_ns.load(std::memory_order_relaxed);
+  s.throttle_events = raw.throttle_events.load(std::memory_order_relaxed);
+  s.busy_ns = raw.busy_ns.load(std::memory_order_relaxed);
+  s.busy_since_ns = raw.busy_since_ns.load(std::memory_order_relaxed);
+  return s;
+}
+
+SlotCheck checkSlot(SlotBaseline* base, const SlotSample& cur, int64_t now_ns, int64_t elapsed_ns,
+                    uint64_t max_rate) {
+  SlotCheck c;
+  const uint64_t elapsed = elapsed_ns > 0 ? static_cast<uint64_t>(elapsed_ns) : 0;
+  // bytes: 2 x max_rate x elapsed + slack, computed without overflow
+  const uint64_t byte_bound =
+      satMulAdd(max_rate / 500'000'000 + 1, elapsed, kSlackBytes);  // ~2 x rate x s
+  const uint64_t time_bound = elapsed + static_cast<uint64_t>(kSlackNs);
+  c.tx_bytes = counterDelta(&base->tx_bytes, cur.tx_bytes, byte_bound, "tx_bytes", &c.problems);
+  c.rx_bytes = counterDelta(&base->rx_bytes, cur.rx_bytes, byte_bound, "rx_bytes", &c.problems);
+
+  // Times: the closed total plus the open interval. The sum may dip when an interval closes
+  // between the plugin's two stores; a dip within the time bound is not a problem, just 0.
+  auto timeDelta = [&](uint64_t* b, uint64_t closed, int64_t since, const char* name) {
+    const std::optional<uint64_t> open = openInterval(since, now_ns);
+    if (!open) {
+      addProblem(&c.problems, std::string(name) + "_since " + std::to_string(since) +
+                                  " is not a time in the past day");
+    }
+    const unsigned __int128 sum = static_cast<unsigned __int128>(closed) + open.value_or(0);
+    const uint64_t total = sum > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(sum);
+    const uint64_t prev = *b;
+    *b = total;
+    if (total >= prev && total - prev <= time_bound) return total - prev;
+    if (total < prev && prev - total <= time_bound) return uint64_t{0};
+    addProblem(&c.problems, std::string(name) + " moved from " + std::to_string(prev) + " to " +
+                                std::to_string(total) + " ns in " + std::to_string(elapsed) +
+                                " ns");
+    return uint64_t{0};
+  };
+  c.throttled_ns = timeDelta(&base->throttled_ns, cur.throttled_ns, cur.throttled_since_ns,
+                             "throttled");
+  c.busy_ns = timeDelta(&base->busy_ns, cur.busy_ns, cur.busy_since_ns, "busy");
+  c.throttled_now = cur.throttled_since_ns != 0 && openInterval(cur.throttled_since_ns, now_ns);
+  if (cur.backlog_bytes > kMaxBacklogBytes) {
+    addProblem(&c.problems, "backlog_bytes " + std::to_string(cur.backlog_bytes) + " > 1 TiB");
+  } else {
+    c.backlog_bytes = cur.backlog_bytes;
+  }
+  return c;
+}
+
+std::optional<TenantParams> readParams(const shm::Params& p, uint64_t* seq_out) {
   TenantParams v;
-  for (;;) {
+  for (int attempt = 0; attempt < kSeqlockRetries; ++attempt) {
     const uint64_t s1 = p.seq.load(std::memory_order_acquire);
     if (s1 & 1) {
-      // The writer is mid-update (a handful of stores); yield the CPU hint and retry.
+      // The agent is mid-update (a handful of stores); hint the CPU and retry.
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
@@ -176,277 +209,217 @@ TenantParams readParamsFrom(const shm::Params& p, uint64_t* seq_out) {
       return v;
     }
   }
-}
-
-SlotUsage readSlot(const shm::Slot& s, uint32_t index, int64_t now_ns) {
-  SlotUsage u;
-  u.index = index;
-  u.owner = s.owner.load(std::memory_order_acquire);
-  u.tx_bytes = s.tx_bytes.load(std::memory_order_relaxed);
-  u.rx_bytes = s.rx_bytes.load(std::memory_order_relaxed);
-  u.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
-  const int64_t since = s.throttled_since_ns.load(std::memory_order_relaxed);
-  if (since != 0 && now_ns > since) {
-    u.throttled_now = true;
-    u.throttled_ns += static_cast<uint64_t>(now_ns - since);
-  }
-  u.backlog_bytes = s.backlog_bytes.load(std::memory_order_relaxed);
-  u.heartbeat_ns = s.heartbeat_ns.load(std::memory_order_relaxed);
-  u.throttle_events = s.throttle_events.load(std::memory_order_relaxed);
-  u.busy_ns = s.busy_ns.load(std::memory_order_relaxed);
-  const int64_t busy_since = s.busy_since_ns.load(std::memory_order_relaxed);
-  if (busy_since != 0 && now_ns > busy_since) u.busy_ns += static_cast<uint64_t>(now_ns - busy_since);
-  return u;
-}
-
-}  // namespace
-
-bool isDns1123Label(std::string_view name) {
-  if (name.empty() || name.size() > 63) return false;
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (!alnum(name.front()) || !alnum(name.back())) return false;
-  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
-}
-
-std::string tenantShmPath(const std::string& run_dir, const std::string& tenant) {
-  return tenantsDir(run_dir) + "/" + tenant;
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Writer
+// Agent side
 
-Result<std::unique_ptr<TenantShmWriter>> TenantShmWriter::openOrCreate(const std::string& run_dir,
-                                                                       const std::string& tenant,
-                                                                       uint32_t mode) {
+Result<std::shared_ptr<TenantShm>> TenantShm::create(const std::string& tenant,
+                                                     int64_t now_wall_ns) {
   if (!isDns1123Label(tenant)) {
     return invalidArgument("tenant name \"" + tenant + "\" is not a DNS-1123 label");
   }
-  const std::string dir = tenantsDir(run_dir);
-  TQ_RETURN_IF_ERROR_CTX(makeDirs(dir, 0755), "create run directory");
-  const std::string path = tenantShmPath(run_dir, tenant);
-
-  auto existing = openExisting(path);
-  if (existing.ok()) {
-    auto [fd, file] = *existing;
-    if (std::strncmp(file->header.tenant, tenant.c_str(), shm::kTenantNameBytes) == 0) {
-      return std::unique_ptr<TenantShmWriter>(new TenantShmWriter(path, tenant, fd, file));
-    }
-    ::munmap(file, sizeof(TenantFile));
-    ::close(fd);
-    TQ_LOG(kWarn, "%s: names another tenant; recreating it", path.c_str());
-  } else if (existing.status().code() != StatusCode::kNotFound) {
-    TQ_LOG(kWarn, "%s: %s; recreating it (attached processes keep the old copy until restart)",
-           path.c_str(), existing.status().message().c_str());
-  }
-
-  // Build the new file under a temporary name, publish it with rename().
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return errnoStatus("create " + tmp);
-  if (::fchmod(fd, mode) != 0 || ::ftruncate(fd, sizeof(TenantFile)) != 0) {
-    Status s = errnoStatus("size " + tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  auto mapped = mapFile(fd, tmp);
-  if (!mapped.ok()) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return std::move(mapped).status();
-  }
-  TenantFile* f = *mapped;  // zero-filled by ftruncate
-  f->header.layout_version = shm::kLayoutVersion;
-  f->header.file_size = sizeof(TenantFile);
-  f->header.max_slots = shm::kMaxSlots;
-  std::strncpy(f->header.tenant, tenant.c_str(), shm::kTenantNameBytes - 1);
-  f->header.create_wall_ns.store(wallNow(), std::memory_order_relaxed);
-  f->header.agent_pid.store(static_cast<uint64_t>(::getpid()), std::memory_order_relaxed);
+  TQ_ASSIGN_OR_RETURN(Fd params_fd, makeMemfd("tenantqos-params-" + tenant, sizeof(ParamsPage)));
+  TQ_ASSIGN_OR_RETURN(Fd shared_fd, makeMemfd("tenantqos-shared-" + tenant, sizeof(SharedPage)));
+  // The agent's writable mapping must exist before F_SEAL_FUTURE_WRITE: it is the only one.
+  void* m = ::mmap(nullptr, sizeof(ParamsPage), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   params_fd.get(), 0);
+  if (m == MAP_FAILED) return errnoStatus("map the parameters of tenant " + tenant);
+  auto* page = static_cast<ParamsPage*>(m);
+  page->header.layout_version = shm::kLayoutVersion;
+  page->header.params_size = sizeof(ParamsPage);
+  page->header.shared_size = sizeof(SharedPage);
+  page->header.max_slots = shm::kMaxSlots;
+  std::strncpy(page->header.tenant, tenant.c_str(), shm::kTenantNameBytes - 1);
+  page->header.create_wall_ns = static_cast<uint64_t>(now_wall_ns);
+  page->header.agent_pid.store(static_cast<uint64_t>(::getpid()), std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  f->header.magic = shm::kMagic;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = errnoStatus("rename " + tmp + " to " + path);
-    ::munmap(f, sizeof(TenantFile));
-    ::close(fd);
-    ::unlink(tmp.c_str());
+  page->header.magic = shm::kMagic;
+  if (::fcntl(params_fd.get(), F_ADD_SEALS, kParamsSeals) != 0) {
+    Status s = errnoStatus("seal the parameters of tenant " + tenant);
+    ::munmap(m, sizeof(ParamsPage));
     return s;
   }
-  return std::unique_ptr<TenantShmWriter>(new TenantShmWriter(path, tenant, fd, f));
-}
-
-TenantShmWriter::~TenantShmWriter() {
-  if (file_ != nullptr) ::munmap(file_, sizeof(TenantFile));
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void TenantShmWriter::publish(const TenantParams& params) { writeParams(file_->params, params); }
-
-TenantParams TenantShmWriter::published() const { return readParamsFrom(file_->params, nullptr); }
-
-void TenantShmWriter::heartbeat(int64_t now_ns) {
-  file_->header.agent_heartbeat_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_relaxed);
-  file_->header.agent_pid.store(static_cast<uint64_t>(::getpid()), std::memory_order_relaxed);
-}
-
-TenantUsage TenantShmWriter::usage(int64_t now_ns) const {
-  TenantUsage u;
-  u.tx_bytes = file_->header.retired_tx_bytes.load(std::memory_order_relaxed);
-  u.rx_bytes = file_->header.retired_rx_bytes.load(std::memory_order_relaxed);
-  u.throttled_ns = file_->header.retired_throttled_ns.load(std::memory_order_relaxed);
-  for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
-    const shm::Slot& s = file_->slots[i];
-    if (s.owner.load(std::memory_order_acquire) == 0) continue;
-    SlotUsage su = readSlot(s, i, now_ns);
-    u.tx_bytes += su.tx_bytes;
-    u.rx_bytes += su.rx_bytes;
-    u.throttled_ns += su.throttled_ns;
-    u.backlog_bytes += su.backlog_bytes;
-    u.busy_ns += su.busy_ns;
-    u.processes++;
-    u.throttled_processes += su.throttled_now ? 1 : 0;
-    u.slots.push_back(su);
+  if (::fcntl(shared_fd.get(), F_ADD_SEALS, kSharedSeals) != 0) {
+    Status s = errnoStatus("seal the shared memory of tenant " + tenant);
+    ::munmap(m, sizeof(ParamsPage));
+    return s;
   }
-  return u;
+  return std::shared_ptr<TenantShm>(
+      new TenantShm(tenant, std::move(params_fd), std::move(shared_fd), page));
 }
 
-int TenantShmWriter::reclaimDeadSlots() {
-  int reclaimed = 0;
-  const int64_t now = monoNow();
+TenantShm::~TenantShm() { ::munmap(page_, sizeof(ParamsPage)); }
+
+void TenantShm::publish(const TenantParams& params) { writeParams(page_->params, params); }
+
+TenantParams TenantShm::published() const {
+  // Only this process writes the page, and only from the thread calling published(): a read
+  // never races a write, so it never fails.
+  return tq::readParams(page_->params).value_or(TenantParams{});
+}
+
+void TenantShm::heartbeat(int64_t now_ns) {
+  page_->header.agent_heartbeat_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_relaxed);
+}
+
+std::optional<uint32_t> TenantShm::acquireSlot(const PeerIdentity& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
-    shm::Slot& s = file_->slots[i];
-    if (s.owner.load(std::memory_order_acquire) == 0) continue;
-    // A live owner holds the lock for its whole life; getting it means the owner is gone.
-    if (!tryLockByte(fd_, shm::kSlotLockBase + i)) continue;
-    if (s.owner.load(std::memory_order_acquire) != 0) {
-      SlotUsage su = readSlot(s, i, now);
-      auto& h = file_->header;
-      h.retired_tx_bytes.fetch_add(su.tx_bytes, std::memory_order_relaxed);
-      h.retired_rx_bytes.fetch_add(su.rx_bytes, std::memory_order_relaxed);
-      h.retired_throttled_ns.fetch_add(su.throttled_ns, std::memory_order_relaxed);
-      s.tx_bytes.store(0, std::memory_order_relaxed);
-      s.rx_bytes.store(0, std::memory_order_relaxed);
-      s.throttled_ns.store(0, std::memory_order_relaxed);
-      s.throttled_since_ns.store(0, std::memory_order_relaxed);
-      s.backlog_bytes.store(0, std::memory_order_relaxed);
-      s.heartbeat_ns.store(0, std::memory_order_relaxed);
-      s.throttle_events.store(0, std::memory_order_relaxed);
-      s.claim_wall_ns.store(0, std::memory_order_relaxed);
-      s.busy_ns.store(0, std::memory_order_relaxed);
-      s.busy_since_ns.store(0, std::memory_order_relaxed);
-      s.owner.store(0, std::memory_order_release);
-      ++reclaimed;
+    SlotEntry& e = slots_[i];
+    if (e.state != SlotState::kFree) continue;
+    // Zero the slot the process will count from. A write through the fd, not a mapping: the
+    // agent never maps tenant-writable memory.
+    static const shm::Slot kZero{};
+    const off_t off = static_cast<off_t>(offsetof(SharedPage, slots) + i * sizeof(shm::Slot));
+    if (::pwrite(shared_fd_.get(), &kZero, sizeof(kZero), off) !=
+        static_cast<ssize_t>(sizeof(kZero))) {
+      TQ_LOG(kWarn, "tenant %s: zero slot %u for pid %d: %s", tenant_.c_str(), i,
+             static_cast<int>(peer.pid), std::strerror(errno));
+      continue;
     }
-    unlockByte(fd_, shm::kSlotLockBase + i);
+    e = SlotEntry{SlotState::kAttached, peer, SlotBaseline{}, false};
+    return i;
   }
-  return reclaimed;
+  slotless_.push_back(peer);
+  return std::nullopt;
 }
 
-int TenantShmWriter::liveProcesses() const {
-  int n = 0;
+void TenantShm::releaseSlot(std::optional<uint32_t> slot, pid_t pid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!slot) {
+    auto it = std::find_if(slotless_.begin(), slotless_.end(),
+                           [&](const PeerIdentity& p) { return p.pid == pid; });
+    if (it != slotless_.end()) slotless_.erase(it);
+    return;
+  }
+  if (*slot < shm::kMaxSlots && slots_[*slot].state == SlotState::kAttached) {
+    slots_[*slot].state = SlotState::kDraining;
+  }
+}
+
+std::vector<Attachment> TenantShm::attachments() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Attachment> out;
   for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
-    if (file_->slots[i].owner.load(std::memory_order_acquire) != 0 &&
-        byteLocked(fd_, shm::kSlotLockBase + i)) {
-      ++n;
-    }
+    if (slots_[i].state == SlotState::kAttached) out.push_back({tenant_, i, slots_[i].peer});
   }
-  return n;
-}
-
-Result<bool> TenantShmWriter::removeIfUnused() {
-  TenantParams p = published();
-  if (!p.deleted) {
-    p.deleted = true;
-    publish(p);
-  }
-  if (liveProcesses() > 0) return false;
-  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) return errnoStatus("unlink " + path_);
-  return true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reader
-
-Result<std::unique_ptr<TenantShmReader>> TenantShmReader::attach(const std::string& run_dir,
-                                                                 const std::string& tenant) {
-  if (!isDns1123Label(tenant)) {
-    return invalidArgument("tenant name \"" + tenant + "\" is not a DNS-1123 label");
-  }
-  const std::string path = tenantShmPath(run_dir, tenant);
-  TQ_ASSIGN_OR_RETURN(auto opened, openExisting(path));
-  return std::unique_ptr<TenantShmReader>(
-      new TenantShmReader(path, tenant, opened.first, opened.second));
-}
-
-TenantShmReader::~TenantShmReader() {
-  shm::Slot* s = slot_.load(std::memory_order_acquire);
-  if (s != nullptr) {
-    // Keep counters: the agent folds them into the retired totals when it reclaims the slot
-    // (it needs our lock released, which close() below does).
-    s->throttled_since_ns.store(0, std::memory_order_relaxed);
-    s->backlog_bytes.store(0, std::memory_order_relaxed);
-    s->busy_since_ns.store(0, std::memory_order_relaxed);
-  }
-  if (file_ != nullptr) ::munmap(file_, sizeof(TenantFile));
-  if (fd_ >= 0) ::close(fd_);
-}
-
-TenantParams TenantShmReader::readParams(uint64_t* seq_out) const {
-  return readParamsFrom(file_->params, seq_out);
-}
-
-shm::Slot* TenantShmReader::claimSlot() {
-  if (shm::Slot* s = slot_.load(std::memory_order_acquire)) return s;
-  std::lock_guard<std::mutex> lock(claim_mu_);
-  if (shm::Slot* s = slot_.load(std::memory_order_acquire)) return s;
-  const uint64_t me = static_cast<uint64_t>(::getpid());
-  for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
-    shm::Slot& s = file_->slots[i];
-    if (s.owner.load(std::memory_order_acquire) != 0) continue;
-    if (!tryLockByte(fd_, shm::kSlotLockBase + i)) continue;
-    uint64_t expected = 0;
-    // Holding the lock makes us the only claimant; a non-zero owner here is a dead process the
-    // agent has not reclaimed yet: leave it for the agent (it owns the retired totals).
-    if (s.owner.compare_exchange_strong(expected, me, std::memory_order_acq_rel)) {
-      s.claim_wall_ns.store(wallNow(), std::memory_order_relaxed);
-      s.heartbeat_ns.store(static_cast<uint64_t>(monoNow()), std::memory_order_relaxed);
-      slot_.store(&s, std::memory_order_release);
-      return &s;
-    }
-    unlockByte(fd_, shm::kSlotLockBase + i);
-  }
-  return nullptr;
-}
-
-// ---------------------------------------------------------------------------------------------
-
-std::vector<std::string> listTenantFiles(const std::string& run_dir) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(tenantsDir(run_dir).c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (isDns1123Label(name)) out.push_back(name);  // skips ".", "..", "*.tmp.*"
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end());
+  for (const PeerIdentity& p : slotless_) out.push_back({tenant_, shm::kMaxSlots, p});
   return out;
 }
 
-std::optional<std::string> tenantForTrafficClass(const std::string& run_dir, int traffic_class) {
-  for (const std::string& t : listTenantFiles(run_dir)) {
-    auto opened = openExisting(tenantShmPath(run_dir, t));
-    if (!opened.ok()) continue;
-    auto [fd, file] = *opened;
-    TenantParams p = readParamsFrom(file->params, nullptr);
-    ::munmap(file, sizeof(TenantFile));
-    ::close(fd);
-    if (p.deleted) continue;
-    if (std::find(p.traffic_classes.begin(), p.traffic_classes.end(), traffic_class) !=
-        p.traffic_classes.end()) {
-      return t;
+bool TenantShm::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!slotless_.empty()) return false;
+  return std::all_of(std::begin(slots_), std::end(slots_),
+                     [](const SlotEntry& e) { return e.state == SlotState::kFree; });
+}
+
+TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
+  // One copy of the whole page: the tenant may rewrite it meanwhile, so every value is checked,
+  // and a pread cannot fault (the size is sealed; a hole reads as zeros).
+  static_assert(sizeof(SharedPage) <= 16384);
+  uint8_t buf[sizeof(SharedPage)];
+  const ssize_t n = ::pread(shared_fd_.get(), buf, sizeof(buf), 0);
+  const size_t got = n > 0 ? static_cast<size_t>(n) : 0;
+
+  std::lock_guard<std::mutex> lock(mu_);
+  // The first reading of a tenant's memory has no previous one: bound it as a minute's worth
+  // (the agent reads within a period of creating the memory, so a tenant gains nothing there).
+  const int64_t elapsed = last_collect_ns_ != 0 ? now_ns - last_collect_ns_ : kFirstReadingNs;
+  last_collect_ns_ = now_ns;
+  TenantUsage u;
+  for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
+    SlotEntry& e = slots_[i];
+    if (e.state == SlotState::kFree) continue;
+    const SlotCheck c = checkSlot(&e.base, slotFromBytes(buf, got, i), now_ns, elapsed, max_rate);
+    if (!c.problems.empty()) {
+      totals_.rejected_readings++;
+      if (!e.logged) {
+        e.logged = true;
+        TQ_LOG(kWarn, "tenant %s: pid %d (uid %u) slot %u: %s; not counted (logged once per "
+               "process)", tenant_.c_str(), static_cast<int>(e.peer.pid),
+               static_cast<unsigned>(e.peer.uid), i, c.problems.c_str());
+      }
     }
+    totals_.tx_bytes += c.tx_bytes;
+    totals_.rx_bytes += c.rx_bytes;
+    totals_.throttled_ns += c.throttled_ns;
+    totals_.busy_ns += c.busy_ns;
+    if (e.state == SlotState::kDraining) {
+      e = SlotEntry{};  // its last counters are in: free for the next process
+      continue;
+    }
+    u.backlog_bytes += c.backlog_bytes;
+    u.processes++;
+    u.throttled_processes += c.throttled_now ? 1 : 0;
+    u.slots.push_back({i, e.peer.pid, c.backlog_bytes, c.throttled_now});
   }
-  return std::nullopt;
+  u.processes += static_cast<uint32_t>(slotless_.size());
+  u.tx_bytes = totals_.tx_bytes;
+  u.rx_bytes = totals_.rx_bytes;
+  u.throttled_ns = totals_.throttled_ns;
+  u.busy_ns = totals_.busy_ns;
+  u.rejected_readings = totals_.rejected_readings;
+  return u;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plugin side
+
+Result<std::unique_ptr<TenantShmView>> TenantShmView::map(Fd params_fd, Fd shared_fd,
+                                                          uint32_t slot) {
+  auto check = [](int fd, size_t size, int seals, const char* what) -> Status {
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) return errnoStatus(std::string("fstat the agent's ") + what);
+    if (static_cast<uint64_t>(st.st_size) < size) {
+      return failedPrecondition(std::string("the agent's ") + what + " has " +
+                                std::to_string(st.st_size) + " bytes, layout v" +
+                                std::to_string(shm::kLayoutVersion) + " needs " +
+                                std::to_string(size));
+    }
+    const int have = ::fcntl(fd, F_GET_SEALS);
+    if (have < 0 || (have & seals) != seals) {
+      return failedPrecondition(std::string("the agent's ") + what +
+                                " is not sealed against resizing and writes (seals " +
+                                std::to_string(have) + ")");
+    }
+    return okStatus();
+  };
+  TQ_RETURN_IF_ERROR(check(params_fd.get(), sizeof(ParamsPage),
+                           F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE, "parameters"));
+  TQ_RETURN_IF_ERROR(check(shared_fd.get(), sizeof(SharedPage), F_SEAL_SHRINK | F_SEAL_GROW,
+                           "shared memory"));
+  void* p = ::mmap(nullptr, sizeof(ParamsPage), PROT_READ, MAP_SHARED, params_fd.get(), 0);
+  if (p == MAP_FAILED) return errnoStatus("map the agent's parameters");
+  auto* params = static_cast<const ParamsPage*>(p);
+  const shm::Header& h = params->header;
+  if (h.magic != shm::kMagic || h.layout_version != shm::kLayoutVersion ||
+      h.params_size != sizeof(ParamsPage) || h.shared_size != sizeof(SharedPage)) {
+    ::munmap(p, sizeof(ParamsPage));
+    return failedPrecondition("the agent's parameters are not layout v" +
+                              std::to_string(shm::kLayoutVersion) + " (version " +
+                              std::to_string(h.layout_version) + ")");
+  }
+  const std::string tenant(h.tenant, strnlen(h.tenant, shm::kTenantNameBytes));
+  void* s = ::mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   shared_fd.get(), 0);
+  if (s == MAP_FAILED) {
+    Status st = errnoStatus("map the shared memory of tenant " + tenant);
+    ::munmap(p, sizeof(ParamsPage));
+    return st;
+  }
+  auto* shared = static_cast<SharedPage*>(s);
+  shm::Slot* sl = slot < shm::kMaxSlots ? &shared->slots[slot] : nullptr;
+  if (sl != nullptr) sl->pid.store(static_cast<uint64_t>(::getpid()), std::memory_order_relaxed);
+  // The mappings keep the memory alive; the fds are not needed any more.
+  return std::unique_ptr<TenantShmView>(new TenantShmView(params, shared, sl, tenant));
+}
+
+TenantShmView::~TenantShmView() {
+  ::munmap(const_cast<shm::ParamsPage*>(params_), sizeof(ParamsPage));
+  ::munmap(shared_, sizeof(SharedPage));
 }
 
 }  // namespace tq

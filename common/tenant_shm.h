@@ -1,15 +1,17 @@
-// Both sides of the per-tenant shared-memory contract (layout: common/shm_layout.h).
+// Both sides of the per-tenant shared memory (layout and trust rules: common/shm_layout.h).
 //
-//   TenantShmWriter — the agent: creates/opens <run_dir>/tenants/<tenant>, publishes parameters
-//                     under the seqlock, reads usage, reclaims slots of dead processes, removes
-//                     the file of a deleted tenant once no live process holds a slot.
-//   TenantShmReader — a plugin process: attaches read-write (for the bucket and its slot),
-//                     reads parameters, claims one slot for its lifetime.
+//   TenantShm      the agent: owns a tenant's two memfds, publishes its parameters under the
+//                  seqlock, hands out and takes back process slots, and reads the tenant's
+//                  counters with pread (never a mapping), checking every value (checkSlot).
+//   TenantShmView  a plugin process: maps the two fds the agent sent it (parameters read-only,
+//                  bucket and slots read-write), after checking their sizes and seals.
 //
-// Thread-safety: a Writer is used by one thread (the agent's reconcile thread). A Reader may be
-// shared by all threads of a process: readParams/bucket access are lock-free; claimSlot is
-// internally synchronised.
+// Thread-safety: TenantShm is shared by the agent's attach thread (acquireSlot/releaseSlot) and
+// its reconcile thread (publish, collect); an internal mutex guards the slot table. A
+// TenantShmView may be shared by all threads of a process (lock-free reads).
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -17,8 +19,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/shm_layout.h"
 #include "common/status.h"
 #include "common/token_bucket.h"
@@ -43,118 +47,190 @@ struct TenantParams {
   friend bool operator==(const TenantParams&, const TenantParams&) = default;
 };
 
-// Counters of one claimed slot (a live or not-yet-reclaimed process).
-struct SlotUsage {
-  uint32_t index = 0;
-  uint64_t owner = 0;
+// The rate a process is paced at on a governed node when it cannot attach to any tenant and the
+// agent gives no default tenant: 100 Mbit/s.
+inline constexpr uint64_t kConservativeRateBytesPerSecond = 12'500'000;
+
+// DNS-1123 label: 1-63 of [a-z0-9-], starting and ending alphanumeric. Also keeps tenant names
+// safe as file names.
+bool isDns1123Label(std::string_view name);
+
+// ---- reading tenant-writable memory (pure and bounded; fuzzed by common_shm_fuzz) ----------
+
+// One slot as copied out of the tenant's memory: raw, unchecked values.
+struct SlotSample {
+  uint64_t pid = 0;
   uint64_t tx_bytes = 0;
   uint64_t rx_bytes = 0;
-  uint64_t throttled_ns = 0;  // including the currently open throttled interval
-  bool throttled_now = false;
+  uint64_t throttled_ns = 0;
+  int64_t throttled_since_ns = 0;
   uint64_t backlog_bytes = 0;
   uint64_t heartbeat_ns = 0;
   uint64_t throttle_events = 0;
-  uint64_t busy_ns = 0;  // sends in flight, including the currently open interval
+  uint64_t busy_ns = 0;
+  int64_t busy_since_ns = 0;
+};
+// Decodes slot `index` of a SharedPage image of `size` bytes (all zero past the end).
+SlotSample slotFromBytes(const uint8_t* page, size_t size, uint32_t index);
+
+// What the agent last accepted from one slot (agent memory, never the tenant's).
+struct SlotBaseline {
+  uint64_t tx_bytes = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t throttled_ns = 0;  // closed + open interval as last accepted
+  uint64_t busy_ns = 0;       // closed + open interval as last accepted
 };
 
-// A tenant's totals on this node: live slots plus retired (reclaimed) ones. Monotonic.
+// One checked reading of a slot: increments since the baseline (which checkSlot advances) and
+// the current gauges. `problems` names every value that was out of range; such a value is not
+// counted, and the baseline moves to it so that honest increments count again from there.
+struct SlotCheck {
+  uint64_t tx_bytes = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t throttled_ns = 0;
+  uint64_t busy_ns = 0;
+  uint64_t backlog_bytes = 0;
+  bool throttled_now = false;
+  std::string problems;  // empty: every value was plausible
+};
+// `elapsed_ns`: since the previous reading; `max_rate`: the most the tenant may send (bytes/s;
+// its limit). Bounds: counters never go backwards; bytes grow by at most 2 x max_rate x elapsed
+// + 4 GiB per reading; times by at most elapsed + 1 s; open intervals start in the past and at
+// most one day ago; the backlog is at most 1 TiB.
+SlotCheck checkSlot(SlotBaseline* base, const SlotSample& cur, int64_t now_ns, int64_t elapsed_ns,
+                    uint64_t max_rate);
+
+// Consistent snapshot of agent-written parameters, or nullopt when the seqlock stayed odd or
+// changing for kSeqlockRetries tries (the caller keeps the values it had).
+inline constexpr int kSeqlockRetries = 64;
+std::optional<TenantParams> readParams(const shm::Params& p, uint64_t* seq_out = nullptr);
+
+// ---- the agent side ---------------------------------------------------------------------------
+
+// Counters of one slot with a live (or just closed) process, after checkSlot.
+struct SlotUsage {
+  uint32_t index = 0;
+  pid_t pid = 0;  // from SO_PEERCRED, in the agent's pid namespace
+  uint64_t backlog_bytes = 0;
+  bool throttled_now = false;
+};
+
+// A tenant's totals on this node since the agent created its memory. Monotonic: sums of the
+// increments checkSlot accepted.
 struct TenantUsage {
   uint64_t tx_bytes = 0;
   uint64_t rx_bytes = 0;
   uint64_t throttled_ns = 0;
   uint64_t busy_ns = 0;        // live slots only (a demand signal, not an accounting total)
   uint64_t backlog_bytes = 0;  // sum over live slots (current demand signal)
-  uint32_t processes = 0;      // claimed slots
+  uint32_t processes = 0;      // attached processes
   uint32_t throttled_processes = 0;
+  uint64_t rejected_readings = 0;  // values checkSlot refused, since creation
   std::vector<SlotUsage> slots;
 };
 
-// DNS-1123 label: 1-63 of [a-z0-9-], starting and ending alphanumeric. Also keeps tenant names
-// safe as file names.
-bool isDns1123Label(std::string_view name);
+// Who is on the other end of a tenant socket (SO_PEERCRED, agent's namespaces).
+struct PeerIdentity {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
 
-std::string tenantShmPath(const std::string& run_dir, const std::string& tenant);
+// One attached process, for the agent's metrics and for telling governed from ungoverned
+// processes.
+struct Attachment {
+  std::string tenant;
+  uint32_t slot = shm::kMaxSlots;  // kMaxSlots: attached without a slot (all taken)
+  PeerIdentity peer;
+};
 
-class TenantShmWriter {
+class TenantShm {
  public:
-  // Opens the tenant's file if it exists with this layout version (keeping bucket and slots, so
-  // an agent restart does not disturb running jobs), else creates it atomically (a reader never
-  // sees a half-initialised file). `mode` applies to a newly created file.
-  static Result<std::unique_ptr<TenantShmWriter>> openOrCreate(const std::string& run_dir,
-                                                               const std::string& tenant,
-                                                               uint32_t mode = 0660);
-  ~TenantShmWriter();
-  TenantShmWriter(const TenantShmWriter&) = delete;
-  TenantShmWriter& operator=(const TenantShmWriter&) = delete;
+  // Two new memfds, sealed as shm_layout.h says; parameters zero until publish().
+  static Result<std::shared_ptr<TenantShm>> create(const std::string& tenant, int64_t now_wall_ns);
+  ~TenantShm();
+  TenantShm(const TenantShm&) = delete;
+  TenantShm& operator=(const TenantShm&) = delete;
 
-  // Seqlock write; readers never observe a mix of old and new fields.
+  const std::string& tenant() const { return tenant_; }
+  int paramsFd() const { return params_fd_.get(); }
+  int sharedFd() const { return shared_fd_.get(); }
+
+  // Seqlock write (reconcile thread); readers never observe a mix of old and new fields.
   void publish(const TenantParams& params);
   TenantParams published() const;
-
   void heartbeat(int64_t now_ns);
-  TenantUsage usage(int64_t now_ns) const;
 
-  // Reclaims slots whose owning process is gone (its OFD lock is free). Returns how many.
-  int reclaimDeadSlots();
-  // Number of slots held by live processes.
-  int liveProcesses() const;
+  // Attach thread. A free slot for `peer`, zeroed (pwrite) and counted from zero; nullopt when
+  // all kMaxSlots are in use (the process then paces without a slot).
+  std::optional<uint32_t> acquireSlot(const PeerIdentity& peer);
+  // The process's socket closed: its slot drains (the next collect() counts its last values)
+  // and is then free. nullopt: it had no slot.
+  void releaseSlot(std::optional<uint32_t> slot, pid_t pid);
+  std::vector<Attachment> attachments() const;
+  // No process attached and no slot draining.
+  bool idle() const;
 
-  const std::string& path() const { return path_; }
-  const std::string& tenant() const { return tenant_; }
-  shm::TenantFile* file() { return file_; }
-
-  // Removes the tenant's file if no live process holds a slot; returns true if removed.
-  // Marks it deleted first so attached plugins stop using stale parameters.
-  Result<bool> removeIfUnused();
+  // Reconcile thread: one pread of the whole SharedPage, every attached or draining slot checked
+  // against its baseline. Problems are logged (tenant, pid, what) once per slot attachment.
+  TenantUsage collect(int64_t now_ns, uint64_t max_rate);
 
  private:
-  TenantShmWriter(std::string path, std::string tenant, int fd, shm::TenantFile* file)
-      : path_(std::move(path)), tenant_(std::move(tenant)), fd_(fd), file_(file) {}
-  std::string path_;
-  std::string tenant_;
-  int fd_ = -1;
-  shm::TenantFile* file_ = nullptr;
+  enum class SlotState { kFree, kAttached, kDraining };
+  struct SlotEntry {
+    SlotState state = SlotState::kFree;
+    PeerIdentity peer;
+    SlotBaseline base;
+    bool logged = false;  // a problem of this attachment was logged already
+  };
+  TenantShm(std::string tenant, Fd params_fd, Fd shared_fd, shm::ParamsPage* page)
+      : tenant_(std::move(tenant)),
+        params_fd_(std::move(params_fd)),
+        shared_fd_(std::move(shared_fd)),
+        page_(page) {}
+
+  const std::string tenant_;
+  const Fd params_fd_;
+  const Fd shared_fd_;
+  shm::ParamsPage* const page_;  // the agent's own writable mapping (created before sealing)
+
+  mutable std::mutex mu_;
+  SlotEntry slots_[shm::kMaxSlots];
+  std::vector<PeerIdentity> slotless_;  // attached without a slot
+  TenantUsage totals_;                  // counters only: tx, rx, throttled, rejected
+  int64_t last_collect_ns_ = 0;
 };
 
-class TenantShmReader {
+// ---- the plugin side --------------------------------------------------------------------------
+
+class TenantShmView {
  public:
-  // kNotFound when the file does not exist (the plugin then runs with env values);
-  // kFailedPrecondition for a bad magic, version or size.
-  static Result<std::unique_ptr<TenantShmReader>> attach(const std::string& run_dir,
-                                                         const std::string& tenant);
-  ~TenantShmReader();  // releases the slot (and its lock)
-  TenantShmReader(const TenantShmReader&) = delete;
-  TenantShmReader& operator=(const TenantShmReader&) = delete;
+  // Maps what the agent sent: checks sizes (fstat) and seals (F_GET_SEALS) first, so neither
+  // mapping can shrink under the process. `slot`: kMaxSlots for none.
+  static Result<std::unique_ptr<TenantShmView>> map(Fd params_fd, Fd shared_fd, uint32_t slot);
+  ~TenantShmView();
+  TenantShmView(const TenantShmView&) = delete;
+  TenantShmView& operator=(const TenantShmView&) = delete;
 
-  // Consistent snapshot of the parameters. Cheap when unchanged: callers may keep the returned
-  // sequence number and call paramsChanged(seq) on the hot path.
-  TenantParams readParams(uint64_t* seq_out = nullptr) const;
-  bool paramsChanged(uint64_t seq) const {
-    return file_->params.seq.load(std::memory_order_acquire) != seq;
-  }
-
-  // Claims a slot for this process (idempotent). nullptr when all slots are taken.
-  shm::Slot* claimSlot();
-  shm::Slot* slot() const { return slot_.load(std::memory_order_acquire); }
-
-  std::atomic<int64_t>& bucketState() { return file_->bucket.empty_at_ns; }
-  const std::string& path() const { return path_; }
+  // The tenant the agent created this memory for (its header, which only the agent can write).
   const std::string& tenant() const { return tenant_; }
+  std::optional<TenantParams> readParams(uint64_t* seq_out = nullptr) const {
+    return tq::readParams(params_->params, seq_out);
+  }
+  bool paramsChanged(uint64_t seq) const {
+    return params_->params.seq.load(std::memory_order_acquire) != seq;
+  }
+  std::atomic<int64_t>& bucketState() { return shared_->bucket.empty_at_ns; }
+  shm::Slot* slot() { return slot_; }  // nullptr: attached without a slot
 
  private:
-  TenantShmReader(std::string path, std::string tenant, int fd, shm::TenantFile* file)
-      : path_(std::move(path)), tenant_(std::move(tenant)), fd_(fd), file_(file) {}
-  std::string path_;
+  TenantShmView(const shm::ParamsPage* params, shm::SharedPage* shared, shm::Slot* slot,
+                std::string tenant)
+      : params_(params), shared_(shared), slot_(slot), tenant_(std::move(tenant)) {}
+  const shm::ParamsPage* params_;
+  shm::SharedPage* shared_;
+  shm::Slot* slot_;
   std::string tenant_;
-  int fd_ = -1;
-  shm::TenantFile* file_ = nullptr;
-  std::atomic<shm::Slot*> slot_{nullptr};
-  std::mutex claim_mu_;
 };
-
-// Tenants that have a file in run_dir (sorted). Empty if the directory does not exist.
-std::vector<std::string> listTenantFiles(const std::string& run_dir);
-// The tenant whose published traffic classes contain `traffic_class`, if any.
-std::optional<std::string> tenantForTrafficClass(const std::string& run_dir, int traffic_class);
 
 }  // namespace tq

@@ -5,6 +5,17 @@
 // larger than the burst is admitted once the bucket is full and leaves the bucket in debt
 // (empty_at in the future), so the long-run rate holds for any message size while no single
 // admission exceeds max(burst, message).
+//
+// The word lives in memory every process of the tenant can write (common/shm_layout.h), so it is
+// never trusted: every take clamps it against the parameters, which the tenant cannot write.
+//  * at most one burst saved up: the start is max(word, now - burst/rate);
+//  * a word further than kMaxBucketDebtNs in the future is garbage: a take repairs it to `now`
+//    (an empty bucket that refills from there), so no value can wedge the bucket; a message's
+//    cost is capped at the same bound, so an honest word never gets there;
+//  * `floor` (optional, process-local): the latest word this process wrote. The honest word only
+//    moves forward, so a take starts at least there: a value written back into the past by
+//    another process wins it nothing beyond the one-burst cap. A process alone then never admits
+//    more than rate x T + burst over any window T, whatever anyone writes into the word.
 // Thread/process-safety: tryTake is a CAS loop on one atomic; wait-free for a single taker,
 // lock-free under contention. Never blocks, never sleeps. Units: bytes, bytes/s, ns.
 #pragma once
@@ -19,20 +30,23 @@ struct BucketConfig {
   uint64_t burst_bytes = 256 * 1024;
 };
 
+// Most debt a bucket carries: one message never costs more than this much of the rate.
+inline constexpr int64_t kMaxBucketDebtNs = 10'000'000'000;
+
 // ns needed to earn `bytes` at `rate` (rounded up), saturating.
 int64_t bucketCostNs(uint64_t bytes, uint64_t rate_bytes_per_second);
 
-// Tries to take `bytes` tokens at time `now_ns`. Returns true if admitted.
+// Tries to take `bytes` tokens at time `now_ns`. Returns true if admitted. `floor` as above.
 bool bucketTryTake(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t bytes,
-                   const BucketConfig& cfg);
+                   const BucketConfig& cfg, std::atomic<int64_t>* floor = nullptr);
 
 // Tokens (bytes) available at now_ns; negative when in debt. For metrics and tests.
 int64_t bucketAvailable(const std::atomic<int64_t>& empty_at_ns, int64_t now_ns,
-                        const BucketConfig& cfg);
+                        const BucketConfig& cfg, const std::atomic<int64_t>* floor = nullptr);
 
 // Earliest time at which `bytes` could be admitted (now_ns if already possible). Lets a sender
 // that was refused decide when to retry without spinning.
 int64_t bucketReadyAt(const std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t bytes,
-                      const BucketConfig& cfg);
+                      const BucketConfig& cfg, const std::atomic<int64_t>* floor = nullptr);
 
 }  // namespace tq

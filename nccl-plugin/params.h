@@ -32,28 +32,33 @@ enum class ParamType {
 // Optional types are unset unless the variable is set; the meaning says what unset does.
 #define TQ_PLUGIN_PARAMS(X)                                                                        \
   X(tenant, "TENANTQOS_TENANT", std::string, kString, "", 0, 0,                                   \
-    "Tenant of every communicator of this process (e.g. set from a pod label). First in the "     \
-    "resolution order, before the communicator's trafficClass.")                                  \
+    "Tenant whose agent socket every communicator of this process tries first (e.g. set from a "  \
+    "pod label), before the communicator's trafficClass. Only a choice: a tenant whose socket "    \
+    "the process cannot reach gives it the default tenant.")                                      \
   X(default_tenant, "TENANTQOS_DEFAULT_TENANT", std::string, kString, "default", 0, 0,            \
     "Tenant of communicators that neither TENANTQOS_TENANT nor a trafficClass mapping names.")    \
   X(run_dir, "TENANTQOS_RUN_DIR", std::string, kString, "/run/tenantqos", 0, 0,                   \
-    "Directory of the agent's per-tenant shared-memory files (one file per tenant in its "  \
-    "tenants/ subdirectory).")          \
+    "The agent's run directory: tenants/<tenant>/agent.sock per tenant, agent.sock node-wide. "   \
+    "If it exists the node is governed: a process that cannot attach is paced at the default "   \
+    "tenant's or a conservative 100 Mbit/s rate, never unpaced.")                                 \
+  X(require_agent, "TENANTQOS_REQUIRE_AGENT", int64_t, kInt, "0", 0, 1,                            \
+    "1: init fails when TENANTQOS_RUN_DIR does not exist (no agent on this node) instead of "      \
+    "running unpaced with a warning.")                                                             \
   X(rate, "TENANTQOS_RATE", std::optional<uint64_t>, kRate, "", 0, 0,                              \
-    "Pacing rate used while the tenant has no agent file, e.g. 10Gbps or 1.25GB/s. Unset: "        \
-    "unpaced.")                                                                                    \
+    "Pacing rate on a node without an agent (no TENANTQOS_RUN_DIR), e.g. 10Gbps or 1.25GB/s. "     \
+    "Unset: unpaced. Ignored on a governed node.")                                                 \
   X(burst, "TENANTQOS_BURST", uint64_t, kSize, "256KiB", 0, 0,                                     \
-    "Token-bucket depth with TENANTQOS_RATE, and when the agent's file gives no burst. A larger "  \
+    "Token-bucket depth when not attached to the agent, and when it gives no burst. A larger "     \
     "message is admitted from a full bucket and leaves debt.")                                     \
   X(catchup_ms, "TENANTQOS_CATCHUP_MS", int64_t, kMillis, "20", 0, 1000,                          \
     "How much sending time a backlogged sender that retries late (descheduled, busy) may make up " \
     "from tokens nobody used, so its long-run rate holds; bounds that extra burst to rate x this, " \
-    "and to (limit - rate) x this when the agent's file gives a limit. 0 disables.")               \
+    "and to (limit - rate) x this when the agent gives a limit. 0 disables.")                      \
   X(dscp, "TENANTQOS_DSCP", std::optional<int64_t>, kInt, "", 0, 63,                               \
-    "DSCP marked on the tenant's sockets while it has no agent file (TOS byte = DSCP << 2). "       \
+    "DSCP marked on the tenant's sockets while not attached to the agent (TOS = DSCP << 2). "       \
     "Unset: 0.")                                                                                   \
   X(sl, "TENANTQOS_SL", std::optional<int64_t>, kInt, "", 0, 15,                                   \
-    "InfiniBand service level while the tenant has no agent file; also the default socket "        \
+    "InfiniBand service level while not attached to the agent; also the default socket "           \
     "priority. Unset: 0.")                                                                         \
   X(priority, "TENANTQOS_PRIORITY", std::optional<int64_t>, kInt, "", 0, 4294967295,               \
     "SO_PRIORITY of every socket. Unset: the tenant's service level. Values above 6 need "         \
@@ -107,8 +112,8 @@ enum class ParamType {
     "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "  \
     "this time fails the call with a message.")                                                    \
   X(shm_recheck_ms, "TENANTQOS_SHM_RECHECK_MS", int64_t, kMillis, "1000", 1, 3600000,              \
-    "How often a tenant without an agent file looks for it again (from isend, no extra "           \
-    "thread), so a job started before the agent becomes governed.")                              \
+    "How often a process not attached to its tenant tries again, and an attached one checks its " \
+    "connection to the agent (from isend, never blocking, no extra thread).")                     \
   X(log_level, "TENANTQOS_LOG_LEVEL", std::string, kString, "info", 0, 0,                          \
     "error, warn, info, debug or trace. Lines go to NCCL's logger (prefix NET/tenantqos), which "  \
     "NCCL_DEBUG filters further.")

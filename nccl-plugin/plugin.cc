@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstring>
 
+#include "common/attach_protocol.h"
 #include "common/tenant_shm.h"
 #include "nccl-plugin/ib/ib_transport.h"
 #include "nccl-plugin/socket/socket_transport.h"
@@ -96,6 +97,10 @@ Status checkParams(const PluginParams& p) {
   }
   auto level = parseLogLevel(p.log_level);
   if (!level.ok()) return level.status().withContext("TENANTQOS_LOG_LEVEL");
+  if (p.require_agent != 0 && !attach::nodeIsGoverned(p.run_dir)) {
+    return failedPrecondition("TENANTQOS_REQUIRE_AGENT=1 but there is no agent on this node (" +
+                              p.run_dir + " does not exist)");
+  }
   return okStatus();
 }
 

@@ -1,5 +1,6 @@
 #include "nccl-plugin/tenant.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,17 +53,26 @@ TenantPacer::TenantPacer(std::string tenant, PacerConfig cfg, Clock& clock)
   useFallback();
   const int64_t now = clock_.nowNs();
   std::lock_guard<std::mutex> lock(mu_);
-  tryAttach(now, /*first=*/true);
+  attachAtStart();
   next_check_ns_.store(now + cfg_.recheck_ns, std::memory_order_relaxed);
 }
 
 TenantPacer::~TenantPacer() {
-  // Withdraw nothing here: comms release their own backlog; readers release their slots.
+  // Withdraw nothing here: comms release their own backlog; closing the connections (bindings_)
+  // releases the slots.
 }
+
+bool TenantPacer::governed() const { return attach::nodeIsGoverned(cfg_.run_dir); }
 
 TenantPacer::Mode TenantPacer::mode() const {
   if (agent_.load(std::memory_order_acquire) != nullptr) return Mode::kAgent;
+  if (governed_.load(std::memory_order_relaxed)) return Mode::kConservative;
   return cfg_.rate.has_value() ? Mode::kEnvRate : Mode::kUnpaced;
+}
+
+std::string TenantPacer::attachedTenant() const {
+  AgentBinding* a = agent_.load(std::memory_order_acquire);
+  return a != nullptr ? a->view->tenant() : std::string();
 }
 
 TrafficQos TenantPacer::qos() const {
@@ -71,7 +81,8 @@ TrafficQos TenantPacer::qos() const {
   q.service_level = sl_.load(std::memory_order_relaxed);
   q.priority = cfg_.priority.has_value() ? static_cast<uint32_t>(*cfg_.priority)
                                          : static_cast<uint32_t>(q.service_level);
-  q.tenant = tenant_;
+  const std::string attached = attachedTenant();
+  q.tenant = attached.empty() ? tenant_ : attached;
   return q;
 }
 
@@ -80,73 +91,187 @@ std::string TenantPacer::describe() const {
   std::string s = "tenant " + tenant_ + ": ";
   const std::string marking = "dscp " + std::to_string(dscp_.load()) + ", sl " +
                               std::to_string(sl_.load());
-  const std::string path = tenantShmPath(cfg_.run_dir, tenant_);
-  if (m == Mode::kAgent) {
-    if (!paced_.load()) return s + "governed by the agent (" + path + "), unpaced by policy; " + marking;
-    return s + "paced by the agent (" + path + ") at " + formatRate(rate_.load()) + ", burst " +
-           formatSize(burst_.load()) + "; " + marking;
+  switch (m) {
+    case Mode::kAgent: {
+      AgentBinding* a = agent_.load(std::memory_order_acquire);
+      std::string where = "attached through " + a->via;
+      if (a->view->tenant() != tenant_) {
+        where = "attached as tenant " + a->view->tenant() + " through " + a->via + " (" + why_ +
+                ")";
+      }
+      if (!paced_.load()) return s + where + ", unpaced by policy; " + marking;
+      return s + where + ", paced at " + formatRate(rate_.load()) + ", burst " +
+             formatSize(burst_.load()) + "; " + marking;
+    }
+    case Mode::kConservative:
+      return s + "governed node (" + cfg_.run_dir + " exists) but not attached (" + why_ +
+             "): paced at the conservative " + formatRate(kConservativeRateBytesPerSecond) +
+             "; trying again every " + std::to_string(cfg_.recheck_ns / 1'000'000) + " ms";
+    case Mode::kEnvRate:
+      return s + "no agent (no " + cfg_.run_dir + "); pacing at TENANTQOS_RATE " +
+             formatRate(*cfg_.rate) + ", burst " + formatSize(cfg_.burst) + "; " + marking;
+    case Mode::kUnpaced: break;
   }
-  if (m == Mode::kEnvRate) {
-    return s + "no agent file " + path + "; pacing at TENANTQOS_RATE " +
-           formatRate(*cfg_.rate) + ", burst " + formatSize(cfg_.burst) + "; " + marking;
-  }
-  return s + "no agent file " + path + " and no TENANTQOS_RATE: UNPACED (marked with " + marking +
-         " and counted); looking for the file every " +
+  return s + "no agent (no " + cfg_.run_dir + ") and no TENANTQOS_RATE: UNPACED (marked with " +
+         marking + " and counted); looking for the agent every " +
          std::to_string(cfg_.recheck_ns / 1'000'000) + " ms";
 }
 
 void TenantPacer::useFallback() {
-  rate_.store(cfg_.rate.value_or(0), std::memory_order_relaxed);
+  const bool gov = governed_.load(std::memory_order_relaxed);
+  const std::optional<uint64_t> rate =
+      gov ? std::optional<uint64_t>(kConservativeRateBytesPerSecond) : cfg_.rate;
+  rate_.store(rate.value_or(0), std::memory_order_relaxed);
   burst_.store(cfg_.burst, std::memory_order_relaxed);
-  limit_.store(0, std::memory_order_relaxed);
-  paced_.store(cfg_.rate.has_value(), std::memory_order_relaxed);
+  limit_.store(gov ? kConservativeRateBytesPerSecond : 0, std::memory_order_relaxed);
+  paced_.store(rate.has_value(), std::memory_order_relaxed);
   dscp_.store(static_cast<int>(cfg_.dscp.value_or(0)), std::memory_order_relaxed);
   sl_.store(static_cast<int>(cfg_.sl.value_or(0)), std::memory_order_relaxed);
 }
 
+std::vector<std::string> TenantPacer::socketsToTry() const {
+  return {attach::tenantSocketPath(cfg_.run_dir, tenant_), attach::nodeSocketPath(cfg_.run_dir)};
+}
+
 // mu_ held.
-void TenantPacer::tryAttach(int64_t now, bool first) {
-  const std::string path = tenantShmPath(cfg_.run_dir, tenant_);
-  if (!first && ::access(path.c_str(), F_OK) != 0) return;  // cheap probe before open+mmap
-  auto reader = TenantShmReader::attach(cfg_.run_dir, tenant_);
-  if (!reader.ok()) {
-    if (first) {
-      if (reader.status().code() != StatusCode::kNotFound) {
-        TQ_LOG(kWarn, "tenant %s: cannot use agent file: %s", tenant_.c_str(),
-               reader.status().message().c_str());
-      }
-      const Mode m = mode();
-      if (m == Mode::kUnpaced) {
-        TQ_LOG(kWarn, "%s", describe().c_str());
-      } else {
-        TQ_LOG(kInfo, "%s", describe().c_str());
-      }
+Result<std::unique_ptr<TenantPacer::AgentBinding>> TenantPacer::bind(attach::Attached a,
+                                                                     const std::string& via) {
+  TQ_ASSIGN_OR_RETURN(auto view,
+                      TenantShmView::map(std::move(a.params_fd), std::move(a.shared_fd), a.slot));
+  auto b = std::make_unique<AgentBinding>();
+  b->view = std::move(view);
+  b->conn = std::move(a.conn);
+  b->via = via;
+  return b;
+}
+
+// mu_ held. Makes `b` the binding the hot path uses.
+void TenantPacer::install(std::unique_ptr<AgentBinding> b, bool first) {
+  std::optional<TenantParams> p;
+  uint64_t seq = 0;
+  p = b->view->readParams(&seq);
+  if (p) applyParams(*p, seq);
+  if (b->view->tenant() == tenant_) why_.clear();
+  if (b->view->slot() == nullptr) {
+    TQ_LOG(kWarn, "tenant %s: all %u process slots are taken; pacing with the shared bucket but "
+           "this process's usage is not reported to the agent", b->view->tenant().c_str(),
+           shm::kMaxSlots);
+  }
+  AgentBinding* raw = b.get();
+  bindings_.push_back(std::move(b));
+  AgentBinding* old = agent_.exchange(raw, std::memory_order_acq_rel);
+  if (old != nullptr) old->conn.reset();  // leaves the old agent's (or tenant's) slot
+  lost_ = false;
+  if (!first) TQ_LOG(kInfo, "tenant %s: attached again", tenant_.c_str());
+  TQ_LOG(kInfo, "%s", describe().c_str());
+}
+
+// mu_ held. At init/connect time: bounded waits, in order of socketsToTry().
+void TenantPacer::attachAtStart() {
+  governed_.store(governed(), std::memory_order_relaxed);
+  if (!governed_.load(std::memory_order_relaxed)) {
+    useFallback();
+    if (mode() == Mode::kUnpaced) {
+      TQ_LOG(kWarn, "%s", describe().c_str());
+    } else {
+      TQ_LOG(kInfo, "%s", describe().c_str());
     }
     return;
   }
-  uint64_t seq = 0;
-  const TenantParams p = (*reader)->readParams(&seq);
-  if (p.deleted) return;  // the agent is removing this tenant: not a policy to follow
-  auto b = std::make_unique<AgentBinding>();
-  b->reader = std::move(reader).value();
-  b->slot = b->reader->claimSlot();
-  if (b->slot == nullptr && !warned_no_slot_) {
-    warned_no_slot_ = true;
-    TQ_LOG(kWarn,
-           "tenant %s: all %u process slots of %s are taken; pacing with the shared bucket but "
-           "this process's usage is not reported to the agent",
-           tenant_.c_str(), shm::kMaxSlots, path.c_str());
+  std::string why;
+  for (const std::string& path : socketsToTry()) {
+    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs);
+    Status failed = got.status();
+    if (got.ok()) {
+      auto b = bind(std::move(got).value(), path);
+      if (b.ok()) {
+        why_ = why;
+        install(std::move(b).value(), /*first=*/true);
+        return;
+      }
+      failed = b.status();
+    }
+    why += (why.empty() ? "" : "; ") + failed.message();
   }
-  applyParams(p, seq);
-  AgentBinding* raw = b.get();
-  bindings_.push_back(std::move(b));
-  agent_.store(raw, std::memory_order_release);
-  if (!first) {
-    TQ_LOG(kInfo, "tenant %s: the agent's file appeared; the tenant is governed from now on",
-           tenant_.c_str());
+  why_ = why;
+  useFallback();
+  TQ_LOG(kWarn, "%s", describe().c_str());
+  logged_why_ = why_;
+}
+
+// mu_ held. One step of re-attaching, from the hot path: starts an attempt, or polls the one in
+// progress without waiting; gives up on it at its deadline and moves to the next socket.
+void TenantPacer::stepAttach(int64_t now) {
+  const bool was_governed = governed_.load(std::memory_order_relaxed);
+  governed_.store(governed(), std::memory_order_relaxed);
+  if (!governed_.load(std::memory_order_relaxed)) {
+    attempt_.reset();
+    if (was_governed && agent_.load(std::memory_order_acquire) == nullptr) useFallback();
+    return;
   }
-  TQ_LOG(kInfo, "%s", describe().c_str());
-  (void)now;
+  if (!was_governed && agent_.load(std::memory_order_acquire) == nullptr) {
+    useFallback();  // the node became governed: conservative until attached
+    TQ_LOG(kInfo, "tenant %s: %s appeared; attaching", tenant_.c_str(), cfg_.run_dir.c_str());
+  }
+  const std::vector<std::string> paths = socketsToTry();
+  if (!attempt_) {
+    attempt_index_ = 0;
+    auto a = attach::Attempt::start(paths[0], tenant_);
+    if (!a.ok()) {
+      // Not our tenant's socket (missing, no permission): the node-wide one, unless already
+      // attached there and nothing was lost.
+      AgentBinding* cur = agent_.load(std::memory_order_acquire);
+      if (cur != nullptr && !lost_) return;
+      attempt_index_ = 1;
+      a = attach::Attempt::start(paths[1], tenant_);
+      if (!a.ok()) {
+        why_ = a.status().message();
+        if (cur == nullptr && why_ != logged_why_) {
+          TQ_LOG(kWarn, "%s", describe().c_str());
+          logged_why_ = why_;
+        }
+        return;
+      }
+    }
+    attempt_ = std::move(a).value();
+    attempt_deadline_ns_ = now + int64_t{kAttachTimeoutMs} * 1'000'000;
+  }
+  auto got = attempt_->poll(0);
+  if (got.ok() && !got->has_value()) {
+    if (now < attempt_deadline_ns_) return;  // the next check polls again
+    got = deadlineExceeded(attempt_->path() + ": no reply in time");
+  }
+  const std::string path = attempt_->path();
+  attempt_.reset();
+  if (got.ok()) {
+    auto b = bind(std::move(**got), path);
+    if (b.ok()) {
+      if (attempt_index_ == 1 && why_.empty()) why_ = "its tenant's socket is not reachable";
+      install(std::move(b).value(), /*first=*/false);
+      return;
+    }
+    got = b.status();
+  }
+  why_ = got.status().message();
+  if (why_ != logged_why_) {
+    TQ_LOG(kWarn, "tenant %s: attach through %s: %s", tenant_.c_str(), path.c_str(),
+           why_.c_str());
+    logged_why_ = why_;
+  }
+}
+
+// mu_ held. An attached pacer's connection closes when the agent exits: keep its memory (the
+// last parameters, fail-static) and attach to the next agent.
+void TenantPacer::checkConnection(int64_t now) {
+  AgentBinding* a = agent_.load(std::memory_order_acquire);
+  if (a == nullptr || lost_) return;
+  pollfd p{a->conn.get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+    lost_ = true;
+    TQ_LOG(kWarn, "tenant %s: the agent closed the connection (%s); keeping the last parameters "
+           "and attaching again", tenant_.c_str(), a->via.c_str());
+    stepAttach(now);
+  }
 }
 
 void TenantPacer::applyParams(const TenantParams& p, uint64_t seq) {
@@ -164,18 +289,19 @@ void TenantPacer::refresh(AgentBinding* a) {
   if (!lock.owns_lock()) return;  // someone else is refreshing; use the current values
   if (agent_.load(std::memory_order_acquire) != a) return;
   uint64_t seq = 0;
-  const TenantParams p = a->reader->readParams(&seq);
-  if (p.deleted) {
-    agent_.store(nullptr, std::memory_order_release);
-    useFallback();
-    next_check_ns_.store(clock_.nowNs() + cfg_.recheck_ns, std::memory_order_relaxed);
-    TQ_LOG(kWarn, "tenant %s was removed from the policy; now: %s", tenant_.c_str(),
-           describe().c_str());
+  const std::optional<TenantParams> p = a->view->readParams(&seq);
+  if (!p) return;  // the agent is mid-update: the next isend reads again
+  const bool was_paced = paced_.load(std::memory_order_relaxed);
+  applyParams(*p, seq);
+  if (p->deleted && !lost_) {
+    // The tenant left the policy: keep its last parameters until attached elsewhere.
+    lost_ = true;
+    TQ_LOG(kWarn, "tenant %s was removed from the policy; attaching again",
+           a->view->tenant().c_str());
+    next_check_ns_.store(0, std::memory_order_relaxed);
     return;
   }
-  const bool was_paced = paced_.load(std::memory_order_relaxed);
-  applyParams(p, seq);
-  if (was_paced != p.paced) TQ_LOG(kInfo, "%s", describe().c_str());
+  if (was_paced != p->paced) TQ_LOG(kInfo, "%s", describe().c_str());
 }
 
 uint64_t TenantPacer::rateBytesPerSecond() const {
@@ -197,19 +323,26 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
   if (pending == 0) pending = bytes;
   const int64_t now = clock_.nowNs();
   AgentBinding* a = agent_.load(std::memory_order_acquire);
-  if (a != nullptr) {
-    if (a->reader->paramsChanged(seq_.load(std::memory_order_relaxed))) {
-      refresh(a);
-      a = agent_.load(std::memory_order_acquire);
-    }
-  } else if (now >= next_check_ns_.load(std::memory_order_relaxed)) {
-    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-    if (lock.owns_lock() && agent_.load(std::memory_order_acquire) == nullptr) {
-      next_check_ns_.store(now + cfg_.recheck_ns, std::memory_order_relaxed);
-      tryAttach(now, /*first=*/false);
-    }
-    a = agent_.load(std::memory_order_acquire);
+  if (a != nullptr && a->view->paramsChanged(seq_.load(std::memory_order_relaxed))) {
+    refresh(a);
   }
+  if (now >= next_check_ns_.load(std::memory_order_relaxed)) {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (lock.owns_lock()) {
+      AgentBinding* cur = agent_.load(std::memory_order_acquire);
+      const bool settled = cur != nullptr && !lost_ && cur->view->tenant() == tenant_;
+      if (settled) {
+        checkConnection(now);
+      } else {
+        stepAttach(now);
+      }
+      // An attempt in progress is polled again soon; otherwise at the next check.
+      next_check_ns_.store(now + (attempt_ ? std::min<int64_t>(cfg_.recheck_ns, 1'000'000)
+                                           : cfg_.recheck_ns),
+                           std::memory_order_relaxed);
+    }
+  }
+  a = agent_.load(std::memory_order_acquire);
   shm::Slot* slot = slotFor(a);
   slot->heartbeat_ns.store(static_cast<uint64_t>(now), std::memory_order_relaxed);
 
@@ -217,7 +350,8 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
   if (paced_.load(std::memory_order_relaxed)) {
     const BucketConfig bc{rate_.load(std::memory_order_relaxed),
                           burst_.load(std::memory_order_relaxed)};
-    std::atomic<int64_t>& bucket = a != nullptr ? a->reader->bucketState() : local_bucket_;
+    std::atomic<int64_t>& bucket = a != nullptr ? a->view->bucketState() : local_bucket_;
+    std::atomic<int64_t>* floor = a != nullptr ? &a->floor : &local_floor_;
     if (ps->refused_bytes != 0 && ps->ready_at_ns != 0 && now > ps->ready_at_ns) {
       ps->lag_ns = std::max(ps->lag_ns, std::min(now - ps->ready_at_ns, cfg_.catchup_ns));
     }
@@ -234,10 +368,10 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
       }
       eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(extra, UINT64_MAX / 2));
     }
-    ok = bucketTryTake(bucket, now, bytes, eff);
+    ok = bucketTryTake(bucket, now, bytes, eff, floor);
     if (!ok) {
       ps->lag_ns = 0;  // caught up: refused on time
-      ps->ready_at_ns = bucketReadyAt(bucket, now, bytes, bc);
+      ps->ready_at_ns = bucketReadyAt(bucket, now, bytes, bc, floor);
     }
   }
   if (!ok) {
@@ -303,7 +437,7 @@ void TenantPacer::release(PaceState* ps) {
 
 const shm::Slot& TenantPacer::counters() const {
   AgentBinding* a = agent_.load(std::memory_order_acquire);
-  return a != nullptr && a->slot != nullptr ? *a->slot : local_slot_;
+  return a != nullptr && a->view->slot() != nullptr ? *a->view->slot() : local_slot_;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,7 +446,7 @@ TenantRegistry::TenantRegistry(const PluginParams& params, Clock& clock, Traffic
     : params_(params), clock_(clock), lookup_(std::move(lookup)) {
   if (!lookup_) {
     const std::string dir = params_.run_dir;
-    lookup_ = [dir](int tc) { return tenantForTrafficClass(dir, tc); };
+    lookup_ = [dir](int tc) { return attach::tenantForTrafficClass(dir, tc); };
   }
 }
 

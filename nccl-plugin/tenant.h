@@ -1,19 +1,27 @@
 // Tenant of a communicator, and the per-tenant pacer every comm of that tenant in this process
 // shares.
 //
-// Resolution (first match wins): TENANTQOS_TENANT; the communicator's trafficClass mapped to
-// the tenant whose agent file lists it (tenantForTrafficClass); TENANTQOS_DEFAULT_TENANT.
+// Resolution of the tenant to *ask for* (first match wins): TENANTQOS_TENANT; the
+// communicator's trafficClass mapped by the agent's traffic-classes file; TENANTQOS_DEFAULT_TENANT.
+// What the process gets is decided by the kernel: the agent socket it can reach
+// (common/attach_protocol.h). The name is only which socket to try first.
 //
 // TenantPacer modes:
-//   kAgent    the agent's file <run_dir>/tenants/<tenant> exists: parameters (rate, burst,
-//             DSCP, SL) come from it, re-read only when its sequence number changes; the token
-//             bucket is the file's, shared by every process of the tenant on the node; this
-//             process's slot carries its counters (tx/rx bytes, throttled time, backlog).
-//   kEnvRate  no file, TENANTQOS_RATE set: a process-local bucket at that rate.
-//   kUnpaced  no file, no TENANTQOS_RATE: admit everything (still tagged and counted).
-// Without a file the pacer looks for it again every TENANTQOS_SHM_RECHECK_MS, from admit()
-// (no thread), so a job started before the agent becomes governed. The mode is logged once
-// when the pacer is created and on every change.
+//   kAgent         attached: through the tenant's socket, or else through the node-wide socket
+//                  (the default tenant). Parameters (rate, burst, DSCP, SL) come from the
+//                  agent's read-only memory, re-read only when its sequence number changes; the
+//                  token bucket is the tenant's, shared by its processes on the node and clamped
+//                  on every take (common/token_bucket.h); this process's slot carries its
+//                  counters.
+//   kConservative  a governed node (the run directory exists) where no socket answered: a
+//                  process-local bucket at kConservativeRateBytesPerSecond (fail closed).
+//   kEnvRate       no run directory (not a governed node), TENANTQOS_RATE set: a local bucket.
+//   kUnpaced       no run directory, no TENANTQOS_RATE: admit everything (tagged and counted).
+// Attaching happens when the pacer is created (at init/connect: bounded by kAttachTimeoutMs per
+// socket). Later, from admit() and without ever blocking (a non-blocking attempt advanced by
+// one poll per check), every TENANTQOS_SHM_RECHECK_MS: a pacer that is not attached to its own
+// tenant tries again, and an attached one checks its connection (the agent restarted: it keeps
+// the memory it has and attaches anew). Every mode change is logged once, with why.
 //
 // Thread-safety: admit/onReceived/release are lock-free (atomics; a try-lock guards the rare
 // re-read/attach, and a caller that loses it proceeds with the previous values) and may be
@@ -32,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "common/attach_protocol.h"
 #include "common/clock.h"
 #include "common/shm_layout.h"
 #include "common/tenant_shm.h"
@@ -48,7 +57,7 @@ struct TenantChoice {
   TenantSource source = TenantSource::kDefault;
 };
 
-// Maps a traffic class to a tenant (production: tenantForTrafficClass over the run dir).
+// Maps a traffic class to a tenant (production: attach::tenantForTrafficClass over the run dir).
 using TrafficClassLookup = std::function<std::optional<std::string>(int traffic_class)>;
 
 // Pure resolution order. traffic_class < 0 means undefined.
@@ -74,20 +83,26 @@ struct PacerConfig {
   int64_t chunk_ns = 1'000'000;  // TENANTQOS_PACE_CHUNK_US: time one paced chunk covers
 };
 
+// How long attaching through one socket may take when a pacer is created.
+inline constexpr int kAttachTimeoutMs = 1000;
+
 // Smallest chunk a paced message is cut into (one page; also the registration granule).
 inline constexpr uint64_t kMinPaceChunk = 4096;
 PacerConfig pacerConfigFromParams(const PluginParams& p);
 
 class TenantPacer {
  public:
-  enum class Mode { kAgent, kEnvRate, kUnpaced };
+  enum class Mode { kAgent, kConservative, kEnvRate, kUnpaced };
 
   TenantPacer(std::string tenant, PacerConfig cfg, Clock& clock);
   ~TenantPacer();
   TenantPacer(const TenantPacer&) = delete;
   TenantPacer& operator=(const TenantPacer&) = delete;
 
+  // The tenant asked for; attachedTenant(): the one the agent attached this process to (empty
+  // when not attached).
   const std::string& tenant() const { return tenant_; }
+  std::string attachedTenant() const;
   Mode mode() const;
   // Marking for a new connection of this tenant.
   TrafficQos qos() const;
@@ -105,7 +120,7 @@ class TenantPacer {
   // has caught up (its next refusal). Tokens are only there if nobody used them — the bucket
   // state is shared — so this restores the rate of a backlogged tenant without ever exceeding
   // it; the extra burst is bounded by rate x catchup. The limit is a hard cap, the rate is not:
-  // when the agent's file gives a limit, the catch-up is also bounded by (limit - rate) x
+  // when the agent gives a limit, the catch-up is also bounded by (limit - rate) x
   // catchup, so the tenant stays under its limit over any window of >= catchup + burst / limit
   // (none at all when its rate is its limit).
   //
@@ -134,37 +149,56 @@ class TenantPacer {
 
  private:
   struct AgentBinding {
-    std::unique_ptr<TenantShmReader> reader;
-    shm::Slot* slot = nullptr;
+    std::unique_ptr<TenantShmView> view;
+    Fd conn;             // open for the life of the attachment
+    std::string via;     // the socket
+    std::atomic<int64_t> floor{0};  // latest bucket word this process wrote (token_bucket.h)
   };
-  void tryAttach(int64_t now, bool first);
+  // mu_ held by all of these.
+  void attachAtStart();
+  void stepAttach(int64_t now);  // the non-blocking re-attach; never waits
+  void checkConnection(int64_t now);
+  Result<std::unique_ptr<AgentBinding>> bind(attach::Attached a, const std::string& via);
+  void install(std::unique_ptr<AgentBinding> b, bool first);
+  bool governed() const;
   void refresh(AgentBinding* a);
-  // Copies the agent file's parameters (sequence `seq`) into the hot-path atomics.
+  // Copies the agent's parameters (sequence `seq`) into the hot-path atomics.
   void applyParams(const TenantParams& p, uint64_t seq);
   void useFallback();
-  shm::Slot* slotFor(AgentBinding* a) { return a != nullptr && a->slot != nullptr ? a->slot : &local_slot_; }
+  std::vector<std::string> socketsToTry() const;
+  shm::Slot* slotFor(AgentBinding* a) {
+    return a != nullptr && a->view->slot() != nullptr ? a->view->slot() : &local_slot_;
+  }
 
   const std::string tenant_;
   const PacerConfig cfg_;
   Clock& clock_;
 
   std::atomic<AgentBinding*> agent_{nullptr};
+  std::atomic<bool> governed_{false};  // the run directory existed at the last look
   std::atomic<uint64_t> rate_{0};
   std::atomic<uint64_t> burst_{0};
-  std::atomic<uint64_t> limit_{0};  // bytes/s from the agent's file; 0: none (fallback, env)
+  std::atomic<uint64_t> limit_{0};  // bytes/s from the agent; 0: none (fallback, env)
   std::atomic<bool> paced_{false};
   std::atomic<int> dscp_{0};
   std::atomic<int> sl_{0};
   std::atomic<uint64_t> seq_{0};
   std::atomic<int64_t> next_check_ns_{0};
   std::atomic<int64_t> local_bucket_{0};
+  std::atomic<int64_t> local_floor_{0};
   std::atomic<int64_t> sends_in_flight_{0};  // this process, all comms of the tenant
   shm::Slot local_slot_{};
 
   std::mutex mu_;  // attach / refresh; try-locked from the hot path
   // Every binding ever made; never freed before the pacer (hot-path callers may hold one).
   std::vector<std::unique_ptr<AgentBinding>> bindings_;
-  bool warned_no_slot_ = false;
+  // The re-attach in progress (mu_): the attempt, which socket of socketsToTry(), its deadline.
+  std::unique_ptr<attach::Attempt> attempt_;
+  size_t attempt_index_ = 0;
+  int64_t attempt_deadline_ns_ = 0;
+  bool lost_ = false;         // the attached agent's connection closed
+  std::string why_;           // why the pacer is not attached to its own tenant (for describe)
+  std::string logged_why_;    // the last `why_` logged, so each reason is logged once
 };
 
 // One pacer per tenant name per process, shared by every communicator of that tenant.

@@ -387,7 +387,8 @@ std::string toJson(const PolicyRecord& r) {
       for (size_t k = 0; k < list->size(); ++k) o << (k ? ", " : "") << jsonString((*list)[k]);
       o << "]";
     }
-    o << ", \"default\": " << (t.is_default ? "true" : "false") << "}";
+    o << ", \"default\": " << (t.is_default ? "true" : "false")
+      << ", \"unixGroup\": " << jsonString(t.unix_group) << "}";
   }
   o << (r.policy.tenants.empty() ? "]\n" : "\n  ]\n");
   o << "}\n";

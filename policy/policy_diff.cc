@@ -57,6 +57,7 @@ std::vector<std::string> tenantDetails(const TenantSpec& a, const TenantSpec& b)
     if (na != nb) d.push_back(std::string(name) + ": " + na + " -> " + nb);
   }
   field(d, "default", a.is_default, b.is_default, &boolText);
+  field(d, "unixGroup", a.unix_group, b.unix_group, &strText);
   return d;
 }
 
@@ -118,6 +119,7 @@ std::string describeTenant(const TenantSpec& t) {
   if (!t.namespaces.empty()) s += ", namespaces " + namesText(t.namespaces);
   if (!t.volcano_queues.empty()) s += ", volcanoQueues " + namesText(t.volcano_queues);
   if (t.is_default) s += ", default";
+  if (!t.unix_group.empty()) s += ", unixGroup " + t.unix_group;
   return s;
 }
 

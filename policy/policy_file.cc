@@ -136,7 +136,8 @@ constexpr std::string_view kRootFields[] = {"apiVersion", "kind", "links", "tena
 constexpr std::string_view kLinkFields[] = {"name", "capacity", "headroom"};
 constexpr std::string_view kTenantFields[] = {
     "name", "link",           "guarantee",  "limit",      "weight",        "serviceLevel",
-    "dscp", "trafficClasses", "shareClass", "namespaces", "volcanoQueues", "default"};
+    "dscp", "trafficClasses", "shareClass", "namespaces", "volcanoQueues", "default",
+    "unixGroup"};
 
 // Walks the YAML tree along the schema. Never descends into unknown fields, so the work is
 // bounded by the schema and the size limits, whatever aliases the document uses.
@@ -218,6 +219,7 @@ class YamlReader {
     }
     if (requireField(f, path, "dscp", at)) readUint(f["dscp"], field("dscp"), 0, kMaxDscp, &t.dscp);
     if (f.count("shareClass")) readBool(f["shareClass"], field("shareClass"), &t.share_class);
+    if (f.count("unixGroup")) readString(f["unixGroup"], field("unixGroup"), &t.unix_group);
     if (f.count("trafficClasses")) {
       const std::string tcs = field("trafficClasses");
       forEachItem(f["trafficClasses"], tcs, kMaxTrafficClasses,
@@ -418,6 +420,21 @@ class YamlReader {
   FieldIndex& index_;
 };
 
+// A unixGroup: a gid that is not root's nor (gid_t)-1, or a portable group name.
+bool isUnixGroupText(const std::string& g) {
+  if (g.empty() || g.size() > 32) return false;
+  if (std::all_of(g.begin(), g.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (g.size() > 10) return false;
+    const uint64_t v = std::stoull(g);
+    return v >= 1 && v <= 4294967294ull;
+  }
+  auto ok = [](char c, bool first) {
+    return (c >= 'a' && c <= 'z') || c == '_' || (!first && ((c >= '0' && c <= '9') || c == '-'));
+  };
+  if (!ok(g[0], true)) return false;
+  return std::all_of(g.begin() + 1, g.end(), [&](char c) { return ok(c, false); });
+}
+
 std::string percentText(double p) {
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, p);
@@ -531,6 +548,18 @@ class SpecValidator {
       err(f("limit"), formatRate(t.limit_bytes_per_second) + " exceeds the capacity of link " +
                           quote(link->name) + " (" + formatRate(link->capacity_bytes_per_second) +
                           ")");
+    }
+    if (index_.usable(f("unixGroup")) && !t.unix_group.empty()) {
+      if (!isUnixGroupText(t.unix_group)) {
+        err(f("unixGroup"), quote(t.unix_group) +
+                                " is neither a gid (1-4294967294) nor a group name (1-32 of a-z, "
+                                "0-9, '_', '-', starting with a letter or '_')");
+      } else if (auto [it, fresh] = unix_groups_.emplace(t.unix_group, j); !fresh) {
+        err(f("unixGroup"), "unixGroup " + quote(t.unix_group) + " is also tenant " +
+                                quote(p_.tenants[it->second].name) + "'s (" +
+                                where("tenants", it->second) +
+                                "); a group decides one tenant on a node");
+      }
     }
     if (index_.usable(f("weight")) && (t.weight < 1 || t.weight > kMaxWeight)) {
       err(f("weight"), rangeReason(1, kMaxWeight, std::to_string(t.weight)));
@@ -682,6 +711,7 @@ class SpecValidator {
   std::map<std::string, size_t, std::less<>> links_;  // name -> index in p_.links
   bool all_link_names_known_ = true;  // else "unknown link" could be a consequence, not a cause
   std::map<std::string, size_t, std::less<>> tenant_names_;
+  std::map<std::string, size_t, std::less<>> unix_groups_;  // unixGroup -> first tenant
   std::map<std::string, unsigned __int128, std::less<>> guarantee_sum_;
   std::set<std::string, std::less<>> over_admitted_;
   std::map<uint32_t, ClassUse> sl_use_, dscp_use_;
@@ -856,6 +886,8 @@ std::string toYaml(const PolicySpec& policy, std::string_view header_comment) {
       y += "]\n";
     }
     if (t.is_default) y += "    default: true\n";
+    // A validated gid or portable group name: quoted so a gid stays a string.
+    if (!t.unix_group.empty()) y += "    unixGroup: \"" + t.unix_group + "\"\n";
   }
   return y;
 }

@@ -24,6 +24,7 @@ tenantqos::v1::Policy toProto(const PolicySpec& policy) {
     for (const std::string& n : t.namespaces) pt->add_namespaces(n);
     for (const std::string& q : t.volcano_queues) pt->add_volcano_queues(q);
     pt->set_default_tenant(t.is_default);
+    pt->set_unix_group(t.unix_group);
   }
   return out;
 }
@@ -47,6 +48,7 @@ PolicySpec fromProto(const tenantqos::v1::Policy& policy) {
     t.namespaces.assign(pt.namespaces().begin(), pt.namespaces().end());
     t.volcano_queues.assign(pt.volcano_queues().begin(), pt.volcano_queues().end());
     t.is_default = pt.default_tenant();
+    t.unix_group = pt.unix_group();
     out.tenants.push_back(std::move(t));
   }
   return out;

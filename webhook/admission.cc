@@ -13,9 +13,10 @@ using Json = nlohmann::json;
 constexpr std::string_view kPluginVolume = "tenantqos-plugin";  // emptyDir; also the init container
 constexpr std::string_view kTenantVolume = "tenantqos-tenant";  // the tenant's run-dir entry
 constexpr std::string_view kNcclPlugin = "tenantqos";           // NCCL_NET_PLUGIN and NCCL_NET
-// The node contract: the agent makes one entry per tenant, <run_dir>/tenants/<tenant>, of this
-// hostPath type (the kubelet waits for it to exist). The one place to change with the contract.
-constexpr std::string_view kTenantEntryType = "File";
+// The node contract: the agent makes one directory per tenant, <run_dir>/tenants/<tenant> (its
+// attach socket inside), of this hostPath type (the kubelet waits for it to exist). The one
+// place to change with the contract.
+constexpr std::string_view kTenantEntryType = "Directory";
 constexpr std::string_view kEnvPrefix = "TENANTQOS_";
 constexpr size_t kMaxReasons = 10;  // listed in one refusal
 

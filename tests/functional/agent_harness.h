@@ -26,6 +26,7 @@
 #include "tc/netns.h"
 #include "tests/support/netns.h"
 #include "tests/support/process.h"
+#include "tests/support/test_agent.h"
 
 namespace tq::agent::functional {
 
@@ -299,13 +300,14 @@ class AgentHarness : public ::testing::Test {
     }
     return "";
   }
+  // What a process attached to `tenant` through its socket reads (nullopt: cannot attach).
   std::optional<TenantParams> shmParams(const std::string& tenant) {
-    auto r = TenantShmReader::attach(run_dir_, tenant);
-    if (!r.ok()) return std::nullopt;
-    return (*r)->readParams();
+    auto r = tq::testing::attachAs(attach::tenantSocketPath(run_dir_, tenant), tenant);
+    if (!r.ok() || r->view->tenant() != tenant) return std::nullopt;
+    return r->view->readParams();
   }
   bool shmExists(const std::string& tenant) {
-    return ::access(tenantShmPath(run_dir_, tenant).c_str(), F_OK) == 0;
+    return ::access(attach::tenantSocketPath(run_dir_, tenant).c_str(), F_OK) == 0;
   }
 
   std::string prefix_, tmp_, run_dir_, state_dir_, dev0_, dev1_, agent_log_;

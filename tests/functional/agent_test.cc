@@ -37,8 +37,10 @@ bool tcRateCarries(uint64_t tc_bits, uint64_t payload_bits) {
 class PrivilegedAgentTest : public AgentHarness {
  protected:
   // tc on dev0 and the shm files show `version` with these tenants' (guarantee, limit) in bits.
+  // `attachable`: also check what a process attaching now gets (needs a running agent).
   bool enforces(uint64_t version,
-                const std::map<std::string, std::pair<uint64_t, uint64_t>>& tenants) {
+                const std::map<std::string, std::pair<uint64_t, uint64_t>>& tenants,
+                bool attachable = true) {
     auto classes = tcClasses(dev0_);
     if (classes.count("1:1") == 0 || classes["1:1"].ceil_bits != 1000 * kMbit) return false;
     if (classes.count("1:2") == 0) return false;  // default class
@@ -49,6 +51,7 @@ class PrivilegedAgentTest : public AgentHarness {
       if (!tcRateCarries(classes[id].rate_bits, gl.first)) return false;
       if (!tcRateCarries(classes[id].ceil_bits, gl.second)) return false;
       if (classes[id].parent != "1:1") return false;
+      if (!attachable) continue;
       auto p = shmParams(name);
       if (!p || p->policy_version != version || p->deleted) return false;
       if (p->guarantee_bytes_per_second * 8 != gl.first) return false;
@@ -120,9 +123,9 @@ TEST_F(PrivilegedAgentTest, AppliesV1ThenV2WithinOneSecond) {
 
   // Usage reaches policyd (tenantqosctl top), with the plugin's counters.
   {
-    auto r = TenantShmReader::attach(run_dir_, "tenant-a");
-    ASSERT_TRUE(r.ok());
-    shm::Slot* slot = (*r)->claimSlot();
+    auto r = tq::testing::attachAs(attach::tenantSocketPath(run_dir_, "tenant-a"), "tenant-a");
+    ASSERT_TRUE(r.ok()) << r.status().toString();
+    shm::Slot* slot = r->view->slot();
     ASSERT_NE(slot, nullptr);
     slot->tx_bytes.store(123'456'789);
     EXPECT_TRUE(eventually(
@@ -178,12 +181,13 @@ TEST_F(PrivilegedAgentTest, RestartWhilePolicydDownRestoresFromPersistedSnapshot
 
   // SIGTERM leaves enforcement in place (fail-static).
   stopAgent();
-  EXPECT_TRUE(enforces(1, want)) << "SIGTERM must not remove enforcement\n" << describe();
+  EXPECT_TRUE(enforces(1, want, /*attachable=*/false))
+      << "SIGTERM must not remove enforcement\n" << describe();
 
   // Wipe enforcement, then restart the agent with policyd still down: the persisted snapshot
   // alone brings it back.
   ASSERT_TRUE(ns_->run({"tc", "qdisc", "del", "dev", dev0_, "root"}).ok());
-  ASSERT_EQ(std::system(("rm -f " + run_dir_ + "/tenants/*").c_str()), 0);
+  ASSERT_EQ(std::system(("rm -rf " + run_dir_ + "/tenants/*").c_str()), 0);
   ASSERT_FALSE(shmExists("tenant-a"));
   startAgent();
   EXPECT_TRUE(eventually([&] { return enforces(1, want); }, 2000)) << describe();
@@ -210,7 +214,7 @@ TEST_F(PrivilegedAgentTest, CorruptedSnapshotIsIgnoredAndAgentWaitsForPolicyd) {
   data[data.size() - 10] ^= 0x5a;
   ASSERT_TRUE(writeFileAtomic(snap, data).ok());
   ASSERT_TRUE(ns_->run({"tc", "qdisc", "del", "dev", dev0_, "root"}).ok());
-  ASSERT_EQ(std::system(("rm -f " + run_dir_ + "/tenants/*").c_str()), 0);
+  ASSERT_EQ(std::system(("rm -rf " + run_dir_ + "/tenants/*").c_str()), 0);
 
   startAgent();
   EXPECT_TRUE(eventually(
@@ -370,8 +374,9 @@ TEST_F(PrivilegedAgentTest, CleanupRemovesEverythingItCreated) {
   EXPECT_TRUE(tcClasses(dev0_).empty()) << describe();
   EXPECT_EQ(tcQdisc(dev0_).find("htb"), std::string::npos);
   EXPECT_NE(tcQdisc(dev1_).find("tbf 5:"), std::string::npos) << "foreign qdisc removed";
-  EXPECT_FALSE(shmExists("tenant-a"));
-  EXPECT_FALSE(shmExists("tenant-b"));
+  EXPECT_NE(::access((run_dir_ + "/tenants/tenant-a").c_str(), F_OK), 0) << "tenant directory";
+  EXPECT_NE(::access((run_dir_ + "/tenants/tenant-b").c_str(), F_OK), 0);
+  EXPECT_NE(::access((run_dir_ + "/traffic-classes").c_str(), F_OK), 0);
   EXPECT_NE(::access((state_dir_ + "/policy.snapshot").c_str(), F_OK), 0);
   EXPECT_NE(::access((state_dir_ + "/tc-classes").c_str(), F_OK), 0);
 }
@@ -520,9 +525,9 @@ TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccep
   startAgent();
   apply(v1());
   ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200; }, 2000));
-  auto proc = TenantShmReader::attach(run_dir_, "tenant-a");
-  ASSERT_TRUE(proc.ok());
-  shm::Slot* slot = (*proc)->claimSlot();
+  auto proc = tq::testing::attachAs(attach::tenantSocketPath(run_dir_, "tenant-a"), "tenant-a");
+  ASSERT_TRUE(proc.ok()) << proc.status().toString();
+  shm::Slot* slot = proc->view->slot();
   ASSERT_NE(slot, nullptr);
   slot->tx_bytes.store(4242);
   ASSERT_TRUE(eventually(

@@ -569,9 +569,9 @@ TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
   EXPECT_NE(v.out.find("valid (1 link, 2 tenants)"), std::string::npos) << v.out;
   v = ctl({"validate", bad});
   EXPECT_EQ(v.exit_code, 1);
-  EXPECT_NE(v.err.find(bad + ":40:12: tenants[1].limit: must be >= guarantee"), std::string::npos)
+  EXPECT_NE(v.err.find(bad + ":41:12: tenants[1].limit: must be >= guarantee"), std::string::npos)
       << v.err;
-  EXPECT_NE(v.err.find(bad + ":43:11: tenants[1].dscp: must be between 0 and 63, got 64"),
+  EXPECT_NE(v.err.find(bad + ":44:11: tenants[1].dscp: must be between 0 and 63, got 64"),
             std::string::npos)
       << v.err;
   EXPECT_NE(v.err.find("invalid (2 errors)"), std::string::npos) << v.err;
@@ -597,7 +597,7 @@ TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
   a = ctl({"apply", "-f", bad});
   EXPECT_EQ(a.exit_code, 1);
   EXPECT_NE(a.err.find("INVALID_ARGUMENT"), std::string::npos) << a.err;
-  EXPECT_NE(a.err.find(bad + ":43:11: tenants[1].dscp"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find(bad + ":44:11: tenants[1].dscp"), std::string::npos) << a.err;
   const std::string p70 = writeFile("p70.yaml", policyWithLimit(70));
   a = ctl({"apply", "-f", p70, "--dry-run"});
   EXPECT_EQ(a.exit_code, 0);
@@ -807,7 +807,7 @@ TEST_F(PolicydTest, RenderErrorsAndExitCodes) {
     auto r = runProcess(plus(plus({kCtl}, args), {"-f", bad}));
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_EQ(r.err, v.err);
-    EXPECT_NE(r.err.find(bad + ":43:11: tenants[1].dscp: must be between 0 and 63, got 64"),
+    EXPECT_NE(r.err.find(bad + ":44:11: tenants[1].dscp: must be between 0 and 63, got 64"),
               std::string::npos)
         << r.err;
     EXPECT_EQ(r.out, "");

@@ -257,7 +257,7 @@ class MutateTest(unittest.TestCase):
         self.assertEqual(out["metadata"]["labels"]["tenantqos.io/tenant"], "tenant-a")
         vols = {v["name"]: v for v in out["spec"]["volumes"]}
         self.assertEqual(vols["tenantqos-tenant"]["hostPath"],
-                         {"path": "/run/tenantqos/tenants/tenant-a", "type": "File"})
+                         {"path": "/run/tenantqos/tenants/tenant-a", "type": "Directory"})
         self.assertTrue(review("/validate", out, "team-b")["allowed"])
         # An unknown queue falls through to the namespace.
         _, out = mutated(user_pod("team-b", {"scheduling.volcano.sh/queue-name": "other"}),

@@ -67,7 +67,7 @@ TEST(PluginIbEventTest, PortErrorFailsTheCommsOnThatPortAndTheLinkRecovers) {
   TempDir dir;
   auto params = loadParams(envOf({{"TENANTQOS_TRANSPORT", "ib"},
                                   {"TENANTQOS_SOCKET_IFNAME", "lo"},
-                                  {"TENANTQOS_RUN_DIR", dir.path()}}));
+                                  {"TENANTQOS_RUN_DIR", dir.path() + "/run"}}));
   ASSERT_TRUE(params.ok()) << params.status().toString();
   auto made = Plugin::create(*params, realClock());
   ASSERT_TRUE(made.ok()) << made.status().toString();

@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "common/tenant_shm.h"
+#include "tests/support/test_agent.h"
 #include "common/units.h"
 #include "ib/rc_qp.h"
 #include "ib/verbs.h"
@@ -157,7 +158,7 @@ class PluginIbTest : public ::testing::Test {
   std::map<std::string, std::string> baseEnv() {
     return {{"TENANTQOS_TRANSPORT", "ib"},
             {"TENANTQOS_SOCKET_IFNAME", "lo"},
-            {"TENANTQOS_RUN_DIR", dir_.path()},
+            {"TENANTQOS_RUN_DIR", dir_.path() + "/run"},
             {"TENANTQOS_HANDSHAKE_TIMEOUT_MS", "10000"},
             {"TENANTQOS_IB_TIMEOUT", "16"}};  // ~270 ms per try under TCG
   }
@@ -175,10 +176,12 @@ class PluginIbTest : public ::testing::Test {
     return std::move(p).value();
   }
 
-  std::unique_ptr<TenantShmWriter> agent(const std::string& tenant, uint64_t rate, int dscp,
-                                         int sl, int tc, bool paced = true) {
-    auto w = TenantShmWriter::openOrCreate(dir_.path(), tenant);
-    EXPECT_TRUE(w.ok()) << w.status().toString();
+  // The agent (its attach server and tenant memory) over <dir>/run: before the first call the
+  // run directory does not exist, so the plugin runs as on a node without an agent.
+  TenantShm* agent(const std::string& tenant, uint64_t rate, int dscp, int sl, int tc,
+                   bool paced = true) {
+    if (!agent_) agent_ = std::make_unique<tq::testing::TestAgent>(dir_.path() + "/run");
+    EXPECT_EQ(agent_->failure(), "");
     TenantParams p;
     p.policy_version = 1;
     p.rate_bytes_per_second = rate;
@@ -187,9 +190,9 @@ class PluginIbTest : public ::testing::Test {
     p.service_level = static_cast<uint32_t>(sl);
     p.paced = paced;
     if (tc >= 0) p.traffic_classes = {tc};
-    (*w)->publish(p);
-    return std::move(w).value();
+    return agent_->tenant(tenant, p);
   }
+  std::unique_ptr<tq::testing::TestAgent> agent_;
 
   struct Pair {
     void* send = nullptr;
@@ -318,7 +321,7 @@ std::vector<QpAv> queryQps(const std::vector<ibv_qp*>& qps) {
 }
 
 TEST_F(PluginIbTest, EveryQpCarriesTheSendersMarkingAndTheReceiverAdoptsIt) {
-  auto w = agent("tqrxe-tag", 0, 46, 5, 3, /*paced=*/false);
+  agent("tqrxe-tag", 0, 46, 5, 3, /*paced=*/false);
   auto plugin = makePlugin({{"TENANTQOS_IB_QPS_PER_CONN", "3"}});
   ASSERT_NE(plugin, nullptr);
   auto sctx = plugin->newContext(1, 3);   // trafficClass 3 -> tenant tqrxe-tag
@@ -366,7 +369,7 @@ TEST_F(PluginIbTest, EveryQpCarriesTheSendersMarkingAndTheReceiverAdoptsIt) {
 }
 
 TEST_F(PluginIbTest, DscpIsCountedOnTheWireInBothDirections) {
-  auto w = agent("tqrxe-wire", 0, 46, 5, 4, /*paced=*/false);
+  agent("tqrxe-wire", 0, 46, 5, 4, /*paced=*/false);
   WireCounters tx("rxeveth0"), rx("rxeveth1");
   ASSERT_TRUE(tx.ok() && rx.ok());
   ASSERT_TRUE(tx.countDscp(1, 46) && tx.countDscp(2, 0) && tx.countDscp(3, 10));
@@ -422,7 +425,7 @@ TEST_F(PluginIbTest, ServiceLevelReachesEveryModifyQpOfBothSides) {
   ProcResult r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--unidirectional", "-b", "1M",
                       "-e", "1M", "-n", "5", "-w", "1", "--plugin", TQ_PLUGIN_SO, "--timeout",
                       "60", "--env", "TENANTQOS_TRANSPORT=ib", "--env",
-                      "TENANTQOS_SOCKET_IFNAME=lo", "--env", "TENANTQOS_RUN_DIR=" + dir_.path(),
+                      "TENANTQOS_SOCKET_IFNAME=lo", "--env", "TENANTQOS_RUN_DIR=" + dir_.path() + "/run",
                       "--env", "TENANTQOS_SL=6", "--env", "TENANTQOS_DSCP=34", "--env",
                       std::string("TENANTQOS_IBVERBS_LIB=") + TQ_VERBS_RECORDER, "--env",
                       "TQ_VERBS_RECORD=" + record, "--env", "TENANTQOS_IB_QPS_PER_CONN=2",
@@ -509,7 +512,7 @@ class PluginIbPacingTest : public PluginIbTest {
   std::map<std::string, std::string> perfEnv() {
     return {{"TENANTQOS_TRANSPORT", "ib"},
             {"TENANTQOS_SOCKET_IFNAME", "lo"},
-            {"TENANTQOS_RUN_DIR", dir_.path()},
+            {"TENANTQOS_RUN_DIR", dir_.path() + "/run"},
             {"TENANTQOS_CATCHUP_MS", "100"},
             {"NCCL_DEBUG", "INFO"}};
   }
@@ -573,7 +576,7 @@ class PluginIbPacingTest : public PluginIbTest {
     EXPECT_LT(cv, 0.35);
     EXPECT_GT(p10, 0.5);
     EXPECT_LT(p90, 1.5);
-    TenantUsage u = w->usage(0);
+    TenantUsage u = w->collect(0, 0);
     EXPECT_GT(u.tx_bytes, 0u);
   }
 };
@@ -707,8 +710,8 @@ TEST_F(PluginIbIsolationTest, HtbTreeOnTheRxeNetdevGivesEachTenantItsGuarantee) 
 // No tc at all: the plugin paces each tenant at the rate the agent allocated (here exactly the
 // guarantees, on a link that could carry more), so each gets its guarantee and no more.
 TEST_F(PluginIbIsolationTest, PacingAloneGivesEachTenantItsAllocation) {
-  auto wa = agent("tqrxe-a", kGuaranteeA, 10, 1, -1);
-  auto wb = agent("tqrxe-b", kGuaranteeB, 20, 2, -1);
+  agent("tqrxe-a", kGuaranteeA, 10, 1, -1);
+  agent("tqrxe-b", kGuaranteeB, 20, 2, -1);
   const auto r = runBoth({}, {}, "256K");
   report("pacing alone (agent files at the guarantees), no tc", r);
   EXPECT_GE(r.first / kGuaranteeA, 0.97);

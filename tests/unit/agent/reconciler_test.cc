@@ -1,5 +1,6 @@
-// The reconcile logic against a fake TcApplier and a FakeClock: real shm files in a temporary
-// run directory, no kernel objects, no sleeping.
+// The reconcile logic against a fake TcApplier and a FakeClock: real tenant memory and the real
+// attach server in a temporary run directory, no kernel objects, no sleeping (only a bounded
+// wait for the attach thread to see a process leave).
 #include "agent/reconciler.h"
 
 #include <gtest/gtest.h>
@@ -11,8 +12,11 @@
 #include <thread>
 
 #include "agent/reconcile_loop.h"
+#include "common/file_util.h"
+#include "common/attach_protocol.h"
 #include "test_util.h"
 #include "tests/support/fake_sysfs.h"
+#include "tests/support/test_agent.h"
 
 namespace tq::agent {
 namespace {
@@ -26,10 +30,22 @@ bool fileExists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+std::string socketOf(const std::string& run_dir, const std::string& tenant) {
+  return attach::tenantSocketPath(run_dir, tenant);
+}
+
 class ReconcilerTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    AttachServer::Options ao;
+    ao.run_dir = dir_.path();
+    auto s = AttachServer::start(ao);
+    ASSERT_TRUE(s.ok()) << s.status().toString();
+    attach_ = std::move(s).value();
+  }
   ReconcilerOptions options(TcMode mode = TcMode::kHtb) {
     ReconcilerOptions o;
+    o.attach = attach_.get();
     o.node = "node1";
     o.devices = {{"eth0", "fabric"}, {"eth1", "storage"}};
     o.run_dir = dir_.path();
@@ -41,13 +57,23 @@ class ReconcilerTest : public ::testing::Test {
   std::unique_ptr<Reconciler> make(TcMode mode = TcMode::kHtb) {
     return std::make_unique<Reconciler>(options(mode), &tc_, clock_, &board_);
   }
+  // What a process attached to `tenant` reads.
   TenantParams readParams(const std::string& tenant, uint64_t* seq = nullptr) {
-    auto r = TenantShmReader::attach(dir_.path(), tenant);
-    EXPECT_TRUE(r.ok()) << r.status().toString();
-    return r.ok() ? (*r)->readParams(seq) : TenantParams{};
+    auto p = tq::testing::attachAs(socketOf(dir_.path(), tenant), tenant);
+    EXPECT_TRUE(p.ok()) << p.status().toString();
+    return p.ok() ? p->view->readParams(seq).value_or(TenantParams{}) : TenantParams{};
+  }
+  // Waits (real time, bounded) until the attach thread has seen `n` processes attached.
+  bool attachedCount(size_t n) {
+    for (int i = 0; i < 2000; ++i) {
+      if (attach_->attachments().size() == n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
   }
 
   TempDir dir_;
+  std::unique_ptr<AttachServer> attach_;
   FakeTc tc_;
   FakeClock clock_;
   StateBoard board_;
@@ -132,44 +158,44 @@ TEST_F(ReconcilerTest, LoweredLimitClampsTheRateAtOnce) {
 TEST_F(ReconcilerTest, DeletedTenantFileGoesWhenUnused) {
   auto r = make();
   r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
-  const std::string path_b = tenantShmPath(dir_.path(), "tenant-b");
-  const std::string path_s = tenantShmPath(dir_.path(), "tenant-s");
-  // A live "plugin" process of tenant-b (same process, own open file description + OFD lock).
-  auto reader = TenantShmReader::attach(dir_.path(), "tenant-b");
-  ASSERT_TRUE(reader.ok());
-  ASSERT_NE((*reader)->claimSlot(), nullptr);
+  const std::string path_b = socketOf(dir_.path(), "tenant-b");
+  const std::string path_s = socketOf(dir_.path(), "tenant-s");
+  // A live "plugin" process of tenant-b (same process, its own connection and slot).
+  auto reader = tq::testing::attachAs(path_b, "tenant-b");
+  ASSERT_TRUE(reader.ok()) << reader.status().toString();
+  ASSERT_NE(reader->view->slot(), nullptr);
 
   VersionedPolicy v2 = samplePolicy(2);
   v2.policy.tenants.erase(v2.policy.tenants.begin() + 1);  // tenant-b
   v2.policy.tenants.pop_back();                            // tenant-s
   r->onPolicy(v2, PolicySource::kPolicyd);
-  EXPECT_FALSE(fileExists(path_s)) << "unused file of a deleted tenant must go at once";
-  EXPECT_TRUE(fileExists(path_b)) << "a live process still uses it";
-  EXPECT_TRUE((*reader)->readParams().deleted);
+  EXPECT_FALSE(fileExists(path_s)) << "a deleted tenant's socket goes at once";
+  EXPECT_FALSE(fileExists(path_b));
+  EXPECT_TRUE(reader->view->readParams()->deleted) << "attached processes see it";
   EXPECT_EQ(r->retiringTenants(), std::vector<std::string>{"tenant-b"});
+  EXPECT_TRUE(r->tenantShm("tenant-s") == nullptr) << "nobody attached: released at once";
   EXPECT_EQ(tc_.trees["eth0"].tenants.size(), 1u);
 
   r->tick();
-  EXPECT_TRUE(fileExists(path_b));
-  reader->reset();  // the process exits
+  EXPECT_EQ(r->retiringTenants(), std::vector<std::string>{"tenant-b"});
+  reader = Status(internalError("gone"));  // the process exits: its connection closes
+  ASSERT_TRUE(attachedCount(0));
   clock_.advanceNs(20'000'000);
   r->tick();
-  EXPECT_FALSE(fileExists(path_b));
   EXPECT_TRUE(r->retiringTenants().empty());
 }
 
 TEST_F(ReconcilerTest, TenantComingBackReusesItsFile) {
   auto r = make();
   r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
-  auto reader = TenantShmReader::attach(dir_.path(), "tenant-b");
-  ASSERT_TRUE(reader.ok());
-  ASSERT_NE((*reader)->claimSlot(), nullptr);
+  auto reader = tq::testing::attachAs(socketOf(dir_.path(), "tenant-b"), "tenant-b");
+  ASSERT_TRUE(reader.ok()) << reader.status().toString();
   VersionedPolicy v2 = samplePolicy(2);
   v2.policy.tenants.erase(v2.policy.tenants.begin() + 1);
   r->onPolicy(v2, PolicySource::kPolicyd);
-  EXPECT_TRUE((*reader)->readParams().deleted);
+  EXPECT_TRUE(reader->view->readParams()->deleted);
   r->onPolicy(samplePolicy(3), PolicySource::kPolicyd);
-  TenantParams b = (*reader)->readParams();  // the attached process sees it come back
+  TenantParams b = *reader->view->readParams();  // the attached process sees it come back
   EXPECT_FALSE(b.deleted);
   EXPECT_EQ(b.policy_version, 3u);
   EXPECT_TRUE(r->retiringTenants().empty());
@@ -256,7 +282,7 @@ TEST_F(ReconcilerTest, FirstPolicyFailingLeavesAgentNotReady) {
   EXPECT_EQ(s.reconcile_errors_total, 1u);
   EXPECT_EQ(s.latest_seen_version, 1u);
   EXPECT_TRUE(tc_.trees.empty()) << "nothing may be applied";
-  EXPECT_TRUE(listTenantFiles(dir_.path()).empty()) << "no shm file for an unapplied policy";
+  EXPECT_FALSE(fileExists(dir_.path() + "/tenants/tenant-a")) << "nothing for an unapplied policy";
 }
 
 TEST_F(ReconcilerTest, AllocationPassHeartbeatsReclaimsAndPublishes) {
@@ -266,9 +292,9 @@ TEST_F(ReconcilerTest, AllocationPassHeartbeatsReclaimsAndPublishes) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    auto rd = TenantShmReader::attach(dir_.path(), "tenant-a");
+    auto rd = tq::testing::attachAs(socketOf(dir_.path(), "tenant-a"), "tenant-a");
     if (!rd.ok()) _exit(1);
-    shm::Slot* s = (*rd)->claimSlot();
+    shm::Slot* s = rd->view->slot();
     if (s == nullptr) _exit(2);
     s->tx_bytes.store(1000);
     s->rx_bytes.store(500);
@@ -277,24 +303,23 @@ TEST_F(ReconcilerTest, AllocationPassHeartbeatsReclaimsAndPublishes) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_TRUE(attachedCount(0)) << "the attach thread sees the process's socket close";
 
   clock_.advanceNs(10'000'000);
   r->tick();
   AgentState s = board_.snapshot();
   ASSERT_EQ(s.tenants.size(), 3u);
   EXPECT_EQ(s.tenants[0].name, "tenant-a");
-  EXPECT_EQ(s.tenants[0].transmit_bytes, 1000u) << "retired counters must be kept";
+  EXPECT_EQ(s.tenants[0].transmit_bytes, 1000u) << "a gone process's counters must be kept";
   EXPECT_EQ(s.tenants[0].receive_bytes, 500u);
-  EXPECT_EQ(s.tenants[0].processes, 0u) << "dead slot not reclaimed";
+  EXPECT_EQ(s.tenants[0].processes, 0u) << "the slot is released when the socket closes";
   EXPECT_EQ(s.tenants[0].allocated_bytes_per_second, 500'000'000u) << "idle: bucket at guarantee";
   EXPECT_EQ(s.node, "node1");
   EXPECT_EQ(s.policy_version, 1u);
   EXPECT_TRUE(s.ready);
   EXPECT_GE(s.allocation_duration.count(), 1u);
   EXPECT_EQ(s.reconcile_duration.count(), 1u);
-  auto rd = TenantShmReader::attach(dir_.path(), "tenant-a");
-  ASSERT_TRUE(rd.ok());
-  EXPECT_EQ((*rd)->path(), tenantShmPath(dir_.path(), "tenant-a"));
+  EXPECT_TRUE(fileExists(socketOf(dir_.path(), "tenant-a")));
   // Class counters from tc (fake: link class + one per tenant on each device).
   EXPECT_EQ(s.classes.size(), 2u + 3u);
 }
@@ -316,18 +341,18 @@ TEST_F(ReconcilerTest, AllocationRunsEveryPeriod) {
   EXPECT_LE(r->nextDueNs() - clock_.nowNs(), 10'000'000);
 }
 
-// A plugin process of `tenant` in this process (own open file description and slot lock).
+// A plugin process of `tenant` in this process (its own connection and slot).
 struct FakeProcess {
-  std::unique_ptr<TenantShmReader> reader;
+  std::unique_ptr<tq::testing::AttachedProcess> reader;
   shm::Slot* slot = nullptr;
 };
 FakeProcess attachProcess(const std::string& run_dir, const std::string& tenant) {
   FakeProcess p;
-  auto r = TenantShmReader::attach(run_dir, tenant);
+  auto r = tq::testing::attachAs(socketOf(run_dir, tenant), tenant);
   EXPECT_TRUE(r.ok()) << r.status().toString();
   if (!r.ok()) return p;
-  p.reader = std::move(r).value();
-  p.slot = p.reader->claimSlot();
+  p.reader = std::make_unique<tq::testing::AttachedProcess>(std::move(r).value());
+  p.slot = p.reader->view->slot();
   EXPECT_NE(p.slot, nullptr);
   return p;
 }
@@ -377,6 +402,7 @@ TEST_F(ReconcilerTest, AllocatorSplitsEachLinkByDemandGuaranteeWeightAndLimit) {
   EXPECT_EQ(rate("tenant-s"), 100'000'000u);
   // tenant-a's processes exit: back to its guarantee, ready for the next job.
   a.reader.reset();
+  ASSERT_TRUE(attachedCount(2));
   period();
   EXPECT_EQ(rate("tenant-a"), 500'000'000u);
 }
@@ -391,47 +417,79 @@ TEST_F(ReconcilerTest, RatesArePublishedOnlyWhenTheyChange) {
     r->tick();
   }
   uint64_t seq = 0;
-  a.reader->readParams(&seq);
+  a.reader->view->readParams(&seq);
   for (int i = 0; i < 20; ++i) {
     clock_.advanceNs(10'000'000);
     r->tick();
   }
-  EXPECT_FALSE(a.reader->paramsChanged(seq)) << "steady allocation rewrote the params";
+  EXPECT_FALSE(a.reader->view->paramsChanged(seq)) << "steady allocation rewrote the params";
 }
 
-TEST_F(ReconcilerTest, StaleFilesOfAPreviousRunAreRemoved) {
-  {
-    auto w = TenantShmWriter::openOrCreate(dir_.path(), "gone-tenant");
-    ASSERT_TRUE(w.ok());
-  }
+TEST_F(ReconcilerTest, StaleEntriesOfAPreviousRunAreRemoved) {
+  ASSERT_EQ(::mkdir((dir_.path() + "/tenants").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((dir_.path() + "/tenants/gone-tenant").c_str(), 0750), 0);
+  ASSERT_TRUE(writeFileAtomic(dir_.path() + "/tenants/gone-tenant/agent.sock", "").ok());
+  ASSERT_TRUE(writeFileAtomic(dir_.path() + "/tenants/old-v1-file", "NQTQSHM1").ok());
   auto r = make();
   r->onPolicy(samplePolicy(1), PolicySource::kPersisted);
-  EXPECT_FALSE(fileExists(tenantShmPath(dir_.path(), "gone-tenant")));
-  EXPECT_TRUE(fileExists(tenantShmPath(dir_.path(), "tenant-a")));
+  EXPECT_FALSE(fileExists(dir_.path() + "/tenants/gone-tenant"));
+  EXPECT_FALSE(fileExists(dir_.path() + "/tenants/old-v1-file"));
+  EXPECT_TRUE(fileExists(socketOf(dir_.path(), "tenant-a")));
 }
 
-TEST_F(ReconcilerTest, ExistingFileIsReusedAcrossRestart) {
+// The tenant's directory: root-owned, its unixGroup, 0750; without one, 0700. The node-wide
+// socket is everyone's; the traffic-classes file is readable.
+TEST_F(ReconcilerTest, TenantDirectoriesTakeTheirUnixGroup) {
+  auto r = make();
+  VersionedPolicy v = samplePolicy(1);
+  v.policy.tenants[0].unix_group = "2001";
+  r->onPolicy(v, PolicySource::kPolicyd);
+  ASSERT_TRUE(r->ready()) << (r->unresolvedErrors().empty() ? "" : r->unresolvedErrors()[0]);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_.path() + "/tenants/tenant-a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 2001u);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  ASSERT_EQ(::stat((dir_.path() + "/tenants/tenant-b").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat(socketOf(dir_.path(), "tenant-a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  ASSERT_EQ(::stat(attach::nodeSocketPath(dir_.path()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  // Two tenants whose groups are one gid on this node: the second is not served.
+  v = samplePolicy(2);
+  v.policy.tenants[0].unix_group = "2001";
+  v.policy.tenants[1].unix_group = "2001";
+  r->onPolicy(v, PolicySource::kPolicyd);
+  ASSERT_EQ(r->unresolvedErrors().size(), 1u);
+  EXPECT_NE(r->unresolvedErrors()[0].find("tenant-a's too"), std::string::npos)
+      << r->unresolvedErrors()[0];
+}
+
+TEST_F(ReconcilerTest, NodeWideSocketGivesTheDefaultTenant) {
   auto r = make();
   r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
-  auto reader = TenantShmReader::attach(dir_.path(), "tenant-a");
-  ASSERT_TRUE(reader.ok());
-  shm::Slot* slot = (*reader)->claimSlot();
-  ASSERT_NE(slot, nullptr);
-  slot->tx_bytes.store(12345);
-  r.reset();  // agent stops: the file stays
-  auto r2 = make();
-  VersionedPolicy v2 = samplePolicy(2);
-  v2.policy.tenants[0].limit_bytes_per_second = 600'000'000;
-  r2->onPolicy(v2, PolicySource::kPolicyd);
-  EXPECT_EQ((*reader)->readParams().limit_bytes_per_second, 600'000'000u)
-      << "a running process must see the new agent's parameters in the same file";
+  // No tenant "default" in the policy: the built-in one at the conservative rate.
+  auto p = tq::testing::attachAs(attach::nodeSocketPath(dir_.path()), "nosuchtenant");
+  ASSERT_TRUE(p.ok()) << p.status().toString();
+  EXPECT_EQ(p->view->tenant(), "default");
+  EXPECT_EQ(p->view->readParams()->rate_bytes_per_second, kConservativeRateBytesPerSecond);
+  // Attached processes are published as the kernel named them (the ungoverned-QP scan checks
+  // QP owners against them).
+  ASSERT_TRUE(attachedCount(1));
   clock_.advanceNs(10'000'000);
-  r2->tick();
-  EXPECT_EQ(board_.snapshot().tenants[0].transmit_bytes, 12345u);
-  EXPECT_EQ(board_.snapshot().tenants[0].processes, 1u);
-  // The slot's owner is published as attached (what the ungoverned-QP scan checks against).
+  r->tick();
   EXPECT_EQ(board_.snapshot().attached,
-            (std::vector<AttachedProcess>{{static_cast<int32_t>(::getpid()), "tenant-a"}}));
+            (std::vector<AttachedProcess>{{static_cast<int32_t>(::getpid()), "default"}}));
+  // With one in the policy, that one.
+  VersionedPolicy v = samplePolicy(2);
+  v.policy.tenants[2].name = "default";
+  r->onPolicy(v, PolicySource::kPolicyd);
+  auto q = tq::testing::attachAs(attach::nodeSocketPath(dir_.path()), "");
+  ASSERT_TRUE(q.ok()) << q.status().toString();
+  EXPECT_EQ(q->view->tenant(), "default");
+  EXPECT_EQ(q->view->readParams()->limit_bytes_per_second, 100'000'000u);
+  EXPECT_EQ(attach::tenantForTrafficClass(dir_.path(), 26), "tenant-a");
+  EXPECT_EQ(attach::tenantForTrafficClass(dir_.path(), 5), std::nullopt);
 }
 
 TEST_F(ReconcilerTest, NoneModeProgramsOnlyTheLinkShaper) {
@@ -441,7 +499,7 @@ TEST_F(ReconcilerTest, NoneModeProgramsOnlyTheLinkShaper) {
   ASSERT_EQ(tc_.trees.size(), 2u);
   EXPECT_FALSE(tc_.trees["eth0"].tenant_classes) << "no per-tenant classes in none mode";
   EXPECT_EQ(tc_.trees["eth0"].capacity_bytes_per_second, 1'250'000'000u);
-  EXPECT_TRUE(fileExists(tenantShmPath(dir_.path(), "tenant-a")));
+  EXPECT_TRUE(fileExists(socketOf(dir_.path(), "tenant-a")));
   EXPECT_EQ(readParams("tenant-a").dscp, 26u) << "the plugin still tags";
   // A tenant's limit change touches no tc object in none mode.
   const int writes = tc_.writes;

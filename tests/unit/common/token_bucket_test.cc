@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -88,6 +89,49 @@ TEST(TokenBucket, RateChangeTakesEffectImmediately) {
   ASSERT_TRUE(bucketTryTake(state, now, 1000, slow));
   BucketConfig fast{1'000'000'000, 1000};
   EXPECT_TRUE(bucketTryTake(state, now + 1000, 1000, fast));  // 1 us at 1 GB/s earns 1000 B
+}
+
+// The word is tenant-writable: whatever is written into it, a take never starts with more than
+// one burst, and no value wedges the bucket.
+TEST(TokenBucket, TamperedWordWinsAtMostOneBurst) {
+  const BucketConfig cfg{1'000'000, 10'000};  // 1 B/us, 10 ms of burst
+  const int64_t now = 100 * kSec;
+  for (int64_t garbage : {int64_t{0}, std::numeric_limits<int64_t>::min(), int64_t{-1}}) {
+    std::atomic<int64_t> state{garbage};
+    EXPECT_TRUE(bucketTryTake(state, now, 10'000, cfg)) << garbage;
+    EXPECT_FALSE(bucketTryTake(state, now, 1, cfg)) << garbage;
+  }
+  // Far in the future (or the maximum): reads as empty, not as forever.
+  for (int64_t garbage : {std::numeric_limits<int64_t>::max(), now + 100 * kSec}) {
+    std::atomic<int64_t> state{garbage};
+    EXPECT_FALSE(bucketTryTake(state, now, 1000, cfg));
+    EXPECT_TRUE(bucketTryTake(state, now + kSec / 1000, 1000, cfg)) << "1 ms earns 1000 B";
+  }
+}
+
+TEST(TokenBucket, FloorKeepsAProcessAtItsRateWhateverOthersWrite) {
+  const BucketConfig cfg{1'000'000, 10'000};
+  std::atomic<int64_t> state{0};
+  std::atomic<int64_t> floor{0};
+  int64_t now = 100 * kSec;
+  uint64_t admitted = 0;
+  for (int i = 0; i < 1000; ++i) {  // 1 s, while someone resets the word before every take
+    state.store(0);
+    if (bucketTryTake(state, now, 1000, cfg, &floor)) admitted += 1000;
+    now += kSec / 1000;
+  }
+  EXPECT_LE(admitted, 1'000'000u + 10'000u + 1000u) << "rate x T + burst";
+  EXPECT_GE(admitted, 990'000u);
+}
+
+TEST(TokenBucket, OneMessageCostsAtMostTheDebtBound) {
+  const BucketConfig cfg{1000, 1000};  // 1 kB/s
+  std::atomic<int64_t> state{0};
+  const int64_t now = 100 * kSec;
+  EXPECT_TRUE(bucketTryTake(state, now, 1ull << 40, cfg));  // ~35 years of tokens
+  EXPECT_LE(state.load(), now + kMaxBucketDebtNs);
+  EXPECT_FALSE(bucketTryTake(state, now + kMaxBucketDebtNs - kSec, 1, cfg));
+  EXPECT_TRUE(bucketTryTake(state, now + kMaxBucketDebtNs + kSec, 1, cfg));
 }
 
 }  // namespace

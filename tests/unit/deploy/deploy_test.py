@@ -911,7 +911,9 @@ class TrainingExampleTest(unittest.TestCase):
         self.trainer = only_container(self.pod)
         agent = only_container(find(base(), "DaemonSet", "tenantqos-agent"))
         self.agent_run_dir = flag(agent, "--run-dir")
-        self.agent_group = agent["securityContext"]["runAsGroup"]
+        with open(path("deploy", "kubernetes", "policy.yaml")) as f:
+            tenants = {t["name"]: t for t in yaml.safe_load(f)["tenants"]}
+        self.tenant_group = int(tenants[self.tenant]["unixGroup"])
 
     def test_not_in_the_base(self):
         with open(path("deploy", "kubernetes", "kustomization.yaml")) as f:
@@ -942,29 +944,28 @@ class TrainingExampleTest(unittest.TestCase):
         ld = env(self.trainer, "LD_LIBRARY_PATH")["value"].split(":")
         self.assertEqual(ld[0], trainer_mounts[0]["mountPath"], "the plugin's directory first")
 
-    def test_mounts_only_its_own_tenant_file(self):
+    def test_mounts_only_its_own_tenant_directory(self):
         run_dir = env(self.trainer, "TENANTQOS_RUN_DIR")["value"]
         host_vols = [v for v in self.spec["volumes"] if "hostPath" in v]
-        self.assertEqual(len(host_vols), 1, "exactly one host path: the tenant's own file")
+        self.assertEqual(len(host_vols), 1, "exactly one host path: the tenant's own directory")
         v = host_vols[0]
-        # Type File: the pod waits for the agent's file; FileOrCreate would let the kubelet
-        # create an empty file that then hides the agent's file from the pod.
+        # Type Directory: the pod waits for the agent to serve the tenant; DirectoryOrCreate
+        # would let the kubelet create an empty directory the agent then has to take over.
         self.assertEqual(v["hostPath"], {"path": f"{self.agent_run_dir}/tenants/{self.tenant}",
-                                         "type": "File"})
+                                         "type": "Directory"})
         mounts = [(c["name"], m) for c in all_containers(self.spec)
                   for m in c.get("volumeMounts", []) if m["name"] == v["name"]]
-        self.assertEqual(len(mounts), 1, "only the trainer mounts the tenant file")
+        self.assertEqual(len(mounts), 1, "only the trainer mounts the tenant directory")
         name, m = mounts[0]
         self.assertEqual(name, self.trainer["name"])
         self.assertEqual(m["mountPath"], f"{run_dir}/tenants/{self.tenant}",
-                         "the plugin opens TENANTQOS_RUN_DIR/tenants/TENANTQOS_TENANT")
-        self.assertFalse(m.get("readOnly", False), "the plugin writes the bucket and its slot")
+                         "the plugin connects to TENANTQOS_RUN_DIR/tenants/TENANTQOS_TENANT")
         self.assertNotIn("subPath", m)
         self.assertFalse(self.spec.get("hostPID", False), "slots work across PID namespaces")
 
-    def test_can_open_the_file_without_root(self):
-        # The agent creates the file 0660 root:<its runAsGroup>.
-        self.assertIn(self.agent_group, self.spec["securityContext"]["supplementalGroups"])
+    def test_joins_its_tenants_group(self):
+        # The agent makes the tenant's directory 0750 root:<the tenant's unixGroup>.
+        self.assertIn(self.tenant_group, self.spec["securityContext"]["supplementalGroups"])
 
 
 class SchemaTest(unittest.TestCase):

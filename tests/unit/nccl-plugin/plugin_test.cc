@@ -13,6 +13,7 @@
 #include "nccl-plugin/api.h"
 #include "nccl-plugin/oob/tcp.h"
 #include "nccl-plugin/socket/socket_transport.h"
+#include "tests/support/test_agent.h"
 
 namespace tq::plugin {
 namespace {
@@ -63,13 +64,13 @@ class PluginTest : public ::testing::Test {
   void TearDown() override {
     plugin_.reset();
     writers_.clear();
+    agent_.reset();
     ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
   }
 
-  TenantShmWriter* agent(const std::string& tenant, int tc, uint32_t dscp, uint32_t sl,
-                         uint64_t rate, uint64_t burst = 1 << 20) {
-    auto w = TenantShmWriter::openOrCreate(dir_, tenant);
-    EXPECT_TRUE(w.ok()) << w.status().toString();
+  TenantShm* agent(const std::string& tenant, int tc, uint32_t dscp, uint32_t sl,
+                   uint64_t rate, uint64_t burst = 1 << 20) {
+    if (!agent_) agent_ = std::make_unique<tq::testing::TestAgent>(dir_);
     TenantParams p;
     p.policy_version = 1;
     p.rate_bytes_per_second = rate;
@@ -77,9 +78,8 @@ class PluginTest : public ::testing::Test {
     p.dscp = dscp;
     p.service_level = sl;
     p.traffic_classes = {tc};
-    (*w)->publish(p);
-    writers_.push_back(std::move(w).value());
-    return writers_.back().get();
+    writers_.push_back(agent_->tenant(tenant, p));
+    return writers_.back();
   }
 
   void start(const std::string& env_tenant = "") {
@@ -146,13 +146,14 @@ class PluginTest : public ::testing::Test {
   }
 
   std::string dir_;
-  std::vector<std::unique_ptr<TenantShmWriter>> writers_;
+  std::unique_ptr<tq::testing::TestAgent> agent_;
+  std::vector<TenantShm*> writers_;
   std::unique_ptr<Plugin> plugin_;
 };
 
 TEST_F(PluginTest, TrafficClassSelectsTenantMarkingAndCounters) {
-  TenantShmWriter* a = agent("team-a", 1, 10, 2, 10'000'000'000);
-  TenantShmWriter* b = agent("team-b", 2, 20, 3, 10'000'000'000);
+  TenantShm* a = agent("team-a", 1, 10, 2, 10'000'000'000);
+  TenantShm* b = agent("team-b", 2, 20, 3, 10'000'000'000);
   start();
   auto ca = plugin_->newContext(1, 1);
   auto cb = plugin_->newContext(1, 2);
@@ -174,8 +175,8 @@ TEST_F(PluginTest, TrafficClassSelectsTenantMarkingAndCounters) {
   }
   transfer(send, recv, 100000);
   transfer(send, recv, 10);
-  EXPECT_EQ(a->usage(0).tx_bytes, 100010u);
-  EXPECT_EQ(b->usage(0).rx_bytes, 100010u);  // the receiving communicator's tenant
+  EXPECT_EQ(a->collect(0, 0).tx_bytes, 100010u);
+  EXPECT_EQ(b->collect(0, 0).rx_bytes, 100010u);  // the receiving communicator's tenant
   ASSERT_TRUE(plugin_->closeSend(send).ok());
   ASSERT_TRUE(plugin_->closeRecv(recv).ok());
   ASSERT_TRUE(plugin_->closeListen(listen).ok());
@@ -185,7 +186,7 @@ TEST_F(PluginTest, TrafficClassSelectsTenantMarkingAndCounters) {
 
 TEST_F(PluginTest, ADefaultListenerAccountsReceivesToTheSendersTenant) {
   agent("team-a", 1, 10, 2, 10'000'000'000);
-  TenantShmWriter* d = agent("default", 9, 0, 0, 10'000'000'000);
+  TenantShm* d = agent("default", 9, 0, 0, 10'000'000'000);
   start();
   auto ca = plugin_->newContext(1, 1);
   auto cd = plugin_->newContext(1, -1);  // like v10: listen knows no traffic class
@@ -194,8 +195,8 @@ TEST_F(PluginTest, ADefaultListenerAccountsReceivesToTheSendersTenant) {
   ASSERT_NE(Plugin::tenantOf(recv), nullptr);
   EXPECT_EQ(Plugin::tenantOf(recv)->tenant(), "team-a");
   transfer(send, recv, 5000);
-  EXPECT_EQ(d->usage(0).rx_bytes, 0u);
-  EXPECT_EQ(writers_[0]->usage(0).rx_bytes, 5000u);
+  EXPECT_EQ(d->collect(0, 0).rx_bytes, 0u);
+  EXPECT_EQ(writers_[0]->collect(0, 0).rx_bytes, 5000u);
   ASSERT_TRUE(plugin_->closeSend(send).ok());
   ASSERT_TRUE(plugin_->closeRecv(recv).ok());
   ASSERT_TRUE(plugin_->closeListen(listen).ok());
@@ -215,7 +216,7 @@ TEST_F(PluginTest, EnvTenantWinsOverTrafficClass) {
 }
 
 TEST_F(PluginTest, IsendReturnsNoRequestWhenTheBucketIsEmpty) {
-  TenantShmWriter* a = agent("team-a", 1, 10, 2, /*rate=*/1000, /*burst=*/4096);
+  TenantShm* a = agent("team-a", 1, 10, 2, /*rate=*/1000, /*burst=*/4096);
   start();
   auto c = plugin_->newContext(1, 1);
   void *send, *recv, *listen;
@@ -227,13 +228,13 @@ TEST_F(PluginTest, IsendReturnsNoRequestWhenTheBucketIsEmpty) {
   void* refused = reinterpret_cast<void*>(1);
   ASSERT_TRUE(plugin_->isend(send, buf.data(), 4096, 0, nullptr, &refused).ok());
   EXPECT_EQ(refused, nullptr) << "paced isend must return a NULL request, not block";
-  TenantUsage u = a->usage(realClock().nowNs());
+  TenantUsage u = a->collect(realClock().nowNs(), 0);
   EXPECT_EQ(u.backlog_bytes, 4096u);
   EXPECT_EQ(u.throttled_processes, 1u);
-  EXPECT_GE(u.slots.at(0).throttle_events, 1u);
+  EXPECT_GE(Plugin::tenantOf(send)->counters().throttle_events.load(), 1u);
   // Closing the comm withdraws its backlog (the demand signal must not outlive it).
   ASSERT_TRUE(plugin_->closeSend(send).ok());
-  EXPECT_EQ(a->usage(realClock().nowNs()).backlog_bytes, 0u);
+  EXPECT_EQ(a->collect(realClock().nowNs(), 0).backlog_bytes, 0u);
   ASSERT_TRUE(plugin_->closeRecv(recv).ok());
   ASSERT_TRUE(plugin_->closeListen(listen).ok());
   ASSERT_TRUE(plugin_->finalize(*c).ok());
@@ -295,7 +296,7 @@ class ChunkingTransport final : public Transport {
 };
 
 TEST_F(PluginTest, ChunkPacingCommsAdmitThroughTheirAdmission) {
-  TenantShmWriter* a = agent("team-a", 1, 10, 2, /*rate=*/125'000'000, /*burst=*/256 * 1024);
+  TenantShm* a = agent("team-a", 1, 10, 2, /*rate=*/125'000'000, /*burst=*/256 * 1024);
   PluginParams p;
   p.default_tenant = "default";
   p.run_dir = dir_;
@@ -322,17 +323,17 @@ TEST_F(PluginTest, ChunkPacingCommsAdmitThroughTheirAdmission) {
   void* req = reinterpret_cast<void*>(1);
   ASSERT_TRUE(plugin.isend(send, big.data(), big.size(), 0, nullptr, &req).ok());
   EXPECT_EQ(comm->isends, 1);
-  EXPECT_EQ(a->usage(realClock().nowNs()).slots.at(0).tx_bytes, 0u);
+  EXPECT_EQ(a->collect(realClock().nowNs(), 0).tx_bytes, 0u);
   // The comm admits chunks: the bucket's 256 KiB burst lets two chunks through, then refuses
   // and the backlog shows what is still waiting.
   EXPECT_TRUE(comm->admission->tryAdmit(122880, 1 << 20));
   EXPECT_TRUE(comm->admission->tryAdmit(122880, (1 << 20) - 122880));
   EXPECT_FALSE(comm->admission->tryAdmit(122880, (1 << 20) - 2 * 122880));
-  TenantUsage u = a->usage(realClock().nowNs());
-  EXPECT_EQ(u.slots.at(0).tx_bytes, 2u * 122880);
+  TenantUsage u = a->collect(realClock().nowNs(), 0);
+  EXPECT_EQ(u.tx_bytes, 2u * 122880);
   EXPECT_EQ(u.backlog_bytes, (1u << 20) - 2 * 122880);
   ASSERT_TRUE(plugin.closeSend(send).ok());
-  EXPECT_EQ(a->usage(realClock().nowNs()).backlog_bytes, 0u) << "closing withdraws the demand";
+  EXPECT_EQ(a->collect(realClock().nowNs(), 0).backlog_bytes, 0u) << "closing withdraws the demand";
   ASSERT_TRUE(plugin.finalize(*c).ok());
 }
 

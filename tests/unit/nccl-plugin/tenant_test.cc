@@ -1,13 +1,16 @@
-// The per-tenant pacer and tenant resolution, with a fake clock and real agent files (the test
-// plays the agent with TenantShmWriter).
+// The per-tenant pacer and tenant resolution, with a fake clock and the real agent side of
+// attaching (tests/support/test_agent.h: the agent's AttachServer and TenantShm).
 #include "nccl-plugin/tenant.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"
+#include "tests/support/test_agent.h"
 
 namespace tq::plugin {
 namespace {
@@ -24,6 +27,7 @@ class TenantPacerTest : public ::testing::Test {
     lines().clear();
   }
   void TearDown() override {
+    agent_.reset();
     setLogSink(nullptr);
     ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
   }
@@ -33,16 +37,18 @@ class TenantPacerTest : public ::testing::Test {
   }
   static void capture(LogLevel, const char*, int, const char* msg) { lines().push_back(msg); }
 
+  // The run directory exists once the test starts an agent: before, the node is not governed.
+  std::string runDir() const { return dir_ + "/run"; }
   PacerConfig config() {
     PacerConfig c;
-    c.run_dir = dir_;
+    c.run_dir = runDir();
     c.recheck_ns = 1000 * kMs;
     return c;
   }
-  std::unique_ptr<TenantShmWriter> agent(const std::string& tenant, uint64_t rate,
-                                         uint64_t burst = 64 * 1024, uint32_t dscp = 26) {
-    auto w = TenantShmWriter::openOrCreate(dir_, tenant);
-    EXPECT_TRUE(w.ok()) << w.status().toString();
+  TenantShm* agent(const std::string& tenant, uint64_t rate, uint64_t burst = 64 * 1024,
+                   uint32_t dscp = 26) {
+    if (!agent_) agent_ = std::make_unique<testing::TestAgent>(runDir());
+    EXPECT_EQ(agent_->failure(), "");
     TenantParams p;
     p.policy_version = 1;
     p.rate_bytes_per_second = rate;
@@ -50,11 +56,12 @@ class TenantPacerTest : public ::testing::Test {
     p.dscp = dscp;
     p.service_level = 3;
     p.traffic_classes = {5};
-    (*w)->publish(p);
-    return std::move(w).value();
+    return agent_->tenant(tenant, p);
   }
+  static TenantUsage usage(TenantShm* w, int64_t now) { return w->collect(now, 0); }
 
   std::string dir_;
+  std::unique_ptr<testing::TestAgent> agent_;
   FakeClock clock_{1'000'000'000'000};
 };
 
@@ -109,13 +116,13 @@ TEST_F(TenantPacerTest, RefusalRecordsThePendingBytesAsBacklog) {
   PaceState ps;
   EXPECT_TRUE(p.admit(64 * 1024, &ps, 1 << 20));
   EXPECT_FALSE(p.admit(64 * 1024, &ps, (1 << 20) - 64 * 1024));
-  EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, (1u << 20) - 64 * 1024);
+  EXPECT_EQ(usage(w, clock_.nowNs()).backlog_bytes, (1u << 20) - 64 * 1024);
   // A later refusal with less pending replaces the entry (one per comm), never adds to it.
   EXPECT_FALSE(p.admit(4096, &ps, 4096));
-  EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, 4096u);
+  EXPECT_EQ(usage(w, clock_.nowNs()).backlog_bytes, 4096u);
   clock_.advanceNs(100 * kMs);
   EXPECT_TRUE(p.admit(4096, &ps, 4096));
-  EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, 0u);
+  EXPECT_EQ(usage(w, clock_.nowNs()).backlog_bytes, 0u);
 }
 
 TEST_F(TenantPacerTest, UnpacedWithoutFileAndRateSaysSoOnce) {
@@ -238,15 +245,15 @@ TEST_F(TenantPacerTest, AgentFileGivesParametersBucketAndSlot) {
   EXPECT_TRUE(p.admit(50'000, &ps));
   EXPECT_FALSE(p.admit(1'000, &ps));
   // The agent sees this process's slot: tx, backlog (demand), throttling.
-  TenantUsage u = w->usage(clock_.nowNs() + 1);
+  TenantUsage u = usage(w, clock_.nowNs() + 1);
   EXPECT_EQ(u.processes, 1u);
   EXPECT_EQ(u.tx_bytes, 50'000u);
   EXPECT_EQ(u.backlog_bytes, 1'000u);
   EXPECT_EQ(u.throttled_processes, 1u);
   p.onReceived(777);
-  EXPECT_EQ(w->usage(clock_.nowNs()).rx_bytes, 777u);
+  EXPECT_EQ(usage(w, clock_.nowNs()).rx_bytes, 777u);
   p.release(&ps);
-  EXPECT_EQ(w->usage(clock_.nowNs()).backlog_bytes, 0u);
+  EXPECT_EQ(usage(w, clock_.nowNs()).backlog_bytes, 0u);
 }
 
 TEST_F(TenantPacerTest, BusyTimeCoversSendsInFlightAcrossComms) {
@@ -259,17 +266,17 @@ TEST_F(TenantPacerTest, BusyTimeCoversSendsInFlightAcrossComms) {
   p.onSendStarted(&c2);
   p.onSendFinished(&c1);  // c2 still in flight: busy goes on
   clock_.advanceNs(2 * kMs);
-  EXPECT_EQ(w->usage(clock_.nowNs()).busy_ns, static_cast<uint64_t>(5 * kMs));  // open interval
+  EXPECT_EQ(usage(w, clock_.nowNs()).busy_ns, static_cast<uint64_t>(5 * kMs));  // open interval
   p.onSendFinished(&c2);
   clock_.advanceNs(10 * kMs);  // idle: not busy
-  EXPECT_EQ(w->usage(clock_.nowNs()).busy_ns, static_cast<uint64_t>(5 * kMs));
+  EXPECT_EQ(usage(w, clock_.nowNs()).busy_ns, static_cast<uint64_t>(5 * kMs));
   // A comm closed with sends in flight gives them back.
   p.onSendStarted(&c1);
   p.onSendStarted(&c1);
   clock_.advanceNs(1 * kMs);
   p.onSendFinished(&c1, c1.in_flight.load());
   clock_.advanceNs(1 * kMs);
-  EXPECT_EQ(w->usage(clock_.nowNs()).busy_ns, static_cast<uint64_t>(6 * kMs));
+  EXPECT_EQ(usage(w, clock_.nowNs()).busy_ns, static_cast<uint64_t>(6 * kMs));
 }
 
 TEST_F(TenantPacerTest, NewAgentParametersApplyOnTheNextIsend) {
@@ -288,8 +295,8 @@ TEST_F(TenantPacerTest, NewAgentParametersApplyOnTheNextIsend) {
   // Unpaced by policy: everything goes, still counted.
   np.paced = false;
   w->publish(np);
-  for (int i = 0; i < 10; ++i) EXPECT_TRUE(p.admit(1 << 30, &ps));
-  EXPECT_EQ(w->usage(clock_.nowNs()).tx_bytes, 1'000u + 1'000'000u + (10ull << 30));
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(p.admit(1 << 28, &ps));
+  EXPECT_EQ(usage(w, clock_.nowNs()).tx_bytes, 1'000u + 1'000'000u + (10ull << 28));
 }
 
 TEST_F(TenantPacerTest, ProcessesOfATenantShareTheAgentsBucket) {
@@ -306,7 +313,7 @@ TEST_F(TenantPacerTest, ProcessesOfATenantShareTheAgentsBucket) {
   }
   EXPECT_LE(admitted, 100'000u + 1'000'000u);
   EXPECT_GE(admitted, 1'000'000u - 10'000u);
-  EXPECT_EQ(w->usage(clock_.nowNs()).processes, 2u);
+  EXPECT_EQ(usage(w, clock_.nowNs()).processes, 2u);
 }
 
 TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
@@ -314,14 +321,21 @@ TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
   c.recheck_ns = 1000 * kMs;
   TenantPacer p("team-b", c, clock_);
   ASSERT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);
-  auto w = agent("team-b", 1'000, 1'000, 12);
+  agent("team-b", 1'000, 1'000, 12);
   PaceState ps;
   clock_.advanceNs(500 * kMs);
   EXPECT_TRUE(p.admit(1 << 20, &ps));  // not yet looked again
   EXPECT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);
   clock_.advanceNs(600 * kMs);
-  EXPECT_TRUE(p.admit(1'000, &ps));  // governed now: the agent's 1 KB burst...
-  EXPECT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  (void)p.admit(1, &ps);  // governed now: attaching (never waits in isend)...
+  for (int i = 0; i < 2000 && p.mode() != TenantPacer::Mode::kAgent; ++i) {
+    clock_.advanceNs(1 * kMs);
+    (void)p.admit(1, &ps);
+    ::usleep(500);  // the agent's thread answers in real time
+  }
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  clock_.advanceNs(1000 * kMs);
+  EXPECT_TRUE(p.admit(1'000, &ps));  // ...the agent's 1 KB burst...
   EXPECT_FALSE(p.admit(1'000, &ps));  // ...and nothing more at 1 KB/s
   EXPECT_EQ(p.qos().dscp, 12);
   bool said = false;
@@ -329,31 +343,62 @@ TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
   EXPECT_TRUE(said);
 }
 
-TEST_F(TenantPacerTest, DeletedTenantFallsBackAndReattachesToANewFile) {
-  PacerConfig c = config();
-  c.rate = 10'000'000;
-  TenantPacer p("team-c", c, clock_);
-  auto w = agent("team-c", 1'000, 1'000);
-  clock_.advanceNs(1001 * kMs);
+// Drives admit() until the pacer is attached to `tenant` (re-attaching never blocks isend: it
+// takes a few calls).
+bool attachedTo(TenantPacer& p, FakeClock& clock, const std::string& tenant) {
   PaceState ps;
-  (void)p.admit(1, &ps);
+  for (int i = 0; i < 2000; ++i) {
+    if (p.mode() == TenantPacer::Mode::kAgent && p.attachedTenant() == tenant) return true;
+    clock.advanceNs(1'000'000);
+    (void)p.admit(1, &ps);
+    if (i % 100 == 99) ::usleep(1000);  // the agent's thread answers in real time
+  }
+  return false;
+}
+
+TEST_F(TenantPacerTest, DeletedTenantFallsBackToTheDefaultAndReattaches) {
+  PacerConfig c = config();
+  c.recheck_ns = 10 * kMs;
+  TenantShm* w = agent("team-c", 1'000, 1'000);
+  TenantPacer p("team-c", c, clock_);
   ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
-  ASSERT_TRUE(w->removeIfUnused().ok());  // marks deleted (the slot is still held)
-  (void)p.admit(1, &ps);
-  EXPECT_EQ(p.mode(), TenantPacer::Mode::kEnvRate);
-  w.reset();
-  ASSERT_EQ(system(("rm -f " + tenantShmPath(dir_, "team-c")).c_str()), 0);
-  auto w2 = agent("team-c", 5'000, 5'000, 40);
-  clock_.advanceNs(1001 * kMs);
-  (void)p.admit(1, &ps);
-  EXPECT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  EXPECT_EQ(p.attachedTenant(), "team-c");
+  agent_->remove("team-c");  // marked deleted, socket gone
+  ASSERT_TRUE(attachedTo(p, clock_, "default"));
+  EXPECT_EQ(p.rateBytesPerSecond(), 12'500'000u) << "the default tenant's rate";
+  (void)w;
+  agent("team-c", 5'000, 5'000, 40);
+  ASSERT_TRUE(attachedTo(p, clock_, "team-c"));
   EXPECT_EQ(p.qos().dscp, 40);
 }
 
+// Fail closed: on a governed node a process that reaches no socket is paced conservatively,
+// and one that reaches only the node-wide socket gets the default tenant.
+TEST_F(TenantPacerTest, GovernedNodeWithoutAgentIsPacedConservatively) {
+  ASSERT_EQ(::mkdir(runDir().c_str(), 0755), 0);
+  PacerConfig c = config();
+  c.rate = 10'000'000'000;  // TENANTQOS_RATE does not apply on a governed node
+  TenantPacer p("team-a", c, clock_);
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kConservative);
+  EXPECT_EQ(p.rateBytesPerSecond(), kConservativeRateBytesPerSecond);
+  bool said = false;
+  for (const auto& l : lines()) said |= l.find("conservative") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+TEST_F(TenantPacerTest, UnknownTenantGetsTheDefaultTenant) {
+  agent("team-a", 1'000'000);
+  TenantPacer p("nosuchtenant", config(), clock_);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  EXPECT_EQ(p.attachedTenant(), "default");
+  EXPECT_EQ(p.qos().tenant, "default");
+  EXPECT_EQ(p.rateBytesPerSecond(), 12'500'000u);
+}
+
 TEST_F(TenantPacerTest, RegistryResolvesTrafficClassesAndSharesPacers) {
-  auto w = agent("team-a", 1'000'000);  // lists traffic class 5
+  agent("team-a", 1'000'000);  // lists traffic class 5
   PluginParams params;
-  params.run_dir = dir_;
+  params.run_dir = runDir();
   params.default_tenant = "default";
   params.burst = 1024;
   params.shm_recheck_ms = 1000;

@@ -1,0 +1,412 @@
+#include "agent/attach_server.h"
+
+#include <grp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/file_util.h"
+#include "common/log.h"
+
+namespace tq::agent {
+namespace {
+
+constexpr uint64_t kMaxExtraBytes = 4096;  // a peer sending more after its request is closed
+constexpr int kAcceptsPerWake = 64;        // per listener per loop turn: others get their turn
+constexpr uint32_t kLogsPerSecond = 5;     // bad-input lines per socket per second
+
+// A directory of the agent's: root-owned, `group`, `mode`, and really a directory (lstat: a
+// symlink planted there is refused).
+Status ownDir(const std::string& path, gid_t group, mode_t mode) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return errnoStatus("mkdir " + path);
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) return errnoStatus("lstat " + path);
+  if (!S_ISDIR(st.st_mode)) return failedPrecondition(path + " exists and is not a directory");
+  if (::lchown(path.c_str(), ::geteuid(), group) != 0) return errnoStatus("chown " + path);
+  if (::chmod(path.c_str(), mode) != 0) return errnoStatus("chmod " + path);
+  return okStatus();
+}
+
+std::vector<gid_t> peerGroups(int fd) {
+  std::vector<gid_t> groups(64);
+  socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0) {
+    if (errno != ERANGE) return {};
+    groups.resize(len / sizeof(gid_t) + 1);
+    len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0) return {};
+  }
+  groups.resize(len / sizeof(gid_t));
+  return groups;
+}
+
+}  // namespace
+
+Result<gid_t> resolveUnixGroup(const std::string& group) {
+  gid_t gid = 0;
+  const auto [ptr, ec] = std::from_chars(group.data(), group.data() + group.size(), gid);
+  if (ec == std::errc() && ptr == group.data() + group.size() && !group.empty()) return gid;
+  std::vector<char> buf(16384);
+  struct group g{};
+  struct group* out = nullptr;
+  const int rc = ::getgrnam_r(group.c_str(), &g, buf.data(), buf.size(), &out);
+  if (rc != 0) return errnoStatus(rc, "look up unixGroup " + group);
+  if (out == nullptr) return notFound("unixGroup " + group + ": no such group on this node");
+  return out->gr_gid;
+}
+
+Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options) {
+  std::unique_ptr<AttachServer> s(new AttachServer(std::move(options)));
+  s->wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!s->wake_fd_.valid()) return errnoStatus("eventfd");
+  TQ_RETURN_IF_ERROR(makeDirs(s->options_.run_dir, 0755));
+  const std::string path = attach::nodeSocketPath(s->options_.run_dir);
+  TQ_ASSIGN_OR_RETURN(Fd fd, s->listenAt(path, 0666, 0));
+  auto l = std::make_shared<Listener>();
+  l->fd = std::move(fd);
+  l->path = path;
+  s->listeners_[""] = std::move(l);
+  s->thread_ = std::thread([p = s.get()] { p->run(); });
+  TQ_LOG(kInfo, "attach: node-wide socket %s (default tenant)", path.c_str());
+  return s;
+}
+
+AttachServer::~AttachServer() {
+  stop_.store(true);
+  wake();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : conns_) {
+    if (c->attached) c->shm->releaseSlot(c->slot, c->peer.pid);
+  }
+  conns_.clear();
+  for (auto& [tenant, l] : listeners_) ::unlink(l->path.c_str());
+}
+
+Result<Fd> AttachServer::listenAt(const std::string& path, uint32_t mode, gid_t group) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return invalidArgument(path + ": path too long for a Unix socket");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errnoStatus("socket for " + path);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return errnoStatus("remove stale " + path);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return errnoStatus("bind " + path);
+  }
+  if (::chown(path.c_str(), ::geteuid(), group) != 0) return errnoStatus("chown " + path);
+  if (::chmod(path.c_str(), mode) != 0) return errnoStatus("chmod " + path);
+  if (::listen(fd.get(), 64) != 0) return errnoStatus("listen on " + path);
+  return fd;
+}
+
+Status AttachServer::serve(const std::string& tenant, std::shared_ptr<TenantShm> shm,
+                           std::optional<gid_t> group) {
+  if (!isDns1123Label(tenant)) return invalidArgument("tenant " + tenant + ": not a DNS label");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = listeners_.find(tenant);
+    if (it != listeners_.end() && it->second->group == group) {
+      it->second->shm = std::move(shm);
+      return okStatus();
+    }
+  }
+  const std::string dir = attach::tenantDir(options_.run_dir, tenant);
+  const gid_t gid = group.value_or(0);
+  TQ_RETURN_IF_ERROR(ownDir(options_.run_dir + "/tenants", 0, 0755));
+  // The directory closes first (0700), the socket is made, then the group may enter.
+  TQ_RETURN_IF_ERROR(ownDir(dir, gid, 0700));
+  const std::string path = attach::tenantSocketPath(options_.run_dir, tenant);
+  TQ_ASSIGN_OR_RETURN(Fd fd, listenAt(path, group ? 0660 : 0600, gid));
+  TQ_RETURN_IF_ERROR(ownDir(dir, gid, group ? 0750 : 0700));
+  auto l = std::make_shared<Listener>();
+  l->fd = std::move(fd);
+  l->tenant = tenant;
+  l->path = path;
+  l->shm = std::move(shm);
+  l->group = group;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = listeners_[tenant];
+    if (slot) retired_.push_back(std::move(slot));
+    slot = std::move(l);
+  }
+  wake();
+  TQ_LOG(kInfo, "attach: tenant %s at %s (%s)", tenant.c_str(), path.c_str(),
+         group ? ("group " + std::to_string(*group) + ", 0750").c_str() : "root only, 0700");
+  return okStatus();
+}
+
+void AttachServer::unserve(const std::string& tenant) {
+  std::shared_ptr<Listener> l;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = listeners_.find(tenant);
+    if (it == listeners_.end() || tenant.empty()) return;
+    l = it->second;
+    retired_.push_back(it->second);
+    listeners_.erase(it);
+  }
+  wake();
+  ::unlink(l->path.c_str());
+  ::rmdir(attach::tenantDir(options_.run_dir, tenant).c_str());
+  TQ_LOG(kInfo, "attach: tenant %s no longer served (%s removed)", tenant.c_str(),
+         l->path.c_str());
+}
+
+void AttachServer::serveDefault(std::shared_ptr<TenantShm> shm) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listeners_.at("")->shm = std::move(shm);
+}
+
+std::vector<Attachment> AttachServer::attachments() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Attachment> out;
+  for (const auto& c : conns_) {
+    if (c->attached) {
+      out.push_back({c->shm->tenant(), c->slot.value_or(shm::kMaxSlots), c->peer});
+    }
+  }
+  return out;
+}
+
+void AttachServer::wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
+}
+
+std::string AttachServer::who(const Conn& c) const {
+  const std::string where =
+      c.listener->tenant.empty() ? "the node-wide socket" : "tenant " + c.listener->tenant;
+  return where + ": pid " + std::to_string(c.peer.pid) + " (uid " + std::to_string(c.peer.uid) +
+         ", gid " + std::to_string(c.peer.gid) + ")";
+}
+
+void AttachServer::run() {
+  pthread_setname_np(pthread_self(), "tq-attach");
+  std::vector<pollfd> fds;
+  std::vector<std::shared_ptr<Listener>> polled_listeners;
+  std::vector<Conn*> polled_conns;
+  while (!stop_.load()) {
+    int timeout_ms = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      retired_.clear();  // not in the last poll set any more
+      fds.assign(1, pollfd{wake_fd_.get(), POLLIN, 0});
+      polled_listeners.clear();
+      polled_conns.clear();
+      for (auto& [tenant, l] : listeners_) {
+        fds.push_back({l->fd.get(), POLLIN, 0});
+        polled_listeners.push_back(l);
+      }
+      const int64_t now = realClock().nowNs();
+      for (auto& c : conns_) {
+        fds.push_back({c->fd.get(), POLLIN, 0});
+        polled_conns.push_back(c.get());
+        if (!c->attached) {
+          const int64_t ms = std::max<int64_t>(0, (c->deadline_ns - now) / 1'000'000 + 1);
+          timeout_ms = timeout_ms < 0 ? static_cast<int>(ms)
+                                      : std::min(timeout_ms, static_cast<int>(ms));
+        }
+      }
+    }
+    ::poll(fds.data(), fds.size(), timeout_ms);
+    if (stop_.load()) break;
+    uint64_t drained = 0;
+    [[maybe_unused]] ssize_t n = ::read(wake_fd_.get(), &drained, sizeof(drained));
+
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = realClock().nowNs();
+    for (size_t i = 0; i < polled_listeners.size(); ++i) {
+      if (fds[1 + i].revents & POLLIN) acceptFrom(polled_listeners[i], now);
+    }
+    std::vector<Conn*> done;
+    for (size_t i = 0; i < polled_conns.size(); ++i) {
+      Conn* c = polled_conns[i];
+      const short ev = fds[1 + polled_listeners.size() + i].revents;
+      if (ev != 0) {
+        if (!onReadable(c, now)) done.push_back(c);
+      } else if (!c->attached && now >= c->deadline_ns) {
+        badInput(*c, now, "sent no complete request in " +
+                              std::to_string(options_.request_timeout_ns / 1'000'000) +
+                              " ms; closed");
+        done.push_back(c);
+      }
+    }
+    for (Conn* c : done) close(c);
+  }
+}
+
+// mu_ held.
+void AttachServer::acceptFrom(const std::shared_ptr<Listener>& l, int64_t now) {
+  for (int i = 0; i < kAcceptsPerWake; ++i) {
+    Fd fd(::accept4(l->fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) return;  // EAGAIN, or a connection that went away meanwhile
+    auto c = std::make_unique<Conn>();
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      TQ_LOG(kWarn, "attach: SO_PEERCRED on %s: %s; closed", l->path.c_str(),
+             std::strerror(errno));
+      continue;
+    }
+    c->fd = std::move(fd);
+    c->listener = l;
+    c->peer = {cred.pid, cred.uid, cred.gid};
+    c->groups = peerGroups(c->fd.get());
+    c->deadline_ns = now + options_.request_timeout_ns;
+    if (l->connections >= options_.max_connections_per_socket) {
+      badInput(*c, now, "refused: " + std::to_string(l->connections) +
+                            " connections on this socket already");
+      continue;  // closes it; the peer sees EOF and falls back
+    }
+    l->connections++;
+    conns_.push_back(std::move(c));
+  }
+}
+
+// mu_ held. False: close the connection.
+bool AttachServer::onReadable(Conn* c, int64_t now) {
+  std::vector<Fd> junk;  // fds a peer sends us are closed, never used
+  if (c->attached) {
+    uint8_t scratch[256];
+    auto n = attach::recvWithFds(c->fd.get(), scratch, sizeof(scratch), &junk);
+    if (!n.ok()) return false;  // closed (the process exited) or broken
+    if (*n == 0) return true;
+    c->extra_bytes += *n;
+    if (c->extra_bytes > kMaxExtraBytes || !junk.empty()) {
+      badInput(*c, now, "sent " + std::to_string(c->extra_bytes) + " bytes" +
+                            (junk.empty() ? "" : " and file descriptors") +
+                            " after attaching; closed (its slot is released)");
+      return false;
+    }
+    return true;
+  }
+  auto n = attach::recvWithFds(c->fd.get(), c->buf + c->got, sizeof(c->buf) - c->got, &junk);
+  if (!n.ok()) {
+    TQ_LOG(kDebug, "attach: %s: %s before its request", who(*c).c_str(),
+           n.status().message().c_str());
+    return false;
+  }
+  if (!junk.empty()) {
+    refuse(c, now, attach::ReplyStatus::kBadRequest, "sent file descriptors");
+    return false;
+  }
+  c->got += *n;
+  if (c->got < sizeof(c->buf)) return true;
+  return onRequest(c, now);
+}
+
+// mu_ held.
+bool AttachServer::onRequest(Conn* c, int64_t now) {
+  auto req = attach::parseRequest(c->buf, c->got);
+  if (!req.ok()) {
+    refuse(c, now, attach::ReplyStatus::kBadRequest, req.status().message());
+    return false;
+  }
+  Listener& l = *c->listener;
+  if (!l.shm) {
+    refuse(c, now, attach::ReplyStatus::kBusy, "the agent has no policy for this socket yet");
+    return false;
+  }
+  if (l.group && c->peer.uid != 0 && c->peer.gid != *l.group &&
+      std::find(c->groups.begin(), c->groups.end(), *l.group) == c->groups.end()) {
+    refuse(c, now, attach::ReplyStatus::kDenied,
+           "not in tenant " + l.tenant + "'s group " + std::to_string(*l.group));
+    return false;
+  }
+  c->shm = l.shm;
+  c->slot = c->shm->acquireSlot(c->peer);
+  attach::Reply reply;
+  reply.status = attach::ReplyStatus::kAttached;
+  reply.slot = c->slot.value_or(shm::kMaxSlots);
+  reply.tenant = c->shm->tenant();
+  Status s = attach::sendWithFds(c->fd.get(), attach::encodeReply(reply),
+                                 {c->shm->paramsFd(), c->shm->sharedFd()});
+  if (!s.ok()) {
+    c->shm->releaseSlot(c->slot, c->peer.pid);
+    TQ_LOG(kWarn, "attach: %s: reply: %s; closed", who(*c).c_str(), s.message().c_str());
+    return false;
+  }
+  c->attached = true;
+  const std::string& wanted = req->wanted_tenant;
+  const std::string slot =
+      c->slot ? "slot " + std::to_string(*c->slot)
+              : "no slot (all " + std::to_string(shm::kMaxSlots) +
+                    " taken: it paces with the shared bucket, its usage is not counted)";
+  if (!wanted.empty() && wanted != reply.tenant) {
+    logLimited(*c, now, true, "asked for tenant " + wanted + "; attached to tenant " +
+                                  reply.tenant + " (the socket it could reach decides), " + slot);
+  } else {
+    logLimited(*c, now, !c->slot, "attached to tenant " + reply.tenant + ", " + slot);
+  }
+  return true;
+}
+
+// mu_ held.
+void AttachServer::refuse(Conn* c, int64_t now, attach::ReplyStatus status,
+                          const std::string& why) {
+  badInput(*c, now, "refused: " + why);
+  attach::Reply reply;
+  reply.status = status;
+  reply.reason = why;
+  attach::sendWithFds(c->fd.get(), attach::encodeReply(reply), {}).ignore();
+}
+
+// mu_ held. Logged naming the socket's tenant, the peer's pid, uid and gid, and
+// what was wrong; at most kLogsPerSecond lines per socket per second, so a tenant cannot flood
+// the log (the rest are counted in one line per second).
+void AttachServer::badInput(const Conn& c, int64_t now, const std::string& what) {
+  logLimited(c, now, true, what);
+}
+
+// mu_ held.
+void AttachServer::logLimited(const Conn& c, int64_t now, bool warn, const std::string& what) {
+  Listener& l = *c.listener;
+  if (now - l.log_window_ns >= 1'000'000'000) {
+    if (l.suppressed != 0) {
+      TQ_LOG(kWarn, "attach: %s: %llu more lines in the last second, not logged",
+             l.tenant.empty() ? "the node-wide socket" : ("tenant " + l.tenant).c_str(),
+             static_cast<unsigned long long>(l.suppressed));
+    }
+    l.log_window_ns = now;
+    l.logged = 0;
+    l.suppressed = 0;
+  }
+  if (l.logged >= kLogsPerSecond) {
+    l.suppressed++;
+    return;
+  }
+  l.logged++;
+  if (warn) {
+    TQ_LOG(kWarn, "attach: %s %s", who(c).c_str(), what.c_str());
+  } else {
+    TQ_LOG(kInfo, "attach: %s %s", who(c).c_str(), what.c_str());
+  }
+}
+
+// mu_ held.
+void AttachServer::close(Conn* c) {
+  if (c->attached) {
+    c->shm->releaseSlot(c->slot, c->peer.pid);
+    TQ_LOG(kDebug, "attach: %s detached from tenant %s", who(*c).c_str(),
+           c->shm->tenant().c_str());
+  }
+  c->listener->connections--;
+  auto it = std::find_if(conns_.begin(), conns_.end(),
+                         [&](const std::unique_ptr<Conn>& p) { return p.get() == c; });
+  if (it != conns_.end()) conns_.erase(it);
+}
+
+}  // namespace tq::agent

@@ -1,0 +1,120 @@
+// The agent's side of attaching (protocol and paths: common/attach_protocol.h): one listening
+// Unix socket per tenant, in a root-owned directory whose group is the tenant's Unix group, and
+// the node-wide socket of the default tenant. A process's tenant is the socket it could reach:
+// the directory's permissions (or what a pod mounts) decide, then SO_PEERCRED/SO_PEERGROUPS are
+// checked against the tenant's group. An accepted process gets its tenant's two memfds
+// (SCM_RIGHTS) and a slot; the connection stays open and the slot is released when it closes.
+//
+// Every byte a peer sends is hostile: a fixed-size request read without blocking, a deadline for
+// it, a cap on connections per socket, data after the request closes the connection. Every
+// refusal is logged with the tenant, the peer's pid/uid/gid and what was wrong.
+//
+// Threads: one thread (tq-attach) runs a poll() loop and is the only one that accepts, reads,
+// writes and closes sockets. serve/unserve/serveDefault/attachments are thread-safe (the
+// reconcile thread calls them); they change the tables under a mutex and wake the thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/attach_protocol.h"
+#include "common/fd.h"
+#include "common/status.h"
+#include "common/tenant_shm.h"
+
+namespace tq::agent {
+
+// A policy's unixGroup (a numeric gid or a group name) on this node.
+Result<gid_t> resolveUnixGroup(const std::string& group);
+
+class AttachServer {
+ public:
+  struct Options {
+    std::string run_dir;
+    uint32_t max_connections_per_socket = 128;  // beyond: refused at once, logged
+    int64_t request_timeout_ns = 1'000'000'000;  // a peer that sends no request is closed
+  };
+  // Creates <run_dir>/agent.sock (0666) and starts the thread. Processes that connect to it
+  // before serveDefault() are refused ("no policy yet").
+  static Result<std::unique_ptr<AttachServer>> start(Options options);
+  ~AttachServer();  // stops the thread, closes every connection, removes the sockets
+  AttachServer(const AttachServer&) = delete;
+  AttachServer& operator=(const AttachServer&) = delete;
+
+  // Serves `tenant` at <run>/tenants/<tenant>/agent.sock: directory root:group 0750 (root:root
+  // 0700 without a group), socket 0660/0600. Again with another shm or group: updates them
+  // (the directory's group and mode too); connections already attached keep theirs.
+  Status serve(const std::string& tenant, std::shared_ptr<TenantShm> shm,
+               std::optional<gid_t> group);
+  // Stops serving `tenant`: its socket and directory go; attached processes stay attached until
+  // they close (they see the tenant's `deleted` flag).
+  void unserve(const std::string& tenant);
+  // The tenant the node-wide socket attaches to.
+  void serveDefault(std::shared_ptr<TenantShm> shm);
+
+  // Every attached process, its pid in the agent's pid namespace (thread-safe; the reconciler
+  // publishes them so the ungoverned-QP scan tells governed from ungoverned processes).
+  std::vector<Attachment> attachments() const;
+
+ private:
+  struct Listener {
+    Fd fd;
+    std::string tenant;  // empty: the node-wide socket
+    std::string path;
+    std::shared_ptr<TenantShm> shm;
+    std::optional<gid_t> group;
+    uint32_t connections = 0;
+    int64_t log_window_ns = 0;  // bad-input log limit (badInput)
+    uint32_t logged = 0;
+    uint64_t suppressed = 0;
+  };
+  struct Conn {
+    Fd fd;
+    std::shared_ptr<Listener> listener;
+    std::shared_ptr<TenantShm> shm;  // once attached
+    PeerIdentity peer;
+    std::vector<gid_t> groups;
+    bool attached = false;
+    std::optional<uint32_t> slot;
+    int64_t deadline_ns = 0;
+    uint8_t buf[attach::kRequestBytes] = {};
+    size_t got = 0;
+    uint64_t extra_bytes = 0;  // sent after the request
+  };
+
+  explicit AttachServer(Options options) : options_(std::move(options)) {}
+  Result<Fd> listenAt(const std::string& path, uint32_t mode, gid_t group);
+  void run();
+  void acceptFrom(const std::shared_ptr<Listener>& l, int64_t now);
+  // Returns false when the connection is done (to be closed).
+  bool onRequest(Conn* c, int64_t now);
+  bool onReadable(Conn* c, int64_t now);
+  void refuse(Conn* c, int64_t now, attach::ReplyStatus status, const std::string& why);
+  void badInput(const Conn& c, int64_t now, const std::string& what);
+  void logLimited(const Conn& c, int64_t now, bool warn, const std::string& what);
+  void close(Conn* c);
+  std::string who(const Conn& c) const;
+  void wake();
+
+  const Options options_;
+  Fd wake_fd_;  // eventfd
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Listener>> listeners_;  // by tenant; "" = node-wide
+  std::vector<std::unique_ptr<Conn>> conns_;
+  // Listeners that unserve() retired: released by the thread once it is past its poll(), so an
+  // fd number in flight there is never closed (and reused) underneath it.
+  std::vector<std::shared_ptr<Listener>> retired_;
+};
+
+}  // namespace tq::agent

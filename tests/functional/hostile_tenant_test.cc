@@ -1,0 +1,135 @@
+// The node trust boundary, end to end, tried as a hostile tenant would: the real agent and
+// policyd (agent_harness.h), tenants with their own Unix groups, and processes running as those
+// tenants' uids (setpriv, not root). While tenant-b's process (tq-hostile-tenant) tries
+// everything against tenant-a and writes garbage into everything of its own, both tenants run
+// paced traffic through the real plugin: tenant-a keeps >= 0.95 of its allocation, tenant-b
+// never exceeds its limit by more than one burst per 100 ms window, the agent stays up (/readyz
+// 200 within 2 s after the tampering stops) and exits on SIGTERM within 1 s, and its log names
+// the tenant and pid of every bad input.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "tests/functional/agent_harness.h"
+#include "tests/functional/plugin_proc_util.h"
+
+namespace tq::agent::functional {
+namespace {
+
+using plugin::testing::jsonLines;
+using plugin::testing::jsonNumber;
+using plugin::testing::Proc;
+using plugin::testing::ProcResult;
+using plugin::testing::receiverWindow;
+
+constexpr uint64_t kLimitB = 100'000'000 / 8;  // tenant-b's limit, bytes/s
+constexpr uint64_t kBurst = 256 * 1024;        // the agent's --burst default
+
+std::string policy() {
+  return "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n"
+         "  - name: fabric\n    capacity: 400Mbps\n    headroom: 5%\n"
+         "tenants:\n"
+         "  - name: tenant-a\n    link: fabric\n    guarantee: 150Mbps\n    limit: 200Mbps\n"
+         "    weight: 2\n    serviceLevel: 1\n    dscp: 26\n    unixGroup: \"41001\"\n"
+         "  - name: tenant-b\n    link: fabric\n    guarantee: 50Mbps\n    limit: 100Mbps\n"
+         "    weight: 1\n    serviceLevel: 2\n    dscp: 18\n    unixGroup: \"41002\"\n";
+}
+
+std::vector<std::string> as(int id, std::vector<std::string> argv) {
+  std::vector<std::string> v = {"/usr/bin/setpriv", "--reuid=" + std::to_string(id),
+                                "--regid=" + std::to_string(id), "--clear-groups"};
+  v.insert(v.end(), argv.begin(), argv.end());
+  return v;
+}
+
+class PrivilegedHostileTenantTest : public AgentHarness {
+ protected:
+  std::vector<std::string> perf(const std::string& tenant) {
+    return {TQ_PERF_BIN, "sendrecv", "--local", "2", "--unidirectional", "--duration", "5",
+            "--size", "64K", "--report-interval", "100", "--json", "--plugin", TQ_PLUGIN_SO,
+            "--tenant", tenant, "--timeout", "30"};
+  }
+  std::map<std::string, std::string> env() {
+    return {{"TENANTQOS_RUN_DIR", run_dir_}, {"TENANTQOS_SOCKET_IFNAME", "lo"},
+            {"NCCL_DEBUG", "INFO"}};
+  }
+};
+
+TEST_F(PrivilegedHostileTenantTest, TenantBCannotChangeReachOrStarveTenantAOrWedgeTheAgent) {
+  if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/setpriv";
+  ASSERT_EQ(::chmod(tmp_.c_str(), 0755), 0);  // other uids reach the run directory, as /run
+  startPolicyd();
+  startAgent();
+  apply(policy());
+  ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200 && shmExists("tenant-b"); },
+                         3000))
+      << readText(agent_log_);
+
+  Proc hostile(as(41002, {TQ_HOSTILE_BIN, run_dir_, "tenant-a", "tenant-b", "3"}), {});
+  Proc a(as(41001, perf("tenant-a")), env());
+  Proc b(as(41002, perf("tenant-b")), env());
+  // tenant-a's allocation while both run (sampled from the agent's metrics).
+  double alloc_sum = 0;
+  int samples = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(4000)) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(1500)) {
+      auto v = metric(
+          R"(tenantqos_tenant_allocated_rate_bytes_per_second{node="node1",tenant="tenant-a"})");
+      if (v) {
+        alloc_sum += *v;
+        ++samples;
+      }
+    }
+    hostile.poll();
+    ::usleep(200'000);
+  }
+  ProcResult h = hostile.wait(30);
+  const auto tampering_stopped = std::chrono::steady_clock::now();
+  EXPECT_EQ(h.exit_code, 0) << h.out << h.err;
+  EXPECT_EQ(h.out.find("ALLOWED"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("refused: write own parameters"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("refused: connect to"), std::string::npos) << h.out;
+  ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200; }, 2000))
+      << "not ready within 2 s after the tampering stopped";
+  EXPECT_LT(std::chrono::steady_clock::now() - tampering_stopped, std::chrono::seconds(2));
+  EXPECT_EQ(get("/healthz").status, 200);
+
+  ProcResult ra = a.wait(60), rb = b.wait(60);
+  ASSERT_EQ(ra.exit_code, 0) << ra.err;
+  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  ASSERT_GT(samples, 0);
+  const double alloc_a = alloc_sum / samples;
+  const double got_a = receiverWindow(ra.out, 1).rate();
+  std::printf("tenant-a: %.1f Mbit/s of an allocation of %.1f Mbit/s (%.3f)\n", got_a * 8e-6,
+              alloc_a * 8e-6, got_a / alloc_a);
+  EXPECT_GE(got_a / alloc_a, 0.95) << "tenant-a lost its allocation to a hostile tenant-b";
+  // tenant-b, per 100 ms window at the receiver: at most limit x window + one burst (+ one
+  // message in flight across a window edge).
+  double worst = 0;
+  for (const std::string& l : jsonLines(rb.out, "interval")) {
+    if (jsonNumber(l, "rank").value_or(0) != 1) continue;
+    const double dt = jsonNumber(l, "interval_s").value_or(0);
+    const double bytes = jsonNumber(l, "rx_bytes").value_or(0);
+    if (dt <= 0) continue;
+    const double allowed = kLimitB * dt + kBurst + 64 * 1024;
+    worst = std::max(worst, bytes / allowed);
+    EXPECT_LE(bytes, allowed) << "tenant-b window of " << dt << " s: " << bytes << " bytes";
+  }
+  std::printf("tenant-b: worst 100 ms window at %.3f of limit x window + one burst\n", worst);
+
+  // Every bad input was logged with the tenant and the pid.
+  const std::string log = readText(agent_log_);
+  const std::string pid = "pid " + std::to_string(hostile.pid());
+  EXPECT_NE(log.find("tenant tenant-b: " + pid), std::string::npos) << log.substr(0, 4000);
+  EXPECT_NE(log.find("refused"), std::string::npos);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  stopAgent();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1))
+      << "the agent must exit on SIGTERM within 1 s";
+}
+
+}  // namespace
+}  // namespace tq::agent::functional
