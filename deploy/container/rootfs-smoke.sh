@@ -6,9 +6,10 @@
 #   * ldd of the five shipped files inside the root: nothing missing;
 #   * policyd as uid 65532, tenantqosctl apply of deploy/kubernetes/policy.yaml (scaled by 1/100);
 #   * the agent as uid 0 / gid 7400 with CAP_NET_ADMIN as its only capability (as the DaemonSet
-#     runs it): /readyz 200, tc classes on a veth, tenant files 0660 root:7400;
+#     runs it): /readyz 200, tc classes on a veth, tenant-a's directory 0750 root:7400 with its
+#     attach socket;
 #   * tenantqos-perf through the plugin as uid 65532 in group 7400 (as the training pod example):
-#     paced by tenant-a's file;
+#     attached to tenant-a's socket and paced by it;
 #   * SIGTERM to the agent leaves the tc tree in place.
 # Manual check, not part of ctest: needs root and Debian's archive (debootstrap downloads about
 # 40 MB). Usage:
@@ -147,8 +148,9 @@ for _ in $(seq 100); do ready && break; sleep 0.1; done
 check "agent /readyz 200" ready
 check "agent capabilities: NET_ADMIN only" "grep -q '^CapEff:.*0000000000001000$' /proc/$agent/status"
 check "tc classes for both tenants" "[[ \$(in_ns tc class show dev tqd0 | wc -l) -eq 4 ]]"
-check "tenant files 0660 root:7400" \
-  "[[ \$(stat -c '%a %u %g' '$root/run/tenantqos/tenants/tenant-a') == '660 0 7400' ]]"
+check "tenant-a's directory 0750 root:7400" \
+  "[[ \$(stat -c '%a %u %g' '$root/run/tenantqos/tenants/tenant-a') == '750 0 7400' ]]"
+check "tenant-a's attach socket" "[[ -S '$root/run/tenantqos/tenants/tenant-a/agent.sock' ]]"
 
 echo "== the plugin as uid 65532 in group 7400, tenant-a (limit 600Mbps = 75 MB/s)"
 in_ns chroot --userspec=65532:7400 "$root" /usr/local/bin/tenantqos-perf sendrecv --local 2 \
@@ -157,8 +159,8 @@ in_ns chroot --userspec=65532:7400 "$root" /usr/local/bin/tenantqos-perf sendrec
   -b 4M -e 4M -n 10 -w 2 >"$work/perf.log" 2>&1 || true
 cat "$work/perf.log"
 # Two ranks send to each other on loopback; both draw on tenant-a's one bucket, so each gets
-# about half the limit. Unpaced (no file) would be several GB/s.
-check "paced by the agent's file" \
+# about half the limit. Unpaced it would be several GB/s.
+check "paced by the agent (tenant-a's socket)" \
   "awk '/^ +4194304/ {exit !(\$4 > 0.02 && \$4 < 0.05)}' '$work/perf.log'"
 
 kill "$agent"
