@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 
 namespace tq::webhook {
 namespace {
@@ -124,6 +125,7 @@ class PodChecker {
     if (match.tenant != nullptr) {
       tenant_ = match.tenant->name;
       entry_ = normalPath(tenantEntry(o, tenant_));
+      group_ = podGroup(*match.tenant, o);
     }
   }
 
@@ -367,24 +369,37 @@ class PodChecker {
     }
   }
 
+  // The tenant's own unixGroup when it is numeric: the agent gives that group the tenant's
+  // directory, so only its pods can attach. A group name cannot be resolved here (it is a
+  // name on the nodes, and a pod needs a number), so such tenants get --group, as do tenants
+  // without a unixGroup.
+  static std::optional<uint32_t> podGroup(const TenantSpec& t, const RecipeOptions& o) {
+    uint32_t gid = 0;
+    const std::string& g = t.unix_group;
+    const auto [end, ec] = std::from_chars(g.data(), g.data() + g.size(), gid);
+    if (!g.empty() && ec == std::errc() && end == g.data() + g.size()) return gid;
+    return o.group;
+  }
+
   void addGroup() {
-    if (!o_.group) return;
+    if (!group_) return;
+    const uint32_t gid = *group_;
     const Json& spec = sub(pod_, "spec");
     const Json* sc = field(spec, "securityContext");
-    const std::string what = "supplemental group " + std::to_string(*o_.group);
+    const std::string what = "supplemental group " + std::to_string(gid);
     if (sc == nullptr || !sc->is_object()) {
-      add("/spec/securityContext", Json{{"supplementalGroups", {*o_.group}}}, what);
+      add("/spec/securityContext", Json{{"supplementalGroups", {gid}}}, what);
       return;
     }
     const Json* groups = field(*sc, "supplementalGroups");
     if (groups == nullptr || !groups->is_array()) {
-      add("/spec/securityContext/supplementalGroups", Json::array({*o_.group}), what);
+      add("/spec/securityContext/supplementalGroups", Json::array({gid}), what);
       return;
     }
     for (const Json& g : *groups) {
-      if (g.is_number_unsigned() && g.get<uint64_t>() == *o_.group) return;
+      if (g.is_number_unsigned() && g.get<uint64_t>() == gid) return;
     }
-    add("/spec/securityContext/supplementalGroups/-", *o_.group, what);
+    add("/spec/securityContext/supplementalGroups/-", gid, what);
   }
 
   const Json& pod_;
@@ -392,6 +407,7 @@ class PodChecker {
   const RecipeOptions& o_;
   std::string tenant_;
   std::string entry_;
+  std::optional<uint32_t> group_;  // the supplemental group to add (podGroup)
   bool have_init_ = false;
   Check out_;
 };

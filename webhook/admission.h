@@ -40,8 +40,9 @@ struct RecipeOptions {
   // LD_LIBRARY_PATH of a container that sets none: the plugin's directory, then this (what
   // CUDA images set; Kubernetes cannot append to the image's own value).
   std::string default_ld_library_path = "/usr/local/nvidia/lib64:/usr/local/cuda/lib64";
-  // Supplemental group of every pod (the agent's group, which owns the tenant entries);
-  // nullopt: none.
+  // Supplemental group of pods whose tenant has no numeric unixGroup (a tenant's numeric
+  // unixGroup is used instead: the agent gives that group the tenant's directory); nullopt:
+  // none.
   std::optional<uint32_t> group = 7400;
 };
 

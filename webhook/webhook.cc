@@ -43,7 +43,8 @@ else its namespace in a tenant's namespaces, else the policy's default tenant.
 Recipe (docs/deploy.md; defaults in brackets):
   --plugin-image REF        image with the plugin [registry.example.com/tenantqos/tenantqos:0.1.0]
   --run-dir DIR             the agents' --run-dir [/run/tenantqos]
-  --group GID|none          supplemental group of tenant pods (the agent's group) [7400]
+  --group GID|none          supplemental group of pods whose tenant has no numeric
+                            unixGroup (a numeric unixGroup is used instead) [7400]
   --default-ld-library-path PATHS
                             after the plugin's directory when a container sets no
                             LD_LIBRARY_PATH [/usr/local/nvidia/lib64:/usr/local/cuda/lib64]

@@ -35,6 +35,51 @@ TEST(Admission, TenantFromQueueThenNamespaceThenDefault) {
   EXPECT_EQ(resolveTenant(p, "other", "").why, "the default tenant");
 }
 
+// The JSONPatch of a mutate answer (the response carries it base64-encoded).
+std::string patchOf(const std::string& body) {
+  const std::string key = "\"patch\":\"";
+  const size_t at = body.find(key);
+  if (at == std::string::npos) return "";
+  const std::string_view b64(body.data() + at + key.size(),
+                             body.find('"', at + key.size()) - at - key.size());
+  const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : b64) {
+    const size_t v = alphabet.find(c);
+    if (v == std::string::npos) break;  // '=' padding
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+TEST(Admission, SupplementalGroupIsTheTenantsNumericUnixGroupElseTheFlag) {
+  const std::string pod =
+      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u",)"
+      R"("kind":{"group":"","version":"v1","kind":"Pod"},"namespace":"team-a",)"
+      R"("operation":"CREATE","object":{"metadata":{"name":"p"},"spec":{"containers":[]}}}})";
+  RecipeOptions o;  // --group 7400
+  VersionedPolicy vp{1, policy()};
+  vp.policy.tenants[0].unix_group = "7410";
+  std::string patch = patchOf(review(Endpoint::kMutate, pod, &vp, o).body);
+  EXPECT_NE(patch.find(R"("supplementalGroups":[7410])"), std::string::npos) << patch;
+  EXPECT_EQ(patch.find("7400"), std::string::npos) << patch;
+  vp.policy.tenants[0].unix_group = "tenant-a-group";  // a name: not a pod's gid
+  patch = patchOf(review(Endpoint::kMutate, pod, &vp, o).body);
+  EXPECT_NE(patch.find(R"("supplementalGroups":[7400])"), std::string::npos) << patch;
+  vp.policy.tenants[0].unix_group = "";
+  o.group.reset();  // --group none
+  patch = patchOf(review(Endpoint::kMutate, pod, &vp, o).body);
+  EXPECT_FALSE(patch.empty());
+  EXPECT_EQ(patch.find("supplementalGroups"), std::string::npos) << patch;
+}
+
 TEST(Admission, JsonDepthIgnoresBracketsInStrings) {
   EXPECT_EQ(jsonDepth(R"({"a": [1, {"b": "[[[{{{"}]})", 64), 3);
   EXPECT_EQ(jsonDepth(R"({"a": "\"[[["})", 64), 1);
