@@ -12,6 +12,7 @@ training-shaped) under one enforcement mode:
 """
 import json
 import os
+import shutil
 import time
 
 from . import analysis, peers
@@ -139,8 +140,11 @@ class Runner:
 
     # Enforcement setup -------------------------------------------------------------------
     def _empty_run_dir(self, node):
+        # A run dir that does not exist: the plugin's "no agent on this node" (unpaced). An
+        # existing one without an agent would mean a governed node whose agent is away, and
+        # the plugin would pace at its conservative default rate (docs/plugin.md).
         d = os.path.join(self.workdir, f"node{node}", "no-agent-run")
-        os.makedirs(d, exist_ok=True)
+        shutil.rmtree(d, ignore_errors=True)
         return d
 
     def _enforce(self, sc):
