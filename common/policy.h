@@ -4,11 +4,17 @@
 // Rates: bytes per second.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace tq {
+
+// Tenants one node agent enforces: each is an HTB class with DSCP filters per managed device, a
+// shared-memory file the agent keeps open (an fd), and work in every allocation period. Policy
+// validation and usage reports use this one number.
+inline constexpr size_t kMaxTenantsPerAgent = 4096;
 
 struct LinkSpec {
   std::string name;

@@ -111,6 +111,7 @@ grpc::Status toGrpcStatus(const Status& s) {
     case StatusCode::kOutOfRange: c = C::OUT_OF_RANGE; break;
     case StatusCode::kResourceExhausted: c = C::RESOURCE_EXHAUSTED; break;
     case StatusCode::kPermissionDenied: c = C::PERMISSION_DENIED; break;
+    case StatusCode::kUnauthenticated: c = C::UNAUTHENTICATED; break;
     case StatusCode::kUnavailable: c = C::UNAVAILABLE; break;
     case StatusCode::kDeadlineExceeded: c = C::DEADLINE_EXCEEDED; break;
     case StatusCode::kAborted: c = C::ABORTED; break;
