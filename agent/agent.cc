@@ -9,6 +9,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"
+#include "rpc/tls.h"
 
 namespace tq::agent {
 
@@ -18,6 +19,9 @@ Agent::Agent(AgentConfig config, std::unique_ptr<TcApplier> tc)
 Agent::~Agent() { stop(); }
 
 Status Agent::start() {
+  // The certificate files first: a bad --tls-* is a configuration error to report at once.
+  TQ_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                      rpc::channelCredentials(config_.tls));
   TQ_RETURN_IF_ERROR_CTX(makeDirs(config_.run_dir, 0755), "--run-dir " + config_.run_dir);
   TQ_RETURN_IF_ERROR_CTX(checkWritableDir(config_.run_dir), "--run-dir");
   TQ_RETURN_IF_ERROR_CTX(makeDirs(config_.state_dir, 0755), "--state-dir " + config_.state_dir);
@@ -80,7 +84,7 @@ Status Agent::start() {
   loop_->start();
 
   BackoffOptions backoff;  // 100 ms .. 5 s, x2, ±20 %
-  channel_ = makePolicydChannel(config_.policyd, backoff);
+  channel_ = makePolicydChannel(config_.policyd, backoff, std::move(credentials));
   PolicyWatcher::Options wo;
   wo.node = config_.node;
   wo.known_version = known_version;

@@ -17,8 +17,9 @@ gpr_timespec deadlineIn(int64_t ns) {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
-                                                  const BackoffOptions& backoff) {
+std::shared_ptr<grpc::Channel> makePolicydChannel(
+    const std::string& target, const BackoffOptions& backoff,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   const int min_ms = static_cast<int>(backoff.initial_ns / 1'000'000);
   const int max_ms = static_cast<int>(backoff.max_ns / 1'000'000);
@@ -32,7 +33,7 @@ std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
   // pings more often than every 5 min with "too_many_pings" GOAWAYs (the watch then reconnects).
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target, std::move(credentials), args);
 }
 
 PolicyWatcher::PolicyWatcher(std::shared_ptr<grpc::Channel> channel, Options options,

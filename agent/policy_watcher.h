@@ -32,9 +32,11 @@
 namespace tq::agent {
 
 // A channel to policyd whose own reconnect backoff is bounded like ours (gRPC's default grows
-// to 120 s), with keepalive so a silently dead peer is noticed.
-std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
-                                                  const BackoffOptions& backoff);
+// to 120 s), with keepalive so a silently dead peer is noticed. `credentials`: from
+// rpc::channelCredentials (mutual TLS, or insecure).
+std::shared_ptr<grpc::Channel> makePolicydChannel(
+    const std::string& target, const BackoffOptions& backoff,
+    std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 class PolicyWatcher {
  public:

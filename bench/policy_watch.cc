@@ -9,8 +9,12 @@
 //   2. apply latency of a generated T-tenant file (default 1000), with the watchers connected
 //      (ApplyPolicy round trip: parse, validate, durable store, publish), and its fan-out.
 // Target on the 2-core development machine: fan-out p99 <= 500 ms.
+// Every connection is mutual TLS (certificates made by scripts/tq-certs.sh in the run's
+// directory: the watchers share one agent identity, so policyd runs with
+// --max-streams-per-identity raised); --insecure measures plaintext for comparison.
 //
 //   policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N] [--policyd BIN]
+//                [--insecure]
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -36,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "rpc/tls.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
 extern char** environ;
@@ -185,6 +190,7 @@ struct Args {
   int tenants = 1000;
   size_t connections = 0;  // 0 = one per watcher
   std::string policyd = TQ_POLICYD_BIN;
+  bool insecure = false;
 };
 
 class Bench {
@@ -199,7 +205,27 @@ class Bench {
     const std::string port_file = dir_ + "/port", log = dir_ + "/policyd.log";
     std::vector<std::string> argv = {args_.policyd, "--listen",     "127.0.0.1:0",
                                      "--data-dir",  dir_ + "/data", "--port-file",
-                                     port_file,     "--log-level",  "warn"};
+                                     port_file,     "--log-level",  "warn",
+                                     "--max-streams-per-identity",
+                                     std::to_string(args_.watchers + 1)};
+    const std::string pki = dir_ + "/pki";
+    if (args_.insecure) {
+      argv.push_back("--insecure");
+    } else {
+      const std::string certs = std::string(TQ_SOURCE_DIR) + "/scripts/tq-certs.sh";
+      if (system((certs + " cluster " + pki + " 127.0.0.1 bench-node").c_str()) != 0) {
+        std::cerr << certs << " failed\n";
+        return false;
+      }
+      for (const std::string& f : {std::string("--tls-ca"), pki + "/ca.crt",
+                                   std::string("--tls-cert"), pki + "/policyd.crt",
+                                   std::string("--tls-key"), pki + "/policyd.key"}) {
+        argv.push_back(f);
+      }
+      client_tls_ = {pki + "/ca.crt", pki + "/admin.crt", pki + "/admin.key", false};
+      watcher_tls_ = {pki + "/ca.crt", pki + "/agent-bench-node.crt",
+                      pki + "/agent-bench-node.key", false};
+    }
     std::vector<char*> cargv;
     for (auto& s : argv) cargv.push_back(s.data());
     cargv.push_back(nullptr);
@@ -238,11 +264,19 @@ class Bench {
     }
   }
 
-  std::shared_ptr<grpc::Channel> channel(bool own) {
+  // A channel as the admin (applies) or as the agent identity (watchers).
+  std::shared_ptr<grpc::Channel> channel(bool own, bool watcher = false) {
     grpc::ChannelArguments ca;
     ca.SetMaxReceiveMessageSize(16 << 20);
     if (own) ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), ca);
+    tq::rpc::TlsConfig tls = watcher ? watcher_tls_ : client_tls_;
+    tls.insecure = args_.insecure;
+    auto creds = tq::rpc::channelCredentials(tls);
+    if (!creds.ok()) {
+      std::cerr << creds.status().message() << "\n";
+      std::exit(1);
+    }
+    return grpc::CreateCustomChannel(address_, *creds, ca);
   }
 
   // ApplyPolicy round trip in ms; the version in *version.
@@ -250,7 +284,6 @@ class Bench {
     static auto stub = v1::PolicyService::NewStub(channel(true));
     v1::ApplyPolicyRequest req;
     req.set_policy_yaml(yaml);
-    req.set_applied_by("tqpol-bench");
     v1::ApplyPolicyResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -271,7 +304,9 @@ class Bench {
   bool openWatchers(size_t n, uint64_t version) {
     size_t conns = args_.connections == 0 ? n : std::min(args_.connections, n);
     tracker_ = std::make_unique<Tracker>(n);
-    for (size_t c = 0; c < conns; ++c) stubs_.push_back(v1::PolicyService::NewStub(channel(true)));
+    for (size_t c = 0; c < conns; ++c) {
+      stubs_.push_back(v1::PolicyService::NewStub(channel(true, /*watcher=*/true)));
+    }
     for (size_t i = 0; i < n; ++i) {
       watchers_.push_back(std::make_unique<Watcher>(stubs_[i % conns].get(), tracker_.get(), i));
     }
@@ -306,6 +341,7 @@ class Bench {
   Args args_;
   pid_t pid_ = -1;
   std::string dir_, address_;
+  tq::rpc::TlsConfig client_tls_, watcher_tls_;  // empty with --insecure
   std::unique_ptr<Tracker> tracker_;
   std::vector<std::unique_ptr<v1::PolicyService::Stub>> stubs_;
   std::vector<std::unique_ptr<Watcher>> watchers_;
@@ -341,9 +377,11 @@ int main(int argc, char** argv) {
       a.connections = std::stoul(next());
     else if (f == "--policyd")
       a.policyd = next();
+    else if (f == "--insecure")
+      a.insecure = true;
     else {
       std::cerr << "usage: policy_watch [--watchers N] [--applies N] [--tenants N] [--connections "
-                   "N] [--policyd BIN]\n";
+                   "N] [--policyd BIN] [--insecure]\n";
       return 2;
     }
   }
@@ -361,8 +399,9 @@ int main(int argc, char** argv) {
 
   Bench b(a);
   if (!b.startServer()) return 1;
-  std::printf("policy_watch: tenantqos-policyd fan-out and apply latency (%u cores)\n",
-              std::thread::hardware_concurrency());
+  std::printf("policy_watch: tenantqos-policyd fan-out and apply latency (%u cores, %s)\n",
+              std::thread::hardware_concurrency(),
+              a.insecure ? "plaintext, --insecure" : "mutual TLS");
   uint64_t v = 0;
   int limit = 41;
   b.apply(smallPolicy(limit++), &v);

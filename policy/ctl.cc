@@ -1,7 +1,6 @@
 #include "policy/ctl.h"
 
 #include <grpcpp/grpcpp.h>
-#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,12 +17,14 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "policy/policy_file.h"
 #include "policy/qos_render.h"
 #include "policy/volcano_import.h"
 #include "policy/wire.h"
 #include "proto/convert.h"
+#include "rpc/tls.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
 namespace tq::policy {
@@ -53,6 +54,12 @@ Commands:
 Global flags:
   --server HOST:PORT   policyd address (default: $TENANTQOS_SERVER, else 127.0.0.1:7400)
   --timeout SECONDS    deadline for each request (default 10)
+  --tls-ca FILE        CA that policyd's certificate must chain to ($TENANTQOS_TLS_CA)
+  --tls-cert FILE      your client certificate ($TENANTQOS_TLS_CERT): its CN is who you are
+                       in history, its O your role (tenantqos:admins or tenantqos:viewers)
+  --tls-key FILE       its private key ($TENANTQOS_TLS_KEY)
+  --insecure           plaintext, no authentication ($TENANTQOS_INSECURE=1), for a policyd
+                       run with --insecure
   -h, --help           help; `tenantqosctl COMMAND --help` for a command
 
 Exit codes: 0 ok, 1 rejected or invalid, 2 usage error, 3 server unreachable.
@@ -197,6 +204,7 @@ const CommandSpec* findCommand(const std::string& name) {
 
 struct Args {
   std::string server;
+  rpc::TlsConfig tls;
   double timeout_s = 10;
   const CommandSpec* cmd = nullptr;
   std::map<std::string, std::string> values;  // canonical long flag -> value
@@ -251,6 +259,17 @@ std::string parseArgs(const std::vector<std::string>& args, Args* a) {
       auto v = needValue();
       if (!v) return "--server needs HOST:PORT";
       a->server = *v;
+      continue;
+    }
+    if (arg == "--insecure") {
+      if (has_inline) return "--insecure takes no value";
+      a->tls.insecure = true;
+      continue;
+    }
+    if (arg == "--tls-ca" || arg == "--tls-cert" || arg == "--tls-key") {
+      auto v = needValue();
+      if (!v || v->empty()) return arg + " needs a FILE";
+      rpc::setTlsFlag(&a->tls, arg, *v);
       continue;
     }
     if (arg == "--timeout") {
@@ -319,28 +338,6 @@ std::string ageText(int64_t unix_ms) {
   return std::to_string(s / 3600) + "h";
 }
 
-std::string jsonString(std::string_view s) {
-  std::string o = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o + "\"";
-}
-
 std::string jsonNumber(double d) {
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
@@ -351,17 +348,17 @@ std::string toJson(const PolicyRecord& r) {
   std::ostringstream o;
   o << "{\n";
   o << "  \"version\": " << r.version << ",\n";
-  o << "  \"appliedAt\": " << jsonString(timeText(r.applied_at_unix_ms)) << ",\n";
+  o << "  \"appliedAt\": " << jsonQuote(timeText(r.applied_at_unix_ms)) << ",\n";
   o << "  \"appliedAtUnixMs\": " << r.applied_at_unix_ms << ",\n";
-  o << "  \"appliedBy\": " << jsonString(r.applied_by) << ",\n";
+  o << "  \"appliedBy\": " << jsonQuote(r.applied_by) << ",\n";
   o << "  \"rollbackOf\": " << r.rollback_of << ",\n";
   o << "  \"checksum\": " << r.checksum << ",\n";
-  o << "  \"apiVersion\": " << jsonString(kApiVersion) << ",\n";
-  o << "  \"kind\": " << jsonString(kKind) << ",\n";
+  o << "  \"apiVersion\": " << jsonQuote(kApiVersion) << ",\n";
+  o << "  \"kind\": " << jsonQuote(kKind) << ",\n";
   o << "  \"links\": [";
   for (size_t i = 0; i < r.policy.links.size(); ++i) {
     const LinkSpec& l = r.policy.links[i];
-    o << (i ? "," : "") << "\n    {\"name\": " << jsonString(l.name)
+    o << (i ? "," : "") << "\n    {\"name\": " << jsonQuote(l.name)
       << ", \"capacityBytesPerSecond\": " << l.capacity_bytes_per_second
       << ", \"headroomPercent\": " << jsonNumber(l.headroom_percent) << "}";
   }
@@ -369,8 +366,8 @@ std::string toJson(const PolicyRecord& r) {
   o << "  \"tenants\": [";
   for (size_t i = 0; i < r.policy.tenants.size(); ++i) {
     const TenantSpec& t = r.policy.tenants[i];
-    o << (i ? "," : "") << "\n    {\"name\": " << jsonString(t.name)
-      << ", \"link\": " << jsonString(t.link)
+    o << (i ? "," : "") << "\n    {\"name\": " << jsonQuote(t.name)
+      << ", \"link\": " << jsonQuote(t.link)
       << ", \"guaranteeBytesPerSecond\": " << t.guarantee_bytes_per_second
       << ", \"limitBytesPerSecond\": " << t.limit_bytes_per_second << ", \"weight\": " << t.weight
       << ", \"serviceLevel\": " << t.service_level << ", \"dscp\": " << t.dscp
@@ -393,11 +390,17 @@ std::string toJson(const PolicyRecord& r) {
 
 void printTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
+  // Cells hold what servers and nodes reported: escaped, so none can forge a row.
+  std::vector<std::vector<std::string>> cells;
   for (const auto& row : rows) {
+    cells.emplace_back();
+    for (const std::string& cell : row) cells.back().push_back(escapeControl(cell));
+  }
+  for (const auto& row : cells) {
     if (width.size() < row.size()) width.resize(row.size(), 0);
     for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
   }
-  for (const auto& row : rows) {
+  for (const auto& row : cells) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
       line += row[c];
@@ -406,21 +409,6 @@ void printTable(std::ostream& out, const std::vector<std::vector<std::string>>& 
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << "\n";
   }
-}
-
-std::string appliedBy(CtlContext& ctx) {
-  std::string user = ctx.getenv("USER");
-  if (user.empty()) {
-    passwd pw{};
-    passwd* found = nullptr;
-    char buf[1024];
-    if (::getpwuid_r(::getuid(), &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
-      user = pw.pw_name;
-  }
-  if (user.empty()) user = "unknown";
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
-  return user + "@" + host;
 }
 
 std::string codeName(grpc::StatusCode c) {
@@ -448,32 +436,46 @@ std::string codeName(grpc::StatusCode c) {
 // A connected client, or the exit code and message for "unreachable".
 class Client {
  public:
-  Client(const std::string& server, double timeout_s) : server_(server), timeout_s_(timeout_s) {}
+  Client(const std::string& server, double timeout_s, rpc::TlsConfig tls)
+      : server_(server), timeout_s_(timeout_s), tls_(std::move(tls)) {}
 
-  // False (message on err) if the server cannot be reached within kConnectTimeout.
-  bool connect(std::ostream& err) {
+  // 0 when connected; else the exit code after printing why: kExitUsage for unusable TLS
+  // files, kExitUnreachable if the server cannot be reached within kConnectTimeout.
+  int connect(std::ostream& err) {
+    Result<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        rpc::channelCredentials(tls_);
+    if (!credentials.ok()) {
+      err << "tenantqosctl: " << credentials.status().message()
+          << " (flags or $TENANTQOS_TLS_CA, $TENANTQOS_TLS_CERT, $TENANTQOS_TLS_KEY)\n";
+      return kExitUsage;
+    }
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxResponseBytes);
     args.SetInt(GRPC_ARG_MAX_METADATA_SIZE, 64 * 1024);  // long error lists travel in trailers
-    channel_ = grpc::CreateCustomChannel(server_, grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(server_, *credentials, args);
     stub_ = v1::PolicyService::NewStub(channel_);
     auto deadline = std::chrono::system_clock::now() + kConnectTimeout;
     grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
     while (state != GRPC_CHANNEL_READY) {
       if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
         err << "tenantqosctl: cannot reach tenantqos-policyd at " << server_
-            << ": connection failed (is it running? set --server or TENANTQOS_SERVER)\n";
-        return false;
+            << ": connection failed (is it running? set --server or TENANTQOS_SERVER; "
+            << (tls_.insecure ? "a TLS server refuses --insecure clients"
+                              : "or the TLS handshake failed: does its certificate chain to "
+                                "--tls-ca and name this address, is yours signed by its CA "
+                                "and valid?")
+            << ")\n";
+        return kExitUnreachable;
       }
       if (!channel_->WaitForStateChange(state, deadline)) {
         err << "tenantqosctl: cannot reach tenantqos-policyd at " << server_
             << ": no connection within " << kConnectTimeout.count()
             << "s (is it running? set --server or TENANTQOS_SERVER)\n";
-        return false;
+        return kExitUnreachable;
       }
       state = channel_->GetState(false);
     }
-    return true;
+    return 0;
   }
 
   void prepare(grpc::ClientContext* c) const {
@@ -486,11 +488,11 @@ class Client {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       err << "tenantqosctl: " << what << ": tenantqos-policyd at " << server_ << " did not answer ("
-          << codeName(s.error_code()) << ": " << s.error_message() << ")\n";
+          << codeName(s.error_code()) << ": " << escapeControl(s.error_message()) << ")\n";
       return kExitUnreachable;
     }
     err << "tenantqosctl: " << what << " failed (" << codeName(s.error_code()) << "):\n"
-        << s.error_message() << "\n";
+        << escapeControl(s.error_message(), /*keep_newlines=*/true) << "\n";
     return kExitRejected;
   }
 
@@ -500,6 +502,7 @@ class Client {
  private:
   std::string server_;
   double timeout_s_;
+  rpc::TlsConfig tls_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::PolicyService::Stub> stub_;
 };
@@ -514,14 +517,14 @@ void printDiff(std::ostream& out, const PolicyDiff& diff) {
     const char* mark = c.kind == ChangeKind::kAdded     ? "+"
                        : c.kind == ChangeKind::kRemoved ? "-"
                                                         : "~";
-    out << mark << " " << kind << " " << c.name << ": " << changeKindName(c.kind);
+    out << mark << " " << kind << " " << escapeControl(c.name) << ": " << changeKindName(c.kind);
     if (c.kind == ChangeKind::kAdded && !c.details.empty()) {
-      out << " (" << c.details.front() << ")\n";
+      out << " (" << escapeControl(c.details.front()) << ")\n";
       return;
     }
     out << "\n";
     if (c.kind == ChangeKind::kChanged) {
-      for (const std::string& d : c.details) out << "    " << d << "\n";
+      for (const std::string& d : c.details) out << "    " << escapeControl(d) << "\n";
     }
   };
   for (const ObjectChange& c : diff.links) print("link", c);
@@ -606,13 +609,12 @@ int cmdApply(const Args& a, CtlContext& ctx, Client& client) {
     }
     text = std::move(*r);
   }
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
   v1::ApplyPolicyRequest req;
   req.set_policy_yaml(text);
   req.set_source_name(file == "-" ? "<stdin>" : file);
   req.set_dry_run(a.bools.count("--dry-run") > 0);
   if (expected) req.set_expected_version(*expected);
-  req.set_applied_by(appliedBy(ctx));
   v1::ApplyPolicyResponse resp;
   grpc::ClientContext c;
   client.prepare(&c);
@@ -631,7 +633,7 @@ int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
     if (!v || *v == 0) return usageError(a, ctx, "--version needs a version number >= 1");
     req.set_version(*v);
   }
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
   v1::PolicySnapshot snap;
   grpc::ClientContext c;
   client.prepare(&c);
@@ -645,13 +647,14 @@ int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
   std::string header = "tenantqos policy version " + std::to_string(r.version) + ", applied " +
                        timeText(r.applied_at_unix_ms) + " by " +
                        (r.applied_by.empty() ? "?" : r.applied_by);
+  if (!r.source_name.empty()) header += " from " + r.source_name;
   if (r.rollback_of) header += " (rollback of version " + std::to_string(r.rollback_of) + ")";
-  ctx.out << toYaml(r.policy, header);
+  ctx.out << toYaml(r.policy, escapeControl(header));
   return kExitOk;
 }
 
 int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
   v1::ListVersionsResponse resp;
   grpc::ClientContext c;
   client.prepare(&c);
@@ -662,7 +665,7 @@ int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"VERSION", "APPLIED (UTC)", "BY", "TENANTS", "NOTE"}};
+      {"VERSION", "APPLIED (UTC)", "BY", "TENANTS", "SOURCE", "CHANGES", "NOTE"}};
   bool latest_marked = false;
   for (const auto& m : resp.versions()) {
     VersionSummary v = fromVersionInfo(m);
@@ -675,9 +678,10 @@ int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
         note +=
             std::string(note.empty() ? "" : ", ") + "rollback of " + std::to_string(v.rollback_of);
     }
+    auto orDash = [&](const std::string& s) { return v.intact && !s.empty() ? s : "-"; };
     rows.push_back({std::to_string(v.version), v.intact ? timeText(v.applied_at_unix_ms) : "-",
-                    v.intact ? v.applied_by : "-", v.intact ? std::to_string(v.tenants) : "-",
-                    note});
+                    orDash(v.applied_by), v.intact ? std::to_string(v.tenants) : "-",
+                    orDash(v.source_name), orDash(v.diff_summary), note});
   }
   printTable(ctx.out, rows);
   return kExitOk;
@@ -693,8 +697,7 @@ int cmdRollback(const Args& a, CtlContext& ctx, Client& client) {
     if (!e) return usageError(a, ctx, "--expected-version needs a version number");
     req.set_expected_version(*e);
   }
-  req.set_applied_by(appliedBy(ctx));
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
   v1::ApplyPolicyResponse resp;
   grpc::ClientContext c;
   client.prepare(&c);
@@ -704,12 +707,27 @@ int cmdRollback(const Args& a, CtlContext& ctx, Client& client) {
 }
 
 int cmdTop(const Args&, CtlContext& ctx, Client& client) {
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
+  // Every page: the first page's totals (they cover all nodes) and each page's nodes.
   v1::GetUsageResponse resp;
-  grpc::ClientContext c;
-  client.prepare(&c);
-  grpc::Status s = client.stub().GetUsage(&c, v1::GetUsageRequest(), &resp);
-  if (!s.ok()) return client.fail(s, "top", ctx.err);
+  v1::GetUsageRequest req;
+  for (size_t page = 0; page == 0 || !req.page_token().empty(); ++page) {
+    v1::GetUsageResponse part;
+    grpc::ClientContext c;
+    client.prepare(&c);
+    grpc::Status s = client.stub().GetUsage(&c, req, &part);
+    if (!s.ok()) return client.fail(s, "top", ctx.err);
+    // A page token that does not advance would loop forever: stop at the node count.
+    if (page > part.total_nodes() || part.next_page_token() <= req.page_token()) {
+      part.clear_next_page_token();
+    }
+    req.set_page_token(part.next_page_token());
+    if (page == 0) {
+      resp = std::move(part);
+    } else {
+      for (auto& n : *part.mutable_nodes()) *resp.add_nodes() = std::move(n);
+    }
+  }
   if (resp.nodes().empty()) {
     ctx.out << "no node has reported usage yet (policy version " << resp.latest_version() << ")\n";
     return kExitOk;
@@ -749,9 +767,13 @@ int cmdTop(const Args&, CtlContext& ctx, Client& client) {
   }
   for (const auto& t : resp.tenants()) rows.push_back(row("TOTAL", "", "", proto::fromProto(t)));
   printTable(ctx.out, rows);
+  if (resp.omitted_tenants() > 0) {
+    ctx.out << "(" << resp.omitted_tenants()
+            << " node entries of tenants beyond the server's cap are not in the totals)\n";
+  }
   if (!errors.empty()) {
     ctx.out << "node errors:\n";
-    for (const std::string& e : errors) ctx.out << "  " << e << "\n";
+    for (const std::string& e : errors) ctx.out << "  " << escapeControl(e) << "\n";
   }
   return kExitOk;
 }
@@ -824,7 +846,7 @@ int cmdRender(const Args& a, CtlContext& ctx, Client& client) {
       if (!v || *v == 0) return usageError(a, ctx, "--version needs a version number >= 1");
       req.set_version(*v);
     }
-    if (!client.connect(ctx.err)) return kExitUnreachable;
+    if (int rc = client.connect(ctx.err)) return rc;
     v1::PolicySnapshot snap;
     grpc::ClientContext c;
     client.prepare(&c);
@@ -905,7 +927,14 @@ int runCtl(const std::vector<std::string>& args, CtlContext& ctx) {
   }
   if (a.server.empty()) a.server = ctx.getenv("TENANTQOS_SERVER");
   if (a.server.empty()) a.server = kDefaultServer;
-  Client client(a.server, a.timeout_s);
+  // Each TLS setting: the flag, else its environment variable.
+  for (auto [field, env] : {std::pair{&a.tls.ca_file, "TENANTQOS_TLS_CA"},
+                            std::pair{&a.tls.cert_file, "TENANTQOS_TLS_CERT"},
+                            std::pair{&a.tls.key_file, "TENANTQOS_TLS_KEY"}}) {
+    if (field->empty()) *field = ctx.getenv(env);
+  }
+  if (!a.tls.insecure) a.tls.insecure = ctx.getenv("TENANTQOS_INSECURE") == "1";
+  Client client(a.server, a.timeout_s, a.tls);
   const std::string cmd = a.cmd->name;
   if (cmd == "validate") return cmdValidate(a, ctx);
   if (cmd == "apply") return cmdApply(a, ctx, client);

@@ -32,13 +32,6 @@ std::optional<uint64_t> versionOfName(std::string_view name) {
   return v;
 }
 
-VersionSummary summarize(const PolicyRecord& r) {
-  return {r.version,     r.applied_at_unix_ms,
-          r.applied_by,  static_cast<uint32_t>(r.policy.tenants.size()),
-          r.rollback_of, r.checksum,
-          true,          ""};
-}
-
 class FileStore final : public PolicyStore {
  public:
   FileStore(std::string dir, FileStoreOptions options) : dir_(std::move(dir)), options_(options) {}
@@ -79,7 +72,7 @@ class FileStore final : public PolicyStore {
                version, rec.status().message().c_str());
         continue;
       }
-      summaries_[version] = summarize(*rec);
+      summaries_[version] = summarizeRecord(*rec);
       if (!latest_ || rec->version > latest_->version) latest_ = std::move(*rec);
     }
     if (!summaries_.empty()) {
@@ -111,7 +104,7 @@ class FileStore final : public PolicyStore {
     // Only now, with the record durable, does the in-memory view move.
     Result<PolicyRecord> stored = decodeRecord(bytes);
     if (!stored.ok()) return stored.status().withContext("re-read policy version just written");
-    summaries_[record.version] = summarize(*stored);
+    summaries_[record.version] = summarizeRecord(*stored);
     latest_ = *stored;
     next_ = record.version + 1;
     return stored;

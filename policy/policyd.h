@@ -16,6 +16,9 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "policy/file_store.h"
+#include "policy/grpc_service.h"
+#include "policy/service.h"
+#include "rpc/tls.h"
 
 namespace grpc {
 class Server;
@@ -26,8 +29,7 @@ class Exposer;
 
 namespace tq::policy {
 
-class PolicyCore;
-class PolicyGrpcService;
+class AuditLog;
 class PolicydMetrics;
 
 inline constexpr int kDefaultPolicydPort = 7400;
@@ -43,6 +45,10 @@ struct PolicydOptions {
   int max_request_bytes = kMaxRequestBytes;
   std::chrono::milliseconds shutdown_grace{5000};
   FileStoreOptions store;
+  rpc::TlsConfig tls;       // mutual TLS (or tls.insecure)
+  std::string audit_log;    // the JSON-lines audit log; "" = DATA_DIR/audit.jsonl
+  CoreOptions core;         // usage expiry and bounds
+  GrpcServiceOptions grpc;  // streams per identity (grpc.insecure follows tls.insecure)
 };
 
 class Policyd {
@@ -70,6 +76,7 @@ class Policyd {
   PolicydOptions options_;
   std::unique_ptr<PolicydMetrics> metrics_;
   std::unique_ptr<PolicyStore> store_;
+  std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<PolicyCore> core_;
   std::unique_ptr<PolicyGrpcService> service_;
   std::unique_ptr<grpc::Server> server_;

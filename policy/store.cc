@@ -29,6 +29,24 @@ T getLe(std::string_view in, size_t off) {
   return v;
 }
 
+}  // namespace
+
+VersionSummary summarizeRecord(const PolicyRecord& r) {
+  VersionSummary v;
+  v.version = r.version;
+  v.applied_at_unix_ms = r.applied_at_unix_ms;
+  v.applied_by = r.applied_by;
+  v.tenants = static_cast<uint32_t>(r.policy.tenants.size());
+  v.rollback_of = r.rollback_of;
+  v.checksum = r.checksum;
+  v.applied_by_groups = r.applied_by_groups;
+  v.source_name = r.source_name;
+  v.diff_summary = r.diff_summary;
+  return v;
+}
+
+namespace {
+
 class MemoryStore final : public PolicyStore {
  public:
   Result<PolicyRecord> append(PolicyRecord record) override {
@@ -61,9 +79,7 @@ class MemoryStore final : public PolicyStore {
     std::vector<VersionSummary> out;
     for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
       const PolicyRecord& r = it->second;
-      out.push_back({r.version, r.applied_at_unix_ms, r.applied_by,
-                     static_cast<uint32_t>(r.policy.tenants.size()), r.rollback_of, r.checksum,
-                     true, ""});
+      out.push_back(summarizeRecord(r));
     }
     return out;
   }

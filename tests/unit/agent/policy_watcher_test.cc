@@ -128,7 +128,8 @@ class PolicyWatcherTest : public ::testing::Test {
     o.known_version = known;
     o.backoff = {20'000'000, 200'000'000, 2.0, 0.2};
     o.seed = 5;
-    auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), o.backoff);
+    auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), o.backoff,
+                                 grpc::InsecureChannelCredentials());  // TLS: functional tests
     return std::make_unique<PolicyWatcher>(
         ch, o, &store_, &board_,
         [this](VersionedPolicy p) {
@@ -280,7 +281,8 @@ TEST(UsageReporterTest, SendsPeriodicallyAndSurvivesPolicydOutage) {
   board.publish(s);
   auto server = std::make_unique<FakeServer>();
   const int port = server->port;
-  auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), {20'000'000, 100'000'000});
+  auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), {20'000'000, 100'000'000},
+                               grpc::InsecureChannelCredentials());
   FakeClock clock;
   UsageReporter reporter(ch, board, 50'000'000, clock);
   reporter.start();
