@@ -1,6 +1,7 @@
 #include "common/text.h"
 
 #include <cstdio>
+#include <ctime>
 
 namespace tq {
 
@@ -48,6 +49,15 @@ std::string jsonQuote(std::string_view s) {
     }
   }
   return o + "\"";
+}
+
+std::string utcTimestamp(int64_t unix_ms) {
+  const time_t t = static_cast<time_t>(unix_ms / 1000);
+  tm tmv{};
+  gmtime_r(&t, &tmv);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+  return buf;
 }
 
 }  // namespace tq

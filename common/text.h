@@ -4,6 +4,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -16,5 +17,8 @@ std::string escapeControl(std::string_view s, bool keep_newlines = false);
 
 // `s` as a JSON string literal, quotes included (control characters as \uNNNN).
 std::string jsonQuote(std::string_view s);
+
+// Unix milliseconds as UTC to the second: "2026-11-29T19:35:57Z".
+std::string utcTimestamp(int64_t unix_ms);
 
 }  // namespace tq

@@ -3,43 +3,27 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <ctime>
-
 #include "common/file_util.h"
 #include "common/text.h"
 
 namespace tq::policy {
-namespace {
-
-std::string utcText(int64_t unix_ms) {
-  time_t t = static_cast<time_t>(unix_ms / 1000);
-  tm tmv{};
-  gmtime_r(&t, &tmv);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-  return buf;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<AuditLog>> AuditLog::open(const std::string& path) {
   const bool existed = ::access(path.c_str(), F_OK) == 0;
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-  if (fd < 0) return errnoStatus("open audit log " + path);
-  std::unique_ptr<AuditLog> log(new AuditLog(path, fd));
+  Fd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640));
+  if (!fd.valid()) return errnoStatus("open audit log " + path);
+  std::unique_ptr<AuditLog> log(new AuditLog(path, std::move(fd)));
   // The new name must survive a crash like the records it will describe.
   if (!existed) TQ_RETURN_IF_ERROR(fsyncDir(parentDir(path)));
   return log;
 }
-
-AuditLog::~AuditLog() { ::close(fd_); }
 
 std::string AuditLog::line(const PolicyRecord& r) {
   std::string groups = "[";
   for (size_t i = 0; i < r.applied_by_groups.size(); ++i)
     groups += (i ? "," : "") + jsonQuote(r.applied_by_groups[i]);
   groups += "]";
-  return "{\"time\":" + jsonQuote(utcText(r.applied_at_unix_ms)) +
+  return "{\"time\":" + jsonQuote(utcTimestamp(r.applied_at_unix_ms)) +
          ",\"unixMs\":" + std::to_string(r.applied_at_unix_ms) + ",\"action\":" +
          jsonQuote(r.rollback_of ? "rollback" : "apply") +
          ",\"version\":" + std::to_string(r.version) + ",\"identity\":" + jsonQuote(r.applied_by) +
@@ -52,8 +36,8 @@ std::string AuditLog::line(const PolicyRecord& r) {
 Status AuditLog::append(const PolicyRecord& record) {
   const std::string text = line(record) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
-  TQ_RETURN_IF_ERROR(writeAll(fd_, text, "audit log " + path_));
-  if (::fdatasync(fd_) != 0) return errnoStatus("fdatasync audit log " + path_);
+  TQ_RETURN_IF_ERROR(writeAll(fd_.get(), text, "audit log " + path_));
+  if (::fdatasync(fd_.get()) != 0) return errnoStatus("fdatasync audit log " + path_);
   return okStatus();
 }
 

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/fd.h"
 #include "common/status.h"
 #include "policy/store.h"
 
@@ -23,9 +24,6 @@ class AuditLog {
  public:
   // Opens (creating, mode 0640) `path` for appending; its directory must exist.
   static Result<std::unique_ptr<AuditLog>> open(const std::string& path);
-  ~AuditLog();
-  AuditLog(const AuditLog&) = delete;
-  AuditLog& operator=(const AuditLog&) = delete;
 
   // Appends the line for a stored record and syncs it.
   Status append(const PolicyRecord& record);
@@ -35,10 +33,10 @@ class AuditLog {
   static std::string line(const PolicyRecord& record);
 
  private:
-  AuditLog(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  AuditLog(std::string path, Fd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
   const std::string path_;
   std::mutex mu_;
-  int fd_;
+  Fd fd_;
 };
 
 }  // namespace tq::policy

@@ -317,15 +317,7 @@ std::string parseArgs(const std::vector<std::string>& args, Args* a) {
   return "";
 }
 
-std::string timeText(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  time_t t = static_cast<time_t>(unix_ms / 1000);
-  tm tmv{};
-  gmtime_r(&t, &tmv);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-  return buf;
-}
+std::string timeText(int64_t unix_ms) { return unix_ms <= 0 ? "-" : utcTimestamp(unix_ms); }
 
 std::string ageText(int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
@@ -378,7 +370,7 @@ std::string toJson(const PolicyRecord& r) {
     for (auto [key, list] : {std::pair{"namespaces", &t.namespaces},
                              std::pair{"volcanoQueues", &t.volcano_queues}}) {
       o << ", \"" << key << "\": [";
-      for (size_t k = 0; k < list->size(); ++k) o << (k ? ", " : "") << jsonString((*list)[k]);
+      for (size_t k = 0; k < list->size(); ++k) o << (k ? ", " : "") << jsonQuote((*list)[k]);
       o << "]";
     }
     o << ", \"default\": " << (t.is_default ? "true" : "false") << "}";
