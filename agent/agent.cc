@@ -84,18 +84,20 @@ Status Agent::start() {
   loop_->start();
 
   BackoffOptions backoff;  // 100 ms .. 5 s, x2, ±20 %
-  channel_ = makePolicydChannel(config_.policyd, backoff, std::move(credentials));
+  ChannelFactory channels = [target = config_.policyd, backoff, credentials] {
+    return makePolicydChannel(target, backoff, credentials);
+  };
   PolicyWatcher::Options wo;
   wo.node = config_.node;
   wo.known_version = known_version;
   wo.backoff = backoff;
   watcher_ = std::make_unique<PolicyWatcher>(
-      channel_, wo, &store_, &board_,
+      channels, wo, &store_, &board_,
       [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); },
       realClock());
   watcher_->start();
   reporter_ =
-      std::make_unique<UsageReporter>(channel_, board_, config_.report_interval_ns, realClock());
+      std::make_unique<UsageReporter>(channels, board_, config_.report_interval_ns, realClock());
   reporter_->start();
   if (config_.qp_scan_interval_ns > 0) {
     // The one place that says which processes are attached: today the pids the reconcile

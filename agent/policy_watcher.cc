@@ -10,6 +10,7 @@ namespace tq::agent {
 namespace {
 
 constexpr int64_t kStateWaitSliceNs = 50'000'000;  // bounds stop() latency while connecting
+constexpr int kConnectTimeoutMs = 5'000;           // one connection attempt, handshakes included
 
 gpr_timespec deadlineIn(int64_t ns) {
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_nanos(ns, GPR_TIMESPAN));
@@ -24,7 +25,10 @@ std::shared_ptr<grpc::Channel> makePolicydChannel(
   const int min_ms = static_cast<int>(backoff.initial_ns / 1'000'000);
   const int max_ms = static_cast<int>(backoff.max_ns / 1'000'000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, min_ms);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, min_ms);
+  // Despite its name, the shortest time one connection attempt (TCP and TLS handshake) may take
+  // before gRPC gives up on it. Not min_ms: 100 ms cut TLS handshakes on a loaded node
+  // ("tcp handshaker shutdown"); 5 s still notices a black-holed address.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   // A watch stream may be silent for hours; keepalive pings notice a peer that vanished
   // without a FIN (host down, partition); a killed policyd closes the connection and is noticed
@@ -33,13 +37,15 @@ std::shared_ptr<grpc::Channel> makePolicydChannel(
   // pings more often than every 5 min with "too_many_pings" GOAWAYs (the watch then reconnects).
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  // Not the process-wide subchannel pool: a fresh channel (ChannelFactory) must not pick up the
+  // subchannel, and its connection state, of the one it replaces.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(target, std::move(credentials), args);
 }
 
-PolicyWatcher::PolicyWatcher(std::shared_ptr<grpc::Channel> channel, Options options,
-                             SnapshotStore* store, StateBoard* board, OnSnapshot on_snapshot,
-                             Clock& clock)
-    : channel_(std::move(channel)),
+PolicyWatcher::PolicyWatcher(ChannelFactory channels, Options options, SnapshotStore* store,
+                             StateBoard* board, OnSnapshot on_snapshot, Clock& clock)
+    : channels_(std::move(channels)),
       options_(std::move(options)),
       store_(store),
       board_(board),
@@ -69,10 +75,13 @@ bool PolicyWatcher::waitChannelReady(const std::stop_token& stop) {
 
 void PolicyWatcher::run(const std::stop_token& stop) {
   Clock& clock = worker_.clock();
-  auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
   bool was_connected = false;
   bool logged_down = false;
   while (!stop.stop_requested()) {
+    // Every attempt (the first, or after a failure or an ended stream) on a fresh channel: see
+    // ChannelFactory.
+    channel_ = channels_();
+    auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
     if (!waitChannelReady(stop)) {
       if (stop.stop_requested()) break;
       const int64_t delay = backoff_.nextDelayNs();

@@ -32,11 +32,19 @@
 namespace tq::agent {
 
 // A channel to policyd whose own reconnect backoff is bounded like ours (gRPC's default grows
-// to 120 s), with keepalive so a silently dead peer is noticed. `credentials`: from
-// rpc::channelCredentials (mutual TLS, or insecure).
+// to 120 s), with keepalive so a silently dead peer is noticed, on a subchannel of its own.
+// `credentials`: from rpc::channelCredentials (mutual TLS, or insecure).
 std::shared_ptr<grpc::Channel> makePolicydChannel(
     const std::string& target, const BackoffOptions& backoff,
     std::shared_ptr<grpc::ChannelCredentials> credentials);
+
+// Makes a new channel to policyd. The watcher and the usage reporter take a fresh one for each
+// attempt after a failure instead of waiting for the old one to reconnect: a gRPC 1.51 TLS
+// channel whose handshakes had failed (policyd down, or a server with a certificate from
+// another CA on the port) was seen never to become READY again once the real policyd was back
+// ("tcp handshaker shutdown", "Handshake timed out"), while a new channel connects at once.
+// Thread-safety: called from the watcher's and the reporter's threads.
+using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>()>;
 
 class PolicyWatcher {
  public:
@@ -49,8 +57,8 @@ class PolicyWatcher {
   // Called on the watch thread for each snapshot, after it was persisted.
   using OnSnapshot = std::function<void(VersionedPolicy)>;
 
-  PolicyWatcher(std::shared_ptr<grpc::Channel> channel, Options options, SnapshotStore* store,
-                StateBoard* board, OnSnapshot on_snapshot, Clock& clock);
+  PolicyWatcher(ChannelFactory channels, Options options, SnapshotStore* store, StateBoard* board,
+                OnSnapshot on_snapshot, Clock& clock);
   ~PolicyWatcher();
 
   void start();
@@ -65,7 +73,8 @@ class PolicyWatcher {
   void run(const std::stop_token& stop);
   bool waitChannelReady(const std::stop_token& stop);
 
-  std::shared_ptr<grpc::Channel> channel_;
+  ChannelFactory channels_;
+  std::shared_ptr<grpc::Channel> channel_;  // this attempt's; only the watch thread touches it
   Options options_;
   SnapshotStore* store_;
   StateBoard* board_;

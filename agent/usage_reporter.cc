@@ -45,9 +45,9 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
   return r;
 }
 
-UsageReporter::UsageReporter(std::shared_ptr<grpc::Channel> channel, const StateBoard& board,
-                             int64_t interval_ns, Clock& clock)
-    : channel_(std::move(channel)), board_(board), interval_ns_(interval_ns), worker_(clock) {}
+UsageReporter::UsageReporter(ChannelFactory channels, const StateBoard& board, int64_t interval_ns,
+                             Clock& clock)
+    : channels_(std::move(channels)), board_(board), interval_ns_(interval_ns), worker_(clock) {}
 
 UsageReporter::~UsageReporter() { stop(); }
 
@@ -58,7 +58,7 @@ void UsageReporter::start() {
 void UsageReporter::stop() { worker_.stop(); }
 
 void UsageReporter::run(std::stop_token stop) {
-  auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
+  auto stub = tenantqos::v1::PolicyService::NewStub(channels_());
   std::optional<AgentState> prev;
   const int64_t deadline_ns = std::clamp<int64_t>(interval_ns_, 200'000'000, 5'000'000'000);
   while (worker_.waitFor(interval_ns_)) {
@@ -85,6 +85,7 @@ void UsageReporter::run(std::stop_token stop) {
         TQ_LOG(kDebug, "ReportUsage to policyd: %s (grpc code %d); retrying next interval",
                st.error_message().c_str(), static_cast<int>(st.error_code()));
       }
+      stub = tenantqos::v1::PolicyService::NewStub(channels_());
       continue;
     }
     sent_++;

@@ -1,6 +1,7 @@
 // Periodic ReportUsage to policyd (the cluster view behind `tenantqosctl top`), on its own
 // thread, from the published AgentState only. A failed report is logged at debug level and the
-// next interval simply sends fresh totals (reports carry totals, so nothing is lost).
+// next interval simply sends fresh totals (reports carry totals, so nothing is lost), on a fresh
+// channel (ChannelFactory says why).
 // Intervals and timestamps follow the injected Clock; stop() cancels a report in flight.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <stop_token>
 
 #include "agent/agent_state.h"
+#include "agent/policy_watcher.h"
 #include "common/clock.h"
 #include "common/policy.h"
 #include "common/worker.h"
@@ -24,8 +26,8 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
 
 class UsageReporter {
  public:
-  UsageReporter(std::shared_ptr<grpc::Channel> channel, const StateBoard& board,
-                int64_t interval_ns, Clock& clock);
+  UsageReporter(ChannelFactory channels, const StateBoard& board, int64_t interval_ns,
+                Clock& clock);
   ~UsageReporter();
   void start();
   void stop();  // idempotent
@@ -38,7 +40,7 @@ class UsageReporter {
  private:
   void run(std::stop_token stop);
 
-  std::shared_ptr<grpc::Channel> channel_;
+  ChannelFactory channels_;
   const StateBoard& board_;
   int64_t interval_ns_;
   std::atomic<uint64_t> sent_{0};

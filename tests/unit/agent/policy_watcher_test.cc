@@ -128,10 +128,12 @@ class PolicyWatcherTest : public ::testing::Test {
     o.known_version = known;
     o.backoff = {20'000'000, 200'000'000, 2.0, 0.2};
     o.seed = 5;
-    auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), o.backoff,
-                                 grpc::InsecureChannelCredentials());  // TLS: functional tests
+    ChannelFactory channels = [port, backoff = o.backoff] {
+      return makePolicydChannel("127.0.0.1:" + std::to_string(port), backoff,
+                                grpc::InsecureChannelCredentials());  // TLS: functional tests
+    };
     return std::make_unique<PolicyWatcher>(
-        ch, o, &store_, &board_,
+        channels, o, &store_, &board_,
         [this](VersionedPolicy p) {
           // Persisted BEFORE it reaches the reconciler.
           auto on_disk = store_.load();
@@ -281,10 +283,12 @@ TEST(UsageReporterTest, SendsPeriodicallyAndSurvivesPolicydOutage) {
   board.publish(s);
   auto server = std::make_unique<FakeServer>();
   const int port = server->port;
-  auto ch = makePolicydChannel("127.0.0.1:" + std::to_string(port), {20'000'000, 100'000'000},
-                               grpc::InsecureChannelCredentials());
+  ChannelFactory channels = [port] {
+    return makePolicydChannel("127.0.0.1:" + std::to_string(port), {20'000'000, 100'000'000},
+                              grpc::InsecureChannelCredentials());
+  };
   FakeClock clock;
-  UsageReporter reporter(ch, board, 50'000'000, clock);
+  UsageReporter reporter(channels, board, 50'000'000, clock);
   reporter.start();
   auto reports = [&] {
     return server->service.locked([&] { return server->service.reports.size(); });
