@@ -203,9 +203,15 @@ class Bench {
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
     const std::string port_file = dir_ + "/port", log = dir_ + "/policyd.log";
-    std::vector<std::string> argv = {args_.policyd, "--listen",     "127.0.0.1:0",
-                                     "--data-dir",  dir_ + "/data", "--port-file",
-                                     port_file,     "--log-level",  "warn",
+    std::vector<std::string> argv = {args_.policyd,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--data-dir",
+                                     dir_ + "/data",
+                                     "--port-file",
+                                     port_file,
+                                     "--log-level",
+                                     "warn",
                                      "--max-streams-per-identity",
                                      std::to_string(args_.watchers + 1)};
     const std::string pki = dir_ + "/pki";
@@ -217,14 +223,14 @@ class Bench {
         std::cerr << certs << " failed\n";
         return false;
       }
-      for (const std::string& f : {std::string("--tls-ca"), pki + "/ca.crt",
-                                   std::string("--tls-cert"), pki + "/policyd.crt",
-                                   std::string("--tls-key"), pki + "/policyd.key"}) {
+      for (const std::string& f :
+           {std::string("--tls-ca"), pki + "/ca.crt", std::string("--tls-cert"),
+            pki + "/policyd.crt", std::string("--tls-key"), pki + "/policyd.key"}) {
         argv.push_back(f);
       }
       client_tls_ = {pki + "/ca.crt", pki + "/admin.crt", pki + "/admin.key", false};
-      watcher_tls_ = {pki + "/ca.crt", pki + "/agent-bench-node.crt",
-                      pki + "/agent-bench-node.key", false};
+      watcher_tls_ = {pki + "/ca.crt", pki + "/agent-bench-node.crt", pki + "/agent-bench-node.key",
+                      false};
     }
     std::vector<char*> cargv;
     for (auto& s : argv) cargv.push_back(s.data());

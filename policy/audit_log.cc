@@ -24,8 +24,8 @@ std::string AuditLog::line(const PolicyRecord& r) {
     groups += (i ? "," : "") + jsonQuote(r.applied_by_groups[i]);
   groups += "]";
   return "{\"time\":" + jsonQuote(utcTimestamp(r.applied_at_unix_ms)) +
-         ",\"unixMs\":" + std::to_string(r.applied_at_unix_ms) + ",\"action\":" +
-         jsonQuote(r.rollback_of ? "rollback" : "apply") +
+         ",\"unixMs\":" + std::to_string(r.applied_at_unix_ms) +
+         ",\"action\":" + jsonQuote(r.rollback_of ? "rollback" : "apply") +
          ",\"version\":" + std::to_string(r.version) + ",\"identity\":" + jsonQuote(r.applied_by) +
          ",\"groups\":" + groups + ",\"source\":" + jsonQuote(r.source_name) +
          ",\"diff\":" + jsonQuote(r.diff_summary) +

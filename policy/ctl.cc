@@ -434,8 +434,7 @@ class Client {
   // 0 when connected; else the exit code after printing why: kExitUsage for unusable TLS
   // files, kExitUnreachable if the server cannot be reached within kConnectTimeout.
   int connect(std::ostream& err) {
-    Result<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        rpc::channelCredentials(tls_);
+    Result<std::shared_ptr<grpc::ChannelCredentials>> credentials = rpc::channelCredentials(tls_);
     if (!credentials.ok()) {
       err << "tenantqosctl: " << credentials.status().message()
           << " (flags or $TENANTQOS_TLS_CA, $TENANTQOS_TLS_CERT, $TENANTQOS_TLS_KEY)\n";

@@ -21,8 +21,8 @@ std::string_view resultOf(const Status& s) {
 
 }  // namespace
 
-PolicyCore::PolicyCore(PolicyStore& store, Clock& clock, PolicydMetrics* metrics,
-                       AuditLog* audit, CoreOptions options)
+PolicyCore::PolicyCore(PolicyStore& store, Clock& clock, PolicydMetrics* metrics, AuditLog* audit,
+                       CoreOptions options)
     : store_(store), clock_(clock), metrics_(metrics), audit_(audit), options_(options) {
   if (auto l = store_.latest()) latest_ = std::make_shared<const PolicyRecord>(std::move(*l));
   if (metrics_ != nullptr) {

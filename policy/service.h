@@ -78,7 +78,7 @@ struct ClusterUsage {
 inline constexpr size_t kMaxUsageNodes = 10000;
 inline constexpr size_t kMaxUsageErrorsPerNode = 16;
 inline constexpr size_t kMaxUsageErrorBytes = 256;
-inline constexpr size_t kUsagePageEntries = 20000;  // tenant entries per GetUsage page
+inline constexpr size_t kUsagePageEntries = 20000;              // tenant entries per GetUsage page
 inline constexpr size_t kMaxUsageTotals = kMaxTenantsPerAgent;  // per-tenant sums in GetUsage
 inline constexpr size_t kMaxWaitingApplies = 4;
 

@@ -35,7 +35,7 @@ struct PolicyRecord {
   PolicySpec policy;
   std::string source_yaml;  // the file as applied ("" for rollbacks of structured content)
   int64_t applied_at_unix_ms = 0;
-  std::string applied_by;  // the author's verified identity (server-written)
+  std::string applied_by;    // the author's verified identity (server-written)
   uint64_t rollback_of = 0;  // non-zero: this version restored that one's content
   uint32_t checksum = 0;     // set by the store (CRC-32C of the encoded record)
   std::vector<std::string> applied_by_groups;

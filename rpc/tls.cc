@@ -70,8 +70,7 @@ Result<std::string> readPem(const char* flag, const std::string& path) {
   return text;
 }
 
-std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> watcher(
-    const TlsConfig& c) {
+std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> watcher(const TlsConfig& c) {
   return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       c.key_file, c.cert_file, c.ca_file, kTlsReloadSeconds);
 }
@@ -113,14 +112,14 @@ Status checkTlsConfig(const TlsConfig& c) {
   }
   X509Ptr x = firstCertificate(cert);
   if (!x) {
-    return invalidArgument("--tls-cert " + c.cert_file + ": no PEM certificate (" +
-                           opensslError() + ")");
+    return invalidArgument("--tls-cert " + c.cert_file + ": no PEM certificate (" + opensslError() +
+                           ")");
   }
   BioPtr kb = memBio(key);
   PkeyPtr pkey(kb ? PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr) : nullptr);
   if (!pkey) {
-    return invalidArgument("--tls-key " + c.key_file + ": no PEM private key (" +
-                           opensslError() + ")");
+    return invalidArgument("--tls-key " + c.key_file + ": no PEM private key (" + opensslError() +
+                           ")");
   }
   if (X509_check_private_key(x.get(), pkey.get()) != 1) {
     ERR_clear_error();

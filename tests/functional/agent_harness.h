@@ -24,8 +24,8 @@
 #include "common/file_util.h"
 #include "common/tenant_shm.h"
 #include "tc/netns.h"
-#include "tests/support/netns.h"
 #include "tests/functional/test_pki.h"
+#include "tests/support/netns.h"
 #include "tests/support/process.h"
 
 namespace tq::agent::functional {
@@ -189,10 +189,10 @@ class AgentHarness : public ::testing::Test {
     ::unlink(port_file.c_str());
     const std::string log = tmp_ + "/policyd-" + std::to_string(++policyd_starts_) + ".log";
     auto p = Subprocess::start(
-        ns_->exec(withFlags({TQ_POLICYD_BIN, "--listen", "127.0.0.1:" + std::to_string(port),
-                             "--data-dir", tmp_ + "/policyd", "--port-file", port_file,
-                             "--log-level", "debug"},
-                            pki_->flags(policyd_cert_))),
+        ns_->exec(withFlags(
+            {TQ_POLICYD_BIN, "--listen", "127.0.0.1:" + std::to_string(port), "--data-dir",
+             tmp_ + "/policyd", "--port-file", port_file, "--log-level", "debug"},
+            pki_->flags(policyd_cert_))),
         log);
     ASSERT_TRUE(p.ok()) << p.status().toString();
     policyd_ = std::make_unique<Subprocess>(std::move(*p));
@@ -248,9 +248,9 @@ class AgentHarness : public ::testing::Test {
   }
 
   tq::testing::CommandResult ctl(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = withFlags(
-        {TQ_CTL_BIN, "--server", "127.0.0.1:" + std::to_string(policyd_port_)},
-        pki_->flags("admin"));
+    std::vector<std::string> argv =
+        withFlags({TQ_CTL_BIN, "--server", "127.0.0.1:" + std::to_string(policyd_port_)},
+                  pki_->flags("admin"));
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = runCommand(ns_->exec(argv), 20'000);
     EXPECT_TRUE(r.ok()) << r.status().toString();

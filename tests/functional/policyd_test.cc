@@ -158,8 +158,7 @@ class PolicydTest : public ::testing::Test {
   // plaintext); `own_connection` gives it a TCP connection of its own (not shared with others).
   std::shared_ptr<grpc::Channel> channel(bool own_connection = false,
                                          const std::string& cert = "admin") {
-    return channelWith(cert.empty() ? grpc::InsecureChannelCredentials()
-                                    : pki_->credentials(cert),
+    return channelWith(cert.empty() ? grpc::InsecureChannelCredentials() : pki_->credentials(cert),
                        own_connection);
   }
   std::shared_ptr<grpc::Channel> channelWith(std::shared_ptr<grpc::ChannelCredentials> creds,
@@ -930,7 +929,6 @@ TEST_F(PolicydTest, MetricsEndpointPassesPromtool) {
   }
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Mutual TLS and roles, with real certificates made by scripts/tq-certs.sh.
 
@@ -1059,8 +1057,7 @@ TEST_F(PolicydTest, HistoryRecordsTheVerifiedIdentityNeverTheClientsString) {
   req.set_policy_yaml(examplePolicy());
   req.set_source_name("team\x1b[31m.yaml");
   const std::string forged = "ceo\n9 2099-01-01 \x1b[31msecurity@corp";
-  req.GetReflection()->SetString(&req, req.GetDescriptor()->FindFieldByName("applied_by"),
-                                 forged);
+  req.GetReflection()->SetString(&req, req.GetDescriptor()->FindFieldByName("applied_by"), forged);
   v1::ApplyPolicyResponse resp;
   grpc::ClientContext ctx;
   ASSERT_TRUE(stub()->ApplyPolicy(&ctx, req, &resp).ok());
@@ -1112,8 +1109,8 @@ TEST_F(PolicydTest, CertificatesRotateWhileClientsStayConnected) {
 
   // A new CA; the server's certificate and trusted CAs move to it (old CA still trusted).
   ASSERT_TRUE(pki_->newCa("ca2"));
-  ASSERT_TRUE(pki_->issue("policyd2", "tenantqos-policyd", {}, "ca2",
-                          "--san IP:127.0.0.1,DNS:localhost"));
+  ASSERT_TRUE(
+      pki_->issue("policyd2", "tenantqos-policyd", {}, "ca2", "--san IP:127.0.0.1,DNS:localhost"));
   ASSERT_TRUE(pki_->issue("admin2", "admin2", {"tenantqos:admins"}, "ca2"));
   auto replace = [&](const std::string& from, const std::string& to) {
     ASSERT_EQ(system(("cp " + from + " " + to + ".tmp && mv " + to + ".tmp " + to).c_str()), 0);

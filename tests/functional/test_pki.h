@@ -27,9 +27,8 @@ class TestPki {
 
   // Another certificate NAME for CN with O=groups, signed by CA (a name in dir); `extra` is
   // passed on ("--days -1" = already expired, "--san IP:127.0.0.1").
-  bool issue(const std::string& name, const std::string& cn,
-             const std::vector<std::string>& groups, const std::string& ca = "ca",
-             const std::string& extra = "") const {
+  bool issue(const std::string& name, const std::string& cn, const std::vector<std::string>& groups,
+             const std::string& ca = "ca", const std::string& extra = "") const {
     std::string cmd = script_ + " issue " + dir_ + " " + ca + " " + name + " " + cn;
     for (const std::string& g : groups) cmd += " " + g;
     return std::system((cmd + " " + extra).c_str()) == 0;

@@ -45,7 +45,7 @@ TEST(AuditLogTest, AppendsOneEscapedJsonLinePerRecordAndKeepsOldLines) {
             "\"version\":4,\"identity\":\"alice\",\"groups\":[\"tenantqos:admins\"],"
             "\"source\":\"evil\\n{\\\"version\\\":9}.yaml\",\"diff\":\"tenants ~a\","
             "\"rollbackOf\":1,\"checksum\":77}\n");
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0640u);
   EXPECT_EQ(AuditLog::open(std::string(tmpl) + "/no/such/dir/a.jsonl").status().code(),

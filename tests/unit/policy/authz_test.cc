@@ -29,8 +29,7 @@ TEST(AuthzTest, EachRoleGetsExactlyItsMethods) {
   EXPECT_TRUE(authorize(agent, "WatchPolicy", Permission::kWatch).ok());
   EXPECT_TRUE(authorize(agent, "ReportUsage", Permission::kReport, "node1").ok());
   EXPECT_TRUE(authorize(agent, "ReportUsage", Permission::kReport).ok());  // role only
-  EXPECT_EQ(authorize(agent, "GetPolicy", Permission::kRead).code(),
-            StatusCode::kPermissionDenied);
+  EXPECT_EQ(authorize(agent, "GetPolicy", Permission::kRead).code(), StatusCode::kPermissionDenied);
 
   Status s = authorize(viewer, "ApplyPolicy", Permission::kChange);
   EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);

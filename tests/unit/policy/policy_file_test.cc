@@ -578,13 +578,16 @@ TEST(PolicyFile, StructuredValidationHasNoPositions) {
 
 // The largest policy the rules allow: kMaxTenants tenants sharing one class.
 std::string largestPolicy() {
-  std::string y = "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n"
-                  "  - name: fabric\n    capacity: 100Gbps\ntenants:\n";
+  std::string y =
+      "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n"
+      "  - name: fabric\n    capacity: 100Gbps\ntenants:\n";
   for (size_t i = 0; i < kMaxTenants; ++i) {
     const std::string n = std::to_string(i);
-    y += "  - name: tenant-" + n + "\n    link: fabric\n    guarantee: 1Mbps\n    limit: 1Gbps\n"
+    y += "  - name: tenant-" + n +
+         "\n    link: fabric\n    guarantee: 1Mbps\n    limit: 1Gbps\n"
          "    weight: 1\n    serviceLevel: 1\n    dscp: 10\n    shareClass: true\n"
-         "    trafficClasses: [" + n + "]\n";
+         "    trafficClasses: [" +
+         n + "]\n";
   }
   return y;
 }
@@ -599,7 +602,8 @@ TEST(PolicyFile, DeepOrHugeYamlIsRejectedBeforeParsing) {
     EXPECT_EQ(p.errors[0].column, col);
   };
   // The cases: 4 MB of '[' and of "{a: ".
-  expectBudget(std::string(4'000'000, '['), "nested deeper than 32 levels", 1, 32);  // + the document
+  expectBudget(std::string(4'000'000, '['), "nested deeper than 32 levels", 1,
+               32);  // + the document
   std::string braces;
   for (int i = 0; i < 800'000; ++i) braces += "{a: ";
   expectBudget(braces, "nested deeper than 32 levels", 1, 4 * 31 + 1);
@@ -627,8 +631,9 @@ TEST(PolicyFile, TheLargestValidPolicyFitsTheBudget) {
   ASSERT_LT(y.size(), kMaxPolicyBytes);
   expectOk(parse(y));
   // One tenant more is a validation error (what one agent supports), not a budget error.
-  std::string more = y + "  - name: one-more\n    link: fabric\n    guarantee: 1Mbps\n"
-                         "    limit: 1Gbps\n    serviceLevel: 1\n    dscp: 10\n    shareClass: true\n";
+  std::string more = y +
+                     "  - name: one-more\n    link: fabric\n    guarantee: 1Mbps\n"
+                     "    limit: 1Gbps\n    serviceLevel: 1\n    dscp: 10\n    shareClass: true\n";
   ParsedPolicy p = parse(more);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.errors[0].field, "tenants") << allErrors(p);

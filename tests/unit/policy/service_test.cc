@@ -168,8 +168,10 @@ TEST_F(CoreTest, Rollback) {
   ASSERT_TRUE(same.ok());
   EXPECT_FALSE(same->changed);
   EXPECT_EQ(same->version, 3u);
-  EXPECT_EQ(core_.rollback(9, std::nullopt, Author{"x", {}}).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(core_.rollback(0, std::nullopt, Author{"x", {}}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.rollback(9, std::nullopt, Author{"x", {}}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(core_.rollback(0, std::nullopt, Author{"x", {}}).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(core_.rollback(2, 1, Author{"x", {}}).status().code(), StatusCode::kFailedPrecondition);
 }
 
