@@ -704,7 +704,9 @@ TEST_F(PluginIbIsolationTest, HtbTreeOnTheRxeNetdevGivesEachTenantItsGuarantee) 
   constexpr double kPayloadShare = 4096.0 / 4154.0;
   EXPECT_GE(r.first / (kGuaranteeA * kPayloadShare), 0.97);
   EXPECT_GE(r.second / (kGuaranteeB * kPayloadShare), 0.97);
-  EXPECT_LE((r.first + r.second) / (kCapacity * kPayloadShare), 1.01) << "the link shaper holds";
+  // Upper bound: the link class's deepened 1 MiB bucket is sent on top of the rate once (about
+  // 0.6 % of a ~7 s run at 200 Mbit/s; measured 1.0106 on a quiet host), so 1.02, not 1.01.
+  EXPECT_LE((r.first + r.second) / (kCapacity * kPayloadShare), 1.02) << "the link shaper holds";
 }
 
 // No tc at all: the plugin paces each tenant at the rate the agent allocated (here exactly the
