@@ -60,7 +60,11 @@ class Bench:
     def __init__(self, args):
         self.a = args
         self.run_dir = tempfile.mkdtemp(prefix="tqplg-bench-")
-        self.env = {"TENANTQOS_SOCKET_IFNAME": "lo", "TENANTQOS_RUN_DIR": self.run_dir,
+        # A run dir that does not exist: no agent on this node, so the plugin is unpaced unless a
+        # case sets its own bucket (an existing one means "governed, agent away" and the
+        # conservative default rate, docs/plugin.md).
+        self.env = {"TENANTQOS_SOCKET_IFNAME": "lo",
+                    "TENANTQOS_RUN_DIR": os.path.join(self.run_dir, "no-agent"),
                     "TENANTQOS_NSOCKS": "4", "NCCL_DEBUG": "WARN"}
 
     def perf_stream(self, extra_env=None, size="4M"):

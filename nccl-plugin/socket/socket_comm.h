@@ -119,6 +119,7 @@ class SocketComm {
     Fd fd;
     StripeRing ring;
     Helper* helper = nullptr;
+    int rcvlowat = 1;  // the socket's SO_RCVLOWAT as last set (receive side; its helper only)
   };
   struct CtlOut {
     uint8_t hdr[kFrameBytes];
