@@ -8,9 +8,10 @@
 
 #include "agent/metrics.h"
 #include "agent/tc_executor_applier.h"
+#include "common/attach_protocol.h"
 #include "common/file_util.h"
 #include "common/log.h"
-#include "common/attach_protocol.h"
+#include "rpc/tls.h"
 
 namespace tq::agent {
 
@@ -20,6 +21,9 @@ Agent::Agent(AgentConfig config, std::unique_ptr<TcApplier> tc)
 Agent::~Agent() { stop(); }
 
 Status Agent::start() {
+  // The certificate files first: a bad --tls-* is a configuration error to report at once.
+  TQ_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                      rpc::channelCredentials(config_.tls));
   TQ_RETURN_IF_ERROR_CTX(makeDirs(config_.run_dir, 0755), "--run-dir " + config_.run_dir);
   TQ_RETURN_IF_ERROR_CTX(checkWritableDir(config_.run_dir), "--run-dir");
   TQ_RETURN_IF_ERROR_CTX(makeDirs(config_.state_dir, 0755), "--state-dir " + config_.state_dir);
@@ -104,7 +108,7 @@ Status Agent::start() {
   loop_->start();
 
   BackoffOptions backoff;  // 100 ms .. 5 s, x2, ±20 %
-  endpoints_ = makePolicydEndpoints(config_.policyd_endpoints, backoff);
+  endpoints_ = makePolicydEndpoints(config_.policyd_endpoints, backoff, std::move(credentials));
   PolicyWatcher::Options wo;
   wo.node = config_.node;
   wo.known_version = known_version;

@@ -76,7 +76,14 @@ memory for the NCCL plugin, work-conserving rate allocation) and exports metrics
                             tenantqos-policyd replicas to watch (required unless --cleanup);
                             on failure the agent moves to the next, resuming from the version
                             it holds (a DNS name with several addresses works too)
-  --node NAME               this node's name in reports (default: host name)
+  --node NAME               this node's name in reports (default: host name); policyd accepts
+                            usage reports only for the node named by the certificate's CN
+  --tls-ca FILE             mutual TLS to policyd (required unless --insecure or --cleanup):
+                            the CA that policyd's certificate must chain to (its SAN must
+                            name the --policyd host)
+  --tls-cert FILE           this agent's certificate: CN = the node name, O = tenantqos:agents
+  --tls-key FILE            its key (the three files are re-read every 2 s: rotation)
+  --insecure                plaintext to policyd without authentication (logs a warning)
   --device DEV=LINK         manage kernel device DEV as the policy's link LINK (repeatable, >= 1)
   --run-dir DIR             attach sockets: DIR/tenants/<tenant>/agent.sock per tenant and
                             DIR/agent.sock node-wide (default /run/tenantqos)
@@ -139,6 +146,13 @@ Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv) {
         TQ_RETURN_IF_ERROR_CTX(splitHostPort(e).status(), "--policyd");
       }
       have_policyd = true;
+    } else if (arg == "--insecure") {
+      if (has_inline) return invalidArgument("--insecure takes no value");
+      c.tls.insecure = true;
+    } else if (arg == "--tls-ca" || arg == "--tls-cert" || arg == "--tls-key") {
+      TQ_ASSIGN_OR_RETURN(std::string v, need());
+      if (v.empty()) return invalidArgument(arg + ": empty path");
+      rpc::setTlsFlag(&c.tls, arg, v);
     } else if (arg == "--node") {
       TQ_ASSIGN_OR_RETURN(c.node, need());
       if (c.node.empty()) return invalidArgument("--node: empty name");

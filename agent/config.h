@@ -1,5 +1,6 @@
 // The agent's command line: a plain AgentConfig plus its parser. Pure (no I/O besides
-// gethostname for the --node default), so every flag rule is unit-tested.
+// gethostname for the --node default; the TLS files are read by Agent::start), so every flag
+// rule is unit-tested.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "rpc/tls.h"
 
 namespace tq::agent {
 
@@ -31,6 +33,7 @@ struct DeviceMapping {
 struct AgentConfig {
   std::string policyd;  // --policyd as given: HOST:PORT[,HOST:PORT...] (policyd replicas)
   std::vector<std::string> policyd_endpoints;  // its entries
+  rpc::TlsConfig tls;   // mutual TLS to policyd (checked when the agent starts)
   std::string node;     // this node's name (default: the host name)
   std::vector<DeviceMapping> devices;
   std::string run_dir = "/run/tenantqos";

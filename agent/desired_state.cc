@@ -76,6 +76,11 @@ Result<DesiredNode> computeDesired(const VersionedPolicy& vp,
     }
     out.tenants[t.name] = t;
   }
+  if (out.tenants.size() > kMaxTenantsPerAgent) {
+    return invalidArgument(where + ": " + std::to_string(out.tenants.size()) +
+                           " tenants on this node, an agent supports at most " +
+                           std::to_string(kMaxTenantsPerAgent));
+  }
   for (DesiredDevice& d : out.devices) {
     for (const auto& [name, t] : out.tenants) {
       if (t.link == d.link) d.tenants.push_back(t);

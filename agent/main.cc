@@ -5,7 +5,9 @@
 #include <cstdio>
 
 #include "agent/agent.h"
+#include "common/file_util.h"
 #include "common/log.h"
+#include "common/policy.h"
 
 int main(int argc, char** argv) {
   using namespace tq::agent;
@@ -20,6 +22,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   tq::setLogLevel(config->log_level);
+  // Each tenant holds a shared-memory file open: use the hard limit, and say what it is.
+  if (auto fds = tq::raiseOpenFileLimit(); fds.ok()) {
+    TQ_LOG(kInfo, "open-file limit %llu (RLIMIT_NOFILE; %zu tenants at most)",
+           static_cast<unsigned long long>(*fds), tq::kMaxTenantsPerAgent);
+    if (*fds < tq::kMaxTenantsPerAgent + 256) {
+      TQ_LOG(kWarn,
+             "the open-file limit %llu is below what %zu tenants need (one file each plus about "
+             "256): raise LimitNOFILE",
+             static_cast<unsigned long long>(*fds), tq::kMaxTenantsPerAgent);
+    }
+  } else {
+    TQ_LOG(kWarn, "%s", fds.status().message().c_str());
+  }
 
   // Block the stop signals before any thread starts so only sigwait() below sees them.
   sigset_t stop_signals;

@@ -10,6 +10,7 @@ namespace tq::agent {
 namespace {
 
 constexpr int64_t kStateWaitSliceNs = 50'000'000;  // bounds stop() latency while connecting
+constexpr int kConnectTimeoutMs = 5'000;           // one connection attempt, handshakes included
 
 gpr_timespec deadlineIn(int64_t ns) {
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_nanos(ns, GPR_TIMESPAN));
@@ -17,13 +18,17 @@ gpr_timespec deadlineIn(int64_t ns) {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
-                                                  const BackoffOptions& backoff) {
+std::shared_ptr<grpc::Channel> makePolicydChannel(
+    const std::string& target, const BackoffOptions& backoff,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   const int min_ms = static_cast<int>(backoff.initial_ns / 1'000'000);
   const int max_ms = static_cast<int>(backoff.max_ns / 1'000'000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, min_ms);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, min_ms);
+  // Despite its name, the shortest time one connection attempt (TCP and TLS handshake) may take
+  // before gRPC gives up on it. Not min_ms: 100 ms cut TLS handshakes on a loaded node
+  // ("tcp handshaker shutdown"); 5 s still notices a black-holed address.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   // A watch stream may be silent for hours; keepalive pings notice a peer that vanished
   // without a FIN (host down, partition); a killed policyd closes the connection and is noticed
@@ -32,13 +37,19 @@ std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
   // pings more often than every 5 min with "too_many_pings" GOAWAYs (the watch then reconnects).
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  // Not the process-wide subchannel pool: a renewed channel (proto::ChannelRing::renew) must not
+  // pick up the subchannel, and its connection state, of the one it replaces.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(target, std::move(credentials), args);
 }
 
-std::shared_ptr<PolicydEndpoints> makePolicydEndpoints(std::vector<std::string> targets,
-                                                       const BackoffOptions& backoff) {
-  return std::make_shared<PolicydEndpoints>(
-      std::move(targets), [&](const std::string& t) { return makePolicydChannel(t, backoff); });
+std::shared_ptr<PolicydEndpoints> makePolicydEndpoints(
+    std::vector<std::string> targets, const BackoffOptions& backoff,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return std::make_shared<PolicydEndpoints>(std::move(targets),
+                                            [backoff, credentials](const std::string& t) {
+                                              return makePolicydChannel(t, backoff, credentials);
+                                            });
 }
 
 SnapshotVerdict judgeSnapshot(const std::string& held_epoch, uint64_t held_version,
@@ -119,8 +130,8 @@ void PolicyWatcher::run(const std::stop_token& stop) {
       if (stop.stop_requested()) break;
       const int64_t delay = backoff_.nextDelayNs();
       const std::string failed = endpoints_->currentTarget();
+      const std::string next = endpoints_->failover();  // a fresh channel either way
       if (endpoints_->size() > 1) {
-        const std::string next = endpoints_->failover();
         TQ_LOG(kDebug, "policyd %s unreachable; trying %s next", failed.c_str(), next.c_str());
       }
       if (!logged_down) {
@@ -180,7 +191,7 @@ void PolicyWatcher::run(const std::stop_token& stop) {
     if (got_any || clock.nowNs() - opened_at > 1'000'000'000) backoff_.reset();
     const int64_t delay = backoff_.nextDelayNs();
     const std::string ended = endpoints_->currentTarget();
-    const std::string next = endpoints_->size() > 1 ? endpoints_->failover() : ended;
+    const std::string next = endpoints_->failover();
     TQ_LOG(kWarn,
            "policy watch on %s ended: %s (grpc code %d); enforcement unchanged, reconnecting "
            "to %s in %lld ms",

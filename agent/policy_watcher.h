@@ -43,14 +43,17 @@
 namespace tq::agent {
 
 // A channel to policyd whose own reconnect backoff is bounded like ours (gRPC's default grows
-// to 120 s), with keepalive so a silently dead peer is noticed.
-std::shared_ptr<grpc::Channel> makePolicydChannel(const std::string& target,
-                                                  const BackoffOptions& backoff);
+// to 120 s), with keepalive so a silently dead peer is noticed, on a subchannel of its own.
+// `credentials`: from rpc::channelCredentials (mutual TLS, or insecure).
+std::shared_ptr<grpc::Channel> makePolicydChannel(
+    const std::string& target, const BackoffOptions& backoff,
+    std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 // The policyd replicas (--policyd A,B,C), channels made with makePolicydChannel.
 using PolicydEndpoints = proto::ChannelRing;
-std::shared_ptr<PolicydEndpoints> makePolicydEndpoints(std::vector<std::string> targets,
-                                                       const BackoffOptions& backoff);
+std::shared_ptr<PolicydEndpoints> makePolicydEndpoints(
+    std::vector<std::string> targets, const BackoffOptions& backoff,
+    std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 enum class SnapshotVerdict {
   kTake,          // a newer (or equal) version of the store held, or nothing held

@@ -77,8 +77,16 @@ void UsageReporter::run(std::stop_token stop) {
     grpc::Status st = stub->ReportUsage(&ctx, req, &resp);
     attempted_++;
     if (!st.ok()) {
-      TQ_LOG(kDebug, "ReportUsage to policyd: %s (grpc code %d); retrying next interval",
-             st.error_message().c_str(), static_cast<int>(st.error_code()));
+      // A refusal is a configuration error (--node is not the certificate's CN, or the
+      // certificate lacks tenantqos:agents), not a network blip: say so, loudly.
+      if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+          st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        TQ_LOG(kWarn, "ReportUsage refused by policyd: %s", st.error_message().c_str());
+      } else {
+        TQ_LOG(kDebug, "ReportUsage to policyd: %s (grpc code %d); retrying next interval",
+               st.error_message().c_str(), static_cast<int>(st.error_code()));
+        endpoints_->renew();  // on a new channel: see proto::ChannelRing::renew
+      }
       continue;
     }
     sent_++;

@@ -1,6 +1,7 @@
 // Periodic ReportUsage to policyd (the cluster view behind `tenantqosctl top`), on its own
 // thread, from the published AgentState only. A failed report is logged at debug level and the
-// next interval simply sends fresh totals (reports carry totals, so nothing is lost).
+// next interval simply sends fresh totals (reports carry totals, so nothing is lost), on a fresh
+// channel (proto::ChannelRing::renew says why).
 // Intervals and timestamps follow the injected Clock; stop() cancels a report in flight.
 #pragma once
 

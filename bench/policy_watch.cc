@@ -12,9 +12,12 @@
 // started here, --replicas policyd replicas, watchers spread over them), then both side by
 // side with the ratio of their apply latencies.
 // Targets on the 2-core development machine: fan-out p99 <= 500 ms; etcd apply <= 3x file.
+// Every connection to policyd is mutual TLS (certificates made by scripts/tq-certs.sh in the
+// run's directory: the watchers share one agent identity, so policyd runs with
+// --max-streams-per-identity raised); --insecure measures plaintext for comparison.
 //
 //   policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N]
-//                [--store file|etcd|both] [--replicas N] [--policyd BIN]
+//                [--store file|etcd|both] [--replicas N] [--policyd BIN] [--insecure]
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -41,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "rpc/tls.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "tests/functional/etcd_cluster.h"
 
@@ -193,6 +197,7 @@ struct Args {
   std::string policyd = TQ_POLICYD_BIN;
   std::string store = "both";  // file, etcd, or both (then the ratio)
   int replicas = 3;            // policyd replicas on the etcd store
+  bool insecure = false;       // plaintext to policyd instead of mutual TLS
 };
 
 class Bench {
@@ -207,6 +212,21 @@ class Bench {
     char tmpl[] = "/tmp/tqpol-bench-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
+    if (!args_.insecure) {
+      const std::string pki = dir_ + "/pki";
+      const std::string certs = std::string(TQ_SOURCE_DIR) + "/scripts/tq-certs.sh";
+      if (system((certs + " cluster " + pki + " 127.0.0.1 bench-node >/dev/null").c_str()) != 0) {
+        std::cerr << certs << " failed\n";
+        return false;
+      }
+      server_tls_ = {"--tls-ca",           pki + "/ca.crt", "--tls-cert",
+                     pki + "/policyd.crt", "--tls-key",     pki + "/policyd.key"};
+      client_tls_ = {pki + "/ca.crt", pki + "/admin.crt", pki + "/admin.key", false};
+      watcher_tls_ = {pki + "/ca.crt", pki + "/agent-bench-node.crt", pki + "/agent-bench-node.key",
+                      false};
+    } else {
+      server_tls_ = {"--insecure"};
+    }
     for (int r = 0; r < replicas_; ++r) {
       if (!startReplica(r)) return false;
     }
@@ -216,10 +236,19 @@ class Bench {
   bool startReplica(int r) {
     const std::string n = std::to_string(r);
     const std::string port_file = dir_ + "/port" + n, log = dir_ + "/policyd" + n + ".log";
-    std::vector<std::string> argv = {args_.policyd, "--listen",         "127.0.0.1:0",
-                                     "--data-dir",  dir_ + "/data" + n, "--port-file",
-                                     port_file,     "--log-level",      "warn"};
+    std::vector<std::string> argv = {args_.policyd,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--data-dir",
+                                     dir_ + "/data" + n,
+                                     "--port-file",
+                                     port_file,
+                                     "--log-level",
+                                     "warn",
+                                     "--max-streams-per-identity",
+                                     std::to_string(args_.watchers + 1)};
     argv.insert(argv.end(), store_args_.begin(), store_args_.end());
+    argv.insert(argv.end(), server_tls_.begin(), server_tls_.end());
     std::vector<char*> cargv;
     for (auto& s : argv) cargv.push_back(s.data());
     cargv.push_back(nullptr);
@@ -260,11 +289,19 @@ class Bench {
     }
   }
 
-  std::shared_ptr<grpc::Channel> channel(bool own, size_t replica = 0) {
+  // A channel to one replica as the admin (applies) or as the agent identity (watchers).
+  std::shared_ptr<grpc::Channel> channel(bool own, size_t replica = 0, bool watcher = false) {
     grpc::ChannelArguments ca;
     ca.SetMaxReceiveMessageSize(16 << 20);
     if (own) ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(addresses_[replica], grpc::InsecureChannelCredentials(), ca);
+    tq::rpc::TlsConfig tls = watcher ? watcher_tls_ : client_tls_;
+    tls.insecure = args_.insecure;
+    auto creds = tq::rpc::channelCredentials(tls);
+    if (!creds.ok()) {
+      std::cerr << creds.status().message() << "\n";
+      std::exit(1);
+    }
+    return grpc::CreateCustomChannel(addresses_[replica], *creds, ca);
   }
 
   // ApplyPolicy round trip in ms (through replica 0); the version in *version.
@@ -273,7 +310,6 @@ class Bench {
     auto& stub = apply_stub_;
     v1::ApplyPolicyRequest req;
     req.set_policy_yaml(yaml);
-    req.set_applied_by("tqpol-bench");
     v1::ApplyPolicyResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -296,7 +332,8 @@ class Bench {
     tracker_ = std::make_unique<Tracker>(n);
     // Spread over the replicas, as agents behind a Service would be.
     for (size_t c = 0; c < conns; ++c) {
-      stubs_.push_back(v1::PolicyService::NewStub(channel(true, c % addresses_.size())));
+      stubs_.push_back(
+          v1::PolicyService::NewStub(channel(true, c % addresses_.size(), /*watcher=*/true)));
     }
     for (size_t i = 0; i < n; ++i) {
       watchers_.push_back(std::make_unique<Watcher>(stubs_[i % conns].get(), tracker_.get(), i));
@@ -336,6 +373,8 @@ class Bench {
   std::string dir_;
   std::vector<std::string> addresses_;
   std::unique_ptr<v1::PolicyService::Stub> apply_stub_;
+  std::vector<std::string> server_tls_;          // policyd's TLS flags (or --insecure)
+  tq::rpc::TlsConfig client_tls_, watcher_tls_;  // empty with --insecure
   std::unique_ptr<Tracker> tracker_;
   std::vector<std::unique_ptr<v1::PolicyService::Stub>> stubs_;
   std::vector<std::unique_ptr<Watcher>> watchers_;
@@ -468,9 +507,11 @@ int main(int argc, char** argv) {
       a.store = next();
     else if (f == "--replicas")
       a.replicas = std::stoi(next());
+    else if (f == "--insecure")
+      a.insecure = true;
     else {
       std::cerr << "usage: policy_watch [--watchers N] [--applies N] [--tenants N] [--connections "
-                   "N] [--store file|etcd|both] [--replicas N] [--policyd BIN]\n";
+                   "N] [--store file|etcd|both] [--replicas N] [--policyd BIN] [--insecure]\n";
       return 2;
     }
   }
@@ -489,9 +530,9 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   std::printf(
-      "policy_watch: tenantqos-policyd fan-out and apply latency (%u cores; the CPU is "
+      "policy_watch: tenantqos-policyd fan-out and apply latency (%u cores, %s; the CPU is "
       "shared with whatever else runs: compare figures of one run only)\n",
-      std::thread::hardware_concurrency());
+      std::thread::hardware_concurrency(), a.insecure ? "plaintext, --insecure" : "mutual TLS");
   std::optional<Summary> file, etcd;
   if (a.store != "etcd") file = runBench(a, "file", {}, 1);
   if (a.store != "file") {

@@ -8,6 +8,7 @@ find_package(GTest REQUIRED)
 
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
+find_package(OpenSSL REQUIRED)             # rpc/: reads the peer certificate's subject
 find_program(TQ_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(nlohmann_json REQUIRED)       # JSON for the admission webhook (header-only)

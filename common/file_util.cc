@@ -1,6 +1,7 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,9 +12,8 @@
 #include "common/fd.h"
 
 namespace tq {
-namespace {
 
-std::string dirOf(const std::string& path) {
+std::string parentDir(const std::string& path) {
   auto slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
@@ -40,8 +40,6 @@ Status fsyncDir(const std::string& dir) {
   return okStatus();
 }
 
-}  // namespace
-
 Status writeFileAtomic(const std::string& path, std::string_view data, uint32_t mode,
                        BeforeRenameHook hook) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -59,7 +57,7 @@ Status writeFileAtomic(const std::string& path, std::string_view data, uint32_t 
     ::unlink(tmp.c_str());
     return st;
   }
-  return fsyncDir(dirOf(path));
+  return fsyncDir(parentDir(path));
 }
 
 Result<std::string> readFile(const std::string& path, uint64_t max_bytes) {
@@ -127,6 +125,20 @@ uint32_t crc32c(std::string_view data, uint32_t seed) {
   uint32_t crc = ~seed;
   for (unsigned char ch : data) crc = kTable[(crc ^ ch) & 0xff] ^ (crc >> 8);
   return ~crc;
+}
+
+Result<uint64_t> raiseOpenFileLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return errnoStatus("getrlimit RLIMIT_NOFILE");
+  if (rl.rlim_cur < rl.rlim_max) {
+    const rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      return errnoStatus("raise RLIMIT_NOFILE from " + std::to_string(was) + " to " +
+                         std::to_string(rl.rlim_max));
+    }
+  }
+  return static_cast<uint64_t>(rl.rlim_cur);
 }
 
 }  // namespace tq

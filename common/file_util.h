@@ -23,6 +23,19 @@ Status writeFileAtomic(const std::string& path, std::string_view data, uint32_t 
 // Reads a whole file, failing with kResourceExhausted if it is larger than max_bytes.
 Result<std::string> readFile(const std::string& path, uint64_t max_bytes = 64u << 20);
 
+// Writes all of `data` to `fd` (retrying short writes and EINTR); errors name `path`.
+Status writeAll(int fd, std::string_view data, const std::string& path);
+
+// fsync of a directory, so that names created or renamed in it survive a crash.
+Status fsyncDir(const std::string& dir);
+
+// The directory part of `path` ("." when there is none).
+std::string parentDir(const std::string& path);
+
+// Raises this process's open-file limit (RLIMIT_NOFILE) from its soft to its hard value, for
+// daemons that hold an fd per peer or per tenant. Returns the soft limit now in force.
+Result<uint64_t> raiseOpenFileLimit();
+
 // mkdir -p with the given mode for created directories.
 Status makeDirs(const std::string& path, uint32_t mode = 0755);
 

@@ -16,8 +16,9 @@ namespace {
 
 // Strips the build's absolute source prefix so lines show "agent/reconciler.cc:88".
 const char* shortFile(const char* file) {
-  static const char* const kRoots[] = {"/common/", "/policy/", "/agent/", "/tc/", "/ib/",
-                                       "/nccl-plugin/", "/proto/", "/tests/", "/bench/"};
+  static const char* const kRoots[] = {"/common/", "/policy/",      "/agent/", "/tc/",
+                                       "/ib/",     "/nccl-plugin/", "/proto/", "/rpc/",
+                                       "/tests/",  "/bench/"};
   const char* best = file;
   for (const char* root : kRoots) {
     const char* p = std::strstr(file, root);

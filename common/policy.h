@@ -4,11 +4,17 @@
 // Rates: bytes per second.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace tq {
+
+// Tenants one node agent enforces: each is an HTB class with DSCP filters per managed device, a
+// shared-memory file the agent keeps open (an fd), and work in every allocation period. Policy
+// validation and usage reports use this one number.
+inline constexpr size_t kMaxTenantsPerAgent = 4096;
 
 struct LinkSpec {
   std::string name;
@@ -71,6 +77,19 @@ struct TenantUsageReport {
   double throttled_seconds_total = 0;
   uint32_t processes = 0;
   friend bool operator==(const TenantUsageReport&, const TenantUsageReport&) = default;
+  // Adds another node's figures of the same tenant (cluster totals: policyd's GetUsage, and
+  // `tenantqosctl top` over several replicas).
+  TenantUsageReport& operator+=(const TenantUsageReport& o) {
+    transmit_bytes_total += o.transmit_bytes_total;
+    receive_bytes_total += o.receive_bytes_total;
+    transmit_rate_bytes_per_second += o.transmit_rate_bytes_per_second;
+    allocated_rate_bytes_per_second += o.allocated_rate_bytes_per_second;
+    guarantee_bytes_per_second += o.guarantee_bytes_per_second;
+    limit_bytes_per_second += o.limit_bytes_per_second;
+    throttled_seconds_total += o.throttled_seconds_total;
+    processes += o.processes;
+    return *this;
+  }
 };
 
 struct NodeUsageReport {

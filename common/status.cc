@@ -1,5 +1,7 @@
 #include "common/status.h"
 
+#include <sys/resource.h>
+
 #include <cstring>
 
 namespace tq {
@@ -14,6 +16,7 @@ std::string_view statusCodeName(StatusCode code) {
     case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
     case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
     case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
     case StatusCode::kUnavailable: return "UNAVAILABLE";
     case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
     case StatusCode::kAborted: return "ABORTED";
@@ -59,6 +62,15 @@ Status errnoStatus(int err, std::string_view what) {
   const char* text = strerror_r(err, buf, sizeof buf);
   std::string m(what);
   m.append(": ").append(text);
+  if (err == EMFILE) {
+    // The real cause, wherever the fd ran out (a socket, a tenant file, a netlink request).
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      m.append(" (this process has used all of its ")
+          .append(std::to_string(rl.rlim_cur))
+          .append(" file descriptors, RLIMIT_NOFILE; raise LimitNOFILE / ulimit -n)");
+    }
+  }
   return Status(code, std::move(m));
 }
 

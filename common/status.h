@@ -24,6 +24,7 @@ enum class StatusCode {
   kOutOfRange,
   kResourceExhausted,
   kPermissionDenied,
+  kUnauthenticated,
   kUnavailable,
   kDeadlineExceeded,
   kAborted,
@@ -69,6 +70,9 @@ inline Status failedPrecondition(std::string m) { return {StatusCode::kFailedPre
 inline Status outOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status resourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status permissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status unauthenticated(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
+}
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status deadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 inline Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }

@@ -1,7 +1,6 @@
 #include "policy/ctl.h"
 
 #include <grpcpp/grpcpp.h>
-#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,12 +18,14 @@
 
 #include "common/endpoints.h"
 #include "common/file_util.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "policy/policy_file.h"
 #include "policy/qos_render.h"
 #include "policy/volcano_import.h"
 #include "policy/wire.h"
 #include "proto/convert.h"
+#include "rpc/tls.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
 namespace tq::policy {
@@ -56,6 +57,12 @@ Global flags:
                        policyd address (default: $TENANTQOS_SERVER, else 127.0.0.1:7400);
                        several replicas: the first that answers is used
   --timeout SECONDS    deadline for each request (default 10)
+  --tls-ca FILE        CA that policyd's certificate must chain to ($TENANTQOS_TLS_CA)
+  --tls-cert FILE      your client certificate ($TENANTQOS_TLS_CERT): its CN is who you are
+                       in history, its O your role (tenantqos:admins or tenantqos:viewers)
+  --tls-key FILE       its private key ($TENANTQOS_TLS_KEY)
+  --insecure           plaintext, no authentication ($TENANTQOS_INSECURE=1), for a policyd
+                       run with --insecure
   -h, --help           help; `tenantqosctl COMMAND --help` for a command
 
 Exit codes: 0 ok, 1 rejected or invalid, 2 usage error, 3 server unreachable.
@@ -134,6 +141,8 @@ FILE:LINE:COL: FIELD: reason (on stderr) and exits 1 if there is any.
        R"(Usage: tenantqosctl top
 
 Prints per-tenant usage per node as last reported by the node agents, and cluster totals.
+Usage is held by the replica each agent reports to: with several --server replicas, top asks
+every one, shows each node's newest report, and names a replica that did not answer.
 )",
        {},
        {},
@@ -200,6 +209,7 @@ const CommandSpec* findCommand(const std::string& name) {
 
 struct Args {
   std::string server;
+  rpc::TlsConfig tls;
   double timeout_s = 10;
   const CommandSpec* cmd = nullptr;
   std::map<std::string, std::string> values;  // canonical long flag -> value
@@ -256,6 +266,17 @@ std::string parseArgs(const std::vector<std::string>& args, Args* a) {
       a->server = *v;
       continue;
     }
+    if (arg == "--insecure") {
+      if (has_inline) return "--insecure takes no value";
+      a->tls.insecure = true;
+      continue;
+    }
+    if (arg == "--tls-ca" || arg == "--tls-cert" || arg == "--tls-key") {
+      auto v = needValue();
+      if (!v || v->empty()) return arg + " needs a FILE";
+      rpc::setTlsFlag(&a->tls, arg, *v);
+      continue;
+    }
     if (arg == "--timeout") {
       auto v = needValue();
       char* end = nullptr;
@@ -301,15 +322,7 @@ std::string parseArgs(const std::vector<std::string>& args, Args* a) {
   return "";
 }
 
-std::string timeText(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  time_t t = static_cast<time_t>(unix_ms / 1000);
-  tm tmv{};
-  gmtime_r(&t, &tmv);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-  return buf;
-}
+std::string timeText(int64_t unix_ms) { return unix_ms <= 0 ? "-" : utcTimestamp(unix_ms); }
 
 std::string ageText(int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
@@ -322,28 +335,6 @@ std::string ageText(int64_t unix_ms) {
   return std::to_string(s / 3600) + "h";
 }
 
-std::string jsonString(std::string_view s) {
-  std::string o = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o + "\"";
-}
-
 std::string jsonNumber(double d) {
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
@@ -354,17 +345,17 @@ std::string toJson(const PolicyRecord& r) {
   std::ostringstream o;
   o << "{\n";
   o << "  \"version\": " << r.version << ",\n";
-  o << "  \"appliedAt\": " << jsonString(timeText(r.applied_at_unix_ms)) << ",\n";
+  o << "  \"appliedAt\": " << jsonQuote(timeText(r.applied_at_unix_ms)) << ",\n";
   o << "  \"appliedAtUnixMs\": " << r.applied_at_unix_ms << ",\n";
-  o << "  \"appliedBy\": " << jsonString(r.applied_by) << ",\n";
+  o << "  \"appliedBy\": " << jsonQuote(r.applied_by) << ",\n";
   o << "  \"rollbackOf\": " << r.rollback_of << ",\n";
   o << "  \"checksum\": " << r.checksum << ",\n";
-  o << "  \"apiVersion\": " << jsonString(kApiVersion) << ",\n";
-  o << "  \"kind\": " << jsonString(kKind) << ",\n";
+  o << "  \"apiVersion\": " << jsonQuote(kApiVersion) << ",\n";
+  o << "  \"kind\": " << jsonQuote(kKind) << ",\n";
   o << "  \"links\": [";
   for (size_t i = 0; i < r.policy.links.size(); ++i) {
     const LinkSpec& l = r.policy.links[i];
-    o << (i ? "," : "") << "\n    {\"name\": " << jsonString(l.name)
+    o << (i ? "," : "") << "\n    {\"name\": " << jsonQuote(l.name)
       << ", \"capacityBytesPerSecond\": " << l.capacity_bytes_per_second
       << ", \"headroomPercent\": " << jsonNumber(l.headroom_percent) << "}";
   }
@@ -372,8 +363,8 @@ std::string toJson(const PolicyRecord& r) {
   o << "  \"tenants\": [";
   for (size_t i = 0; i < r.policy.tenants.size(); ++i) {
     const TenantSpec& t = r.policy.tenants[i];
-    o << (i ? "," : "") << "\n    {\"name\": " << jsonString(t.name)
-      << ", \"link\": " << jsonString(t.link)
+    o << (i ? "," : "") << "\n    {\"name\": " << jsonQuote(t.name)
+      << ", \"link\": " << jsonQuote(t.link)
       << ", \"guaranteeBytesPerSecond\": " << t.guarantee_bytes_per_second
       << ", \"limitBytesPerSecond\": " << t.limit_bytes_per_second << ", \"weight\": " << t.weight
       << ", \"serviceLevel\": " << t.service_level << ", \"dscp\": " << t.dscp
@@ -384,11 +375,11 @@ std::string toJson(const PolicyRecord& r) {
     for (auto [key, list] : {std::pair{"namespaces", &t.namespaces},
                              std::pair{"volcanoQueues", &t.volcano_queues}}) {
       o << ", \"" << key << "\": [";
-      for (size_t k = 0; k < list->size(); ++k) o << (k ? ", " : "") << jsonString((*list)[k]);
+      for (size_t k = 0; k < list->size(); ++k) o << (k ? ", " : "") << jsonQuote((*list)[k]);
       o << "]";
     }
     o << ", \"default\": " << (t.is_default ? "true" : "false")
-      << ", \"unixGroup\": " << jsonString(t.unix_group) << "}";
+      << ", \"unixGroup\": " << jsonQuote(t.unix_group) << "}";
   }
   o << (r.policy.tenants.empty() ? "]\n" : "\n  ]\n");
   o << "}\n";
@@ -397,11 +388,17 @@ std::string toJson(const PolicyRecord& r) {
 
 void printTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
+  // Cells hold what servers and nodes reported: escaped, so none can forge a row.
+  std::vector<std::vector<std::string>> cells;
   for (const auto& row : rows) {
+    cells.emplace_back();
+    for (const std::string& cell : row) cells.back().push_back(escapeControl(cell));
+  }
+  for (const auto& row : cells) {
     if (width.size() < row.size()) width.resize(row.size(), 0);
     for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
   }
-  for (const auto& row : rows) {
+  for (const auto& row : cells) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
       line += row[c];
@@ -410,21 +407,6 @@ void printTable(std::ostream& out, const std::vector<std::vector<std::string>>& 
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << "\n";
   }
-}
-
-std::string appliedBy(CtlContext& ctx) {
-  std::string user = ctx.getenv("USER");
-  if (user.empty()) {
-    passwd pw{};
-    passwd* found = nullptr;
-    char buf[1024];
-    if (::getpwuid_r(::getuid(), &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
-      user = pw.pw_name;
-  }
-  if (user.empty()) user = "unknown";
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
-  return user + "@" + host;
 }
 
 std::string codeName(grpc::StatusCode c) {
@@ -453,22 +435,36 @@ std::string codeName(grpc::StatusCode c) {
 // several policyd replicas (A,B,C): connect() takes the first that answers, in order.
 class Client {
  public:
-  Client(const std::string& server, double timeout_s) : server_(server), timeout_s_(timeout_s) {}
+  Client(const std::string& server, double timeout_s, rpc::TlsConfig tls)
+      : server_(server), timeout_s_(timeout_s), tls_(std::move(tls)) {}
 
-  // False (message on err) if no server can be reached within kConnectTimeout each.
-  bool connect(std::ostream& err) {
+  // 0 when connected to one of the --server replicas (tried in order); else the exit code after
+  // printing why: kExitUsage for unusable TLS files or a bad list, kExitUnreachable if no server
+  // can be reached within kConnectTimeout each.
+  int connect(std::ostream& err) {
+    Result<std::shared_ptr<grpc::ChannelCredentials>> credentials = rpc::channelCredentials(tls_);
+    if (!credentials.ok()) {
+      err << "tenantqosctl: " << credentials.status().message()
+          << " (flags or $TENANTQOS_TLS_CA, $TENANTQOS_TLS_CERT, $TENANTQOS_TLS_KEY)\n";
+      return kExitUsage;
+    }
     auto targets = splitEndpointList(server_, "--server");
     if (!targets.ok()) {
       err << "tenantqosctl: " << targets.status().message() << "\n";
-      return false;
+      return kExitUsage;
     }
     std::string why;
     for (const std::string& target : *targets) {
-      if (connectTo(target, &why)) return true;
+      if (connectTo(target, *credentials, &why)) return 0;
       if (targets->size() > 1) err << "tenantqosctl: " << why << "; trying the next server\n";
     }
-    err << "tenantqosctl: " << why << " (is it running? set --server or TENANTQOS_SERVER)\n";
-    return false;
+    err << "tenantqosctl: " << why << " (is it running? set --server or TENANTQOS_SERVER; "
+        << (tls_.insecure ? "a TLS server refuses --insecure clients"
+                          : "or the TLS handshake failed: does its certificate chain to "
+                            "--tls-ca and name this address, is yours signed by its CA "
+                            "and valid?")
+        << ")\n";
+    return kExitUnreachable;
   }
 
   void prepare(grpc::ClientContext* c) const {
@@ -481,11 +477,11 @@ class Client {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       err << "tenantqosctl: " << what << ": tenantqos-policyd at " << server_ << " did not answer ("
-          << codeName(s.error_code()) << ": " << s.error_message() << ")\n";
+          << codeName(s.error_code()) << ": " << escapeControl(s.error_message()) << ")\n";
       return kExitUnreachable;
     }
     err << "tenantqosctl: " << what << " failed (" << codeName(s.error_code()) << "):\n"
-        << s.error_message() << "\n";
+        << escapeControl(s.error_message(), /*keep_newlines=*/true) << "\n";
     return kExitRejected;
   }
 
@@ -493,11 +489,12 @@ class Client {
   const std::string& server() const { return server_; }
 
  private:
-  bool connectTo(const std::string& target, std::string* why) {
+  bool connectTo(const std::string& target,
+                 const std::shared_ptr<grpc::ChannelCredentials>& credentials, std::string* why) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxResponseBytes);
     args.SetInt(GRPC_ARG_MAX_METADATA_SIZE, 64 * 1024);  // long error lists travel in trailers
-    channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(target, credentials, args);
     stub_ = v1::PolicyService::NewStub(channel_);
     auto deadline = std::chrono::system_clock::now() + kConnectTimeout;
     grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
@@ -519,6 +516,7 @@ class Client {
 
   std::string server_;
   double timeout_s_;
+  rpc::TlsConfig tls_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::PolicyService::Stub> stub_;
 };
@@ -533,14 +531,14 @@ void printDiff(std::ostream& out, const PolicyDiff& diff) {
     const char* mark = c.kind == ChangeKind::kAdded     ? "+"
                        : c.kind == ChangeKind::kRemoved ? "-"
                                                         : "~";
-    out << mark << " " << kind << " " << c.name << ": " << changeKindName(c.kind);
+    out << mark << " " << kind << " " << escapeControl(c.name) << ": " << changeKindName(c.kind);
     if (c.kind == ChangeKind::kAdded && !c.details.empty()) {
-      out << " (" << c.details.front() << ")\n";
+      out << " (" << escapeControl(c.details.front()) << ")\n";
       return;
     }
     out << "\n";
     if (c.kind == ChangeKind::kChanged) {
-      for (const std::string& d : c.details) out << "    " << d << "\n";
+      for (const std::string& d : c.details) out << "    " << escapeControl(d) << "\n";
     }
   };
   for (const ObjectChange& c : diff.links) print("link", c);
@@ -625,13 +623,12 @@ int cmdApply(const Args& a, CtlContext& ctx, Client& client) {
     }
     text = std::move(*r);
   }
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
   v1::ApplyPolicyRequest req;
   req.set_policy_yaml(text);
   req.set_source_name(file == "-" ? "<stdin>" : file);
   req.set_dry_run(a.bools.count("--dry-run") > 0);
   if (expected) req.set_expected_version(*expected);
-  req.set_applied_by(appliedBy(ctx));
   v1::ApplyPolicyResponse resp;
   grpc::ClientContext c;
   client.prepare(&c);
@@ -650,7 +647,7 @@ int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
     if (!v || *v == 0) return usageError(a, ctx, "--version needs a version number >= 1");
     req.set_version(*v);
   }
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
   v1::PolicySnapshot snap;
   grpc::ClientContext c;
   client.prepare(&c);
@@ -664,13 +661,14 @@ int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
   std::string header = "tenantqos policy version " + std::to_string(r.version) + ", applied " +
                        timeText(r.applied_at_unix_ms) + " by " +
                        (r.applied_by.empty() ? "?" : r.applied_by);
+  if (!r.source_name.empty()) header += " from " + r.source_name;
   if (r.rollback_of) header += " (rollback of version " + std::to_string(r.rollback_of) + ")";
-  ctx.out << toYaml(r.policy, header);
+  ctx.out << toYaml(r.policy, escapeControl(header));
   return kExitOk;
 }
 
 int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
   v1::ListVersionsResponse resp;
   grpc::ClientContext c;
   client.prepare(&c);
@@ -681,7 +679,7 @@ int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"VERSION", "APPLIED (UTC)", "BY", "TENANTS", "NOTE"}};
+      {"VERSION", "APPLIED (UTC)", "BY", "TENANTS", "SOURCE", "CHANGES", "NOTE"}};
   bool latest_marked = false;
   for (const auto& m : resp.versions()) {
     VersionSummary v = fromVersionInfo(m);
@@ -694,9 +692,10 @@ int cmdHistory(const Args&, CtlContext& ctx, Client& client) {
         note +=
             std::string(note.empty() ? "" : ", ") + "rollback of " + std::to_string(v.rollback_of);
     }
+    auto orDash = [&](const std::string& s) { return v.intact && !s.empty() ? s : "-"; };
     rows.push_back({std::to_string(v.version), v.intact ? timeText(v.applied_at_unix_ms) : "-",
-                    v.intact ? v.applied_by : "-", v.intact ? std::to_string(v.tenants) : "-",
-                    note});
+                    orDash(v.applied_by), v.intact ? std::to_string(v.tenants) : "-",
+                    orDash(v.source_name), orDash(v.diff_summary), note});
   }
   printTable(ctx.out, rows);
   return kExitOk;
@@ -712,8 +711,7 @@ int cmdRollback(const Args& a, CtlContext& ctx, Client& client) {
     if (!e) return usageError(a, ctx, "--expected-version needs a version number");
     req.set_expected_version(*e);
   }
-  req.set_applied_by(appliedBy(ctx));
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+  if (int rc = client.connect(ctx.err)) return rc;
   v1::ApplyPolicyResponse resp;
   grpc::ClientContext c;
   client.prepare(&c);
@@ -722,13 +720,95 @@ int cmdRollback(const Args& a, CtlContext& ctx, Client& client) {
   return printApplyResponse(ctx.out, resp, "rolled back");
 }
 
-int cmdTop(const Args&, CtlContext& ctx, Client& client) {
-  if (!client.connect(ctx.err)) return kExitUnreachable;
+// Every page of one replica's usage view (the first page's totals cover all its nodes).
+grpc::Status fetchUsage(Client& client, v1::GetUsageResponse* resp) {
+  v1::GetUsageRequest req;
+  for (size_t page = 0; page == 0 || !req.page_token().empty(); ++page) {
+    v1::GetUsageResponse part;
+    grpc::ClientContext c;
+    client.prepare(&c);
+    grpc::Status s = client.stub().GetUsage(&c, req, &part);
+    if (!s.ok()) return s;
+    // A page token that does not advance would loop forever: stop at the node count.
+    if (page > part.total_nodes() || part.next_page_token() <= req.page_token()) {
+      part.clear_next_page_token();
+    }
+    req.set_page_token(part.next_page_token());
+    if (page == 0) {
+      *resp = std::move(part);
+    } else {
+      for (auto& n : *part.mutable_nodes()) *resp->add_nodes() = std::move(n);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+// Usage is held per replica (an agent reports to the replica it watches), so with several
+// --server replicas `top` asks each, keeps every node's newest report and sums the totals
+// again. A replica that does not answer is named; the others still print.
+int mergedUsage(const Args& a, CtlContext& ctx, const std::vector<std::string>& targets,
+                v1::GetUsageResponse* out, std::vector<std::string>* missing) {
+  std::map<std::string, v1::NodeUsage> nodes;
+  uint64_t latest = 0;
+  int rc = kExitOk;
+  for (const std::string& target : targets) {
+    Client one(target, a.timeout_s, a.tls);
+    std::ostringstream why;
+    v1::GetUsageResponse r;
+    if (int c = one.connect(why); c != 0) {
+      if (c == kExitUsage) {
+        ctx.err << why.str();
+        return c;
+      }
+      missing->push_back(target + " (unreachable)");
+      rc = c;
+      continue;
+    }
+    if (grpc::Status s = fetchUsage(one, &r); !s.ok()) {
+      missing->push_back(target + " (" + codeName(s.error_code()) + ": " +
+                         escapeControl(s.error_message()) + ")");
+      rc = one.fail(s, "top", why);
+      continue;
+    }
+    latest = std::max(latest, r.latest_version());
+    for (auto& n : *r.mutable_nodes()) {
+      auto [it, fresh] = nodes.try_emplace(n.node(), n);
+      if (!fresh && n.last_report_unix_ms() > it->second.last_report_unix_ms()) it->second = n;
+    }
+  }
+  if (missing->size() == targets.size()) {
+    ctx.err << "tenantqosctl: top: no replica answered: ";
+    for (size_t i = 0; i < missing->size(); ++i) ctx.err << (i ? ", " : "") << (*missing)[i];
+    ctx.err << "\n";
+    return rc;
+  }
+  std::map<std::string, TenantUsageReport> totals;
+  for (auto& [name, n] : nodes) {
+    for (const auto& t : n.tenants()) {
+      TenantUsageReport& sum = totals[t.tenant()];
+      sum.tenant = t.tenant();
+      sum += proto::fromProto(t);
+    }
+    *out->add_nodes() = std::move(n);
+  }
+  for (const auto& [name, t] : totals) *out->add_tenants() = proto::toProto(t);
+  out->set_latest_version(latest);
+  return kExitOk;
+}
+
+int cmdTop(const Args& a, CtlContext& ctx, Client& client) {
+  auto targets = splitEndpointList(client.server(), "--server");
   v1::GetUsageResponse resp;
-  grpc::ClientContext c;
-  client.prepare(&c);
-  grpc::Status s = client.stub().GetUsage(&c, v1::GetUsageRequest(), &resp);
-  if (!s.ok()) return client.fail(s, "top", ctx.err);
+  std::vector<std::string> missing;  // replicas whose nodes are not shown
+  if (targets.ok() && targets->size() > 1) {
+    if (int rc = mergedUsage(a, ctx, *targets, &resp, &missing)) return rc;
+  } else {
+    if (int rc = client.connect(ctx.err)) return rc;
+    if (grpc::Status s = fetchUsage(client, &resp); !s.ok()) return client.fail(s, "top", ctx.err);
+  }
+  for (const std::string& m : missing) {
+    ctx.out << "replica " << m << ": the nodes that report to it are missing\n";
+  }
   if (resp.nodes().empty()) {
     ctx.out << "no node has reported usage yet (policy version " << resp.latest_version() << ")\n";
     return kExitOk;
@@ -768,9 +848,13 @@ int cmdTop(const Args&, CtlContext& ctx, Client& client) {
   }
   for (const auto& t : resp.tenants()) rows.push_back(row("TOTAL", "", "", proto::fromProto(t)));
   printTable(ctx.out, rows);
+  if (resp.omitted_tenants() > 0) {
+    ctx.out << "(" << resp.omitted_tenants()
+            << " node entries of tenants beyond the server's cap are not in the totals)\n";
+  }
   if (!errors.empty()) {
     ctx.out << "node errors:\n";
-    for (const std::string& e : errors) ctx.out << "  " << e << "\n";
+    for (const std::string& e : errors) ctx.out << "  " << escapeControl(e) << "\n";
   }
   return kExitOk;
 }
@@ -843,7 +927,7 @@ int cmdRender(const Args& a, CtlContext& ctx, Client& client) {
       if (!v || *v == 0) return usageError(a, ctx, "--version needs a version number >= 1");
       req.set_version(*v);
     }
-    if (!client.connect(ctx.err)) return kExitUnreachable;
+    if (int rc = client.connect(ctx.err)) return rc;
     v1::PolicySnapshot snap;
     grpc::ClientContext c;
     client.prepare(&c);
@@ -924,7 +1008,14 @@ int runCtl(const std::vector<std::string>& args, CtlContext& ctx) {
   }
   if (a.server.empty()) a.server = ctx.getenv("TENANTQOS_SERVER");
   if (a.server.empty()) a.server = kDefaultServer;
-  Client client(a.server, a.timeout_s);
+  // Each TLS setting: the flag, else its environment variable.
+  for (auto [field, env] : {std::pair{&a.tls.ca_file, "TENANTQOS_TLS_CA"},
+                            std::pair{&a.tls.cert_file, "TENANTQOS_TLS_CERT"},
+                            std::pair{&a.tls.key_file, "TENANTQOS_TLS_KEY"}}) {
+    if (field->empty()) *field = ctx.getenv(env);
+  }
+  if (!a.tls.insecure) a.tls.insecure = ctx.getenv("TENANTQOS_INSECURE") == "1";
+  Client client(a.server, a.timeout_s, a.tls);
   const std::string cmd = a.cmd->name;
   if (cmd == "validate") return cmdValidate(a, ctx);
   if (cmd == "apply") return cmdApply(a, ctx, client);

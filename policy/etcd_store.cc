@@ -79,7 +79,7 @@ class EtcdStore final : public PolicyStore {
         epoch_key_(o_.prefix + "epoch"),
         latest_key_(o_.prefix + "latest"),
         versions_prefix_(o_.prefix + "versions/"),
-        ring_(o_.endpoints, [&](const std::string& target) {
+        ring_(o_.endpoints, [creds](const std::string& target) {
           grpc::ChannelArguments args;
           args.SetMaxReceiveMessageSize(128 << 20);
           args.SetMaxSendMessageSize(128 << 20);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "policy/authz.h"
 #include "policy/wire.h"
 #include "proto/convert.h"
 
@@ -61,22 +62,35 @@ class CountedUnaryReactor final : public grpc::ServerUnaryReactor {
   std::atomic<int>* in_flight_;
 };
 
-// Runs `fn(request, &response) -> grpc::Status` for a raw unary call.
+Caller callerOf(const grpc::ServerContextBase& ctx, const GrpcServiceOptions& options) {
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  return makeCaller(auth ? rpc::peerIdentity(*auth) : rpc::PeerIdentity{}, options.insecure,
+                    ctx.peer());
+}
+
+// Runs `fn(caller, request, &response) -> grpc::Status` for a raw unary call once the caller
+// holds `permission` (checked before the request is even parsed).
 template <typename Req, typename Resp, typename Fn>
 grpc::ServerUnaryReactor* unaryCall(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                     grpc::ByteBuffer* out, std::atomic<int>* in_flight,
-                                    const char* method, Fn fn) {
+                                    const GrpcServiceOptions& options, const char* method,
+                                    Permission permission, Fn fn) {
   grpc::ServerUnaryReactor* reactor = new CountedUnaryReactor(in_flight);
   grpc::Status status;
   try {
     Req req;
-    if (!parseMessage(in, &req)) {
+    const Caller caller = callerOf(*ctx, options);
+    Status allowed = authorize(caller, method, permission);
+    if (!allowed.ok()) {
+      TQ_LOG(kInfo, "refused: %s", allowed.message().c_str());
+      status = toGrpcStatus(allowed);
+    } else if (!parseMessage(in, &req)) {
       status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             std::string(method) + ": the request is not a valid " +
                                 Req::descriptor()->full_name() + " message");
     } else {
       Resp resp;
-      status = fn(req, &resp);
+      status = fn(caller, req, &resp);
       if (status.ok()) status = serializeMessage(resp, out);
     }
   } catch (const std::exception& e) {  // nothing may escape into gRPC's threads
@@ -111,6 +125,7 @@ grpc::Status toGrpcStatus(const Status& s) {
     case StatusCode::kOutOfRange: c = C::OUT_OF_RANGE; break;
     case StatusCode::kResourceExhausted: c = C::RESOURCE_EXHAUSTED; break;
     case StatusCode::kPermissionDenied: c = C::PERMISSION_DENIED; break;
+    case StatusCode::kUnauthenticated: c = C::UNAUTHENTICATED; break;
     case StatusCode::kUnavailable: c = C::UNAVAILABLE; break;
     case StatusCode::kDeadlineExceeded: c = C::DEADLINE_EXCEEDED; break;
     case StatusCode::kAborted: c = C::ABORTED; break;
@@ -135,11 +150,13 @@ class WatchReactor;
 // the hub's mutex, because a reactor's OnDone (which may run on any gRPC thread) takes it.
 class WatchHub {
  public:
-  explicit WatchHub(PolicydMetrics* metrics) : metrics_(metrics) {}
+  WatchHub(PolicydMetrics* metrics, size_t max_per_identity)
+      : metrics_(metrics), max_per_identity_(max_per_identity) {}
   ~WatchHub();
 
   // Registers a reactor (the hub owns it until its OnDone) and offers it the latest snapshot,
-  // which it takes only if newer than what its watcher knows.
+  // which it takes only if newer than what its watcher knows. A reactor whose identity already
+  // has max_per_identity streams open is ended with RESOURCE_EXHAUSTED instead.
   void add(std::shared_ptr<WatchReactor> reactor);
   void remove(WatchReactor* reactor);
   void publish(std::shared_ptr<const EncodedSnapshot> snapshot);
@@ -154,12 +171,15 @@ class WatchHub {
   mutable std::mutex mu_;
   std::shared_ptr<const EncodedSnapshot> latest_;
   std::unordered_map<WatchReactor*, std::shared_ptr<WatchReactor>> reactors_;
+  std::unordered_map<std::string, size_t> per_identity_;  // open streams per caller identity
+  const size_t max_per_identity_;
   std::optional<grpc::Status> closed_;
 };
 
 class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  WatchReactor(WatchHub* hub, std::string peer) : hub_(hub), peer_(std::move(peer)) {}
+  WatchReactor(WatchHub* hub, std::string peer, std::string identity)
+      : hub_(hub), peer_(std::move(peer)), identity_(std::move(identity)) {}
 
   void setWatcher(std::string node, uint64_t known_version) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -227,10 +247,12 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   const std::string& peer() const { return peer_; }
+  const std::string& identity() const { return identity_; }
 
  private:
   WatchHub* const hub_;
   const std::string peer_;
+  const std::string identity_;
   std::mutex mu_;
   std::string node_;
   uint64_t newest_ = 0;  // newest version written or pending (or known to the client)
@@ -260,6 +282,14 @@ void WatchHub::add(std::shared_ptr<WatchReactor> reactor) {
     latest = latest_;
     closed = closed_;
     n = reactors_.size();
+    size_t& mine = per_identity_[raw->identity()];
+    if (!closed && mine >= max_per_identity_) {
+      closed = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "WatchPolicy: " + raw->identity() + " already has " +
+                                std::to_string(mine) + " watch streams open (at most " +
+                                std::to_string(max_per_identity_) + " per identity)");
+    }
+    ++mine;
   }
   if (metrics_ != nullptr) metrics_->setWatchers(static_cast<int64_t>(n));
   if (closed) {
@@ -278,6 +308,8 @@ void WatchHub::remove(WatchReactor* reactor) {
     if (it != reactors_.end()) {
       keep = std::move(it->second);
       reactors_.erase(it);
+      auto id = per_identity_.find(reactor->identity());
+      if (id != per_identity_.end() && --id->second == 0) per_identity_.erase(id);
     }
     n = reactors_.size();
   }
@@ -328,8 +360,12 @@ std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record
 
 // ---------------------------------------------------------------------------------------------
 
-PolicyGrpcService::PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics)
-    : core_(core), metrics_(metrics), hub_(std::make_unique<WatchHub>(metrics)) {
+PolicyGrpcService::PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics,
+                                     GrpcServiceOptions options)
+    : core_(core),
+      metrics_(metrics),
+      options_(options),
+      hub_(std::make_unique<WatchHub>(metrics, options.max_streams_per_identity)) {
   WatchHub* hub = hub_.get();
   core_.setPublisher([hub, epoch = core_.epoch()](const std::shared_ptr<const PolicyRecord>& r) {
     if (auto s = encodeForWatch(*r, epoch)) hub->publish(std::move(s));
@@ -357,14 +393,14 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ApplyPolicy(grpc::CallbackServerCon
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ApplyPolicyRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, &in_flight_, "ApplyPolicy",
-      [&](const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
+      ctx, in, out, &in_flight_, options_, "ApplyPolicy", Permission::kChange,
+      [&](const Caller& caller, const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
         ApplyRequest a;
         a.yaml = req.policy_yaml();
         if (!req.source_name().empty()) a.source_name = req.source_name();
         a.dry_run = req.dry_run();
         if (req.has_expected_version()) a.expected_version = req.expected_version();
-        a.applied_by = req.applied_by().empty() ? ctx->peer() : req.applied_by();
+        a.author = {caller.identity, caller.groups};  // never the request's applied_by
         Result<ApplyResult> r = core_.apply(a);
         if (!r.ok()) return toGrpcStatus(r.status());
         fillApplyResponse(*r, resp);
@@ -376,8 +412,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetPolicy(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* in,
                                                        grpc::ByteBuffer* out) {
   return unaryCall<v1::GetPolicyRequest, v1::PolicySnapshot>(
-      ctx, in, out, &in_flight_, "GetPolicy",
-      [&](const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
+      ctx, in, out, &in_flight_, options_, "GetPolicy", Permission::kRead,
+      [&](const Caller&, const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
         Result<PolicyRecord> r = core_.get(req.version());
         if (!r.ok()) return toGrpcStatus(r.status());
         *resp = toSnapshot(*r);
@@ -390,8 +426,8 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ListVersions(grpc::CallbackServerCo
                                                           const grpc::ByteBuffer* in,
                                                           grpc::ByteBuffer* out) {
   return unaryCall<v1::ListVersionsRequest, v1::ListVersionsResponse>(
-      ctx, in, out, &in_flight_, "ListVersions",
-      [&](const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
+      ctx, in, out, &in_flight_, options_, "ListVersions", Permission::kRead,
+      [&](const Caller&, const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
         for (const VersionSummary& s : core_.list()) *resp->add_versions() = toVersionInfo(s);
         return grpc::Status::OK;
       });
@@ -401,12 +437,12 @@ grpc::ServerUnaryReactor* PolicyGrpcService::Rollback(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::RollbackRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, &in_flight_, "Rollback",
-      [&](const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
+      ctx, in, out, &in_flight_, options_, "Rollback", Permission::kChange,
+      [&](const Caller& caller, const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
         std::optional<uint64_t> expected;
         if (req.has_expected_version()) expected = req.expected_version();
-        Result<ApplyResult> r = core_.rollback(
-            req.version(), expected, req.applied_by().empty() ? ctx->peer() : req.applied_by());
+        Result<ApplyResult> r =
+            core_.rollback(req.version(), expected, Author{caller.identity, caller.groups});
         if (!r.ok()) return toGrpcStatus(r.status());
         fillApplyResponse(*r, resp);
         return grpc::Status::OK;
@@ -415,19 +451,28 @@ grpc::ServerUnaryReactor* PolicyGrpcService::Rollback(grpc::CallbackServerContex
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) {
-  auto reactor = std::make_shared<WatchReactor>(hub_.get(), ctx->peer());
+  const Caller caller = callerOf(*ctx, options_);
+  auto reactor = std::make_shared<WatchReactor>(hub_.get(), ctx->peer(), caller.identity);
   WatchReactor* raw = reactor.get();
   v1::WatchPolicyRequest req;
-  if (!parseMessage(in, &req)) {
-    raw->setWatcher("", UINT64_MAX);   // nothing is newer: no snapshot is offered
-    hub_->add(std::move(reactor));
-    raw->close(grpc::Status(
+  Status allowed = authorize(caller, "WatchPolicy", Permission::kWatch);
+  std::optional<grpc::Status> refusal;
+  if (!allowed.ok()) {
+    TQ_LOG(kInfo, "refused: %s", allowed.message().c_str());
+    refusal = toGrpcStatus(allowed);
+  } else if (!parseMessage(in, &req)) {
+    refusal = grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
-        "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message"));
+        "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message");
+  }
+  if (refusal) {
+    raw->setWatcher("", UINT64_MAX);  // nothing is newer: no snapshot is offered
+    hub_->add(std::move(reactor));
+    raw->close(*refusal);
     return raw;
   }
-  TQ_LOG(kDebug, "watch from %s (node %s), known version %" PRIu64 " of store %s",
-         ctx->peer().c_str(), req.node().c_str(), req.known_version(),
+  TQ_LOG(kDebug, "watch from %s (%s, node %s), known version %" PRIu64 " of store %s",
+         ctx->peer().c_str(), caller.identity.c_str(), req.node().c_str(), req.known_version(),
          req.known_store_epoch().c_str());
   // Versions are compared within one store only (see WatchPolicyRequest.known_store_epoch).
   uint64_t newer_than = req.known_version();
@@ -441,10 +486,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
       if (!synced.ok()) TQ_LOG(kWarn, "watch: %s", synced.message().c_str());
       if (auto now = core_.latest(); now && now->version < newer_than) {
         TQ_LOG(kWarn,
-               "watch from %s (node %s): it holds version %" PRIu64
+               "watch from %s (%s, node %s): it holds version %" PRIu64
                " of this store, newer than "
                "the latest %" PRIu64 " (was the store restored from an old backup?)",
-               ctx->peer().c_str(), req.node().c_str(), req.known_version(), now->version);
+               ctx->peer().c_str(), caller.identity.c_str(), req.node().c_str(),
+               req.known_version(), now->version);
         if (metrics_ != nullptr) metrics_->countWatcherAhead();
         newer_than = 0;
       }
@@ -459,8 +505,11 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ReportUsage(grpc::CallbackServerCon
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ReportUsageRequest, v1::ReportUsageResponse>(
-      ctx, in, out, &in_flight_, "ReportUsage",
-      [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
+      ctx, in, out, &in_flight_, options_, "ReportUsage", Permission::kReport,
+      [&](const Caller& caller, const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
+        // An agent reports for the node its certificate names, and for no other.
+        Status own = authorize(caller, "ReportUsage", Permission::kReport, req.node());
+        if (!own.ok()) return toGrpcStatus(own);
         return toGrpcStatus(core_.reportUsage(proto::fromReportUsageRequest(req)));
       });
 }
@@ -469,13 +518,16 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetUsage(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::GetUsageRequest, v1::GetUsageResponse>(
-      ctx, in, out, &in_flight_, "GetUsage",
-      [&](const v1::GetUsageRequest&, v1::GetUsageResponse* resp) {
-        ClusterUsage u = core_.usage();
+      ctx, in, out, &in_flight_, options_, "GetUsage", Permission::kUsage,
+      [&](const Caller&, const v1::GetUsageRequest& req, v1::GetUsageResponse* resp) {
+        ClusterUsage u = core_.usage(req.page_token());
         for (const NodeUsageEntry& n : u.nodes)
           *resp->add_nodes() = proto::toNodeUsage(n.report, n.received_unix_ms);
         for (const TenantUsageReport& t : u.totals) *resp->add_tenants() = proto::toProto(t);
         resp->set_latest_version(u.latest_version);
+        resp->set_next_page_token(u.next_page_token);
+        resp->set_total_nodes(u.total_nodes);
+        resp->set_omitted_tenants(u.omitted_totals);
         return grpc::Status::OK;
       });
 }

@@ -8,6 +8,9 @@
 // WatchPolicy: one ServerWriteReactor per watcher. Each holds at most one write in flight and
 // one pending snapshot (the newest not yet written): a slow watcher skips intermediate versions
 // but never receives an older version after a newer one, and memory per watcher is bounded.
+// Every method first checks the caller's role (policy/authz.h) from its verified client
+// certificate; the identity, never a request field, is what the audit trail records.
+// Watch streams are limited per caller identity (RESOURCE_EXHAUSTED beyond the limit).
 // Thread-safety: the service is used by gRPC's threads concurrently; closeWatchers() may be
 // called from any thread.
 #pragma once
@@ -32,10 +35,15 @@ using RawPolicyServiceBase = tenantqos::v1::PolicyService::WithRawCallbackMethod
                         tenantqos::v1::PolicyService::WithRawCallbackMethod_GetUsage<
                             tenantqos::v1::PolicyService::Service>>>>>>>;
 
+struct GrpcServiceOptions {
+  bool insecure = false;  // the server runs --insecure: callers are unauthenticated admins
+  size_t max_streams_per_identity = 16;
+};
+
 class PolicyGrpcService final : public RawPolicyServiceBase {
  public:
   // Installs itself as `core`'s publisher. `core` and `metrics` (may be null) outlive this.
-  PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics);
+  PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics, GrpcServiceOptions options = {});
   ~PolicyGrpcService() override;
 
   // Ends every open watch stream with UNAVAILABLE("<reason>") and refuses new ones. Call before
@@ -66,6 +74,7 @@ class PolicyGrpcService final : public RawPolicyServiceBase {
  private:
   PolicyCore& core_;
   PolicydMetrics* metrics_;
+  const GrpcServiceOptions options_;
   std::unique_ptr<WatchHub> hub_;
   std::atomic<int> in_flight_{0};
 };

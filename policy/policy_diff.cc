@@ -109,6 +109,32 @@ bool PolicyDiff::hasChanges() const {
          std::any_of(tenants.begin(), tenants.end(), changed);
 }
 
+std::string summarizeDiff(const PolicyDiff& diff) {
+  constexpr size_t kNamesShown = 8;  // per kind, so the line stays readable
+  auto part = [&](const char* what, const std::vector<ObjectChange>& changes) {
+    std::string out;
+    size_t shown = 0, more = 0;
+    for (const ObjectChange& c : changes) {
+      if (c.kind == ChangeKind::kUnchanged) continue;
+      if (shown == kNamesShown) {
+        ++more;
+        continue;
+      }
+      const char* mark = c.kind == ChangeKind::kAdded     ? "+"
+                         : c.kind == ChangeKind::kRemoved ? "-"
+                                                          : "~";
+      out += std::string(shown++ ? " " : "") + mark + c.name;
+    }
+    if (more) out += " (+" + std::to_string(more) + " more)";
+    return out.empty() ? out : std::string(what) + " " + out;
+  };
+  std::string tenants = part("tenants", diff.tenants);
+  std::string links = part("links", diff.links);
+  if (tenants.empty() && links.empty()) return "no change";
+  if (tenants.empty()) return links;
+  return links.empty() ? tenants : tenants + "; " + links;
+}
+
 std::string describeTenant(const TenantSpec& t) {
   std::string s = "link " + t.link + ", guarantee " + formatRate(t.guarantee_bytes_per_second) +
                   ", limit " + formatRate(t.limit_bytes_per_second) + ", weight " +

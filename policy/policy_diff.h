@@ -35,6 +35,10 @@ struct PolicyDiff {
 
 PolicyDiff diffPolicies(const PolicySpec& before, const PolicySpec& after);
 
+// One line for the audit trail: "tenants +a ~b -c; links ~fabric" (names cut after a few, with
+// "+N more"), or "no change".
+std::string summarizeDiff(const PolicyDiff& diff);
+
 // One line per setting, for an added tenant ("link fabric, guarantee 40Gbps, limit 60Gbps, ...").
 std::string describeTenant(const TenantSpec& t);
 

@@ -773,6 +773,106 @@ Status errorsToStatus(const std::vector<PolicyError>& errors) {
 
 Status ParsedPolicy::status() const { return errorsToStatus(errors); }
 
+namespace {
+
+// The budget scan: one pass over the bytes, O(1) memory, that bounds what yaml-cpp would build.
+// Conservative: every flow bracket, block indentation level and "- "/"? " indicator counts as a
+// nesting level; every ':' / '-' / ',' indicator as nodes. Quotes and comments are skipped.
+struct BudgetScan {
+  size_t max_depth = 0;
+  size_t nodes = 0;
+  Pos where{1, 1};  // where the depth or node budget was first exceeded
+  const char* exceeded = nullptr;
+};
+
+BudgetScan scanYamlBudget(std::string_view t) {
+  BudgetScan scan;
+  std::vector<size_t> indents;  // block indentation stack (bounded: we stop at the budget)
+  size_t flow = 0;
+  int line = 1;
+  size_t line_start = 0;
+  char quote = 0;
+  auto over = [&](size_t i, const char* what) {
+    scan.exceeded = what;
+    scan.where = {line, static_cast<int>(i - line_start + 1)};
+  };
+  auto depth = [&](size_t i, size_t d) {
+    scan.max_depth = std::max(scan.max_depth, d);
+    if (d > kMaxYamlDepth) over(i, "nesting");
+  };
+  bool at_line_start = true;
+  for (size_t i = 0; i < t.size() && scan.exceeded == nullptr; ++i) {
+    const char c = t[i];
+    if (c == '\n') {
+      ++line;
+      line_start = i + 1;
+      at_line_start = true;
+      continue;
+    }
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+      if (c == '\\' && quote == '"') ++i;
+      continue;
+    }
+    if (at_line_start && flow == 0) {
+      size_t j = i;
+      while (j < t.size() && t[j] == ' ') ++j;
+      if (j >= t.size() || t[j] == '\n' || t[j] == '#') {  // blank or comment line
+        i = j - 1;
+        at_line_start = false;
+        if (j < t.size() && t[j] == '#') {
+          while (i + 1 < t.size() && t[i + 1] != '\n') ++i;
+        }
+        continue;
+      }
+      const size_t indent = j - i;
+      while (!indents.empty() && indents.back() > indent) indents.pop_back();
+      if (indents.empty() || indents.back() < indent) indents.push_back(indent);
+      size_t compact = 0;  // "- - x" and "? " open a level each on the same line
+      while (j + 1 < t.size() && (t[j] == '-' || t[j] == '?') && (t[j + 1] == ' ')) {
+        ++compact;
+        ++scan.nodes;
+        j += 2;
+        while (j < t.size() && t[j] == ' ') ++j;
+      }
+      depth(j, indents.size() + compact);
+      i = j - 1;
+      at_line_start = false;
+      continue;
+    }
+    at_line_start = false;
+    const char next = i + 1 < t.size() ? t[i + 1] : '\n';
+    switch (c) {
+      case '\'':
+      case '"': quote = c; break;
+      case '#':
+        if (i > 0 && (t[i - 1] == ' ' || t[i - 1] == '\t')) {
+          while (i + 1 < t.size() && t[i + 1] != '\n') ++i;
+        }
+        break;
+      case '[':
+      case '{':
+        ++flow;
+        ++scan.nodes;
+        depth(i, indents.size() + flow);
+        break;
+      case ']':
+      case '}':
+        if (flow > 0) --flow;
+        break;
+      case ',': ++scan.nodes; break;
+      case ':':
+        if (next == ' ' || next == '\n' || flow > 0) scan.nodes += 2;
+        break;
+      default: break;
+    }
+    if (scan.nodes > kMaxYamlNodes && scan.exceeded == nullptr) over(i, "nodes");
+  }
+  return scan;
+}
+
+}  // namespace
+
 ParsedPolicy parsePolicyYaml(std::string_view text, std::string_view source_name) {
   ParsedPolicy out;
   ErrorList errors(source_name);
@@ -780,6 +880,19 @@ ParsedPolicy parsePolicyYaml(std::string_view text, std::string_view source_name
     errors.add({1, 1}, "(file)",
                "policy is " + std::to_string(text.size()) + " bytes, more than the limit of " +
                    std::to_string(kMaxPolicyBytes) + " bytes (4 MiB)");
+    out.errors = errors.take();
+    return out;
+  }
+  // Before yaml-cpp builds a tree (which costs ~100x the text for deep nesting): reject what
+  // would exceed the budget.
+  BudgetScan scan = scanYamlBudget(text);
+  if (scan.exceeded != nullptr) {
+    errors.add(scan.where, "(yaml)",
+               std::string_view(scan.exceeded) == "nesting"
+                   ? "nested deeper than " + std::to_string(kMaxYamlDepth) +
+                         " levels (a policy needs 4; rejected before parsing)"
+                   : "more than " + std::to_string(kMaxYamlNodes) +
+                         " YAML nodes (rejected before parsing)");
     out.errors = errors.take();
     return out;
   }

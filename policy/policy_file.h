@@ -20,7 +20,8 @@
 //   - two tenants with the same serviceLevel or dscp need shareClass: true on both;
 //   - admission per link: sum of guarantees <= allocatableCapacity() (common/capacity.h);
 //   - at most kMaxTenants tenants, kMaxLinks links, kMaxTrafficClasses per tenant;
-//   - the file is at most kMaxPolicyBytes (checked before parsing).
+//   - the file is at most kMaxPolicyBytes, kMaxYamlDepth deep, kMaxYamlNodes nodes (checked
+//     before parsing).
 // Thread-safety: pure functions.
 #pragma once
 
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "common/policy.h"
+#include "common/shm_layout.h"
 #include "common/status.h"
 
 namespace tq::policy {
@@ -37,11 +39,18 @@ namespace tq::policy {
 inline constexpr std::string_view kApiVersion = "tenantqos/v1";
 inline constexpr std::string_view kKind = "TenantPolicy";
 inline constexpr uint64_t kMaxPolicyBytes = 4u << 20;  // 4 MiB
-inline constexpr size_t kMaxTenants = 10000;
+inline constexpr size_t kMaxTenants = kMaxTenantsPerAgent;  // common/policy.h
 inline constexpr size_t kMaxLinks = 1000;
-inline constexpr size_t kMaxTrafficClasses = 256;  // per tenant
+// Per tenant: what the node contract (the tenant's shared-memory file) holds.
+inline constexpr size_t kMaxTrafficClasses = shm::kMaxTrafficClasses;
 inline constexpr size_t kMaxPlatformNames = 1000;  // per tenant: namespaces, volcanoQueues
 inline constexpr uint32_t kMaxWeight = 10000;
+// The parse budget (memory): before yaml-cpp builds its tree, a scan of the bytes rejects text
+// nested deeper than kMaxYamlDepth (flow brackets, block indentation levels, "- " indicators)
+// or with more than kMaxYamlNodes nodes. Within these, one parse holds a bounded tree (measured
+// figures: docs/policy.md, "Resource limits").
+inline constexpr size_t kMaxYamlDepth = 32;
+inline constexpr size_t kMaxYamlNodes = 200'000;
 inline constexpr uint32_t kMaxServiceLevel = 15;
 inline constexpr uint32_t kMaxDscp = 63;
 

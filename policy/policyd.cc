@@ -6,7 +6,6 @@
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <cinttypes>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include "common/endpoints.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "policy/audit_log.h"
 #include "policy/grpc_service.h"
 #include "policy/metrics.h"
 #include "policy/service.h"
@@ -61,6 +61,8 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
   d->options_ = options;
   d->metrics_ = std::make_unique<PolicydMetrics>();
 
+  TQ_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                      rpc::serverCredentials(options.tls));
   if (options.store_backend == "etcd") {
     EtcdStoreOptions etcd = options.etcd;
     etcd.retain_versions = options.store.retain_versions;
@@ -73,8 +75,14 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
   const bool newest_corrupt = !versions.empty() && !versions.front().intact;
   d->metrics_->setStoreInfo(options.store_backend, d->store_->epoch());
   d->metrics_->setStoreNewestCorruptVersion(newest_corrupt ? versions.front().version : 0);
-  d->core_ = std::make_unique<PolicyCore>(*d->store_, clock, d->metrics_.get());
-  d->service_ = std::make_unique<PolicyGrpcService>(*d->core_, d->metrics_.get());
+  const std::string audit_path =
+      options.audit_log.empty() ? options.data_dir + "/audit.jsonl" : options.audit_log;
+  TQ_ASSIGN_OR_RETURN(d->audit_, AuditLog::open(audit_path));
+  d->core_ = std::make_unique<PolicyCore>(*d->store_, clock, d->metrics_.get(), d->audit_.get(),
+                                          options.core);
+  GrpcServiceOptions grpc_options = options.grpc;
+  grpc_options.insecure = options.tls.insecure;
+  d->service_ = std::make_unique<PolicyGrpcService>(*d->core_, d->metrics_.get(), grpc_options);
 
   if (!options.metrics_listen.empty()) {
     // prometheus-cpp (civetweb) throws when it cannot bind: convert at this boundary.
@@ -91,7 +99,7 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &d->port_);
+  builder.AddListeningPort(options.listen, credentials, &d->port_);
   builder.RegisterService(d->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_request_bytes);
   // gRPC sets SO_REUSEPORT by default, which would let a second policyd bind the same port.
@@ -114,8 +122,10 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
   // Logged before the port file appears, so a script that waited for the file finds the line.
   auto latest = d->core_->latest();
   TQ_LOG(kInfo,
-         "tenantqos-policyd listening on %s (store %s, epoch %s, policy version %" PRIu64 ")",
-         d->address_.c_str(), d->store_->describe().c_str(), d->store_->epoch().c_str(),
+         "tenantqos-policyd listening on %s (%s, store %s, epoch %s, audit log %s, policy "
+         "version %" PRIu64 ")",
+         d->address_.c_str(), options.tls.insecure ? "PLAINTEXT, no authentication" : "mutual TLS",
+         d->store_->describe().c_str(), d->store_->epoch().c_str(), audit_path.c_str(),
          latest ? latest->version : 0);
   if (d->exposer_) {
     TQ_LOG(kInfo, "metrics on http://%s:%d/metrics", hostOf(options.metrics_listen).c_str(),
@@ -188,9 +198,18 @@ Flags:
                          to start
   --port-file FILE       write the bound gRPC port to FILE (atomically) once listening
   --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics (default: off)
+  --audit-log FILE       append-only JSON-lines audit log (default DATA_DIR/audit.jsonl)
+  --usage-expiry SECONDS drop a node's usage after this long without a report (default 30)
+  --max-streams-per-identity N
+                         open watch streams one client identity may hold (default 16)
   --log-level LEVEL      error, warn, info (default), debug or trace
   -h, --help             show this help
 
+Mutual TLS (required unless --insecure): clients must present a certificate signed by --tls-ca;
+its subject CN is the caller's identity and its O values its groups: tenantqos:admins (every
+method), tenantqos:viewers (get, history, top), tenantqos:agents (watch; report usage for the
+node named by the CN). With --insecure every caller is "insecure:HOST" with every role.
+%TLS%
 The bound address is logged as "listening on HOST:PORT". SIGTERM or SIGINT shut down cleanly
 (watch streams end with UNAVAILABLE, in-flight calls finish) and the exit code is 0.
 Exit codes: 0 clean shutdown, 1 startup failed, 2 usage error.
@@ -233,7 +252,9 @@ int policydMain(int argc, char** argv) {
   while (p.i < argc && p.error.empty()) {
     std::string a = argv[p.i];
     if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
+      std::string usage = kUsage;
+      usage.replace(usage.find("%TLS%"), 5, rpc::kTlsFlagsHelp);
+      std::cout << usage;
       return 0;
     }
     if (a == "--serve-newest-intact") {
@@ -258,11 +279,41 @@ int policydMain(int argc, char** argv) {
       opt.store.retain_versions = n;
       continue;
     }
+    std::string v;
     if (p.take("--listen", &opt.listen) || p.take("--data-dir", &opt.data_dir) ||
         p.take("--port-file", &opt.port_file) || p.take("--metrics", &opt.metrics_listen) ||
         p.take("--log-level", &level) || p.take("--store", &opt.store_backend) ||
         p.take("--etcd-prefix", &opt.etcd.prefix) || p.take("--etcd-ca", &opt.etcd.ca_file) ||
-        p.take("--etcd-cert", &opt.etcd.cert_file) || p.take("--etcd-key", &opt.etcd.key_file)) {
+        p.take("--etcd-cert", &opt.etcd.cert_file) || p.take("--etcd-key", &opt.etcd.key_file) ||
+        p.take("--audit-log", &opt.audit_log)) {
+      continue;
+    }
+    if (a == "--insecure") {
+      opt.tls.insecure = true;
+      ++p.i;
+      continue;
+    }
+    if (const std::string f = a.substr(0, a.find('='));
+        f == "--tls-ca" || f == "--tls-cert" || f == "--tls-key") {
+      if (p.take(f.c_str(), &v)) rpc::setTlsFlag(&opt.tls, f, v);
+      continue;
+    }
+    if (p.take("--usage-expiry", &v)) {
+      char* end = nullptr;
+      const double s = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(s >= 1 && s <= 86400)) {
+        p.error = "--usage-expiry wants seconds in [1, 86400], got \"" + v + "\"";
+      }
+      opt.core.usage_expiry_ns = static_cast<int64_t>(s * 1e9);
+      continue;
+    }
+    if (p.take("--max-streams-per-identity", &v)) {
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > 1000000) {
+        p.error = "--max-streams-per-identity wants 1..1000000, got \"" + v + "\"";
+      }
+      opt.grpc.max_streams_per_identity = static_cast<size_t>(n);
       continue;
     }
     p.error = "unknown argument \"" + a + "\"";
@@ -293,10 +344,8 @@ int policydMain(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
   // Every watching agent holds a connection (a file descriptor): use the hard limit.
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) TQ_LOG(kWarn, "cannot raise the open-file limit");
+  if (auto fds = raiseOpenFileLimit(); !fds.ok()) {
+    TQ_LOG(kWarn, "%s", fds.status().message().c_str());
   }
 
   auto d = Policyd::start(opt);

@@ -20,6 +20,9 @@
 #include "common/status.h"
 #include "policy/etcd_store.h"
 #include "policy/file_store.h"
+#include "policy/grpc_service.h"
+#include "policy/service.h"
+#include "rpc/tls.h"
 
 namespace grpc {
 class Server;
@@ -30,8 +33,7 @@ class Exposer;
 
 namespace tq::policy {
 
-class PolicyCore;
-class PolicyGrpcService;
+class AuditLog;
 class PolicydMetrics;
 
 inline constexpr int kDefaultPolicydPort = 7400;
@@ -52,6 +54,10 @@ struct PolicydOptions {
   // Serve the newest intact version when the newest record is corrupt, instead of refusing to
   // start (--serve-newest-intact).
   bool serve_newest_intact = false;
+  rpc::TlsConfig tls;       // mutual TLS (or tls.insecure)
+  std::string audit_log;    // the JSON-lines audit log; "" = DATA_DIR/audit.jsonl
+  CoreOptions core;         // usage expiry and bounds
+  GrpcServiceOptions grpc;  // streams per identity (grpc.insecure follows tls.insecure)
 };
 
 // The gRPC health service name that reports the store: NOT_SERVING while policyd serves an
@@ -87,6 +93,7 @@ class Policyd {
   PolicydOptions options_;
   std::unique_ptr<PolicydMetrics> metrics_;
   std::unique_ptr<PolicyStore> store_;
+  std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<PolicyCore> core_;
   std::unique_ptr<PolicyGrpcService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -14,11 +14,17 @@
 //     Versions other replicas commit reach this core through the store's external-append
 //     callback and are published like local ones.
 //   - rollback(N): the content of version N becomes a new version (rollback_of = N).
-//   - usage: the latest report per node, in memory only.
-// Thread-safety: all methods are safe from any thread. One mutex serialises applies and is held
-// only for the decision and the durable store; publishing happens after it is released.
+//   - every stored version records its author (the caller's verified identity and groups), the
+//     source file name and a one-line diff summary, in the store and in the audit log.
+//   - usage: the latest report per node, in memory only, bounded (CoreOptions) and expiring.
+// Memory: applies are serialised (one policy parse in memory at a time, bounded by the parser's
+// budget, policy_file.h); at most kMaxWaitingApplies wait, more get kResourceExhausted.
+// Thread-safety: all methods are safe from any thread. One mutex guards the latest version and
+// the usage view and is held only for the decision and the durable store; publishing happens
+// after it is released.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -37,12 +43,18 @@
 
 namespace tq::policy {
 
+// Who changed the policy: from the verified client certificate, never from the request.
+struct Author {
+  std::string identity;
+  std::vector<std::string> groups;
+};
+
 struct ApplyRequest {
   std::string yaml;
   std::string source_name = "<request>";  // FILE in error positions
   bool dry_run = false;
   std::optional<uint64_t> expected_version;
-  std::string applied_by;
+  Author author;
 };
 
 struct ApplyResult {
@@ -57,15 +69,34 @@ struct NodeUsageEntry {
   int64_t received_unix_ms = 0;
 };
 
+// One page of the cluster usage view (GetUsage).
 struct ClusterUsage {
-  std::vector<NodeUsageEntry> nodes;      // by node name
-  std::vector<TenantUsageReport> totals;  // per tenant, summed over nodes, by tenant name
+  std::vector<NodeUsageEntry> nodes;      // this page's nodes, by node name
+  std::vector<TenantUsageReport> totals;  // per tenant over ALL nodes, by name, capped
   uint64_t latest_version = 0;
+  std::string next_page_token;  // the last node of this page; "" when it is the last page
+  uint32_t total_nodes = 0;
+  uint32_t omitted_totals = 0;  // node entries of tenants beyond kMaxUsageTotals (not summed)
 };
 
-inline constexpr size_t kMaxUsageNodes = 100000;
+// Usage reports are bounded per report and in total (docs/policy.md, "Resource limits").
+inline constexpr size_t kMaxUsageNodes = 10000;
+inline constexpr size_t kMaxUsageErrorsPerNode = 16;
+inline constexpr size_t kMaxUsageErrorBytes = 256;
+inline constexpr size_t kUsagePageEntries = 20000;              // tenant entries per GetUsage page
+inline constexpr size_t kMaxUsageTotals = kMaxTenantsPerAgent;  // per-tenant sums in GetUsage
+inline constexpr size_t kMaxWaitingApplies = 4;
 inline constexpr int kMaxApplyRaces = 5;
-inline constexpr size_t kMaxUsageTenantsPerNode = 10000;
+
+struct CoreOptions {
+  // A node that has not reported for this long is dropped from the usage view (30 report
+  // intervals of the agent's default 1 s).
+  int64_t usage_expiry_ns = 30'000'000'000;
+  // Tenant entries kept over all nodes (about 150 bytes each).
+  size_t max_usage_entries = 200'000;
+};
+
+class AuditLog;
 
 class PolicyCore {
  public:
@@ -75,8 +106,9 @@ class PolicyCore {
   // it was delivered: the publisher must drop a version older than one it already has.
   using Publisher = std::function<void(const std::shared_ptr<const PolicyRecord>&)>;
 
-  // `store`, `clock` and `metrics` (may be null) must outlive the core.
-  PolicyCore(PolicyStore& store, Clock& clock, PolicydMetrics* metrics = nullptr);
+  // `store`, `clock`, `metrics` and `audit` (both may be null) must outlive the core.
+  PolicyCore(PolicyStore& store, Clock& clock, PolicydMetrics* metrics = nullptr,
+             AuditLog* audit = nullptr, CoreOptions options = {});
   ~PolicyCore();
 
   // Installs the publisher; it is not called for versions that exist already (read latest()).
@@ -84,7 +116,7 @@ class PolicyCore {
 
   Result<ApplyResult> apply(const ApplyRequest& request);
   Result<ApplyResult> rollback(uint64_t version, std::optional<uint64_t> expected_version,
-                               const std::string& applied_by);
+                               const Author& author);
 
   // version 0 = latest. kNotFound when there is no such version (or none at all).
   Result<PolicyRecord> get(uint64_t version) const;
@@ -97,27 +129,40 @@ class PolicyCore {
   Status sync();
 
   Status reportUsage(NodeUsageReport report);
-  ClusterUsage usage() const;
+  // The page of nodes after `page_token` (a node name; "" = from the first).
+  ClusterUsage usage(const std::string& page_token = "");
 
  private:
-  Result<ApplyResult> commitLocked(PolicySpec policy, std::string source_yaml, bool dry_run,
-                                   std::optional<uint64_t> expected_version,
-                                   const std::string& applied_by, uint64_t rollback_of);
-  Result<ApplyResult> commitOnceLocked(const PolicySpec& policy, const std::string& source_yaml,
-                                       bool dry_run, std::optional<uint64_t> expected_version,
-                                       const std::string& applied_by, uint64_t rollback_of);
+  struct Commit {
+    PolicySpec policy;
+    std::string source_yaml;
+    std::string source_name;
+    bool dry_run = false;
+    std::optional<uint64_t> expected_version;
+    Author author;
+    uint64_t rollback_of = 0;
+  };
+  Result<ApplyResult> commitLocked(const Commit& commit);
+  Result<ApplyResult> commitOnceLocked(const Commit& commit);
   void publishLatest();
+  void expireUsageLocked();
   // Takes the store's latest if it is newer than latest_ (another replica appended it).
   void refreshLocked();
 
   PolicyStore& store_;
   Clock& clock_;
   PolicydMetrics* metrics_;
+  AuditLog* audit_;
+  const CoreOptions options_;
+  std::mutex apply_mu_;  // serialises applies, parse included (one parse in memory at a time)
+  std::atomic<int> applies_waiting_{0};
   mutable std::mutex mu_;
   std::shared_ptr<const PolicyRecord> latest_;
   Publisher publisher_;
   uint64_t published_version_ = 0;  // newest version handed to the publisher
   std::map<std::string, NodeUsageEntry> usage_;
+  std::map<std::string, int64_t> usage_seen_ns_;  // node -> clock_.nowNs() of its last report
+  size_t usage_entries_ = 0;                      // tenant entries over all of usage_
 };
 
 }  // namespace tq::policy

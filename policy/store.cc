@@ -140,10 +140,17 @@ Result<PolicyRecord> decodeRecord(std::string_view bytes) {
 }
 
 VersionSummary summarize(const PolicyRecord& r) {
-  return {r.version,     r.applied_at_unix_ms,
-          r.applied_by,  static_cast<uint32_t>(r.policy.tenants.size()),
-          r.rollback_of, r.checksum,
-          true,          ""};
+  VersionSummary v;
+  v.version = r.version;
+  v.applied_at_unix_ms = r.applied_at_unix_ms;
+  v.applied_by = r.applied_by;
+  v.tenants = static_cast<uint32_t>(r.policy.tenants.size());
+  v.rollback_of = r.rollback_of;
+  v.checksum = r.checksum;
+  v.applied_by_groups = r.applied_by_groups;
+  v.source_name = r.source_name;
+  v.diff_summary = r.diff_summary;
+  return v;
 }
 
 std::vector<VersionSummary> newestFirst(const std::map<uint64_t, VersionSummary>& versions) {

@@ -46,9 +46,12 @@ struct PolicyRecord {
   PolicySpec policy;
   std::string source_yaml;  // the file as applied ("" for rollbacks of structured content)
   int64_t applied_at_unix_ms = 0;
-  std::string applied_by;
+  std::string applied_by;    // the author's verified identity (server-written)
   uint64_t rollback_of = 0;  // non-zero: this version restored that one's content
   uint32_t checksum = 0;     // set by the store (CRC-32C of the encoded record)
+  std::vector<std::string> applied_by_groups;
+  std::string source_name;   // the file name the client gave
+  std::string diff_summary;  // one line: what changed against the previous version
   friend bool operator==(const PolicyRecord&, const PolicyRecord&) = default;
 };
 
@@ -61,6 +64,9 @@ struct VersionSummary {
   uint32_t checksum = 0;
   bool intact = true;   // false: the stored record failed verification (see `problem`)
   std::string problem;  // why it is not intact
+  std::vector<std::string> applied_by_groups;
+  std::string source_name;
+  std::string diff_summary;
 };
 
 class PolicyStore {

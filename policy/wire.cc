@@ -41,6 +41,9 @@ tenantqos::v1::PolicySnapshot toSnapshot(const PolicyRecord& r, bool with_source
   s.set_applied_by(r.applied_by);
   s.set_rollback_of(r.rollback_of);
   s.set_checksum(r.checksum);
+  for (const std::string& g : r.applied_by_groups) s.add_applied_by_groups(g);
+  s.set_source_name(r.source_name);
+  s.set_diff_summary(r.diff_summary);
   return s;
 }
 
@@ -53,6 +56,9 @@ PolicyRecord fromSnapshot(const tenantqos::v1::PolicySnapshot& s) {
   r.applied_by = s.applied_by();
   r.rollback_of = s.rollback_of();
   r.checksum = s.checksum();
+  r.applied_by_groups.assign(s.applied_by_groups().begin(), s.applied_by_groups().end());
+  r.source_name = s.source_name();
+  r.diff_summary = s.diff_summary();
   return r;
 }
 
@@ -66,6 +72,9 @@ tenantqos::v1::VersionInfo toVersionInfo(const VersionSummary& v) {
   i.set_intact(v.intact);
   i.set_checksum(v.checksum);
   i.set_problem(v.problem);
+  for (const std::string& g : v.applied_by_groups) i.add_applied_by_groups(g);
+  i.set_source_name(v.source_name);
+  i.set_diff_summary(v.diff_summary);
   return i;
 }
 
@@ -79,6 +88,9 @@ VersionSummary fromVersionInfo(const tenantqos::v1::VersionInfo& i) {
   v.intact = i.intact();
   v.checksum = i.checksum();
   v.problem = i.problem();
+  v.applied_by_groups.assign(i.applied_by_groups().begin(), i.applied_by_groups().end());
+  v.source_name = i.source_name();
+  v.diff_summary = i.diff_summary();
   return v;
 }
 

@@ -7,9 +7,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,19 +19,27 @@ class ChannelRing {
  public:
   using Factory = std::function<std::shared_ptr<grpc::Channel>(const std::string& target)>;
 
-  // `targets` must not be empty.
-  ChannelRing(std::vector<std::string> targets, const Factory& make);
+  // `targets` must not be empty; `make` is kept for renew() and failover().
+  ChannelRing(std::vector<std::string> targets, Factory make);
 
   std::shared_ptr<grpc::Channel> current() const;
   std::string currentTarget() const;
-  // Moves to the next target (round robin) and returns it.
+  // Gives the current target a new channel. A gRPC 1.51 TLS channel whose handshakes had failed
+  // (the server down, or one with a certificate from another CA on the port) was seen never to
+  // become READY again once the real server was back, while a new channel connected at once;
+  // so a failed target is never retried on its old channel.
+  void renew();
+  // Renews the current target's channel and moves to the next target (round robin, the same
+  // one again when there is only one); returns the new current target.
   std::string failover();
   size_t size() const { return targets_.size(); }
 
  private:
   const std::vector<std::string> targets_;
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;
-  std::atomic<size_t> current_{0};
+  const Factory make_;
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;  // guarded by mu_
+  size_t current_ = 0;                                    // guarded by mu_
 };
 
 }  // namespace tq::proto

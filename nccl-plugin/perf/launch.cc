@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/text.h"
 #include "nccl-plugin/perf/rank.h"
 #include "nccl-plugin/perf/report.h"
 
@@ -46,7 +47,7 @@ int runRank(const Options& o, int rank, Fd listen) {
   if (s.ok()) return 0;
   if (o.json) {
     emitLine(format("{\"type\":\"error\",\"rank\":%d,\"message\":%s}", rank,
-                    jsonString(s.message()).c_str()));
+                    jsonQuote(s.message()).c_str()));
   }
   std::fprintf(stderr, "[rank %d] tenantqos-perf: error: %s\n", rank, s.message().c_str());
   return 1;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/text.h"
 #include "nccl-plugin/perf/report.h"
 
 namespace tq::perf {
@@ -169,9 +170,9 @@ void Rank::header(const std::string& extra) {
     emitLine(
         format("{\"type\":\"config\",\"mode\":%s,\"plugin\":%s,\"plugin_name\":%s,\"abi\":%d,"
                "\"nranks\":%d,\"dev\":%d,\"dev_name\":%s,\"window\":%d,\"traffic_class\":%d}",
-               jsonString(o_.mode).c_str(), jsonString(net_->path()).c_str(),
-               jsonString(net_->name()).c_str(), net_->abi(), n_, o_.dev,
-               jsonString(dev_name_).c_str(), o_.window, o_.traffic_class));
+               jsonQuote(o_.mode).c_str(), jsonQuote(net_->path()).c_str(),
+               jsonQuote(net_->name()).c_str(), net_->abi(), n_, o_.dev,
+               jsonQuote(dev_name_).c_str(), o_.window, o_.traffic_class));
     return;
   }
   emitLine(

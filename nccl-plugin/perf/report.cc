@@ -30,21 +30,6 @@ std::string format(const char* fmt, ...) {
   return buf;
 }
 
-std::string jsonString(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      o += format("\\u%04x", c);
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
-
 double cpuSeconds(bool user) {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);

@@ -10,8 +10,6 @@ namespace tq::perf {
 void emitLine(const std::string& line);
 // printf into a std::string (at most 1023 characters).
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-// `s` as a quoted JSON string.
-std::string jsonString(const std::string& s);
 // CPU time of this process so far, user or system, in seconds.
 double cpuSeconds(bool user);
 

@@ -1,10 +1,16 @@
 """The control plane of a testbed run: tenantqos-policyd in the switch namespace and one
-tenantqos-agent per node namespace, each with its own run and state directory."""
+tenantqos-agent per node namespace, each with its own run and state directory. Every gRPC
+connection is mutual TLS, with a throwaway CA and certificates made in the run directory by
+scripts/tq-certs.sh (openssl)."""
 import os
+import subprocess
 import time
 
 from .procs import run
 from .topology import SWITCH_ADDR
+
+CERT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                           "tq-certs.sh")
 
 
 class Binaries:
@@ -40,16 +46,25 @@ class ControlPlane:
         self.policyd_addr = None
         self.agents = {}
         self.agent_mode = None
+        self.pki = os.path.join(workdir, "pki")
+
+    def tls_flags(self, name):
+        """--tls-* flags for the process presenting certificate `name` (pki/NAME.crt)."""
+        return ["--tls-ca", os.path.join(self.pki, "ca.crt"),
+                "--tls-cert", os.path.join(self.pki, name + ".crt"),
+                "--tls-key", os.path.join(self.pki, name + ".key")]
 
     # policyd ---------------------------------------------------------------------------
     def start_policyd(self):
         data = os.path.join(self.workdir, "policyd")
         os.makedirs(data, exist_ok=True)
         port_file = os.path.join(self.workdir, "policyd.port")
+        nodes = [f"node{i}" for i in range(1, self.topo.nodes + 1)]
+        subprocess.run([CERT_SCRIPT, "cluster", self.pki, SWITCH_ADDR] + nodes, check=True)
         self.policyd = self.procs.start(
             "policyd",
             [self.bins.policyd, "--listen", f"{SWITCH_ADDR}:0", "--data-dir", data,
-             "--port-file", port_file],
+             "--port-file", port_file] + self.tls_flags("policyd"),
             os.path.join(self.workdir, "policyd.log"), netns=self.topo.switch)
         self.policyd.wait_for_log("listening on", 15, "its listening address")
         deadline = time.monotonic() + 5  # the port file follows the log line
@@ -62,7 +77,8 @@ class ControlPlane:
         return self.policyd_addr
 
     def ctl(self, *args, check=True):
-        return run([self.bins.ctl, "--server", self.policyd_addr] + list(args),
+        return run([self.bins.ctl, "--server", self.policyd_addr] + self.tls_flags("admin") +
+                   list(args),
                    netns=self.topo.switch, check=check)
 
     def apply_policy(self, yaml_text, name):
@@ -91,7 +107,8 @@ class ControlPlane:
         return f"http://{self.topo.node_addr(i)}:9464/metrics"
 
     def agent_args(self, i, mode):
-        return ["--policyd", self.policyd_addr, "--node", f"node{i}",
+        return ["--policyd", self.policyd_addr, "--node", f"node{i}"] + \
+            self.tls_flags(f"agent-node{i}") + [
                 "--device", f"{self.topo.node_dev}={self.link_name}",
                 "--run-dir", self.node_run_dir(i), "--state-dir", self.node_state_dir(i)]
 

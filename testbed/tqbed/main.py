@@ -152,7 +152,9 @@ def up(args):
         cp.start_policyd()
         v = cp.apply_policy(policy_yaml(link_bps, tenants, headroom), "up")
         cp.start_agents(args.mode, v)
-        say(f"up: policyd {cp.policyd_addr} (run tenantqosctl with `ip netns exec {topo.switch}`),"
+        say(f"up: policyd {cp.policyd_addr} (run tenantqosctl with `ip netns exec {topo.switch}` "
+            f"and TENANTQOS_TLS_CA={cp.pki}/ca.crt TENANTQOS_TLS_CERT={cp.pki}/admin.crt "
+            f"TENANTQOS_TLS_KEY={cp.pki}/admin.key),"
             f" agents ({args.mode} mode) metrics " + ", ".join(cp.metrics_url(i) for i in (1, 2)))
         say(f"run ranks with: ip netns exec {topo.node_ns(1)} env TENANTQOS_RUN_DIR="
             f"{cp.node_run_dir(1)} ...   Ctrl-C to tear down")

@@ -24,6 +24,7 @@
 #include "common/file_util.h"
 #include "common/tenant_shm.h"
 #include "tc/netns.h"
+#include "tests/functional/test_pki.h"
 #include "tests/support/netns.h"
 #include "tests/support/process.h"
 #include "tests/support/test_agent.h"
@@ -140,6 +141,10 @@ class AgentHarness : public ::testing::Test {
     ASSERT_TRUE(tq::testing::addVethPair(*ns_, dev1_, *ns_, prefix_ + "d").ok());
     run_dir_ = tmp_ + "/run";
     state_dir_ = tmp_ + "/state";
+    // Mutual TLS end to end, with certificates made here (scripts/tq-certs.sh).
+    pki_ = std::make_unique<tq::test::TestPki>(std::string(TQ_SOURCE_DIR) + "/scripts/tq-certs.sh",
+                                               tmp_ + "/pki", std::vector<std::string>{"node1"});
+    ASSERT_TRUE(pki_->ok());
   }
 
   void TearDown() override {
@@ -158,6 +163,12 @@ class AgentHarness : public ::testing::Test {
   static std::string readText(const std::string& path) {
     auto r = readFile(path);
     return r.ok() ? *r : "";
+  }
+
+  static std::vector<std::string> withFlags(std::vector<std::string> argv,
+                                            const std::vector<std::string>& flags) {
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return argv;
   }
 
   int waitPortFile(const std::string& path, Subprocess* proc, const std::string& log) {
@@ -179,8 +190,10 @@ class AgentHarness : public ::testing::Test {
     ::unlink(port_file.c_str());
     const std::string log = tmp_ + "/policyd-" + std::to_string(++policyd_starts_) + ".log";
     auto p = Subprocess::start(
-        ns_->exec({TQ_POLICYD_BIN, "--listen", "127.0.0.1:" + std::to_string(port), "--data-dir",
-                   tmp_ + "/policyd", "--port-file", port_file, "--log-level", "debug"}),
+        ns_->exec(withFlags(
+            {TQ_POLICYD_BIN, "--listen", "127.0.0.1:" + std::to_string(port), "--data-dir",
+             tmp_ + "/policyd", "--port-file", port_file, "--log-level", "debug"},
+            pki_->flags(policyd_cert_))),
         log);
     ASSERT_TRUE(p.ok()) << p.status().toString();
     policyd_ = std::make_unique<Subprocess>(std::move(*p));
@@ -212,6 +225,7 @@ class AgentHarness : public ::testing::Test {
                                   "200",
                                   "--log-level",
                                   "debug"};
+    a = withFlags(std::move(a), pki_->flags("agent-node1"));
     a.insert(a.end(), extra_agent_args_.begin(), extra_agent_args_.end());
     return a;
   }
@@ -235,8 +249,9 @@ class AgentHarness : public ::testing::Test {
   }
 
   tq::testing::CommandResult ctl(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {TQ_CTL_BIN, "--server",
-                                     "127.0.0.1:" + std::to_string(policyd_port_)};
+    std::vector<std::string> argv =
+        withFlags({TQ_CTL_BIN, "--server", "127.0.0.1:" + std::to_string(policyd_port_)},
+                  pki_->flags("admin"));
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = runCommand(ns_->exec(argv), 20'000);
     EXPECT_TRUE(r.ok()) << r.status().toString();
@@ -312,6 +327,8 @@ class AgentHarness : public ::testing::Test {
 
   std::string prefix_, tmp_, run_dir_, state_dir_, dev0_, dev1_, agent_log_;
   std::unique_ptr<TestNetns> ns_;
+  std::unique_ptr<tq::test::TestPki> pki_;
+  std::string policyd_cert_ = "policyd";  // the certificate startPolicyd serves
   std::unique_ptr<Subprocess> policyd_, agent_, prometheus_;
   std::vector<std::string> extra_agent_args_;
   int policyd_port_ = 0, metrics_port_ = 0;

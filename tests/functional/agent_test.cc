@@ -170,6 +170,30 @@ TEST_F(PrivilegedAgentTest, PolicydKilledLeavesEnforcementAndReportsDisconnected
   EXPECT_TRUE(agent_->running());
 }
 
+TEST_F(PrivilegedAgentTest, RefusesAPolicydWhoseCertificateDoesNotChainToItsCa) {
+  // A rogue policyd: it trusts our CA (so it would accept the agent) but its own certificate
+  // comes from another CA.
+  ASSERT_TRUE(pki_->newCa("rogue-ca"));
+  ASSERT_TRUE(pki_->issue("rogue", "tenantqos-policyd", {}, "rogue-ca",
+                          "--san IP:127.0.0.1,DNS:localhost"));
+  policyd_cert_ = "rogue";
+  startPolicyd();
+  const int port = policyd_port_;
+  startAgent();
+  // Three seconds of connection attempts: never connected.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_EQ(metric("tenantqos_policyd_connected"), 0.0) << readText(agent_log_);
+  EXPECT_TRUE(agent_->running());
+  // The real policyd on the same address: the agent connects and enforces.
+  killPolicyd();
+  policyd_cert_ = "policyd";
+  startPolicyd(port);
+  apply(v1());
+  EXPECT_TRUE(eventually([&] { return metric("tenantqos_policyd_connected") == 1.0; }, 10000))
+      << readText(agent_log_);
+  EXPECT_TRUE(eventually([&] { return metric("tenantqos_policy_version") == 1.0; }, 5000));
+}
+
 TEST_F(PrivilegedAgentTest, RestartWhilePolicydDownRestoresFromPersistedSnapshot) {
   startPolicyd();
   startAgent();

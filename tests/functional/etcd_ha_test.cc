@@ -31,6 +31,7 @@ namespace v1 = tenantqos::v1;
 using namespace std::chrono_literals;
 
 const std::string kPolicyd = TQ_POLICYD_BIN;
+const std::string kCtl = TQ_CTL_BIN;
 const std::string kExample = std::string(TQ_SOURCE_DIR) + "/examples/policy.yaml";
 constexpr int kReplicas = 3;
 constexpr int kApplies = 300;
@@ -69,9 +70,12 @@ class EtcdHaTest : public ::testing::Test {
   }
   void startReplica(int i) {
     procs_[i] = std::make_unique<ChildProcess>(
+        // Plaintext: this test is about etcd and failover; mutual TLS has its own tests
+        // (policyd_test.cc, agent_test.cc).
         std::vector<std::string>{kPolicyd, "--listen", addrs_[i], "--store", "etcd",
                                  "--etcd-endpoints", cluster_->endpointList(), "--etcd-prefix",
-                                 prefix_, "--retain-versions", "1000"},
+                                 prefix_, "--retain-versions", "1000", "--insecure", "--audit-log",
+                                 cluster_->dir() + "/audit" + std::to_string(i) + ".jsonl"},
         cluster_->dir() + "/policyd" + std::to_string(i) + ".log");
   }
   void killReplica(int i) {
@@ -130,7 +134,8 @@ struct AgentWatch {
       order.push_back(replicas[(k + static_cast<size_t>(i)) % replicas.size()]);
     }
     watcher = std::make_unique<agent::PolicyWatcher>(
-        agent::makePolicydEndpoints(order, o.backoff), o, &store, &board,
+        agent::makePolicydEndpoints(order, o.backoff, grpc::InsecureChannelCredentials()), o,
+        &store, &board,
         [this](VersionedPolicy p) {
           std::lock_guard<std::mutex> lock(mu);
           versions.push_back(p.version);
@@ -300,6 +305,45 @@ TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
   std::cerr << "jepsen loop: " << acked.size() << " acknowledged, " << conflicts.load()
             << " conflicts, " << unavailable.load() << " unavailable; killed replica " << victim
             << " and etcd member " << member << "; latest " << newest << "\n";
+}
+
+// Usage is replica-local: `tenantqosctl --server A,B,C top` merges every replica's nodes, keeps
+// a node's newest report when it reported to two replicas, sums the totals over the merged
+// nodes, and names a replica that does not answer.
+TEST_F(EtcdHaTest, TopMergesUsageOverEveryReplica) {
+  auto report = [&](int replica, const std::string& node, uint64_t rate) {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + 5s);
+    v1::ReportUsageRequest req;
+    req.set_node(node);
+    req.set_timestamp_unix_ms(1);
+    auto* t = req.add_tenants();
+    t->set_tenant("tenant-a");
+    t->set_transmit_rate_bytes_per_second(rate);
+    v1::ReportUsageResponse resp;
+    return stub(replica)->ReportUsage(&c, req, &resp);
+  };
+  ASSERT_TRUE(report(0, "node-a", 125'000'000).ok());  // 1 Gbit/s, then moved to replica 1:
+  // policyd stamps reports on receipt in ms; the second must be strictly newer.
+  std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(report(1, "node-a", 250'000'000).ok());  // 2 Gbit/s, the newest
+  ASSERT_TRUE(report(2, "node-b", 500'000'000).ok());  // 4 Gbit/s
+  const std::string all = addrs_[0] + "," + addrs_[1] + "," + addrs_[2];
+  auto top = runProcess({kCtl, "--server", all, "--insecure", "top"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_NE(top.out.find("2 nodes reporting"), std::string::npos) << top.out;
+  EXPECT_EQ(top.out.find(" 1Gbps"), std::string::npos) << "node-a's older report\n" << top.out;
+  EXPECT_NE(top.out.find(" 6Gbps"), std::string::npos) << "the total over both\n" << top.out;
+  // One replica gone: the others still print, and its nodes are said to be missing.
+  killReplica(2);
+  top = runProcess({kCtl, "--server", all, "--insecure", "--timeout", "3", "top"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_NE(top.out.find("replica " + addrs_[2]), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("1 node reporting"), std::string::npos) << top.out;
+  // Only one --server: that replica's view alone.
+  top = runProcess({kCtl, "--server", addrs_[0], "--insecure", "top"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_NE(top.out.find(" 1Gbps"), std::string::npos) << top.out;
 }
 
 TEST_F(EtcdHaTest, LosingQuorumFailsAppliesUnavailableAndAgentsKeepEnforcing) {

@@ -2,9 +2,10 @@
 """An independent client: Python (Debian's python3-grpcio) against the real tenantqos-policyd.
 
 Stubs are generated at build time by protoc from proto/tenantqos/v1/policy.proto. Run with
-/usr/bin/python3: the pyenv python3 on PATH has no grpc module.
+/usr/bin/python3: the pyenv python3 on PATH has no grpc module. Mutual TLS with certificates
+made by scripts/tq-certs.sh: grpc.ssl_channel_credentials with the admin's certificate.
 
-  policyd_python_test.py --policyd BIN --stubs DIR --example examples/policy.yaml
+  policyd_python_test.py --policyd BIN --stubs DIR --example examples/policy.yaml --certs SCRIPT
 Exit code 0 when every check passes.
 """
 import argparse
@@ -30,6 +31,7 @@ def main():
     ap.add_argument("--policyd", required=True)
     ap.add_argument("--stubs", required=True)
     ap.add_argument("--example", required=True)
+    ap.add_argument("--certs", required=True, help="scripts/tq-certs.sh")
     args = ap.parse_args()
     sys.path.insert(0, args.stubs)
     import grpc
@@ -38,14 +40,45 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tqpol-py-%d-" % os.getpid())
     log = open(os.path.join(tmp, "policyd.log"), "w")
     port_file = os.path.join(tmp, "port")
+    pki = os.path.join(tmp, "pki")
+    subprocess.run([args.certs, "cluster", pki, "127.0.0.1"], check=True)
+
+    def pem(name):
+        with open(os.path.join(pki, name), "rb") as f:
+            return f.read()
+
     proc = subprocess.Popen([args.policyd, "--listen", "127.0.0.1:0", "--data-dir",
-                             os.path.join(tmp, "data"), "--port-file", port_file],
+                             os.path.join(tmp, "data"), "--port-file", port_file,
+                             "--tls-ca", os.path.join(pki, "ca.crt"),
+                             "--tls-cert", os.path.join(pki, "policyd.crt"),
+                             "--tls-key", os.path.join(pki, "policyd.key")],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: os.path.exists(port_file) or proc.poll() is not None, 15, "port file")
         port = int(open(port_file).read())
-        channel = grpc.insecure_channel("127.0.0.1:%d" % port)
+        def secure(cert):
+            creds = grpc.ssl_channel_credentials(pem("ca.crt"), pem(cert + ".key"), pem(cert + ".crt"))
+            return grpc.secure_channel("127.0.0.1:%d" % port, creds)
+
+        channel = secure("admin")
         stub = policy_pb2_grpc.PolicyServiceStub(channel)
+
+        # Plaintext is refused; a viewer may read but not apply.
+        try:
+            policy_pb2_grpc.PolicyServiceStub(grpc.insecure_channel("127.0.0.1:%d" % port)).GetPolicy(
+                policy_pb2.GetPolicyRequest(), timeout=5)
+            raise AssertionError("a plaintext client was served")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.UNAVAILABLE, e
+        viewer_channel = secure("viewer")
+        viewer = policy_pb2_grpc.PolicyServiceStub(viewer_channel)
+        try:
+            viewer.ApplyPolicy(policy_pb2.ApplyPolicyRequest(policy_yaml="x"), timeout=10)
+            raise AssertionError("a viewer applied a policy")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.PERMISSION_DENIED, e
+            assert "viewer (groups tenantqos:viewers) lacks the role tenantqos:admins" in e.details(), e
+        viewer_channel.close()
 
         try:
             stub.GetPolicy(policy_pb2.GetPolicyRequest(), timeout=10)
@@ -55,7 +88,7 @@ def main():
 
         example = open(args.example).read()
         r = stub.ApplyPolicy(policy_pb2.ApplyPolicyRequest(policy_yaml=example, source_name="policy.yaml",
-                                                           applied_by="python-test"), timeout=10)
+                                                           applied_by="forged"), timeout=10)
         assert r.version == 1 and r.changed, r
 
         snap = stub.GetPolicy(policy_pb2.GetPolicyRequest(version=0), timeout=10)
@@ -67,7 +100,10 @@ def main():
         assert a.limit_bytes_per_second == 7_500_000_000, a
         assert a.weight == 2 and a.service_level == 1 and a.dscp == 26, a
         assert list(a.traffic_classes) == [1], a
-        assert snap.applied_by == "python-test" and snap.checksum != 0, snap
+        # The certificate's identity, not the request's applied_by.
+        assert snap.applied_by == "admin" and snap.checksum != 0, snap
+        assert list(snap.applied_by_groups) == ["tenantqos:admins"], snap
+        assert snap.source_name == "policy.yaml", snap
 
         stream = stub.WatchPolicy(policy_pb2.WatchPolicyRequest(node="py-node", known_version=0), timeout=30)
         first = next(stream)
@@ -95,7 +131,8 @@ def main():
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, "policyd exit code %s" % proc.returncode
-        print("python client: GetPolicy, ApplyPolicy, WatchPolicy against tenantqos-policyd OK")
+        print("python client: mutual TLS, roles, GetPolicy, ApplyPolicy, WatchPolicy against "
+              "tenantqos-policyd OK")
         return 0
     finally:
         if proc.poll() is None:

@@ -20,6 +20,7 @@
 #include "policy/policy_file.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "tests/functional/subprocess.h"
+#include "tests/functional/test_pki.h"
 
 namespace tq::test {
 namespace {
@@ -30,6 +31,7 @@ using namespace std::chrono_literals;
 const std::string kPolicyd = TQ_POLICYD_BIN;
 const std::string kCtl = TQ_CTL_BIN;
 const std::string kExample = std::string(TQ_SOURCE_DIR) + "/examples/policy.yaml";
+const std::string kCertScript = std::string(TQ_SOURCE_DIR) + "/scripts/tq-certs.sh";
 
 std::string examplePolicy() { return readWholeFile(kExample); }
 
@@ -118,6 +120,8 @@ class PolicydTest : public ::testing::Test {
     dir_ = tmpl;
     data_ = dir_ + "/data";
     log_ = dir_ + "/policyd.log";
+    pki_ = std::make_unique<TestPki>(kCertScript, dir_ + "/pki", std::vector<std::string>{"node1"});
+    ASSERT_TRUE(pki_->ok()) << "scripts/tq-certs.sh failed";
   }
   void TearDown() override {
     proc_.reset();
@@ -125,12 +129,17 @@ class PolicydTest : public ::testing::Test {
     ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
   }
 
-  // Starts policyd on 127.0.0.1:0 and returns the port it bound.
+  // Starts policyd on 127.0.0.1:0 with mutual TLS (certificate "policyd", unless `extra` has
+  // --insecure or --tls-cert) and returns the port it bound.
   int start(const std::vector<std::string>& extra = {}) {
     const std::string port_file = dir_ + "/port" + std::to_string(++starts_);
     std::vector<std::string> argv = {kPolicyd, "--listen",    "127.0.0.1:0", "--data-dir",
                                      data_,    "--port-file", port_file};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    if (std::find(extra.begin(), extra.end(), "--insecure") == extra.end() &&
+        std::find(extra.begin(), extra.end(), "--tls-cert") == extra.end()) {
+      for (const std::string& f : pki_->flags("policyd")) argv.push_back(f);
+    }
     proc_ = std::make_unique<ChildProcess>(argv, log_);
     bool up =
         pollUntil([&] { return !readWholeFile(port_file).empty() || !proc_->running(); }, 15s);
@@ -145,21 +154,29 @@ class PolicydTest : public ::testing::Test {
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
-  // A channel; `own_connection` gives it a TCP connection of its own (not shared with others).
-  std::shared_ptr<grpc::Channel> channel(bool own_connection = false) {
+  // A channel presenting certificate `cert` ("admin", "viewer", "agent-node1", ...; "" =
+  // plaintext); `own_connection` gives it a TCP connection of its own (not shared with others).
+  std::shared_ptr<grpc::Channel> channel(bool own_connection = false,
+                                         const std::string& cert = "admin") {
+    return channelWith(cert.empty() ? grpc::InsecureChannelCredentials() : pki_->credentials(cert),
+                       own_connection);
+  }
+  std::shared_ptr<grpc::Channel> channelWith(std::shared_ptr<grpc::ChannelCredentials> creds,
+                                             bool own_connection = true) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(16 << 20);
     if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+    return grpc::CreateCustomChannel(address(), std::move(creds), args);
   }
-  std::unique_ptr<v1::PolicyService::Stub> stub() { return v1::PolicyService::NewStub(channel()); }
+  std::unique_ptr<v1::PolicyService::Stub> stub(const std::string& cert = "admin") {
+    return v1::PolicyService::NewStub(channel(false, cert));
+  }
 
   grpc::Status apply(const std::string& yaml, v1::ApplyPolicyResponse* resp = nullptr,
                      std::optional<uint64_t> expected = std::nullopt, bool dry_run = false) {
     v1::ApplyPolicyRequest req;
     req.set_policy_yaml(yaml);
     req.set_source_name("p.yaml");
-    req.set_applied_by("functional-test");
     req.set_dry_run(dry_run);
     if (expected) req.set_expected_version(*expected);
     v1::ApplyPolicyResponse local;
@@ -206,10 +223,14 @@ class PolicydTest : public ::testing::Test {
     return s;
   }
 
-  ProcessResult ctl(const std::vector<std::string>& args, const std::string& input = "") {
+  // tenantqosctl with certificate `cert` (from the environment, like a user's shell).
+  ProcessResult ctl(const std::vector<std::string>& args, const std::string& input = "",
+                    const std::string& cert = "admin") {
     std::vector<std::string> argv = {kCtl};
     argv.insert(argv.end(), args.begin(), args.end());
-    return runProcess(argv, {"TENANTQOS_SERVER=" + address()}, input, 30s);
+    std::vector<std::string> env = pki_->env(cert);
+    env.push_back("TENANTQOS_SERVER=" + address());
+    return runProcess(argv, env, input, 30s);
   }
 
   std::string writeFile(const std::string& name, const std::string& content) {
@@ -219,6 +240,7 @@ class PolicydTest : public ::testing::Test {
   }
 
   std::string dir_, data_, log_;
+  std::unique_ptr<TestPki> pki_;
   std::unique_ptr<ChildProcess> proc_;
   int port_ = 0;
   int starts_ = 0;
@@ -353,8 +375,9 @@ TEST_F(PolicydTest, CorruptLatestRecordRefusesToStartUnlessServeNewestIntact) {
   std::ofstream(rec, std::ios::binary | std::ios::trunc) << bytes;
   // Agents may enforce version 2 already: serving 1 as the latest would be silent. Refused,
   // naming the file and the way out.
-  auto refused =
-      runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", data_}, {}, "", 20s);
+  std::vector<std::string> argv = {kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", data_};
+  for (const std::string& f : pki_->flags("policyd")) argv.push_back(f);
+  auto refused = runProcess(argv, {}, "", 20s);
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.err.find(rec), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find("--serve-newest-intact"), std::string::npos) << refused.err;
@@ -439,7 +462,7 @@ TEST_F(PolicydTest, StoreEpochOnSnapshotsAndWatchersOfAnotherStore) {
 // 100 watchers, 20 versions applied back to back: every watcher sees strictly increasing
 // versions (skipping some if it lagged, never going back) and ends on the latest.
 TEST_F(PolicydTest, HundredWatchersSeeTwentyRapidVersionsInOrder) {
-  start();
+  start({"--max-streams-per-identity", "100"});  // all watchers are "admin" here
   ASSERT_TRUE(apply(policyWithLimit(41)).ok());
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < 10; ++i) channels.push_back(channel(true));
@@ -683,13 +706,17 @@ TEST_F(PolicydTest, CtlCommandsOutputsAndExitCodes) {
     std::vector<std::string> argv = {kCtl};
     argv.insert(argv.end(), args.begin(), args.end());
     auto t0 = std::chrono::steady_clock::now();
-    auto u = runProcess(argv, {"TENANTQOS_SERVER=" + dead});
+    std::vector<std::string> env = pki_->env("admin");
+    env.push_back("TENANTQOS_SERVER=" + dead);
+    auto u = runProcess(argv, env);
     EXPECT_EQ(u.exit_code, 3) << u.err;
     EXPECT_NE(u.err.find("cannot reach tenantqos-policyd at " + dead), std::string::npos) << u.err;
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   }
   // --server wins over the environment.
-  auto w = runProcess({kCtl, "--server", address(), "get"}, {"TENANTQOS_SERVER=" + dead});
+  std::vector<std::string> env = pki_->env("admin");
+  env.push_back("TENANTQOS_SERVER=" + dead);
+  auto w = runProcess({kCtl, "--server", address(), "get"}, env);
   EXPECT_EQ(w.exit_code, 0) << w.err;
   close(s);
 }
@@ -895,24 +922,44 @@ TEST_F(PolicydTest, SigtermClosesWatchStreamsAndExitsZeroPromptly) {
 TEST_F(PolicydTest, StartupFailuresAreClear) {
   // Data dir is a regular file.
   std::string file = writeFile("not-a-dir", "x");
-  auto r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", file});
+  auto r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", file, "--insecure"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("data directory " + file + " exists and is not a directory"),
             std::string::npos)
       << r.err;
   // Data dir cannot be created (even root cannot mkdir under /proc).
-  r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", "/proc/self/tqpol-data"});
+  r = runProcess(
+      {kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", "/proc/self/tqpol-data", "--insecure"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("/proc/self/tqpol-data"), std::string::npos) << r.err;
   // Port already taken by another policyd.
   start();
-  r = runProcess({kPolicyd, "--listen", address(), "--data-dir", dir_ + "/data2"});
+  r = runProcess({kPolicyd, "--listen", address(), "--data-dir", dir_ + "/data2", "--insecure"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("cannot listen on " + address()), std::string::npos) << r.err;
   // Usage errors.
   EXPECT_EQ(runProcess({kPolicyd, "--bogus"}).exit_code, 2);
   EXPECT_EQ(runProcess({kPolicyd, "--log-level", "loud"}).exit_code, 2);
   EXPECT_EQ(runProcess({kPolicyd, "--listen", "nocolon"}).exit_code, 2);
+  // No TLS and no --insecure; a key that is not the certificate's; an unreadable file.
+  r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/d3"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("mutual TLS needs --tls-ca, --tls-cert and --tls-key (or --insecure"),
+            std::string::npos)
+      << r.err;
+  r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/d3", "--tls-ca",
+                  pki_->crt("ca"), "--tls-cert", pki_->crt("policyd"), "--tls-key",
+                  pki_->key("admin")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--tls-key " + pki_->key("admin") + " is not the key of --tls-cert"),
+            std::string::npos)
+      << r.err;
+  r = runProcess({kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/d3", "--tls-ca",
+                  dir_ + "/nope.crt", "--tls-cert", pki_->crt("policyd"), "--tls-key",
+                  pki_->key("policyd")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--tls-ca: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nope.crt"), std::string::npos) << r.err;
   auto help = runProcess({kPolicyd, "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--data-dir DIR"), std::string::npos);
@@ -939,6 +986,289 @@ TEST_F(PolicydTest, MetricsEndpointPassesPromtool) {
     EXPECT_EQ(check.exit_code, 0) << check.out
                                   << check.err;  // 0 = clean, 3 = lint, 1 = parse error
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mutual TLS and roles, with real certificates made by scripts/tq-certs.sh.
+
+namespace tls {
+
+grpc::Status reportUsage(v1::PolicyService::Stub& stub, const std::string& node,
+                         const std::string& error = "") {
+  v1::ReportUsageRequest r;
+  r.set_node(node);
+  r.set_policy_version(1);
+  r.add_tenants()->set_tenant("tenant-a");
+  if (!error.empty()) r.add_errors(error);
+  v1::ReportUsageResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  return stub.ReportUsage(&ctx, r, &resp);
+}
+
+grpc::Status getPolicy(v1::PolicyService::Stub& stub) {
+  v1::PolicySnapshot snap;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  return stub.GetPolicy(&ctx, v1::GetPolicyRequest(), &snap);
+}
+
+// Credentials that present `cert` without our helper's own checks (which refuse an expired
+// certificate before it is ever sent): what a hostile or misconfigured client could do.
+std::shared_ptr<grpc::ChannelCredentials> rawSsl(const TestPki& pki, const std::string& cert,
+                                                 bool with_cert = true) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = readWholeFile(pki.crt("ca"));
+  if (with_cert) {
+    o.pem_cert_chain = readWholeFile(pki.crt(cert));
+    o.pem_private_key = readWholeFile(pki.key(cert));
+  }
+  return grpc::SslCredentials(o);
+}
+
+}  // namespace tls
+
+TEST_F(PolicydTest, ClientsWithoutAValidCertificateAreRefused) {
+  start();
+  ASSERT_TRUE(apply(examplePolicy()).ok());  // admin: fine
+  auto refused = [&](std::shared_ptr<grpc::ChannelCredentials> creds, const char* what) {
+    auto s = v1::PolicyService::NewStub(channelWith(std::move(creds)));
+    grpc::Status st = tls::getPolicy(*s);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << what << ": " << st.error_message();
+  };
+  refused(grpc::InsecureChannelCredentials(), "plaintext");
+  refused(tls::rawSsl(*pki_, "", /*with_cert=*/false), "TLS without a client certificate");
+  ASSERT_TRUE(pki_->issue("expired", "old-admin", {"tenantqos:admins"}, "ca", "--days -1"));
+  refused(tls::rawSsl(*pki_, "expired"), "expired certificate");
+  ASSERT_TRUE(pki_->newCa("evil-ca"));
+  ASSERT_TRUE(pki_->issue("evil-admin", "admin", {"tenantqos:admins"}, "evil-ca"));
+  refused(tls::rawSsl(*pki_, "evil-admin"), "certificate of another CA");
+  // tenantqosctl says why, and refuses to send an expired certificate at all.
+  auto r = ctl({"history"}, "", "evil-admin");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("TLS handshake failed"), std::string::npos) << r.err;
+  r = ctl({"history"}, "", "expired");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--tls-cert " + pki_->crt("expired") + " has expired"), std::string::npos)
+      << r.err;
+  r = runProcess({kCtl, "--server", address(), "history"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("mutual TLS needs --tls-ca"), std::string::npos) << r.err;
+}
+
+TEST_F(PolicydTest, RolesComeFromTheCertificate) {
+  start();
+  ASSERT_TRUE(pki_->issue("agent-node2", "node2", {"tenantqos:agents"}));
+  ASSERT_TRUE(pki_->issue("nobody", "mallory", {"acme"}));
+  ASSERT_TRUE(apply(examplePolicy()).ok());
+  // Viewer: reads, history, usage; no apply, rollback, watch or report.
+  auto viewer = stub("viewer");
+  EXPECT_TRUE(tls::getPolicy(*viewer).ok());
+  auto a = ctl({"apply", "-f", kExample}, "", "viewer");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_NE(a.err.find("PERMISSION_DENIED"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("ApplyPolicy: viewer (groups tenantqos:viewers) lacks the role "
+                       "tenantqos:admins"),
+            std::string::npos)
+      << a.err;
+  EXPECT_EQ(ctl({"rollback", "1"}, "", "viewer").exit_code, 1);
+  EXPECT_EQ(ctl({"history"}, "", "viewer").exit_code, 0);
+  EXPECT_EQ(ctl({"top"}, "", "viewer").exit_code, 0);
+  EXPECT_EQ(tls::reportUsage(*viewer, "viewer").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // Agent node1: watch, and report for node1 only; no apply, no reads.
+  auto agent = stub("agent-node1");
+  EXPECT_TRUE(tls::reportUsage(*agent, "node1").ok());
+  grpc::Status other = tls::reportUsage(*agent, "node2");
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(other.error_message().find("may report usage only for node \"node1\", not for "
+                                       "\"node2\""),
+            std::string::npos)
+      << other.error_message();
+  EXPECT_TRUE(tls::reportUsage(*stub("agent-node2"), "node2").ok());
+  EXPECT_EQ(tls::getPolicy(*agent).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  a = ctl({"apply", "-f", kExample}, "", "agent-node1");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_NE(a.err.find("node1 (groups tenantqos:agents) lacks the role tenantqos:admins"),
+            std::string::npos)
+      << a.err;
+  {
+    Watcher w(channel(true, "agent-node1"), 0, "node1");
+    EXPECT_TRUE(w.waitForVersion(1));
+    Watcher refused(channel(true, "viewer"), 0);
+    ASSERT_TRUE(refused.waitDone(10s));
+    EXPECT_EQ(refused.status().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // No role at all.
+  grpc::Status none = tls::getPolicy(*stub("nobody"));
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(none.error_message().find("mallory (groups acme) lacks the role tenantqos:admins or "
+                                      "tenantqos:viewers"),
+            std::string::npos)
+      << none.error_message();
+  // Refusals are logged with the identity.
+  EXPECT_NE(readWholeFile(log_).find("refused: ApplyPolicy: viewer"), std::string::npos);
+}
+
+TEST_F(PolicydTest, HistoryRecordsTheVerifiedIdentityNeverTheClientsString) {
+  start();
+  // A raw request with the issue's forged applied_by (newline, ANSI colour, a fake row).
+  v1::ApplyPolicyRequest req;
+  req.set_policy_yaml(examplePolicy());
+  req.set_source_name("team\x1b[31m.yaml");
+  const std::string forged = "ceo\n9 2099-01-01 \x1b[31msecurity@corp";
+  req.GetReflection()->SetString(&req, req.GetDescriptor()->FindFieldByName("applied_by"), forged);
+  v1::ApplyPolicyResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub()->ApplyPolicy(&ctx, req, &resp).ok());
+  ASSERT_EQ(ctl({"rollback", "1"}).exit_code, 0);  // a no-op rollback stores nothing
+  ASSERT_EQ(ctl({"apply", "-f", writeFile("p70.yaml", policyWithLimit(70))}).exit_code, 0);
+  auto versions = list();
+  ASSERT_EQ(versions.versions_size(), 2);
+  for (const auto& v : versions.versions()) {
+    EXPECT_EQ(v.applied_by(), "admin");
+    EXPECT_EQ(std::vector<std::string>(v.applied_by_groups().begin(), v.applied_by_groups().end()),
+              std::vector<std::string>{"tenantqos:admins"});
+  }
+  EXPECT_EQ(versions.versions(0).diff_summary(), "tenants ~tenant-a");
+  EXPECT_EQ(versions.versions(1).diff_summary(), "tenants +tenant-a +tenant-b; links +fabric");
+  EXPECT_EQ(versions.versions(1).source_name(), "team\x1b[31m.yaml");
+  auto h = ctl({"history"});
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_EQ(h.out.find('\x1b'), std::string::npos) << h.out;  // escaped: nothing colours
+  EXPECT_NE(h.out.find("team\\x1b[31m.yaml"), std::string::npos) << h.out;
+  EXPECT_EQ(h.out.find("security@corp"), std::string::npos) << h.out;
+  EXPECT_EQ(std::count(h.out.begin(), h.out.end(), '\n'), 3) << h.out;  // header + 2 rows
+  // The audit log: the same records, one JSON line each, oldest first.
+  std::string audit = readWholeFile(data_ + "/audit.jsonl");
+  EXPECT_EQ(std::count(audit.begin(), audit.end(), '\n'), 2) << audit;
+  EXPECT_NE(audit.find("\"version\":1,\"identity\":\"admin\",\"groups\":[\"tenantqos:admins\"],"
+                       "\"source\":\"team\\u001b[31m.yaml\""),
+            std::string::npos)
+      << audit;
+  EXPECT_NE(audit.find("\"version\":2,\"identity\":\"admin\""), std::string::npos) << audit;
+  // A node's error text cannot forge lines in `top` either.
+  ASSERT_TRUE(tls::reportUsage(*stub("agent-node1"), "node1", "tc failed\n\x1b[2Jfake").ok());
+  auto top = ctl({"top"});
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_NE(top.out.find("node1: tc failed\\x0a\\x1b[2Jfake"), std::string::npos) << top.out;
+}
+
+TEST_F(PolicydTest, CertificatesRotateWhileClientsStayConnected) {
+  // policyd reads its files from paths we replace (like cert-manager's secret volume).
+  const std::string live = dir_ + "/live";
+  ASSERT_EQ(system(("mkdir -p " + live + " && cp " + pki_->crt("ca") + " " + pki_->crt("policyd") +
+                    " " + pki_->key("policyd") + " " + live)
+                       .c_str()),
+            0);
+  start({"--tls-ca", live + "/ca.crt", "--tls-cert", live + "/policyd.crt", "--tls-key",
+         live + "/policyd.key"});
+  ASSERT_TRUE(apply(examplePolicy()).ok());
+  Watcher w(channel(true), 0);
+  ASSERT_TRUE(w.waitForVersion(1));
+
+  // A new CA; the server's certificate and trusted CAs move to it (old CA still trusted).
+  ASSERT_TRUE(pki_->newCa("ca2"));
+  ASSERT_TRUE(
+      pki_->issue("policyd2", "tenantqos-policyd", {}, "ca2", "--san IP:127.0.0.1,DNS:localhost"));
+  ASSERT_TRUE(pki_->issue("admin2", "admin2", {"tenantqos:admins"}, "ca2"));
+  auto replace = [&](const std::string& from, const std::string& to) {
+    ASSERT_EQ(system(("cp " + from + " " + to + ".tmp && mv " + to + ".tmp " + to).c_str()), 0);
+  };
+  ASSERT_EQ(system(("cat " + pki_->crt("ca") + " " + pki_->crt("ca2") + " > " + live +
+                    "/bundle.tmp && mv " + live + "/bundle.tmp " + live + "/ca.crt")
+                       .c_str()),
+            0);
+  replace(pki_->key("policyd2"), live + "/policyd.key");
+  replace(pki_->crt("policyd2"), live + "/policyd.crt");
+  // A client of the new CA gets in once policyd has reloaded (every 2 s), without a restart.
+  auto admin2 = v1::PolicyService::NewStub(
+      channelWith(pki_->credentials("admin2", "ca2"), /*own_connection=*/true));
+  EXPECT_TRUE(pollUntil([&] { return tls::getPolicy(*admin2).ok(); }, 15s))
+      << "the rotated certificate was never served";
+  // The stream opened before the rotation is still up and still receives new versions.
+  v1::ApplyPolicyResponse r;
+  v1::ApplyPolicyRequest req;
+  req.set_policy_yaml(policyWithLimit(70));
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(admin2->ApplyPolicy(&ctx, req, &r).ok());
+  ASSERT_TRUE(w.waitForVersion(2)) << "the watch stream did not survive the rotation";
+  EXPECT_EQ(w.versions(), (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(proc_->running());
+}
+
+TEST_F(PolicydTest, ServerOfAnotherCaIsRefusedByItsClients) {
+  ASSERT_TRUE(pki_->newCa("rogue-ca"));
+  ASSERT_TRUE(pki_->issue("rogue", "tenantqos-policyd", {}, "rogue-ca",
+                          "--san IP:127.0.0.1,DNS:localhost"));
+  start({"--tls-ca", pki_->crt("ca"), "--tls-cert", pki_->crt("rogue"), "--tls-key",
+         pki_->key("rogue")});
+  EXPECT_EQ(tls::getPolicy(*stub()).error_code(), grpc::StatusCode::UNAVAILABLE);
+  Watcher w(channel(true, "agent-node1"), 0, "node1");
+  ASSERT_TRUE(w.waitDone(15s));
+  EXPECT_EQ(w.status().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(w.versions().empty());
+  EXPECT_EQ(ctl({"get"}).exit_code, 3);
+}
+
+TEST_F(PolicydTest, InsecureIsExplicitLoggedAndEveryCallerAnAdmin) {
+  start({"--insecure"});
+  EXPECT_NE(readWholeFile(log_).find("WARN"), std::string::npos);
+  EXPECT_NE(readWholeFile(log_).find("WITHOUT authentication"), std::string::npos);
+  auto r = runProcess({kCtl, "--server", address(), "--insecure", "apply", "-f", kExample});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = runProcess({kCtl, "--server", address(), "history"}, {"TENANTQOS_INSECURE=1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("insecure:127.0.0.1"), std::string::npos) << r.out;
+  // A TLS client cannot talk to a plaintext server.
+  EXPECT_EQ(ctl({"get"}).exit_code, 3);
+}
+
+TEST_F(PolicydTest, WatchStreamsAreLimitedPerIdentity) {
+  start({"--max-streams-per-identity", "2"});
+  ASSERT_TRUE(apply(examplePolicy()).ok());
+  Watcher a(channel(true, "agent-node1"), 0, "node1"), b(channel(true, "agent-node1"), 0, "node1");
+  ASSERT_TRUE(a.waitForVersion(1));
+  ASSERT_TRUE(b.waitForVersion(1));
+  Watcher c(channel(true, "agent-node1"), 0, "node1");
+  ASSERT_TRUE(c.waitDone(10s));
+  EXPECT_EQ(c.status().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(c.status().error_message().find("node1 already has 2 watch streams open"),
+            std::string::npos)
+      << c.status().error_message();
+  Watcher other(channel(true, "admin"), 0);  // another identity is not affected
+  EXPECT_TRUE(other.waitForVersion(1));
+}
+
+TEST_F(PolicydTest, UsageOfSilentNodesExpiresAndTopPagesThroughEveryNode) {
+  start({"--usage-expiry", "2"});
+  auto admin = stub();
+  // 6 nodes x 4096 tenants: more than one GetUsage page (20000 entries).
+  for (int n = 0; n < 6; ++n) {
+    v1::ReportUsageRequest r;
+    r.set_node("big" + std::to_string(n));
+    for (int t = 0; t < 4096; ++t) r.add_tenants()->set_tenant("t" + std::to_string(t));
+    v1::ReportUsageResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(admin->ReportUsage(&ctx, r, &resp).ok());
+  }
+  v1::GetUsageResponse page;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(admin->GetUsage(&ctx, v1::GetUsageRequest(), &page).ok());
+  EXPECT_EQ(page.total_nodes(), 6u);
+  EXPECT_EQ(page.nodes_size(), 4);
+  EXPECT_EQ(page.next_page_token(), "big3");
+  auto top = ctl({"top"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_NE(top.out.find("6 nodes reporting"), std::string::npos) << top.out.substr(0, 200);
+  EXPECT_NE(top.out.find("big5"), std::string::npos);
+  // Nobody reports any more: after --usage-expiry the view is empty.
+  EXPECT_TRUE(pollUntil(
+      [&] {
+        v1::GetUsageResponse u;
+        grpc::ClientContext c;
+        return admin->GetUsage(&c, v1::GetUsageRequest(), &u).ok() && u.nodes_size() == 0;
+      },
+      10s));
 }
 
 }  // namespace

@@ -103,7 +103,10 @@ def apply_policy(text):
     path = os.path.join(ENV["tmp"], "policy.yaml")
     with open(path, "w") as f:
         f.write(text)
-    return run(ARGS.ctl, "--server", f"127.0.0.1:{ENV['policyd_port']}", "apply", "-f", path)
+    pki = ENV["pki"]
+    return run(ARGS.ctl, "--server", f"127.0.0.1:{ENV['policyd_port']}", "--tls-ca",
+               f"{pki}/ca.crt", "--tls-cert", f"{pki}/admin.crt", "--tls-key", f"{pki}/admin.key",
+               "apply", "-f", path)
 
 
 def setUpModule():
@@ -119,14 +122,22 @@ def start_everything():
     ca, crt, key = make_certs(ENV["tmp"])
     ENV["cert"], ENV["key"] = crt, key
     pd_port = os.path.join(ENV["tmp"], "policyd.port")
+    # Mutual TLS to policyd (scripts/tq-certs.sh): the webhook watches with an agents' cert.
+    pki = os.path.join(ENV["tmp"], "pki")
+    subprocess.run([os.path.join(ARGS.source_dir, "scripts", "tq-certs.sh"), "cluster", pki,
+                    "127.0.0.1", "webhook"], check=True)
+    ENV["pki"] = pki
     pd = start([ARGS.policyd, "--listen", "127.0.0.1:0", "--data-dir",
-                os.path.join(ENV["tmp"], "data"), "--port-file", pd_port], "policyd")
+                os.path.join(ENV["tmp"], "data"), "--port-file", pd_port,
+                "--tls-ca", f"{pki}/ca.crt", "--tls-cert", f"{pki}/policyd.crt",
+                "--tls-key", f"{pki}/policyd.key"], "policyd")
     ENV["policyd_port"] = read_port(pd_port, pd)
     apply_policy(POLICY.replace("DEFAULT", ""))
     wh_port = os.path.join(ENV["tmp"], "webhook.port")
     ENV["webhook"] = start([ARGS.webhook, "--listen", "127.0.0.1:0", "--tls-cert", crt,
                            "--tls-key", key, "--policyd", f"127.0.0.1:{ENV['policyd_port']}",
-                           "--insecure", "--port-file", wh_port,
+                           "--tls-ca", f"{pki}/ca.crt", "--policyd-cert", f"{pki}/agent-webhook.crt",
+                           "--policyd-key", f"{pki}/agent-webhook.key", "--port-file", wh_port,
                            "--request-timeout-ms", str(TIMEOUT_MS)], "webhook")
     ENV["port"] = read_port(wh_port, ENV["webhook"])
     ENV["tls"] = ssl.create_default_context(cafile=ca)

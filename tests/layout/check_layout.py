@@ -24,10 +24,11 @@ ALLOWED = {
     "tc": {"common"},
     "ib": {"common"},
     "proto": {"common", "tenantqos"},
+    "rpc": {"common"},
     "nccl-plugin": {"common", "ib"},
-    "policy": {"common", "ib", "proto", "tenantqos", "etcd"},
-    "agent": {"common", "tc", "ib", "proto", "tenantqos"},
-    "webhook": {"common", "proto", "tenantqos"},
+    "policy": {"common", "ib", "proto", "rpc", "tenantqos", "etcd"},
+    "agent": {"common", "tc", "ib", "proto", "rpc", "tenantqos"},
+    "webhook": {"common", "proto", "rpc", "tenantqos"},
 }
 SOURCE_EXT = (".cc", ".h", ".c")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_.+-]+)/')

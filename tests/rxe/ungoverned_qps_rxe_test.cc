@@ -68,10 +68,27 @@ class UngovernedQpsRxeTest : public ::testing::Test {
     ASSERT_TRUE(makeDirs(tmp_ + "/state", 0755).ok());
     ASSERT_TRUE(agent::SnapshotStore(tmp_ + "/state").save(v).ok());
     auto a = Subprocess::start(
-        {TQ_AGENT_BIN, "--policyd", "127.0.0.1:1", "--node", "rxevm", "--device",
-         "rxeveth0=fabric", "--run-dir", tmp_ + "/run", "--state-dir", tmp_ + "/state",
-         "--metrics", "127.0.0.1:0", "--metrics-port-file", tmp_ + "/metrics.port",
-         "--tc-mode", "none", "--qp-scan-interval-ms", "200"},
+        // No policyd (fail-static from the saved snapshot), so no TLS material either.
+        {TQ_AGENT_BIN,
+         "--policyd",
+         "127.0.0.1:1",
+         "--insecure",
+         "--node",
+         "rxevm",
+         "--device",
+         "rxeveth0=fabric",
+         "--run-dir",
+         tmp_ + "/run",
+         "--state-dir",
+         tmp_ + "/state",
+         "--metrics",
+         "127.0.0.1:0",
+         "--metrics-port-file",
+         tmp_ + "/metrics.port",
+         "--tc-mode",
+         "none",
+         "--qp-scan-interval-ms",
+         "200"},
         tmp_ + "/agent.log");
     ASSERT_TRUE(a.ok()) << a.status().toString();
     agent_ = std::make_unique<Subprocess>(std::move(*a));

@@ -145,7 +145,8 @@ class PolicyWatcherTest : public ::testing::Test {
     std::vector<std::string> targets{"127.0.0.1:" + std::to_string(port)};
     for (int p : more_ports) targets.push_back("127.0.0.1:" + std::to_string(p));
     return std::make_unique<PolicyWatcher>(
-        makePolicydEndpoints(targets, o.backoff), o, &store_, &board_,
+        makePolicydEndpoints(targets, o.backoff, grpc::InsecureChannelCredentials()), o, &store_,
+        &board_,
         [this](VersionedPolicy p) {
           // Persisted BEFORE it reaches the reconciler.
           auto on_disk = store_.load();
@@ -362,7 +363,8 @@ TEST(UsageReporterTest, SendsPeriodicallyAndSurvivesPolicydOutage) {
   auto server = std::make_unique<FakeServer>();
   const int port = server->port;
   auto eps = makePolicydEndpoints({"127.0.0.1:" + std::to_string(port)},
-                                  BackoffOptions{20'000'000, 100'000'000});
+                                  BackoffOptions{20'000'000, 100'000'000},
+                                  grpc::InsecureChannelCredentials());
   FakeClock clock;
   UsageReporter reporter(eps, board, 50'000'000, clock);
   reporter.start();

@@ -50,6 +50,16 @@ TEST(Status, ErrnoMapsCodeAndText) {
   EXPECT_EQ(errnoStatus(12345, "x").code(), StatusCode::kInternal);
 }
 
+TEST(Status, OutOfFileDescriptorsNamesTheLimitNotJustTheObject) {
+  Status s = errnoStatus(EMFILE, "open /run/tenantqos/tenants/t9");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("open /run/tenantqos/tenants/t9: Too many open files (this process "
+                             "has used all of its "),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("RLIMIT_NOFILE"), std::string::npos);
+}
+
 TEST(Result, ValueAndErrorPropagation) {
   auto r = quarter(12);
   ASSERT_TRUE(r.ok());

@@ -530,14 +530,20 @@ class PolicydTest(unittest.TestCase):
         self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteOnce"])
         self.assertIn("storage", pvc["spec"]["resources"]["requests"])
 
-    def test_grpc_probes_on_the_listen_port(self):
+    def test_tcp_probes_on_the_listen_port(self):
         host, port = host_port(flag(self.c, "--listen"))
         self.assertEqual((host, port), ("0.0.0.0", 7400))
         for name in ("readinessProbe", "livenessProbe"):
             probe = self.c[name]
-            self.assertIn("grpc", probe, f"{name}: the standard gRPC health check")
+            # The kubelet's gRPC probe is plaintext; policyd speaks mutual TLS only.
+            self.assertIn("tcpSocket", probe, f"{name}: a TCP check (no plaintext gRPC)")
             self.assertEqual(probe_port(self.c, probe), port, name)
-            self.assertNotIn("service", probe["grpc"], "policyd reports health for service \"\"")
+
+    def test_tls_from_a_read_only_secret(self):
+        for f in ("--tls-ca", "--tls-cert", "--tls-key"):
+            m, v = mount_at(self.spec, self.c, os.path.dirname(flag(self.c, f)))
+            self.assertIn("secret", v, f"{f} comes from a Secret")
+            self.assertIs(m.get("readOnly"), True, f)
 
     def test_metrics_port_and_annotations(self):
         host, port = host_port(flag(self.c, "--metrics"))
@@ -605,8 +611,13 @@ class AgentTest(unittest.TestCase):
         m, v = mount_at(self.spec, self.c, sysfs)
         self.assertEqual(v.get("hostPath"), {"path": "/sys", "type": "Directory"})
         self.assertIs(m.get("readOnly"), True, "/sys is read-only for the agent")
+        tls_dir = os.path.dirname(flag(self.c, "--tls-cert"))
+        m, v = mount_at(self.spec, self.c, tls_dir)
+        self.assertEqual(v.get("hostPath"), {"path": tls_dir, "type": "Directory"})
+        self.assertIs(m.get("readOnly"), True, "the node's certificate is read-only")
         host_paths = sorted(v["hostPath"]["path"] for v in self.spec["volumes"] if "hostPath" in v)
-        self.assertEqual(host_paths, sorted([run_dir, state_dir, "/sys"]), "no other host paths")
+        self.assertEqual(host_paths, sorted([run_dir, state_dir, "/sys", tls_dir]),
+                         "no other host paths")
         mounted = {m["name"] for m in self.c["volumeMounts"]}
         self.assertEqual(mounted, {v["name"] for v in self.spec["volumes"]}, "unused volumes")
 
@@ -727,10 +738,11 @@ class FlagsTest(unittest.TestCase):
     def test_tenantqosctl(self):
         c = only_container(find(base(), "Job", "tenantqos-apply-policy"))
         a = parse_args(c["args"])
-        self.assertIn("--server", self.known_flags([ARGS.ctl]))
-        known = self.known_flags([ARGS.ctl, a[""][0]]) | {"-f"}
+        global_flags = self.known_flags([ARGS.ctl])
+        self.assertIn("--server", global_flags)
+        known = self.known_flags([ARGS.ctl, a[""][0]]) | {"-f"} | global_flags
         for f in a:
-            if f.startswith("-") and f != "--server":
+            if f.startswith("-"):
                 self.assertIn(f, known, f"tenantqosctl {a[''][0]} {f}")
 
 

@@ -121,6 +121,8 @@ class PackagesTest(unittest.TestCase):
         self.assertEqual(d["StateDirectory"], ["tenantqos"])
         self.assertIn("--run-dir=/run/tenantqos", d["ExecStart"][0])
         self.assertIn("--state-dir=/var/lib/tenantqos", d["ExecStart"][0])
+        self.assertIn("--tls-cert=/etc/tenantqos/tls/agent.crt", d["ExecStart"][0], "mutual TLS")
+        self.assertNotIn("--insecure", " ".join(d["ExecStart"] + d.get("Environment", [])))
         self.check_flags("tenantqos-agent", d)
 
     def test_policyd_unit(self):
@@ -130,6 +132,12 @@ class PackagesTest(unittest.TestCase):
         self.assertIn("--data-dir=/var/lib/tenantqos-policyd", d["ExecStart"][0])
         self.assertEqual(d["CapabilityBoundingSet"], [""])
         self.assertEqual(d["Restart"], ["on-failure"])
+        # Mutual TLS with root-only key files: systemd hands the dynamic user copies (%d).
+        self.assertEqual(sorted(d["LoadCredential"]),
+                         ["tls-ca:/etc/tenantqos/tls/ca.crt", "tls-cert:/etc/tenantqos/tls/policyd.crt",
+                          "tls-key:/etc/tenantqos/tls/policyd.key"])
+        self.assertIn("--tls-key=%d/tls-key", d["ExecStart"][0])
+        self.assertNotIn("--insecure", " ".join(d["ExecStart"] + d.get("Environment", [])))
         self.check_flags("tenantqos-policyd", d)
 
     def check_flags(self, prog, d):

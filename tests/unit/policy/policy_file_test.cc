@@ -444,7 +444,7 @@ TEST(PolicyFile, TrafficClassMapsToOneTenant) {
     many += std::to_string(i) + ",";
   many.back() = ']';
   expectOnlyError(parse(withLine(15, many)), 15, 21, "tenants[0].trafficClasses",
-                  "too many items: 257");
+                  "too many items: " + std::to_string(kMaxTrafficClasses + 1));
 }
 
 TEST(PolicyFile, NamespacesAndVolcanoQueuesNameOneTenant) {
@@ -574,6 +574,69 @@ TEST(PolicyFile, StructuredValidationHasNoPositions) {
   auto too_many = validatePolicy(many);
   ASSERT_FALSE(too_many.empty());
   EXPECT_EQ(too_many[0].field, "tenants");
+}
+
+// The largest policy the rules allow: kMaxTenants tenants sharing one class.
+std::string largestPolicy() {
+  std::string y =
+      "apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n"
+      "  - name: fabric\n    capacity: 100Gbps\ntenants:\n";
+  for (size_t i = 0; i < kMaxTenants; ++i) {
+    const std::string n = std::to_string(i);
+    y += "  - name: tenant-" + n +
+         "\n    link: fabric\n    guarantee: 1Mbps\n    limit: 1Gbps\n"
+         "    weight: 1\n    serviceLevel: 1\n    dscp: 10\n    shareClass: true\n"
+         "    trafficClasses: [" +
+         n + "]\n";
+  }
+  return y;
+}
+
+TEST(PolicyFile, DeepOrHugeYamlIsRejectedBeforeParsing) {
+  auto expectBudget = [](const std::string& text, const std::string& reason, int line, int col) {
+    ParsedPolicy p = parse(text);
+    ASSERT_EQ(p.errors.size(), 1u) << allErrors(p);
+    EXPECT_EQ(p.errors[0].field, "(yaml)");
+    EXPECT_NE(p.errors[0].reason.find(reason), std::string::npos) << p.errors[0].reason;
+    EXPECT_EQ(p.errors[0].line, line);
+    EXPECT_EQ(p.errors[0].column, col);
+  };
+  // The cases: 4 MB of '[' and of "{a: ".
+  expectBudget(std::string(4'000'000, '['), "nested deeper than 32 levels", 1,
+               32);  // + the document
+  std::string braces;
+  for (int i = 0; i < 800'000; ++i) braces += "{a: ";
+  expectBudget(braces, "nested deeper than 32 levels", 1, 4 * 31 + 1);
+  // Block nesting: compact "- - -" and indentation.
+  std::string dashes;
+  for (int i = 0; i < 100; ++i) dashes += "- ";
+  expectBudget(dashes + "x\n", "nested deeper than 32 levels", 1, 201);  // at the node
+  std::string indented;
+  for (int i = 0; i < 40; ++i) indented += std::string(i, ' ') + "k" + std::to_string(i) + ":\n";
+  expectBudget(indented, "nested deeper than 32 levels", 33, 33);
+  // Wide instead of deep.
+  std::string wide = "x: [";
+  for (int i = 0; i < 300'000; ++i) wide += "1,";
+  expectBudget(wide + "1]\n", "more than 200000 YAML nodes", 1, 400'000);
+  // Brackets inside quotes and comments do not count.
+  expectOk(parse(withLine(7, "# " + std::string(100, '[') + "\ntenants:")));
+  expectOk(parse(withLine(9, "    link: \"fabric\"  # " + std::string(100, '{'))));
+  ParsedPolicy q = parse(withLine(9, "    link: 'fab" + std::string(100, '[') + "'"));
+  ASSERT_FALSE(q.errors.empty());
+  EXPECT_EQ(q.errors[0].field, "tenants[0].link") << allErrors(q);  // unknown link, not budget
+}
+
+TEST(PolicyFile, TheLargestValidPolicyFitsTheBudget) {
+  const std::string y = largestPolicy();
+  ASSERT_LT(y.size(), kMaxPolicyBytes);
+  expectOk(parse(y));
+  // One tenant more is a validation error (what one agent supports), not a budget error.
+  std::string more = y +
+                     "  - name: one-more\n    link: fabric\n    guarantee: 1Mbps\n"
+                     "    limit: 1Gbps\n    serviceLevel: 1\n    dscp: 10\n    shareClass: true\n";
+  ParsedPolicy p = parse(more);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.errors[0].field, "tenants") << allErrors(p);
 }
 
 TEST(PolicyFile, EmptyTenantListIsAValidPolicy) {

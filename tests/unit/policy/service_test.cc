@@ -45,7 +45,7 @@ ApplyRequest req(std::string yaml) {
   ApplyRequest r;
   r.yaml = std::move(yaml);
   r.source_name = "p.yaml";
-  r.applied_by = "alice@host";
+  r.author = {"alice", {"tenantqos:admins"}};
   return r;
 }
 
@@ -75,7 +75,10 @@ TEST_F(CoreTest, ApplyGetAndPublish) {
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->version, 1u);
   EXPECT_EQ(got->source_yaml, kPolicy);
-  EXPECT_EQ(got->applied_by, "alice@host");
+  EXPECT_EQ(got->applied_by, "alice");
+  EXPECT_EQ(got->applied_by_groups, std::vector<std::string>{"tenantqos:admins"});
+  EXPECT_EQ(got->source_name, "p.yaml");
+  EXPECT_EQ(got->diff_summary, "tenants +tenant-a +tenant-b; links +fabric");
   EXPECT_EQ(got->applied_at_unix_ms, 1'700'000'000'000);
   EXPECT_EQ(got->policy.tenants[1].weight, 1u);  // default
   EXPECT_EQ(published_, std::vector<uint64_t>{1});
@@ -150,7 +153,7 @@ TEST_F(CoreTest, InvalidPolicyChangesNothingAndListsEveryError) {
 TEST_F(CoreTest, Rollback) {
   ASSERT_TRUE(core_.apply(req(kPolicy)).ok());
   ASSERT_TRUE(core_.apply(req(policyWithLimit("70Gbps"))).ok());
-  auto r = core_.rollback(1, std::nullopt, "bob@host");
+  auto r = core_.rollback(1, std::nullopt, Author{"bob", {}});
   ASSERT_TRUE(r.ok()) << r.status().toString();
   EXPECT_EQ(r->version, 3u);
   EXPECT_TRUE(r->changed);
@@ -158,16 +161,18 @@ TEST_F(CoreTest, Rollback) {
   auto latest = core_.get(0);
   EXPECT_EQ(latest->rollback_of, 1u);
   EXPECT_EQ(latest->policy, core_.get(1)->policy);
-  EXPECT_EQ(latest->applied_by, "bob@host");
+  EXPECT_EQ(latest->applied_by, "bob");
   EXPECT_EQ(published_, (std::vector<uint64_t>{1, 2, 3}));
   // Rolling back to what is already the content: no new version.
-  auto same = core_.rollback(1, std::nullopt, "bob@host");
+  auto same = core_.rollback(1, std::nullopt, Author{"bob", {}});
   ASSERT_TRUE(same.ok());
   EXPECT_FALSE(same->changed);
   EXPECT_EQ(same->version, 3u);
-  EXPECT_EQ(core_.rollback(9, std::nullopt, "x").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(core_.rollback(0, std::nullopt, "x").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(core_.rollback(2, 1, "x").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_.rollback(9, std::nullopt, Author{"x", {}}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(core_.rollback(0, std::nullopt, Author{"x", {}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.rollback(2, 1, Author{"x", {}}).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoreTest, VersionsArePublishedInOrder) {
@@ -210,6 +215,81 @@ TEST_F(CoreTest, Usage) {
   EXPECT_EQ(u.totals[0].transmit_bytes_total, 50u);
   EXPECT_EQ(core_.reportUsage(NodeUsageReport{}).code(), StatusCode::kInvalidArgument);
   EXPECT_NE(metrics_.serialize().find("tenantqos_policyd_usage_nodes 2"), std::string::npos);
+}
+
+NodeUsageReport nodeWithTenants(const std::string& node, size_t tenants) {
+  NodeUsageReport r{node, 1, 1, {}, {}};
+  for (size_t i = 0; i < tenants; ++i) {
+    r.tenants.push_back({"t" + std::to_string(i), 1, 1, 1, 1, 1, 1, 0, 1});
+  }
+  return r;
+}
+
+TEST_F(CoreTest, UsageIsBoundedPerReportAndInTotalAndExpires) {
+  CoreOptions o;
+  o.usage_expiry_ns = 30'000'000'000;
+  o.max_usage_entries = 3 * kMaxTenantsPerAgent;
+  PolicyCore core(*store_, clock_, nullptr, nullptr, o);
+  EXPECT_EQ(core.reportUsage(nodeWithTenants("big", kMaxTenantsPerAgent + 1)).code(),
+            StatusCode::kInvalidArgument);
+  NodeUsageReport bad = nodeWithTenants("node\x1b[31m", 1);
+  EXPECT_EQ(core.reportUsage(bad).code(), StatusCode::kInvalidArgument);
+  bad = nodeWithTenants("n", 1);
+  bad.tenants[0].tenant = "a\nb";
+  EXPECT_EQ(core.reportUsage(bad).code(), StatusCode::kInvalidArgument);
+  // Errors are cut in number and length, not refused.
+  NodeUsageReport chatty = nodeWithTenants("chatty", 1);
+  chatty.errors.assign(100, std::string(10000, 'e'));
+  ASSERT_TRUE(core.reportUsage(chatty).ok());
+  ClusterUsage u = core.usage();
+  ASSERT_EQ(u.nodes.size(), 1u);
+  EXPECT_EQ(u.nodes[0].report.errors.size(), kMaxUsageErrorsPerNode);
+  EXPECT_EQ(u.nodes[0].report.errors[0].size(), kMaxUsageErrorBytes);
+
+  // The total budget: a node beyond it is refused; a node replacing its own report is not.
+  for (const char* n : {"n1", "n2"})
+    ASSERT_TRUE(core.reportUsage(nodeWithTenants(n, kMaxTenantsPerAgent)).ok());
+  Status full = core.reportUsage(nodeWithTenants("n3", kMaxTenantsPerAgent));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.toString();
+  EXPECT_TRUE(core.reportUsage(nodeWithTenants("n2", kMaxTenantsPerAgent)).ok());
+
+  // Silent nodes expire; then there is room again.
+  clock_.advanceNs(20'000'000'000);
+  ASSERT_TRUE(core.reportUsage(nodeWithTenants("n1", kMaxTenantsPerAgent)).ok());
+  clock_.advanceNs(11'000'000'000);  // chatty and n2: 31 s silent; n1: 11 s
+  u = core.usage();
+  ASSERT_EQ(u.nodes.size(), 1u);
+  EXPECT_EQ(u.nodes[0].report.node, "n1");
+  EXPECT_TRUE(core.reportUsage(nodeWithTenants("n3", kMaxTenantsPerAgent)).ok());
+}
+
+TEST_F(CoreTest, UsagePagesCoverEveryNodeOnceAndTotalsCoverAll) {
+  CoreOptions o;
+  o.max_usage_entries = 100'000;
+  PolicyCore core(*store_, clock_, nullptr, nullptr, o);
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(core.reportUsage(nodeWithTenants("node" + std::to_string(10 + i), 4000)).ok());
+  }
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    ClusterUsage u = core.usage(token);
+    ++pages;
+    EXPECT_EQ(u.total_nodes, 12u);
+    ASSERT_EQ(u.totals.size(), 4000u);
+    EXPECT_EQ(u.totals[0].processes, 12u);  // summed over all nodes on every page
+    size_t entries = 0;
+    for (const auto& n : u.nodes) {
+      seen.push_back(n.report.node);
+      entries += n.report.tenants.size();
+    }
+    EXPECT_LE(entries, kUsagePageEntries);
+    token = u.next_page_token;
+  } while (!token.empty() && pages < 20);
+  EXPECT_EQ(pages, 3);  // 5 + 5 + 2 nodes of 4000 entries
+  ASSERT_EQ(seen.size(), 12u);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(seen[i], "node" + std::to_string(10 + i));
 }
 
 TEST_F(CoreTest, Metrics) {
