@@ -637,10 +637,10 @@ int cmdApply(const Args& a, CtlContext& ctx, Client& client) {
   return printApplyResponse(ctx.out, resp, "applied");
 }
 
-int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
-  std::string format = a.values.count("--output") ? a.values.at("--output") : "yaml";
-  if (format != "yaml" && format != "json")
-    return usageError(a, ctx, "-o wants yaml or json, got \"" + format + "\"");
+// The policy of --version N, else the latest, from the server: 0, or the exit code after saying
+// why (`what` names the operation in the message).
+int fetchPolicy(const Args& a, CtlContext& ctx, Client& client, const std::string& what,
+                PolicyRecord* out) {
   v1::GetPolicyRequest req;
   if (a.values.count("--version")) {
     auto v = parseU64(a.values.at("--version"));
@@ -652,8 +652,17 @@ int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
   grpc::ClientContext c;
   client.prepare(&c);
   grpc::Status s = client.stub().GetPolicy(&c, req, &snap);
-  if (!s.ok()) return client.fail(s, "get", ctx.err);
-  PolicyRecord r = fromSnapshot(snap);
+  if (!s.ok()) return client.fail(s, what, ctx.err);
+  *out = fromSnapshot(snap);
+  return kExitOk;
+}
+
+int cmdGet(const Args& a, CtlContext& ctx, Client& client) {
+  std::string format = a.values.count("--output") ? a.values.at("--output") : "yaml";
+  if (format != "yaml" && format != "json")
+    return usageError(a, ctx, "-o wants yaml or json, got \"" + format + "\"");
+  PolicyRecord r;
+  if (int rc = fetchPolicy(a, ctx, client, "get", &r)) return rc;
   if (format == "json") {
     ctx.out << toJson(r);
     return kExitOk;
@@ -921,19 +930,8 @@ int cmdRender(const Args& a, CtlContext& ctx, Client& client) {
     if (!loadValidatedPolicy(file, ctx, &policy)) return kExitRejected;
     source = "file " + (file == "-" ? std::string("<stdin>") : file);
   } else {
-    v1::GetPolicyRequest req;
-    if (has("--version")) {
-      auto v = parseU64(a.values.at("--version"));
-      if (!v || *v == 0) return usageError(a, ctx, "--version needs a version number >= 1");
-      req.set_version(*v);
-    }
-    if (int rc = client.connect(ctx.err)) return rc;
-    v1::PolicySnapshot snap;
-    grpc::ClientContext c;
-    client.prepare(&c);
-    grpc::Status s = client.stub().GetPolicy(&c, req, &snap);
-    if (!s.ok()) return client.fail(s, "render " + what + ": get policy", ctx.err);
-    PolicyRecord r = fromSnapshot(snap);
+    PolicyRecord r;
+    if (int rc = fetchPolicy(a, ctx, client, "render " + what + ": get policy", &r)) return rc;
     policy = std::move(r.policy);
     source = "tenantqos-policyd at " + client.server() + ", version " + std::to_string(r.version);
   }
