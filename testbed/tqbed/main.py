@@ -79,7 +79,8 @@ def run(args, bench):
         say(f"tenantqos testbed: 2 nodes behind a switch, emulated link {link_bps / 1e9:g} Gbit/s "
             f"per node, namespaces {topo.prefix}-*; logs in {workdir}")
         topo.create()
-        say(f"policyd at {cp.start_policyd()}; agents' metrics (while they run): " +
+        say(f"policyd at {cp.start_policyd()} (mutual TLS, a throwaway CA and certificates in "
+            f"{cp.pki}); agents' metrics (while they run): " +
             ", ".join(cp.metrics_url(i) for i in (1, 2)) + f" (reachable from this host via "
             f"{HOST_ADDR})")
         modes = pick(args.modes, MODES, "modes")
