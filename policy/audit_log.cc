@@ -9,6 +9,8 @@
 namespace tq::policy {
 
 Result<std::unique_ptr<AuditLog>> AuditLog::open(const std::string& path) {
+  // Its directory is the data dir by default, which the etcd store does not otherwise need.
+  TQ_RETURN_IF_ERROR_CTX(makeDirs(parentDir(path), 0700), "audit log " + path);
   const bool existed = ::access(path.c_str(), F_OK) == 0;
   Fd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640));
   if (!fd.valid()) return errnoStatus("open audit log " + path);

@@ -48,8 +48,15 @@ TEST(AuditLogTest, AppendsOneEscapedJsonLinePerRecordAndKeepsOldLines) {
   struct stat st {};
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0640u);
-  EXPECT_EQ(AuditLog::open(std::string(tmpl) + "/no/such/dir/a.jsonl").status().code(),
-            StatusCode::kNotFound);
+  // A missing directory is made (the etcd store needs no data dir of its own); a path that
+  // cannot be a directory fails, naming the audit log.
+  EXPECT_TRUE(AuditLog::open(std::string(tmpl) + "/new/dir/a.jsonl").ok());
+  ASSERT_EQ(stat((std::string(tmpl) + "/new/dir").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  auto under_file = AuditLog::open(path + "/a.jsonl");
+  ASSERT_FALSE(under_file.ok());
+  EXPECT_NE(under_file.status().message().find("audit log " + path + "/a.jsonl"), std::string::npos)
+      << under_file.status().toString();
   ASSERT_EQ(system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
