@@ -108,16 +108,26 @@ bool EtcdCluster::running(int member) const {
 }
 
 bool EtcdCluster::waitQuorum(int member, std::chrono::milliseconds timeout) {
-  auto channel = grpc::CreateChannel(endpoints_[member], grpc::InsecureChannelCredentials());
-  auto stub = etcdserverpb::KV::NewStub(channel);
+  // A fresh channel (with its own subchannel) after every refused connection: gRPC 1.51 leaves
+  // a channel whose first connect was refused (the member not listening yet) in
+  // TRANSIENT_FAILURE for about 10 s, long after the member is up.
+  std::unique_ptr<etcdserverpb::KV::Stub> stub;
   return pollUntil(
       [&] {
+        if (stub == nullptr) {
+          grpc::ChannelArguments args;
+          args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+          stub = etcdserverpb::KV::NewStub(grpc::CreateCustomChannel(
+              endpoints_[member], grpc::InsecureChannelCredentials(), args));
+        }
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
         etcdserverpb::RangeRequest req;
         req.set_key("tq-health");
         etcdserverpb::RangeResponse resp;
-        return stub->Range(&ctx, req, &resp).ok();
+        grpc::Status st = stub->Range(&ctx, req, &resp);
+        if (st.error_code() == grpc::StatusCode::UNAVAILABLE) stub.reset();
+        return st.ok();
       },
       timeout);
 }
