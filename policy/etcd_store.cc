@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
@@ -24,6 +25,9 @@ namespace {
 namespace pb = etcdserverpb;
 
 constexpr int64_t kWatchRetryMs = 200;
+// A leader lookup asks each member's Status; a member that does not answer within this (or
+// request_timeout, if shorter) is skipped.
+constexpr std::chrono::milliseconds kStatusTimeout{1000};
 constexpr int kRangePage = 8;  // records per Range response (each up to ~4 MiB)
 
 // The range_end that selects every key starting with `prefix` (etcd's clientv3.GetPrefixRangeEnd).
@@ -72,22 +76,37 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> credentials(const EtcdStoreOpt
   return grpc::SslCredentials(ssl);
 }
 
+// One etcd client endpoint: its channel, which a failed call renews (a ChannelRing of this one
+// target: a failed target is never retried on its old channel, see ChannelRing::renew), and
+// the etcd id of the member there.
+struct Endpoint {
+  Endpoint(const std::string& t, const proto::ChannelRing::Factory& make)
+      : target(t), channel({t}, make) {}
+  const std::string target;
+  proto::ChannelRing channel;
+  std::atomic<uint64_t> member_id{0};  // once the member here answered a Status (0: not yet)
+};
+
 class EtcdStore final : public PolicyStore {
  public:
-  EtcdStore(EtcdStoreOptions o, std::shared_ptr<grpc::ChannelCredentials> creds)
+  EtcdStore(EtcdStoreOptions o, const std::shared_ptr<grpc::ChannelCredentials>& creds)
       : o_(std::move(o)),
         epoch_key_(o_.prefix + "epoch"),
         latest_key_(o_.prefix + "latest"),
-        versions_prefix_(o_.prefix + "versions/"),
-        ring_(o_.endpoints, [creds](const std::string& target) {
-          grpc::ChannelArguments args;
-          args.SetMaxReceiveMessageSize(128 << 20);
-          args.SetMaxSendMessageSize(128 << 20);
-          args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
-          args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
-          args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
-          return grpc::CreateCustomChannel(target, creds, args);
-        }) {}
+        versions_prefix_(o_.prefix + "versions/") {
+    auto make = [creds](const std::string& target) {  // kept by each ring for renew()
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(128 << 20);
+      args.SetMaxSendMessageSize(128 << 20);
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+      return grpc::CreateCustomChannel(target, creds, args);
+    };
+    for (const std::string& target : o_.endpoints) {
+      endpoints_.push_back(std::make_unique<Endpoint>(target, make));
+    }
+  }
 
   ~EtcdStore() override {
     {
@@ -96,16 +115,24 @@ class EtcdStore final : public PolicyStore {
       if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
     }
     cv_.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(leader_mu_);
+      leader_stopping_ = true;
+    }
+    leader_cv_.notify_all();
     if (watcher_.joinable()) watcher_.join();
+    if (leader_finder_.joinable()) leader_finder_.join();
   }
 
   Status open() {
+    findLeader();  // before the first call: the loads and the first apply already go there
     TQ_RETURN_IF_ERROR(loadEpoch());
     {
       std::lock_guard<std::mutex> lock(mu_);
       TQ_RETURN_IF_ERROR(loadAllLocked());
     }
     watcher_ = std::thread([this] { watchLoop(); });
+    leader_finder_ = std::thread([this] { leaderLoop(); });
     return okStatus();
   }
 
@@ -249,26 +276,101 @@ class EtcdStore final : public PolicyStore {
   }
 
  private:
-  // Runs one KV call on the current endpoint; an unreachable member (UNAVAILABLE) is retried on
-  // the next one, each endpoint once. No answer within request_timeout is not retried: without
-  // quorum every member would time out the same way.
+  // Runs one KV call on the KV endpoint (kv_at_, the leader once found); an unreachable member
+  // (UNAVAILABLE) is retried on the next one, each endpoint once. No answer within
+  // request_timeout is not retried: without quorum every member would time out the same way.
+  // An answer from another raft term than the last leader lookup's (an election happened), or a
+  // move to another endpoint, has the leader looked up again, in the background.
   template <typename Req, typename Resp>
   Status unary(const std::string& what,
                grpc::Status (pb::KV::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
                const Req& req, Resp* resp) const {
     grpc::Status st;
-    std::string target;
-    for (size_t attempt = 0; attempt < ring_.size(); ++attempt) {
-      target = ring_.currentTarget();
-      auto stub = pb::KV::NewStub(ring_.current());
+    size_t at = kv_at_.load();
+    size_t tried = at;
+    for (size_t attempt = 0; attempt < endpoints_.size(); ++attempt) {
+      tried = at;
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + o_.request_timeout);
+      auto stub = pb::KV::NewStub(endpoints_[at]->channel.current());
       st = (stub.get()->*method)(&ctx, req, resp);
-      if (st.ok()) return okStatus();
+      if (st.ok()) {
+        const uint64_t term = resp->header().raft_term();
+        seen_term_.store(term);
+        if (term != leader_term_.load()) requestLeaderLookup();
+        return okStatus();
+      }
       if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-      ring_.failover();
+      endpoints_[at]->channel.renew();
+      const size_t next = (at + 1) % endpoints_.size();
+      kv_at_.compare_exchange_strong(at, next);  // unless another call moved on already
+      at = next;
+      requestLeaderLookup();
     }
-    return etcdError(what, target, st);
+    return etcdError(what, endpoints_[tried]->target, st);
+  }
+
+  // Points KV calls (kv_at_) at the raft leader. A write sent to a follower is forwarded to the
+  // leader and answered only once the follower applied it too: two more hops between etcd
+  // processes on every apply (and a linearizable read on a follower asks the leader first).
+  // Asks the members, starting with the KV endpoint, for their id and the leader's, until the
+  // leader's endpoint is known. Best effort: without an answer (no leader, Status refused, an
+  // endpoint that is not in the cluster) KV calls stay where they are, which is correct, one
+  // hop slower. Blocks on etcd (up to kStatusTimeout per member); takes no store lock.
+  void findLeader() const {
+    leader_term_.store(seen_term_.load());  // a failed lookup is not repeated within this term
+    const size_t n = endpoints_.size();
+    const size_t from = kv_at_.load();
+    const auto timeout = std::min<std::chrono::milliseconds>(kStatusTimeout, o_.request_timeout);
+    uint64_t leader = 0;
+    for (size_t i = 0; i < n; ++i) {
+      Endpoint& e = *endpoints_[(from + i) % n];
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+      pb::StatusResponse s;
+      grpc::Status st =
+          pb::Maintenance::NewStub(e.channel.current())->Status(&ctx, pb::StatusRequest(), &s);
+      if (!st.ok()) {
+        // An unreachable member's channel is renewed, as in unary(); a refusal is not.
+        if (st.error_code() == grpc::StatusCode::UNAVAILABLE) e.channel.renew();
+        TQ_LOG(kDebug, "policy store: etcd %s: status: %s", e.target.c_str(),
+               st.error_message().c_str());
+        continue;
+      }
+      e.member_id.store(s.header().member_id());
+      if (leader == 0 && s.leader() != 0) {
+        leader = s.leader();
+        leader_term_.store(s.raftterm());
+      }
+      for (size_t k = 0; leader != 0 && k < n; ++k) {
+        if (endpoints_[k]->member_id.load() != leader) continue;
+        if (kv_at_.exchange(k) != k) {
+          TQ_LOG(kDebug,
+                 "policy store: etcd leader is %s (raft term %" PRIu64 "); KV calls go there",
+                 endpoints_[k]->target.c_str(), leader_term_.load());
+        }
+        return;
+      }
+    }
+  }
+
+  void requestLeaderLookup() const {
+    std::lock_guard<std::mutex> lock(leader_mu_);
+    find_leader_ = true;
+    leader_cv_.notify_one();
+  }
+
+  void leaderLoop() {
+    pthread_setname_np(pthread_self(), "tq-etcd-leader");
+    std::unique_lock<std::mutex> lock(leader_mu_);
+    for (;;) {
+      leader_cv_.wait(lock, [this] { return leader_stopping_ || find_leader_; });
+      if (leader_stopping_) return;
+      find_leader_ = false;
+      lock.unlock();
+      findLeader();
+      lock.lock();
+    }
   }
 
   Status etcdError(const std::string& what, const std::string& target,
@@ -469,7 +571,8 @@ class EtcdStore final : public PolicyStore {
         create->set_start_revision(watched_rev_ + 1);
       }
       if (reloaded) notifyExternal();
-      auto stub = pb::Watch::NewStub(ring_.current());
+      Endpoint& at = *endpoints_[watch_at_];
+      auto stub = pb::Watch::NewStub(at.channel.current());
       auto stream = stub->Watch(&ctx);
       bool wrote = stream->Write(req);
       pb::WatchResponse resp;
@@ -495,8 +598,9 @@ class EtcdStore final : public PolicyStore {
       watch_ctx_ = nullptr;
       if (stopping_) return;
       TQ_LOG(kDebug, "policy store: etcd watch on %s ended (%s); resuming from revision %" PRId64,
-             ring_.currentTarget().c_str(), st.error_message().c_str(), watched_rev_ + 1);
-      ring_.failover();
+             at.target.c_str(), st.error_message().c_str(), watched_rev_ + 1);
+      at.channel.renew();
+      watch_at_ = (watch_at_ + 1) % endpoints_.size();
       cv_.wait_for(lock, std::chrono::milliseconds(kWatchRetryMs), [this] { return stopping_; });
     }
   }
@@ -505,8 +609,21 @@ class EtcdStore final : public PolicyStore {
   const std::string epoch_key_;
   const std::string latest_key_;
   const std::string versions_prefix_;
-  mutable proto::ChannelRing ring_;
-  std::string epoch_;  // set in open(), then constant
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;  // one per o_.endpoints entry
+  // KV calls go to endpoints_[kv_at_]: the raft leader once findLeader() found it, else the
+  // next endpoint after one that was unreachable.
+  mutable std::atomic<size_t> kv_at_{0};
+  mutable std::atomic<uint64_t> seen_term_{0};    // raft term of the latest KV answer
+  mutable std::atomic<uint64_t> leader_term_{0};  // raft term of the last leader lookup
+  size_t watch_at_ = 0;  // the watch's endpoint (watch thread only; any member serves a watch)
+  std::string epoch_;    // set in open(), then constant
+
+  // The leader finder thread runs findLeader() when a KV call asks for it.
+  mutable std::mutex leader_mu_;
+  mutable std::condition_variable leader_cv_;
+  mutable bool find_leader_ = false;
+  bool leader_stopping_ = false;
+  std::thread leader_finder_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -536,7 +653,7 @@ Result<std::unique_ptr<PolicyStore>> openEtcdStore(const EtcdStoreOptions& optio
   if (options.prefix.empty()) return invalidArgument("etcd store: empty prefix");
   if (options.retain_versions == 0) return invalidArgument("etcd store: retain_versions is 0");
   TQ_ASSIGN_OR_RETURN(auto creds, credentials(options));
-  auto store = std::make_unique<EtcdStore>(options, std::move(creds));
+  auto store = std::make_unique<EtcdStore>(options, creds);
   TQ_RETURN_IF_ERROR_CTX(store->open(), "open policy store " + store->describe());
   return std::unique_ptr<PolicyStore>(std::move(store));
 }

@@ -12,6 +12,11 @@
 // can never both commit version N (the loser gets kFailedPrecondition, its view refreshed).
 // A transaction whose answer was lost (member killed) is retried on the next endpoint; its
 // compare then fails, and the stored bytes of versions/N tell whether it was ours.
+// Reads and transactions go to the raft leader's endpoint (looked up with Maintenance.Status at
+// open and, in the background, after an election or a move to another endpoint): a follower
+// would forward each write to the leader and answer only once it applied it too, two more hops
+// on every acknowledged apply. An apply is exactly one etcd round trip (the Txn); nothing waits
+// for the replica's own watch event.
 //
 // Every replica watches the prefix from the revision it loaded: versions other replicas commit
 // (and records retention removed) reach latest()/list() and the external-append callback within

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <sstream>
 
+#include "common/fd.h"
 #include "etcd/rpc.grpc.pb.h"
 
 namespace tq::test {
@@ -130,6 +132,55 @@ bool EtcdCluster::waitQuorum(int member, std::chrono::milliseconds timeout) {
         return st.ok();
       },
       timeout);
+}
+
+int EtcdCluster::leader() const {
+  uint64_t leader_id = 0;
+  std::vector<uint64_t> ids(endpoints_.size(), 0);
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    if (!running(static_cast<int>(i))) continue;
+    auto stub = etcdserverpb::Maintenance::NewStub(
+        grpc::CreateChannel(endpoints_[i], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    etcdserverpb::StatusResponse s;
+    if (!stub->Status(&ctx, etcdserverpb::StatusRequest(), &s).ok()) continue;
+    ids[i] = s.header().member_id();
+    if (s.leader() != 0) leader_id = s.leader();
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (leader_id != 0 && ids[i] == leader_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int64_t EtcdCluster::txnsServed(int member) const {
+  // GET /metrics over HTTP/1.0 (the member closes the connection after the body).
+  const std::string& ep = endpoints_[member];
+  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(std::atoi(ep.substr(ep.rfind(':') + 1).c_str())));
+  timeval tv{5, 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: " + ep + "\r\n\r\n";
+  if (write(fd.get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return -1;
+  std::string body;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd.get(), buf, sizeof buf)) > 0;) body.append(buf, n);
+  // grpc_server_handled_total{grpc_code="OK",grpc_method="Txn",...} 20, one line per code.
+  std::istringstream lines(body);
+  int64_t total = 0;
+  bool found = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("grpc_server_handled_total{", 0) != 0) continue;
+    if (line.find("grpc_method=\"Txn\"") == std::string::npos) continue;
+    total += std::atoll(line.substr(line.rfind(' ') + 1).c_str());
+    found = true;
+  }
+  return found ? total : (body.find("grpc_server_handled_total") != std::string::npos ? 0 : -1);
 }
 
 }  // namespace tq::test

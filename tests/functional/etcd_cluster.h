@@ -37,6 +37,12 @@ class EtcdCluster {
   bool running(int member) const;
   // True once a linearizable read through `member` succeeds (it has a leader and quorum).
   bool waitQuorum(int member, std::chrono::milliseconds timeout);
+  // The index of the member that is the raft leader (Maintenance.Status of the running
+  // members), or -1 when none of them knows one.
+  int leader() const;
+  // How many KV.Txn calls `member` has answered since it started (etcd's
+  // grpc_server_handled_total on its /metrics), -1 if it cannot be read.
+  int64_t txnsServed(int member) const;
   const std::string& dir() const { return dir_; }
   std::string log(int member) const;
 
