@@ -56,6 +56,30 @@ Status checkNewestRecord(const PolicyStore& store, bool serve_newest_intact) {
   return okStatus();
 }
 
+namespace {
+
+// etcd may be between leaders (a member restarting: a proposal made during the election is
+// dropped and the call times out) or not up yet when policyd starts, as in a cluster that
+// boots together: an unavailable etcd is tried again, once a second, for up to `wait`. Real
+// time, like the gRPC deadlines inside each attempt.
+Result<std::unique_ptr<PolicyStore>> openEtcdStoreWaiting(const EtcdStoreOptions& etcd,
+                                                          std::chrono::seconds wait) {
+  const auto give_up = std::chrono::steady_clock::now() + wait;
+  for (int attempt = 1;; ++attempt) {
+    Result<std::unique_ptr<PolicyStore>> store = openEtcdStore(etcd);
+    if (store.ok() || store.status().code() != StatusCode::kUnavailable ||
+        std::chrono::steady_clock::now() >= give_up) {
+      return store;
+    }
+    TQ_LOG(kWarn, "%s; trying again (attempt %d, for up to --etcd-wait %lld s in all)",
+           store.status().message().c_str(), attempt + 1,
+           static_cast<long long>(wait.count()));
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, Clock& clock) {
   std::unique_ptr<Policyd> d(new Policyd());
   d->options_ = options;
@@ -66,7 +90,7 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
   if (options.store_backend == "etcd") {
     EtcdStoreOptions etcd = options.etcd;
     etcd.retain_versions = options.store.retain_versions;
-    TQ_ASSIGN_OR_RETURN(d->store_, openEtcdStore(etcd));
+    TQ_ASSIGN_OR_RETURN(d->store_, openEtcdStoreWaiting(etcd, options.etcd_wait));
   } else {
     TQ_ASSIGN_OR_RETURN(d->store_, openFileStore(options.data_dir, options.store));
   }
@@ -190,6 +214,8 @@ Flags:
   --etcd-ca FILE         TLS to etcd: CA bundle that signed etcd's server certificate
   --etcd-cert FILE       TLS client certificate for etcd (with --etcd-key; etcd
   --etcd-key FILE        --client-cert-auth)
+  --etcd-wait SECONDS    at start, keep trying an unavailable etcd (no quorum yet, an
+                         election) for this long before giving up (default 30; 0: once)
   --retain-versions N    keep the newest N versions, remove older ones after each apply
                          (default 100; N >= 1)
   --serve-newest-intact  when the newest stored record is corrupt, serve the newest intact
@@ -267,6 +293,16 @@ int policydMain(int argc, char** argv) {
       auto list = splitEndpointList(endpoints, "--etcd-endpoints");
       if (!list.ok()) p.error = list.status().message();
       if (list.ok()) opt.etcd.endpoints = *list;
+      continue;
+    }
+    std::string wait;
+    if (p.take("--etcd-wait", &wait)) {
+      char* end = nullptr;
+      const long n = std::strtol(wait.c_str(), &end, 10);
+      if (wait.empty() || *end != '\0' || n < 0 || n > 3600) {
+        p.error = "--etcd-wait wants seconds in [0, 3600], got \"" + wait + "\"";
+      }
+      opt.etcd_wait = std::chrono::seconds(n);
       continue;
     }
     if (p.take("--retain-versions", &retain)) {

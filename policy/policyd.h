@@ -51,6 +51,7 @@ struct PolicydOptions {
   std::string store_backend = "file";  // "file" (data_dir) or "etcd"
   FileStoreOptions store;              // file store; its retain_versions applies to every backend
   EtcdStoreOptions etcd;               // --store etcd
+  std::chrono::seconds etcd_wait{30};  // --etcd-wait: how long start-up retries an unavailable etcd
   // Serve the newest intact version when the newest record is corrupt, instead of refusing to
   // start (--serve-newest-intact).
   bool serve_newest_intact = false;

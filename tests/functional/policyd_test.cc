@@ -960,6 +960,25 @@ TEST_F(PolicydTest, StartupFailuresAreClear) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--tls-ca: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("nope.crt"), std::string::npos) << r.err;
+  // An etcd that does not answer: tried again once a second for --etcd-wait, then exit 1 with
+  // the last error (a closed loopback port: each attempt is refused at once).
+  const std::string no_etcd = "127.0.0.1:1";
+  const std::vector<std::string> etcd_argv = {
+      kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/d4", "--insecure", "--store",
+      "etcd", "--etcd-endpoints", no_etcd};
+  auto with = [](std::vector<std::string> v, std::vector<std::string> more) {
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  r = runProcess(with(etcd_argv, {"--etcd-wait", "2"}), {}, "", 30s);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("trying again (attempt 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot start"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(no_etcd), std::string::npos) << r.err;
+  r = runProcess(with(etcd_argv, {"--etcd-wait", "0"}), {}, "", 30s);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.find("trying again"), std::string::npos) << r.err;
+  EXPECT_EQ(runProcess(with(etcd_argv, {"--etcd-wait", "-1"})).exit_code, 2);
   auto help = runProcess({kPolicyd, "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--data-dir DIR"), std::string::npos);
