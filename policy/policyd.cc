@@ -72,8 +72,7 @@ Result<std::unique_ptr<PolicyStore>> openEtcdStoreWaiting(const EtcdStoreOptions
       return store;
     }
     TQ_LOG(kWarn, "%s; trying again (attempt %d, for up to --etcd-wait %lld s in all)",
-           store.status().message().c_str(), attempt + 1,
-           static_cast<long long>(wait.count()));
+           store.status().message().c_str(), attempt + 1, static_cast<long long>(wait.count()));
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
 }

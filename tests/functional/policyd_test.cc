@@ -964,8 +964,8 @@ TEST_F(PolicydTest, StartupFailuresAreClear) {
   // the last error (a closed loopback port: each attempt is refused at once).
   const std::string no_etcd = "127.0.0.1:1";
   const std::vector<std::string> etcd_argv = {
-      kPolicyd, "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/d4", "--insecure", "--store",
-      "etcd", "--etcd-endpoints", no_etcd};
+      kPolicyd,     "--listen", "127.0.0.1:0", "--data-dir",       dir_ + "/d4",
+      "--insecure", "--store",  "etcd",        "--etcd-endpoints", no_etcd};
   auto with = [](std::vector<std::string> v, std::vector<std::string> more) {
     v.insert(v.end(), more.begin(), more.end());
     return v;
