@@ -24,6 +24,24 @@ constexpr uint64_t kMaxExtraBytes = 4096;  // a peer sending more after its requ
 constexpr int kAcceptsPerWake = 64;        // per listener per loop turn: others get their turn
 constexpr uint32_t kLogsPerSecond = 5;     // bad-input lines per socket per second
 
+// A file's group that does not matter (its mode gives the group nothing): left as the kernel
+// made it. Changing a group to one the agent is not in needs CAP_CHOWN, which the agent holds
+// for exactly one thing: giving a tenant's directory and socket its unixGroup.
+constexpr gid_t kAnyGroup = static_cast<gid_t>(-1);
+
+// chown of `path` (lchown: never through a symlink) to the agent and `group`, unless it has them.
+Status own(const std::string& path, const struct stat& st, gid_t group) {
+  if (st.st_uid == ::geteuid() && (group == kAnyGroup || st.st_gid == group)) return okStatus();
+  if (::lchown(path.c_str(), ::geteuid(), group) == 0) return okStatus();
+  const int err = errno;
+  return errnoStatus(
+      err, "chown " + path +
+               (group == kAnyGroup ? std::string() : " to group " + std::to_string(group)) +
+               (err == EPERM ? " (giving a tenant's directory its unixGroup needs "
+                               "CAP_CHOWN)"
+                             : ""));
+}
+
 // A directory of the agent's: root-owned, `group`, `mode`, and really a directory (lstat: a
 // symlink planted there is refused).
 Status ownDir(const std::string& path, gid_t group, mode_t mode) {
@@ -31,7 +49,7 @@ Status ownDir(const std::string& path, gid_t group, mode_t mode) {
   struct stat st{};
   if (::lstat(path.c_str(), &st) != 0) return errnoStatus("lstat " + path);
   if (!S_ISDIR(st.st_mode)) return failedPrecondition(path + " exists and is not a directory");
-  if (::lchown(path.c_str(), ::geteuid(), group) != 0) return errnoStatus("chown " + path);
+  TQ_RETURN_IF_ERROR(own(path, st, group));
   if (::chmod(path.c_str(), mode) != 0) return errnoStatus("chmod " + path);
   return okStatus();
 }
@@ -70,7 +88,7 @@ Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options) {
   if (!s->wake_fd_.valid()) return errnoStatus("eventfd");
   TQ_RETURN_IF_ERROR(makeDirs(s->options_.run_dir, 0755));
   const std::string path = attach::nodeSocketPath(s->options_.run_dir);
-  TQ_ASSIGN_OR_RETURN(Fd fd, s->listenAt(path, 0666, 0));
+  TQ_ASSIGN_OR_RETURN(Fd fd, s->listenAt(path, 0666, kAnyGroup));
   auto l = std::make_shared<Listener>();
   l->fd = std::move(fd);
   l->path = path;
@@ -105,7 +123,9 @@ Result<Fd> AttachServer::listenAt(const std::string& path, uint32_t mode, gid_t 
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     return errnoStatus("bind " + path);
   }
-  if (::chown(path.c_str(), ::geteuid(), group) != 0) return errnoStatus("chown " + path);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errnoStatus("lstat " + path);
+  TQ_RETURN_IF_ERROR(own(path, st, group));
   if (::chmod(path.c_str(), mode) != 0) return errnoStatus("chmod " + path);
   if (::listen(fd.get(), 64) != 0) return errnoStatus("listen on " + path);
   return fd;
@@ -123,8 +143,8 @@ Status AttachServer::serve(const std::string& tenant, std::shared_ptr<TenantShm>
     }
   }
   const std::string dir = attach::tenantDir(options_.run_dir, tenant);
-  const gid_t gid = group.value_or(0);
-  TQ_RETURN_IF_ERROR(ownDir(options_.run_dir + "/tenants", 0, 0755));
+  const gid_t gid = group.value_or(kAnyGroup);  // no group: 0700/0600, root alone
+  TQ_RETURN_IF_ERROR(ownDir(options_.run_dir + "/tenants", kAnyGroup, 0755));
   // The directory closes first (0700), the socket is made, then the group may enter.
   TQ_RETURN_IF_ERROR(ownDir(dir, gid, 0700));
   const std::string path = attach::tenantSocketPath(options_.run_dir, tenant);

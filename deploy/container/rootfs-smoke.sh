@@ -4,8 +4,9 @@
 # runtime stage's RUN executed in it, the build stage's install/strip commands applied to a
 # build tree, then a smoke test in a network namespace of its own (tqdeploy-<pid>):
 #   * ldd of the five shipped files inside the root: nothing missing;
-#   * policyd as uid 65532, tenantqosctl apply of deploy/kubernetes/policy.yaml (scaled by 1/100);
-#   * the agent as uid 0 / gid 7400 with CAP_NET_ADMIN as its only capability (as the DaemonSet
+#   * policyd as uid 65532 over mutual TLS (a throwaway CA from scripts/tq-certs.sh),
+#     tenantqosctl apply of deploy/kubernetes/policy.yaml (scaled by 1/100) as the admin;
+#   * the agent as uid 0 / gid 7400 with CAP_NET_ADMIN and CAP_CHOWN only (as the DaemonSet
 #     runs it): /readyz 200, tc classes on a veth, tenant-a's directory 0750 root:7400 with its
 #     attach socket;
 #   * tenantqos-perf through the plugin as uid 65532 in group 7400 (as the training pod example):
@@ -122,31 +123,37 @@ ip -n "$ns" link set tqd1 up
 # Foreground only: backgrounded, a shell function runs in a subshell and $! names that subshell,
 # not the process (the long-running ones below call ip netns exec directly).
 in_ns() { ip netns exec "$ns" "$@"; }
-rm -rf "$root/tmp/pd" "$root/run/tenantqos" "$root/var/lib/tenantqos"
+rm -rf "$root/tmp/pd" "$root/tmp/pki" "$root/run/tenantqos" "$root/var/lib/tenantqos"
 mkdir -p "$root/tmp/pd" "$root/run/tenantqos" "$root/var/lib/tenantqos"
 chown 65532:65532 "$root/tmp/pd"
+# Mutual TLS as deployed: a throwaway CA and certificates (openssl on this host), policyd's and
+# the admin's readable by uid 65532, the agent's by root.
+"$src/scripts/tq-certs.sh" cluster "$root/tmp/pki" 127.0.0.1 smoke
+chown 65532:65532 "$root/tmp/pki/policyd.key" "$root/tmp/pki/admin.key"
+tls() { echo "--tls-ca=/tmp/pki/ca.crt --tls-cert=/tmp/pki/$1.crt --tls-key=/tmp/pki/$1.key"; }
 
 echo "== policyd as uid 65532"
 ip netns exec "$ns" chroot --userspec=65532:65532 "$root" /usr/local/bin/tenantqos-policyd \
-  --listen=0.0.0.0:7400 --data-dir=/tmp/pd --metrics=0.0.0.0:7401 >"$work/policyd.log" 2>&1 &
+  --listen=0.0.0.0:7400 --data-dir=/tmp/pd --metrics=0.0.0.0:7401 $(tls policyd) \
+  >"$work/policyd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$work/policyd.log" && break; sleep 0.1; done
 check "policyd listening" "grep -q 'listening on 0.0.0.0:7400' '$work/policyd.log'"
 sed -e 's/0Gbps/00Mbps/g' \
   "$src/deploy/kubernetes/policy.yaml" >"$root/tmp/policy.yaml"
 check "tenantqosctl apply (uid 65532)" \
-  "in_ns chroot --userspec=65532:65532 '$root' /usr/local/bin/tenantqosctl apply -f /tmp/policy.yaml"
+  "in_ns chroot --userspec=65532:65532 '$root' /usr/local/bin/tenantqosctl $(tls admin) apply -f /tmp/policy.yaml"
 
-echo "== agent as uid 0, gid 7400, CAP_NET_ADMIN only"
-ip netns exec "$ns" chroot "$root" setpriv --regid=7400 --clear-groups --inh-caps=-all --bounding-set=-all,+net_admin -- \
-  /usr/local/bin/tenantqos-agent --policyd=127.0.0.1:7400 --node=smoke --device=tqd0=fabric \
+echo "== agent as uid 0, gid 7400, CAP_NET_ADMIN and CAP_CHOWN only"
+ip netns exec "$ns" chroot "$root" setpriv --regid=7400 --clear-groups --inh-caps=-all --bounding-set=-all,+net_admin,+chown -- \
+  /usr/local/bin/tenantqos-agent --policyd=127.0.0.1:7400 --node=smoke --device=tqd0=fabric $(tls agent-smoke) \
   --run-dir=/run/tenantqos --state-dir=/var/lib/tenantqos --metrics=0.0.0.0:9464 >"$work/agent.log" 2>&1 &
 agent=$!
 pids+=($agent)
 ready() { [[ $(in_ns curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9464/readyz) == 200 ]]; }
 for _ in $(seq 100); do ready && break; sleep 0.1; done
 check "agent /readyz 200" ready
-check "agent capabilities: NET_ADMIN only" "grep -q '^CapEff:.*0000000000001000$' /proc/$agent/status"
+check "agent capabilities: NET_ADMIN and CHOWN only" "grep -q '^CapEff:.*0000000000001001$' /proc/$agent/status"
 check "tc classes for both tenants" "[[ \$(in_ns tc class show dev tqd0 | wc -l) -eq 4 ]]"
 check "tenant-a's directory 0750 root:7400" \
   "[[ \$(stat -c '%a %u %g' '$root/run/tenantqos/tenants/tenant-a') == '750 0 7400' ]]"

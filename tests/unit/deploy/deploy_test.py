@@ -593,7 +593,8 @@ class AgentTest(unittest.TestCase):
 
     def test_net_admin_not_privileged(self):
         self.assertFalse(self.sc.get("privileged", False))
-        self.assertEqual(self.sc["capabilities"]["add"], ["NET_ADMIN"])
+        # tc, and each tenant's directory given its unixGroup (attach_server.cc).
+        self.assertEqual(self.sc["capabilities"]["add"], ["NET_ADMIN", "CHOWN"])
         self.assertEqual(self.sc["capabilities"]["drop"], ["ALL"])
         # Added capabilities are only effective for uid 0 (no ambient capabilities otherwise).
         self.assertEqual(self.sc.get("runAsUser"), 0)

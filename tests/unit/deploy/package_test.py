@@ -111,8 +111,8 @@ class PackagesTest(unittest.TestCase):
 
     def test_agent_unit(self):
         d = directives(unit_text("tenantqos-agent.service"))
-        self.assertEqual(d["CapabilityBoundingSet"], ["CAP_NET_ADMIN"])
-        self.assertEqual(d["AmbientCapabilities"], ["CAP_NET_ADMIN"])
+        self.assertEqual(d["CapabilityBoundingSet"], ["CAP_NET_ADMIN CAP_CHOWN"])
+        self.assertEqual(d["AmbientCapabilities"], ["CAP_NET_ADMIN CAP_CHOWN"])
         self.assertEqual(d["User"], ["root"])
         self.assertEqual(d["Group"], ["tenantqos"], "the postinst's group owns the tenant files")
         self.assertEqual(d["Restart"], ["on-failure"])
