@@ -215,14 +215,7 @@ class EtcdStore final : public PolicyStore {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (latest_ && latest_->version == version) return *latest_;
-      auto it = summaries_.find(version);
-      if (it == summaries_.end()) {
-        return notFound("policy version " + std::to_string(version) + " does not exist");
-      }
-      if (!it->second.intact) {
-        return dataLoss("policy version " + std::to_string(version) +
-                        " is corrupt: " + it->second.problem);
-      }
+      TQ_RETURN_IF_ERROR(checkReadable(summaries_, version));
     }
     pb::RangeRequest req;
     req.set_key(etcdRecordKey(o_.prefix, version));

@@ -121,14 +121,7 @@ class FileStore final : public PolicyStore {
   Result<PolicyRecord> get(uint64_t version) const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (latest_ && latest_->version == version) return *latest_;
-    auto it = summaries_.find(version);
-    if (it == summaries_.end()) {
-      return notFound("policy version " + std::to_string(version) + " does not exist");
-    }
-    if (!it->second.intact) {
-      return dataLoss("policy version " + std::to_string(version) +
-                      " is corrupt: " + it->second.problem);
-    }
+    TQ_RETURN_IF_ERROR(checkReadable(summaries_, version));
     return readRecord(dir_ + "/" + recordFileName(version), version);
   }
 

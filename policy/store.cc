@@ -165,6 +165,18 @@ uint64_t countCorrupt(const std::map<uint64_t, VersionSummary>& versions) {
                                              [](const auto& e) { return !e.second.intact; }));
 }
 
+Status checkReadable(const std::map<uint64_t, VersionSummary>& versions, uint64_t version) {
+  auto it = versions.find(version);
+  if (it == versions.end()) {
+    return notFound("policy version " + std::to_string(version) + " does not exist");
+  }
+  if (!it->second.intact) {
+    return dataLoss("policy version " + std::to_string(version) +
+                    " is corrupt: " + it->second.problem);
+  }
+  return okStatus();
+}
+
 std::string newStoreEpoch() {
   unsigned char raw[16];
   size_t got = 0;

@@ -122,6 +122,10 @@ inline uint64_t newestRetiredVersion(uint64_t newest, uint64_t retain) {
 VersionSummary summarize(const PolicyRecord& record);
 std::vector<VersionSummary> newestFirst(const std::map<uint64_t, VersionSummary>& versions);
 uint64_t countCorrupt(const std::map<uint64_t, VersionSummary>& versions);
+// What get(version) answers from a version map before reading the record: kNotFound for a
+// version the store never had or retired, kDataLoss with the problem for a corrupt one, OK when
+// the record is there to be read.
+Status checkReadable(const std::map<uint64_t, VersionSummary>& versions, uint64_t version);
 
 // A new random epoch (getrandom): 32 lowercase hex digits.
 std::string newStoreEpoch();
