@@ -32,7 +32,9 @@ struct Handle {
   uint8_t b[kHandleBytes] = {};
 };
 
-bool before(std::chrono::steady_clock::time_point t) { return std::chrono::steady_clock::now() < t; }
+bool before(std::chrono::steady_clock::time_point t) {
+  return std::chrono::steady_clock::now() < t;
+}
 std::chrono::steady_clock::time_point in(int ms) {
   return std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
 }
@@ -68,14 +70,19 @@ class SocketTransportTest : public ::testing::Test {
   void pair(const TrafficQos& sq, const TrafficQos& rq, std::unique_ptr<SendComm>* send,
             std::unique_ptr<RecvComm>* recv, std::unique_ptr<ListenComm>* lc, Handle* h) {
     *lc = listen(h, rq);
-    Handle wire = *h;
+    completePair(lc->get(), *h, sq, send, recv);
+  }
+
+  // Polls connect and accept (whichever is not done yet) until both ends exist, for 5 s.
+  void completePair(ListenComm* lc, Handle h, const TrafficQos& sq, std::unique_ptr<SendComm>* send,
+                    std::unique_ptr<RecvComm>* recv) {
     auto until = in(5000);
     while ((*send == nullptr || *recv == nullptr) && before(until)) {
       if (*send == nullptr) {
-        ASSERT_TRUE(t_->connect(0, sq, wire.b, send).ok());
+        ASSERT_TRUE(t_->connect(0, sq, h.b, send).ok());
       }
       if (*recv == nullptr) {
-        ASSERT_TRUE(t_->accept(lc->get(), recv).ok());
+        ASSERT_TRUE(t_->accept(lc, recv).ok());
       }
     }
     ASSERT_NE(*send, nullptr);
@@ -112,7 +119,8 @@ class SocketTransportTest : public ::testing::Test {
     auto info = parseHandle(h.b, kHandleBytes);
     EXPECT_TRUE(info.ok());
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&info->addr.storage), info->addr.len), 0);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&info->addr.storage), info->addr.len),
+              0);
     return fd;
   }
 
@@ -179,16 +187,8 @@ TEST_F(SocketTransportTest, AcceptPolledLongBeforeConnect) {
     ASSERT_EQ(r, nullptr);
   }
   std::unique_ptr<SendComm> s;
-  auto until = in(5000);
-  while ((s == nullptr || r == nullptr) && before(until)) {
-    if (s == nullptr) {
-      ASSERT_TRUE(t_->connect(0, {}, h.b, &s).ok());
-    }
-    if (r == nullptr) {
-      ASSERT_TRUE(t_->accept(lc.get(), &r).ok());
-    }
-  }
-  ASSERT_TRUE(s && r);
+  completePair(lc.get(), h, {}, &s, &r);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(roundTrip(s.get(), r.get(), "hello"), "hello");
 }
 
@@ -409,7 +409,8 @@ TEST_F(SocketTransportTest, AcceptFailsWhenThePeerClosesMidHandshake) {
   ::close(fd);
   Status s = acceptUntilError(lc.get());
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("closed the connection after 4 of 128"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("closed the connection after 4 of 128"), std::string::npos)
+      << s.message();
 }
 
 TEST_F(SocketTransportTest, AcceptFailsWhenStreamsOfAConnectionAreMissing) {
@@ -435,16 +436,8 @@ TEST_F(SocketTransportTest, ListenerStillAcceptsAGoodPeerAfterABadOne) {
   ::close(fd);
   std::unique_ptr<SendComm> s;
   std::unique_ptr<RecvComm> r;
-  auto until = in(5000);
-  while ((s == nullptr || r == nullptr) && before(until)) {
-    if (s == nullptr) {
-      ASSERT_TRUE(t_->connect(0, {}, h.b, &s).ok());
-    }
-    if (r == nullptr) {
-      ASSERT_TRUE(t_->accept(lc.get(), &r).ok());
-    }
-  }
-  ASSERT_TRUE(s && r);
+  completePair(lc.get(), h, {}, &s, &r);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(roundTrip(s.get(), r.get(), "after"), "after");
 }
 
@@ -533,9 +526,7 @@ TEST_F(SocketTransportTest, ConnectFailsWhenThePeerHangsUp) {
 
 TEST_F(SocketTransportTest, ConnectToAClosedPortFailsAtTheDeadline) {
   Handle h;
-  {
-    auto lc = listen(&h);
-  }  // closed: connections are refused
+  { auto lc = listen(&h); }  // closed: connections are refused
   Status s = connectUntilError(&h, 20);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("TCP connections not established"), std::string::npos) << s.message();
@@ -588,7 +579,8 @@ TEST_F(SocketTransportTest, ManyMessagesInFlightStayInOrder) {
   Request* sr[kN];
   Request* rr[kN];
   for (int i = 0; i < kN; ++i) {
-    out[i] = std::string(static_cast<size_t>(i) * 3001 + (i % 2 ? 0 : 50000), static_cast<char>('a' + i % 26));
+    out[i] = std::string(static_cast<size_t>(i) * 3001 + (i % 2 ? 0 : 50000),
+                         static_cast<char>('a' + i % 26));
     in_[i].assign(200000, '\0');
     void* d[1] = {in_[i].data()};
     size_t sz[1] = {in_[i].size()};
