@@ -202,16 +202,7 @@ Status Rank::runAllReduceStream() {
       ++s_posted;
       progress = true;
     }
-    while (s_done < s_posted) {
-      bool done = false;
-      int got = -1;
-      TQ_RETURN_IF_ERROR_CTX(net_->test(sreq[s_done % w], &done, &got),
-                             format("send to rank %d", send_to_));
-      if (!done) break;
-      tx += static_cast<uint64_t>(std::max(got, 0));
-      ++s_done;
-      progress = true;
-    }
+    TQ_RETURN_IF_ERROR(reapSends(sreq, s_posted, &s_done, &tx, &progress));
     // An iteration is complete when all its receives (the result) and sends are done.
     while ((complete_iters + 1) * tpi <= std::min(r_done, s_done) &&
            (complete_iters + 1) * tpi <= std::min(s_limit, r_limit)) {

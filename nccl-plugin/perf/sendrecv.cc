@@ -213,15 +213,7 @@ Status Rank::runSendRecvDuration() {
         ++sposted;
         progress = true;
       }
-      while (sdone < sposted) {
-        bool done = false;
-        TQ_RETURN_IF_ERROR_CTX(net_->test(sreq[sdone % static_cast<uint64_t>(w)], &done, nullptr),
-                               format("send to rank %d", send_to_));
-        if (!done) break;
-        tx += size;
-        ++sdone;
-        progress = true;
-      }
+      TQ_RETURN_IF_ERROR(reapSends(sreq, sposted, &sdone, &tx, &progress));
       TQ_RETURN_IF_ERROR(
           stepEndMarker(now >= end && sdone == sposted, sbuf, smr, &marker, &progress, &paced));
     }
