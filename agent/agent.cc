@@ -87,7 +87,6 @@ Status Agent::start() {
         "--metrics-port-file");
   }
 
-
   // Fail-static: enforce what we last knew before talking to policyd.
   uint64_t known_version = 0;
   std::string known_epoch;

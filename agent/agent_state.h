@@ -98,16 +98,16 @@ struct AgentState {
   std::string tc_mode;
   bool ready = false;  // a policy (persisted or received) has been applied
   std::string not_ready_reason = "no policy yet";
-  uint64_t policy_version = 0;           // the version enforced (0 = none)
-  uint64_t latest_seen_version = 0;      // the newest version received (may be failing)
-  std::vector<TenantStatus> tenants;     // sorted by name
-  std::vector<ClassStat> classes;        // refreshed about every second
-  std::vector<RdmaPortStat> rdma_ports;  // refreshed about every second; by device, port
+  uint64_t policy_version = 0;            // the version enforced (0 = none)
+  uint64_t latest_seen_version = 0;       // the newest version received (may be failing)
+  std::vector<TenantStatus> tenants;      // sorted by name
+  std::vector<ClassStat> classes;         // refreshed about every second
+  std::vector<RdmaPortStat> rdma_ports;   // refreshed about every second; by device, port
   std::vector<AttachedProcess> attached;  // by pid
   // Published by the QP scan thread, not the reconcile thread (StateBoard::publishRdmaQps);
   // nullopt while RDMA netlink cannot be read (no RDMA on the node, scan disabled).
   std::optional<std::vector<RdmaQpCounts>> rdma_qps;
-  std::vector<std::string> errors;       // unresolved reconcile errors (empty when healthy)
+  std::vector<std::string> errors;  // unresolved reconcile errors (empty when healthy)
   uint64_t reconcile_errors_total = 0;
   DurationHistogram reconcile_duration;
   DurationHistogram allocation_duration;

@@ -70,8 +70,8 @@ std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInpu
         continue;
       }
       for (size_t i : unmet) {
-        uint64_t share = static_cast<uint64_t>(static_cast<u128>(remaining) *
-                                               weightOf(tenants[i]) / weights);
+        uint64_t share =
+            static_cast<uint64_t>(static_cast<u128>(remaining) * weightOf(tenants[i]) / weights);
         rate[i] += share;
         used += share;
       }

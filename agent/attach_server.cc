@@ -46,7 +46,7 @@ Status own(const std::string& path, const struct stat& st, gid_t group) {
 // symlink planted there is refused).
 Status ownDir(const std::string& path, gid_t group, mode_t mode) {
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return errnoStatus("mkdir " + path);
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return errnoStatus("lstat " + path);
   if (!S_ISDIR(st.st_mode)) return failedPrecondition(path + " exists and is not a directory");
   TQ_RETURN_IF_ERROR(own(path, st, group));
@@ -74,7 +74,7 @@ Result<gid_t> resolveUnixGroup(const std::string& group) {
   const auto [ptr, ec] = std::from_chars(group.data(), group.data() + group.size(), gid);
   if (ec == std::errc() && ptr == group.data() + group.size() && !group.empty()) return gid;
   std::vector<char> buf(16384);
-  struct group g{};
+  struct group g {};
   struct group* out = nullptr;
   const int rc = ::getgrnam_r(group.c_str(), &g, buf.data(), buf.size(), &out);
   if (rc != 0) return errnoStatus(rc, "look up unixGroup " + group);
@@ -181,8 +181,7 @@ void AttachServer::unserve(const std::string& tenant) {
   wake();
   ::unlink(l->path.c_str());
   ::rmdir(attach::tenantDir(options_.run_dir, tenant).c_str());
-  TQ_LOG(kInfo, "attach: tenant %s no longer served (%s removed)", tenant.c_str(),
-         l->path.c_str());
+  TQ_LOG(kInfo, "attach: tenant %s no longer served (%s removed)", tenant.c_str(), l->path.c_str());
 }
 
 void AttachServer::serveDefault(std::shared_ptr<TenantShm> shm) {
@@ -236,8 +235,8 @@ void AttachServer::run() {
         polled_conns.push_back(c.get());
         if (!c->attached) {
           const int64_t ms = std::max<int64_t>(0, (c->deadline_ns - now) / 1'000'000 + 1);
-          timeout_ms = timeout_ms < 0 ? static_cast<int>(ms)
-                                      : std::min(timeout_ms, static_cast<int>(ms));
+          timeout_ms =
+              timeout_ms < 0 ? static_cast<int>(ms) : std::min(timeout_ms, static_cast<int>(ms));
         }
       }
     }
@@ -258,9 +257,9 @@ void AttachServer::run() {
       if (ev != 0) {
         if (!onReadable(c, now)) done.push_back(c);
       } else if (!c->attached && now >= c->deadline_ns) {
-        badInput(*c, now, "sent no complete request in " +
-                              std::to_string(options_.request_timeout_ns / 1'000'000) +
-                              " ms; closed");
+        badInput(*c, now,
+                 "sent no complete request in " +
+                     std::to_string(options_.request_timeout_ns / 1'000'000) + " ms; closed");
         done.push_back(c);
       }
     }
@@ -277,8 +276,7 @@ void AttachServer::acceptFrom(const std::shared_ptr<Listener>& l, int64_t now) {
     ucred cred{};
     socklen_t len = sizeof(cred);
     if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      TQ_LOG(kWarn, "attach: SO_PEERCRED on %s: %s; closed", l->path.c_str(),
-             std::strerror(errno));
+      TQ_LOG(kWarn, "attach: SO_PEERCRED on %s: %s; closed", l->path.c_str(), std::strerror(errno));
       continue;
     }
     c->fd = std::move(fd);
@@ -287,8 +285,9 @@ void AttachServer::acceptFrom(const std::shared_ptr<Listener>& l, int64_t now) {
     c->groups = peerGroups(c->fd.get());
     c->deadline_ns = now + options_.request_timeout_ns;
     if (l->connections >= options_.max_connections_per_socket) {
-      badInput(*c, now, "refused: " + std::to_string(l->connections) +
-                            " connections on this socket already");
+      badInput(
+          *c, now,
+          "refused: " + std::to_string(l->connections) + " connections on this socket already");
       continue;  // closes it; the peer sees EOF and falls back
     }
     l->connections++;
@@ -306,9 +305,10 @@ bool AttachServer::onReadable(Conn* c, int64_t now) {
     if (*n == 0) return true;
     c->extra_bytes += *n;
     if (c->extra_bytes > kMaxExtraBytes || !junk.empty()) {
-      badInput(*c, now, "sent " + std::to_string(c->extra_bytes) + " bytes" +
-                            (junk.empty() ? "" : " and file descriptors") +
-                            " after attaching; closed (its slot is released)");
+      badInput(*c, now,
+               "sent " + std::to_string(c->extra_bytes) + " bytes" +
+                   (junk.empty() ? "" : " and file descriptors") +
+                   " after attaching; closed (its slot is released)");
       return false;
     }
     return true;
@@ -366,8 +366,9 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
               : "no slot (all " + std::to_string(shm::kMaxSlots) +
                     " taken: it paces with the shared bucket, its usage is not counted)";
   if (!wanted.empty() && wanted != reply.tenant) {
-    logLimited(*c, now, true, "asked for tenant " + wanted + "; attached to tenant " +
-                                  reply.tenant + " (the socket it could reach decides), " + slot);
+    logLimited(*c, now, true,
+               "asked for tenant " + wanted + "; attached to tenant " + reply.tenant +
+                   " (the socket it could reach decides), " + slot);
   } else {
     logLimited(*c, now, !c->slot, "attached to tenant " + reply.tenant + ", " + slot);
   }
@@ -420,8 +421,7 @@ void AttachServer::logLimited(const Conn& c, int64_t now, bool warn, const std::
 void AttachServer::close(Conn* c) {
   if (c->attached) {
     c->shm->releaseSlot(c->slot, c->peer.pid);
-    TQ_LOG(kDebug, "attach: %s detached from tenant %s", who(*c).c_str(),
-           c->shm->tenant().c_str());
+    TQ_LOG(kDebug, "attach: %s detached from tenant %s", who(*c).c_str(), c->shm->tenant().c_str());
   }
   c->listener->connections--;
   auto it = std::find_if(conns_.begin(), conns_.end(),

@@ -39,7 +39,7 @@ class AttachServer {
  public:
   struct Options {
     std::string run_dir;
-    uint32_t max_connections_per_socket = 128;  // beyond: refused at once, logged
+    uint32_t max_connections_per_socket = 128;   // beyond: refused at once, logged
     int64_t request_timeout_ns = 1'000'000'000;  // a peer that sends no request is closed
   };
   // Creates <run_dir>/agent.sock (0666) and starts the thread. Processes that connect to it

@@ -33,8 +33,8 @@ struct DeviceMapping {
 struct AgentConfig {
   std::string policyd;  // --policyd as given: HOST:PORT[,HOST:PORT...] (policyd replicas)
   std::vector<std::string> policyd_endpoints;  // its entries
-  rpc::TlsConfig tls;   // mutual TLS to policyd (checked when the agent starts)
-  std::string node;     // this node's name (default: the host name)
+  rpc::TlsConfig tls;  // mutual TLS to policyd (checked when the agent starts)
+  std::string node;    // this node's name (default: the host name)
   std::vector<DeviceMapping> devices;
   std::string run_dir = "/run/tenantqos";
   std::string state_dir = "/var/lib/tenantqos";
@@ -42,11 +42,11 @@ struct AgentConfig {
   std::string metrics_port_file;                   // if set, the bound port is written here
   std::string sysfs_root = "/sys";  // RDMA ports are read from <sysfs_root>/class/infiniband
   LogLevel log_level = LogLevel::kInfo;
-  int64_t period_ns = 10'000'000;              // allocation period
-  int64_t report_interval_ns = 1'000'000'000;  // usage reports to policyd
+  int64_t period_ns = 10'000'000;               // allocation period
+  int64_t report_interval_ns = 1'000'000'000;   // usage reports to policyd
   int64_t qp_scan_interval_ns = 5'000'000'000;  // RDMA QP listing (ungoverned QPs); 0 = off
   TcMode tc_mode = TcMode::kHtb;
-  uint64_t burst_bytes = 256 * 1024;  // token-bucket depth published to the plugin
+  uint64_t burst_bytes = 256 * 1024;       // token-bucket depth published to the plugin
   std::string default_tenant = "default";  // the node-wide socket's tenant
   bool cleanup = false;
   bool help = false;

@@ -213,9 +213,8 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
                    MetricType::Gauge, double(o.qps)));
       }
       if (d.other_ungoverned > 0) {
-        top.metric.push_back(
-            sample({{"comm", "other"}, {"device", d.device}, {"pid", "other"}},
-                   MetricType::Gauge, double(d.other_ungoverned)));
+        top.metric.push_back(sample({{"comm", "other"}, {"device", d.device}, {"pid", "other"}},
+                                    MetricType::Gauge, double(d.other_ungoverned)));
       }
     }
     for (MetricFamily* f : {&qps, &owners, &top}) {

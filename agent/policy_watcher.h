@@ -68,10 +68,10 @@ class PolicyWatcher {
  public:
   struct Options {
     std::string node;
-    uint64_t known_version = 0;  // sent in WatchPolicyRequest; updated as snapshots arrive
+    uint64_t known_version = 0;     // sent in WatchPolicyRequest; updated as snapshots arrive
     std::string known_store_epoch;  // the store of known_version ("" = unknown)
-    BackoffOptions backoff;      // between stream attempts
-    uint64_t seed = 0;           // 0: random
+    BackoffOptions backoff;         // between stream attempts
+    uint64_t seed = 0;              // 0: random
   };
   // Called on the watch thread for each snapshot, after it was persisted.
   using OnSnapshot = std::function<void(VersionedPolicy)>;

@@ -260,9 +260,9 @@ Status Reconciler::serveTenant(const std::string& name, TenantEntry& e,
     if (!gid.ok()) return gid.status().withContext("tenant " + name);
     auto [it, fresh] = group_owner.emplace(*gid, name);
     if (!fresh) {
-      return failedPrecondition("tenant " + name + ": unixGroup " + e.spec.unix_group +
-                                " is gid " + std::to_string(*gid) + " on this node, tenant " +
-                                it->second + "'s too; not served");
+      return failedPrecondition("tenant " + name + ": unixGroup " + e.spec.unix_group + " is gid " +
+                                std::to_string(*gid) + " on this node, tenant " + it->second +
+                                "'s too; not served");
     }
     e.group = *gid;
   }
@@ -293,9 +293,10 @@ void Reconciler::serveDefault(const DesiredNode& desired) {
     p.limit_bytes_per_second = kConservativeRateBytesPerSecond;
     p.burst_bytes = options_.burst_bytes;
     builtin_default_->publish(p);
-    TQ_LOG(kInfo, "the policy has no tenant %s: the node-wide socket attaches processes to a "
-           "built-in default tenant paced at %s", options_.default_tenant.c_str(),
-           formatRate(kConservativeRateBytesPerSecond).c_str());
+    TQ_LOG(kInfo,
+           "the policy has no tenant %s: the node-wide socket attaches processes to a "
+           "built-in default tenant paced at %s",
+           options_.default_tenant.c_str(), formatRate(kConservativeRateBytesPerSecond).c_str());
   }
   TenantParams p = builtin_default_->published();
   if (p.policy_version != desired.version) {
@@ -332,8 +333,10 @@ void Reconciler::retireTenant(const std::string& name, TenantEntry e) {
     TQ_LOG(kInfo, "tenant %s: left the policy; its memory is released", name.c_str());
     return;
   }
-  TQ_LOG(kInfo, "tenant %s: left the policy; marked deleted, kept until its %zu attached "
-         "process(es) leave", name.c_str(), e.shm->attachments().size());
+  TQ_LOG(kInfo,
+         "tenant %s: left the policy; marked deleted, kept until its %zu attached "
+         "process(es) leave",
+         name.c_str(), e.shm->attachments().size());
   retiring_[name] = std::move(e.shm);
 }
 
@@ -351,7 +354,7 @@ void Reconciler::removeStaleEntries(const DesiredNode& desired) {
   for (const std::string& name : names) {
     if (name == "." || name == "..") continue;
     const std::string path = dir + "/" + name;
-    struct stat st{};
+    struct stat st {};
     if (::lstat(path.c_str(), &st) != 0) continue;
     if (!S_ISDIR(st.st_mode)) {
       if (::unlink(path.c_str()) == 0) {
@@ -363,8 +366,7 @@ void Reconciler::removeStaleEntries(const DesiredNode& desired) {
     if (desired.tenants.count(name) != 0) continue;
     ::unlink((path + "/agent.sock").c_str());
     if (::rmdir(path.c_str()) == 0) {
-      TQ_LOG(kInfo, "removed %s of tenant %s, no longer in the policy", path.c_str(),
-             name.c_str());
+      TQ_LOG(kInfo, "removed %s of tenant %s, no longer in the policy", path.c_str(), name.c_str());
     }
   }
 }

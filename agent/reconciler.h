@@ -11,11 +11,11 @@
 // and its memory dropped once no process is attached). A failure is counted, logged, kept as an
 // unresolved error (reported to policyd) and retried with backoff.
 // tick(): whatever is due — the retry, the allocation pass (every period: read usage (checked,
-// never trusted), heartbeat; per link, estimate each tenant's demand from its counters (DemandEstimator)
-// and split the link's capacity (allocate(), work-conserving water-filling); publish a tenant's
-// bucket rate only when it changed, to keep the seqlock quiet), a periodic tc resync (drift
-// repair; zero writes when nothing drifted), tc statistics and RDMA port counters (~1 s; see
-// rdma_ports.h), and publishing AgentState for the metrics and report threads (~100 ms).
+// never trusted), heartbeat; per link, estimate each tenant's demand from its counters
+// (DemandEstimator) and split the link's capacity (allocate(), work-conserving water-filling);
+// publish a tenant's bucket rate only when it changed, to keep the seqlock quiet), a periodic tc
+// resync (drift repair; zero writes when nothing drifted), tc statistics and RDMA port counters (~1
+// s; see rdma_ports.h), and publishing AgentState for the metrics and report threads (~100 ms).
 #pragma once
 
 #include <cstdint>
@@ -109,9 +109,9 @@ class Reconciler {
     uint64_t link_capacity = 0;  // allocatableCapacity() of its link
     std::shared_ptr<TenantShm> shm;
     std::optional<gid_t> group;  // unixGroup, resolved on this node
-    TenantParams params;      // as last published (the agent's own copy, never read back)
-    TenantUsage usage;        // as last read
-    int64_t usage_at_ns = 0;  // 0: not read yet
+    TenantParams params;         // as last published (the agent's own copy, never read back)
+    TenantUsage usage;           // as last read
+    int64_t usage_at_ns = 0;     // 0: not read yet
     DemandEstimator estimator;
     uint64_t demand = 0;      // bytes/s or kUnboundedDemand, from the last allocation pass
     uint64_t allocation = 0;  // the allocator's share (the bucket may be refilled faster)

@@ -131,8 +131,9 @@ void UngovernedQpTracker::logNewOwners(
     const std::map<int32_t, std::pair<std::string, std::string>>& owners, int64_t now_ns) {
   if (now_ns - window_start_ns_ >= options_.log_window_ns) {
     if (window_suppressed_ > 0) {
-      TQ_LOG(kWarn, "%d more process(es) newly owning ungoverned RDMA QPs were not logged in "
-                    "the last %lld s (see tenantqos_ungoverned_qps)",
+      TQ_LOG(kWarn,
+             "%d more process(es) newly owning ungoverned RDMA QPs were not logged in "
+             "the last %lld s (see tenantqos_ungoverned_qps)",
              window_suppressed_, static_cast<long long>(options_.log_window_ns / 1'000'000'000));
     }
     window_start_ns_ = now_ns;
@@ -205,8 +206,7 @@ void UngovernedQpScanner::scanOnce() {
     TQ_LOG(kInfo, "listing RDMA QPs works again");
     logged_error_.reset();
   }
-  std::set<std::string> device_errors(listing->device_errors.begin(),
-                                      listing->device_errors.end());
+  std::set<std::string> device_errors(listing->device_errors.begin(), listing->device_errors.end());
   for (const std::string& e : device_errors) {
     if (logged_device_errors_.count(e) == 0) {
       TQ_LOG(kWarn, "RDMA QPs of device %s are not counted", e.c_str());

@@ -89,8 +89,8 @@ class UngovernedQpTracker {
 
   // Classifies one listing: one entry per device, in the listing's order (a device without
   // QPs gets zeros). Logs new owners.
-  std::vector<RdmaQpCounts> update(const ib::QpListing& listing,
-                                   const AttachedProcesses& attached, int64_t now_ns);
+  std::vector<RdmaQpCounts> update(const ib::QpListing& listing, const AttachedProcesses& attached,
+                                   int64_t now_ns);
 
  private:
   void logNewOwners(const std::map<int32_t, std::pair<std::string, std::string>>& owners,

@@ -118,12 +118,10 @@ std::string tenantSocketPath(const std::string& run_dir, const std::string& tena
   return tenantDir(run_dir, tenant) + "/agent.sock";
 }
 std::string nodeSocketPath(const std::string& run_dir) { return run_dir + "/agent.sock"; }
-std::string trafficClassesPath(const std::string& run_dir) {
-  return run_dir + "/traffic-classes";
-}
+std::string trafficClassesPath(const std::string& run_dir) { return run_dir + "/traffic-classes"; }
 
 bool nodeIsGoverned(const std::string& run_dir) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(run_dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
   return errno != ENOENT && errno != ENOTDIR;
 }
@@ -278,8 +276,7 @@ Result<Attached> attachWithin(const std::string& socket_path, const std::string&
                         attempt->poll(static_cast<int>(std::max<int64_t>(left, 1))));
     if (got) return std::move(*got);
     if (left <= 0) {
-      return deadlineExceeded(socket_path + ": no reply in " + std::to_string(timeout_ms) +
-                              " ms");
+      return deadlineExceeded(socket_path + ": no reply in " + std::to_string(timeout_ms) + " ms");
     }
   }
 }

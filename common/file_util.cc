@@ -64,7 +64,7 @@ Result<std::string> readFile(const std::string& path, uint64_t max_bytes) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return errnoStatus("open " + path);
   std::string out;
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) > max_bytes) {
     return resourceExhausted(path + ": file is " + std::to_string(st.st_size) +
                              " bytes, more than the limit of " + std::to_string(max_bytes));
@@ -96,7 +96,7 @@ Status makeDirs(const std::string& path, uint32_t mode) {
     if (cur.empty()) continue;
     if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) return errnoStatus("mkdir " + cur);
   }
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return errnoStatus("stat " + path);
   if (!S_ISDIR(st.st_mode)) return failedPrecondition(path + ": exists and is not a directory");
   return okStatus();

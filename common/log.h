@@ -42,8 +42,8 @@ inline bool logEnabled(LogLevel level) {
 
 }  // namespace tq
 
-#define TQ_LOG(level, ...)                                                              \
-  do {                                                                                   \
-    if (::tq::logEnabled(::tq::LogLevel::level))                                         \
-      ::tq::logMessage(::tq::LogLevel::level, __FILE__, __LINE__, __VA_ARGS__);          \
+#define TQ_LOG(level, ...)                                                      \
+  do {                                                                          \
+    if (::tq::logEnabled(::tq::LogLevel::level))                                \
+      ::tq::logMessage(::tq::LogLevel::level, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)

@@ -6,8 +6,8 @@
 
 namespace tq {
 
-Result<MappedFile> MappedFile::map(int fd, size_t size, int prot, int flags,
-                                   std::string_view what, off_t offset) {
+Result<MappedFile> MappedFile::map(int fd, size_t size, int prot, int flags, std::string_view what,
+                                   off_t offset) {
   if (size == 0) return invalidArgument("mmap " + std::string(what) + ": zero length");
   void* p = ::mmap(nullptr, size, prot, flags, fd, offset);
   if (p == MAP_FAILED) return errnoStatus("mmap " + std::string(what));

@@ -51,7 +51,8 @@ struct PolicySpec {
   friend bool operator==(const PolicySpec&, const PolicySpec&) = default;
 
   const LinkSpec* findLink(const std::string& name) const {
-    for (const auto& l : links) if (l.name == name) return &l;
+    for (const auto& l : links)
+      if (l.name == name) return &l;
     return nullptr;
   }
 };
@@ -94,7 +95,7 @@ struct TenantUsageReport {
 
 struct NodeUsageReport {
   std::string node;
-  uint64_t policy_version = 0;   // the version the node enforces
+  uint64_t policy_version = 0;    // the version the node enforces
   int64_t timestamp_unix_ms = 0;  // when the agent took the report
   std::vector<TenantUsageReport> tenants;
   std::vector<std::string> errors;  // reconcile errors the node could not resolve

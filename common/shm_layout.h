@@ -48,12 +48,12 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
 struct Header {
-  uint64_t magic;           // written last at creation (after a release fence)
-  uint32_t layout_version;  // kLayoutVersion
-  uint32_t params_size;     // sizeof(ParamsPage)
-  uint32_t shared_size;     // sizeof(SharedPage)
-  uint32_t max_slots;       // kMaxSlots
-  char tenant[kTenantNameBytes];  // NUL-terminated; immutable after creation
+  uint64_t magic;                            // written last at creation (after a release fence)
+  uint32_t layout_version;                   // kLayoutVersion
+  uint32_t params_size;                      // sizeof(ParamsPage)
+  uint32_t shared_size;                      // sizeof(SharedPage)
+  uint32_t max_slots;                        // kMaxSlots
+  char tenant[kTenantNameBytes];             // NUL-terminated; immutable after creation
   std::atomic<uint64_t> agent_pid;           // pid of the agent (host pid namespace)
   std::atomic<uint64_t> agent_heartbeat_ns;  // refreshed every allocation period
   uint64_t create_wall_ns;                   // CLOCK_REALTIME at creation
@@ -90,14 +90,14 @@ struct Bucket {
 
 // Counters of one process, written by that process only (relaxed atomics).
 struct Slot {
-  std::atomic<uint64_t> pid;            // the writer's own claim, for diagnostics only
-  std::atomic<uint64_t> tx_bytes;       // bytes admitted by the bucket
-  std::atomic<uint64_t> rx_bytes;       // bytes received
-  std::atomic<uint64_t> throttled_ns;   // closed throttled intervals
+  std::atomic<uint64_t> pid;                // the writer's own claim, for diagnostics only
+  std::atomic<uint64_t> tx_bytes;           // bytes admitted by the bucket
+  std::atomic<uint64_t> rx_bytes;           // bytes received
+  std::atomic<uint64_t> throttled_ns;       // closed throttled intervals
   std::atomic<int64_t> throttled_since_ns;  // start of the open throttled interval, 0 = none
-  std::atomic<uint64_t> backlog_bytes;  // bytes refused by the bucket and not yet sent (demand)
-  std::atomic<uint64_t> heartbeat_ns;   // last isend/irecv/test activity
-  std::atomic<uint64_t> throttle_events;  // isend calls refused by the bucket
+  std::atomic<uint64_t> backlog_bytes;      // bytes refused by the bucket and not yet sent (demand)
+  std::atomic<uint64_t> heartbeat_ns;       // last isend/irecv/test activity
+  std::atomic<uint64_t> throttle_events;    // isend calls refused by the bucket
   std::atomic<uint64_t> reserved;
   // Time this process had at least one admitted send not yet completed (closed intervals, and
   // the start of the open one, 0 = none). A tenant whose sends stay queued in the network while

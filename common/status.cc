@@ -45,16 +45,33 @@ std::string Status::toString() const {
 Status errnoStatus(int err, std::string_view what) {
   StatusCode code;
   switch (err) {
-    case ENOENT: case ENODEV: case ESRCH: case ENXIO: code = StatusCode::kNotFound; break;
+    case ENOENT:
+    case ENODEV:
+    case ESRCH:
+    case ENXIO: code = StatusCode::kNotFound; break;
     case EEXIST: code = StatusCode::kAlreadyExists; break;
-    case EACCES: case EPERM: case EROFS: code = StatusCode::kPermissionDenied; break;
-    case EINVAL: case ENAMETOOLONG: case EBADF: code = StatusCode::kInvalidArgument; break;
-    case EAGAIN: case ECONNREFUSED: case ECONNRESET: case EPIPE: case EHOSTUNREACH:
-    case ENETUNREACH: case ENETDOWN: case EBUSY: code = StatusCode::kUnavailable; break;
+    case EACCES:
+    case EPERM:
+    case EROFS: code = StatusCode::kPermissionDenied; break;
+    case EINVAL:
+    case ENAMETOOLONG:
+    case EBADF: code = StatusCode::kInvalidArgument; break;
+    case EAGAIN:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case EPIPE:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ENETDOWN:
+    case EBUSY: code = StatusCode::kUnavailable; break;
     case ETIMEDOUT: code = StatusCode::kDeadlineExceeded; break;
-    case ENOSPC: case ENOMEM: case EMFILE: case ENFILE: case EDQUOT:
-      code = StatusCode::kResourceExhausted; break;
-    case EOPNOTSUPP: case ENOSYS: code = StatusCode::kUnimplemented; break;
+    case ENOSPC:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+    case EDQUOT: code = StatusCode::kResourceExhausted; break;
+    case EOPNOTSUPP:
+    case ENOSYS: code = StatusCode::kUnimplemented; break;
     default: code = StatusCode::kInternal; break;
   }
   char buf[128];

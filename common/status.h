@@ -63,18 +63,28 @@ class [[nodiscard]] Status {
 };
 
 inline Status okStatus() { return Status(); }
-inline Status invalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status invalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status notFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status alreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-inline Status failedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status failedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status outOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-inline Status resourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-inline Status permissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status resourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status permissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
 inline Status unauthenticated(std::string m) {
   return {StatusCode::kUnauthenticated, std::move(m)};
 }
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status deadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status deadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status dataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
@@ -91,7 +101,7 @@ inline Status errnoStatus(std::string_view what) { return errnoStatus(errno, wha
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) v_ = internalError("Result constructed from an ok Status");
   }
@@ -125,16 +135,16 @@ class [[nodiscard]] Result {
 #define TQ_STATUS_CONCAT(a, b) TQ_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not ok.
-#define TQ_RETURN_IF_ERROR(expr)                         \
-  do {                                                   \
-    ::tq::Status tq_status_ = (expr);                    \
-    if (!tq_status_.ok()) return tq_status_;             \
+#define TQ_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::tq::Status tq_status_ = (expr);        \
+    if (!tq_status_.ok()) return tq_status_; \
   } while (0)
 
 // Same, adding context ("context: <error>").
-#define TQ_RETURN_IF_ERROR_CTX(expr, context)            \
-  do {                                                   \
-    ::tq::Status tq_status_ = (expr);                    \
+#define TQ_RETURN_IF_ERROR_CTX(expr, context)                     \
+  do {                                                            \
+    ::tq::Status tq_status_ = (expr);                             \
     if (!tq_status_.ok()) return tq_status_.withContext(context); \
   } while (0)
 

@@ -23,11 +23,11 @@ using shm::SharedPage;
 constexpr int kParamsSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
 constexpr int kSharedSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
-constexpr uint64_t kMaxBacklogBytes = 1ull << 40;   // 1 TiB
-constexpr uint64_t kSlackBytes = 4ull << 30;        // 4 GiB: one huge message
-constexpr int64_t kSlackNs = 1'000'000'000;         // clock skew between readings
+constexpr uint64_t kMaxBacklogBytes = 1ull << 40;           // 1 TiB
+constexpr uint64_t kSlackBytes = 4ull << 30;                // 4 GiB: one huge message
+constexpr int64_t kSlackNs = 1'000'000'000;                 // clock skew between readings
 constexpr int64_t kMaxOpenIntervalNs = 86'400'000'000'000;  // one day
-constexpr int64_t kFirstReadingNs = 60'000'000'000;        // see collect()
+constexpr int64_t kFirstReadingNs = 60'000'000'000;         // see collect()
 
 Result<Fd> makeMemfd(const std::string& name, size_t size) {
   Fd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -163,8 +163,8 @@ SlotCheck checkSlot(SlotBaseline* base, const SlotSample& cur, int64_t now_ns, i
                                 " ns");
     return uint64_t{0};
   };
-  c.throttled_ns = timeDelta(&base->throttled_ns, cur.throttled_ns, cur.throttled_since_ns,
-                             "throttled");
+  c.throttled_ns =
+      timeDelta(&base->throttled_ns, cur.throttled_ns, cur.throttled_since_ns, "throttled");
   c.busy_ns = timeDelta(&base->busy_ns, cur.busy_ns, cur.busy_since_ns, "busy");
   c.throttled_now = cur.throttled_since_ns != 0 && openInterval(cur.throttled_since_ns, now_ns);
   if (cur.backlog_bytes > kMaxBacklogBytes) {
@@ -223,8 +223,8 @@ Result<std::shared_ptr<TenantShm>> TenantShm::create(const std::string& tenant,
   TQ_ASSIGN_OR_RETURN(Fd params_fd, makeMemfd("tenantqos-params-" + tenant, sizeof(ParamsPage)));
   TQ_ASSIGN_OR_RETURN(Fd shared_fd, makeMemfd("tenantqos-shared-" + tenant, sizeof(SharedPage)));
   // The agent's writable mapping must exist before F_SEAL_FUTURE_WRITE: it is the only one.
-  void* m = ::mmap(nullptr, sizeof(ParamsPage), PROT_READ | PROT_WRITE, MAP_SHARED,
-                   params_fd.get(), 0);
+  void* m =
+      ::mmap(nullptr, sizeof(ParamsPage), PROT_READ | PROT_WRITE, MAP_SHARED, params_fd.get(), 0);
   if (m == MAP_FAILED) return errnoStatus("map the parameters of tenant " + tenant);
   auto* page = static_cast<ParamsPage*>(m);
   page->header.layout_version = shm::kLayoutVersion;
@@ -338,9 +338,11 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
       totals_.rejected_readings++;
       if (!e.logged) {
         e.logged = true;
-        TQ_LOG(kWarn, "tenant %s: pid %d (uid %u) slot %u: %s; not counted (logged once per "
-               "process)", tenant_.c_str(), static_cast<int>(e.peer.pid),
-               static_cast<unsigned>(e.peer.uid), i, c.problems.c_str());
+        TQ_LOG(kWarn,
+               "tenant %s: pid %d (uid %u) slot %u: %s; not counted (logged once per "
+               "process)",
+               tenant_.c_str(), static_cast<int>(e.peer.pid), static_cast<unsigned>(e.peer.uid), i,
+               c.problems.c_str());
       }
     }
     totals_.tx_bytes += c.tx_bytes;
@@ -371,7 +373,7 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
 Result<std::unique_ptr<TenantShmView>> TenantShmView::map(Fd params_fd, Fd shared_fd,
                                                           uint32_t slot) {
   auto check = [](int fd, size_t size, int seals, const char* what) -> Status {
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0) return errnoStatus(std::string("fstat the agent's ") + what);
     if (static_cast<uint64_t>(st.st_size) < size) {
       return failedPrecondition(std::string("the agent's ") + what + " has " +
@@ -389,8 +391,8 @@ Result<std::unique_ptr<TenantShmView>> TenantShmView::map(Fd params_fd, Fd share
   };
   TQ_RETURN_IF_ERROR(check(params_fd.get(), sizeof(ParamsPage),
                            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE, "parameters"));
-  TQ_RETURN_IF_ERROR(check(shared_fd.get(), sizeof(SharedPage), F_SEAL_SHRINK | F_SEAL_GROW,
-                           "shared memory"));
+  TQ_RETURN_IF_ERROR(
+      check(shared_fd.get(), sizeof(SharedPage), F_SEAL_SHRINK | F_SEAL_GROW, "shared memory"));
   void* p = ::mmap(nullptr, sizeof(ParamsPage), PROT_READ, MAP_SHARED, params_fd.get(), 0);
   if (p == MAP_FAILED) return errnoStatus("map the agent's parameters");
   auto* params = static_cast<const ParamsPage*>(p);
@@ -403,8 +405,8 @@ Result<std::unique_ptr<TenantShmView>> TenantShmView::map(Fd params_fd, Fd share
                               std::to_string(h.layout_version) + ")");
   }
   const std::string tenant(h.tenant, strnlen(h.tenant, shm::kTenantNameBytes));
-  void* s = ::mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED,
-                   shared_fd.get(), 0);
+  void* s =
+      ::mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd.get(), 0);
   if (s == MAP_FAILED) {
     Status st = errnoStatus("map the shared memory of tenant " + tenant);
     ::munmap(p, sizeof(ParamsPage));

@@ -74,8 +74,8 @@ int64_t bucketReadyAt(const std::atomic<int64_t>& empty_at_ns, int64_t now_ns, u
                       const BucketConfig& cfg, const std::atomic<int64_t>* floor) {
   if (cfg.rate_bytes_per_second == 0) return std::numeric_limits<int64_t>::max();
   const int64_t burst_ns = bucketCostNs(cfg.burst_bytes, cfg.rate_bytes_per_second);
-  const int64_t need_ns = std::min(
-      {bucketCostNs(bytes, cfg.rate_bytes_per_second), burst_ns, kMaxBucketDebtNs});
+  const int64_t need_ns =
+      std::min({bucketCostNs(bytes, cfg.rate_bytes_per_second), burst_ns, kMaxBucketDebtNs});
   const int64_t start =
       clampedStart(empty_at_ns.load(std::memory_order_relaxed), now_ns, burst_ns, floor);
   return std::max(now_ns, start + need_ns);

@@ -21,19 +21,36 @@ constexpr unsigned __int128 kK = 1000, kM = kK * 1000, kG = kM * 1000, kT = kG *
 // Bit-rate forms are case-insensitive ("Gbps" == "gbps"); byte-rate forms keep their case so that
 // "MB/s" (bytes) can never be confused with a bit rate.
 constexpr std::array<Suffix, 16> kRateSuffixes{{
-    {"bps", true, 1, 8},       {"kbps", true, kK, 8},    {"mbps", true, kM, 8},
-    {"gbps", true, kG, 8},     {"tbps", true, kT, 8},    {"bit", true, 1, 8},
-    {"kbit", true, kK, 8},     {"mbit", true, kM, 8},    {"gbit", true, kG, 8},
-    {"tbit", true, kT, 8},     {"B/s", false, 1, 1},     {"kB/s", false, kK, 1},
-    {"KB/s", false, kK, 1},    {"MB/s", false, kM, 1},   {"GB/s", false, kG, 1},
+    {"bps", true, 1, 8},
+    {"kbps", true, kK, 8},
+    {"mbps", true, kM, 8},
+    {"gbps", true, kG, 8},
+    {"tbps", true, kT, 8},
+    {"bit", true, 1, 8},
+    {"kbit", true, kK, 8},
+    {"mbit", true, kM, 8},
+    {"gbit", true, kG, 8},
+    {"tbit", true, kT, 8},
+    {"B/s", false, 1, 1},
+    {"kB/s", false, kK, 1},
+    {"KB/s", false, kK, 1},
+    {"MB/s", false, kM, 1},
+    {"GB/s", false, kG, 1},
     {"TB/s", false, kT, 1},
 }};
 
 constexpr unsigned __int128 kKi = 1024, kMi = kKi * 1024, kGi = kMi * 1024, kTi = kGi * 1024;
 constexpr std::array<Suffix, 10> kSizeSuffixes{{
-    {"B", false, 1, 1},    {"KiB", false, kKi, 1}, {"MiB", false, kMi, 1}, {"GiB", false, kGi, 1},
-    {"TiB", false, kTi, 1}, {"kB", false, kK, 1},   {"KB", false, kK, 1},   {"MB", false, kM, 1},
-    {"GB", false, kG, 1},  {"TB", false, kT, 1},
+    {"B", false, 1, 1},
+    {"KiB", false, kKi, 1},
+    {"MiB", false, kMi, 1},
+    {"GiB", false, kGi, 1},
+    {"TiB", false, kTi, 1},
+    {"kB", false, kK, 1},
+    {"KB", false, kK, 1},
+    {"MB", false, kM, 1},
+    {"GB", false, kG, 1},
+    {"TB", false, kT, 1},
 }};
 
 bool equalsIgnoreCase(std::string_view a, std::string_view b) {
@@ -149,8 +166,8 @@ Result<double> parsePercent(std::string_view original) {
   if (!text.empty() && text.back() == '%') text.remove_suffix(1);
   text = trim(text);
   auto fail = [&](std::string_view why) {
-    return invalidArgument("invalid percentage \"" + std::string(original) + "\": " +
-                           std::string(why));
+    return invalidArgument("invalid percentage \"" + std::string(original) +
+                           "\": " + std::string(why));
   };
   if (text.empty()) return fail("empty");
   if (text.front() == '-') return fail("must not be negative");

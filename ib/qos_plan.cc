@@ -46,8 +46,8 @@ Status validate(const QosPlanInput& in) {
       return invalidArgument(who + "DSCP " + std::to_string(t.dscp) + " out of range 0-63");
     }
     if (t.limit == 0 || t.limit < t.guarantee) {
-      return invalidArgument(who + "limit " + formatRate(t.limit) + " must be > 0 and >= guarantee " +
-                             formatRate(t.guarantee));
+      return invalidArgument(who + "limit " + formatRate(t.limit) +
+                             " must be > 0 and >= guarantee " + formatRate(t.guarantee));
     }
     sum += t.guarantee;
   }
@@ -92,9 +92,8 @@ std::vector<QosClass> assignClasses(const std::vector<QosTenant>& ranked, uint64
   for (int k : key_order) {
     if (k != 0) groups.push_back(&by_key[k]);
   }
-  std::stable_sort(groups.begin(), groups.end(), [](const Group* a, const Group* b) {
-    return a->guarantee > b->guarantee;
-  });
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const Group* a, const Group* b) { return a->guarantee > b->guarantee; });
 
   std::vector<QosClass> classes(1);
   classes[0].id = 0;
@@ -211,7 +210,9 @@ std::string memberText(const QosClass& c) {
   return out;
 }
 
-std::string limitText(uint64_t limit) { return limit == 0 ? "no limit" : "limit " + formatRate(limit); }
+std::string limitText(uint64_t limit) {
+  return limit == 0 ? "no limit" : "limit " + formatRate(limit);
+}
 
 }  // namespace
 
@@ -271,8 +272,9 @@ std::string renderDcbScript(const RoceQosPlan& plan, std::string_view dev) {
   std::string out;
   out += "# tenantqos RoCE QoS plan for " + std::string(dev) + " (link " +
          formatRate(plan.capacity) + "); generated, do not edit.\n";
-  out += "# DSCP -> priority (dcb app) -> traffic class (prio-tc, priority p = TC p)"
-         " -> ETS share and max rate.\n";
+  out +=
+      "# DSCP -> priority (dcb app) -> traffic class (prio-tc, priority p = TC p)"
+      " -> ETS share and max rate.\n";
   for (const auto& c : plan.classes) {
     out += "# TC " + std::to_string(c.id) + ": ";
     if (c.is_default) {
@@ -282,8 +284,8 @@ std::string renderDcbScript(const RoceQosPlan& plan, std::string_view dev) {
       out += memberText(c) + " (DSCP " + joinInts(c.keys, ",") + ")";
       if (c.shared) out += " [shared: out of traffic classes]";
     }
-    out += ", guarantee " + formatRate(c.guarantee) + ", share " +
-           std::to_string(c.share_percent) + "%, " + limitText(c.limit) + "\n";
+    out += ", guarantee " + formatRate(c.guarantee) + ", share " + std::to_string(c.share_percent) +
+           "%, " + limitText(c.limit) + "\n";
   }
   for (const auto& cmd : dcbCommands(plan, dev)) {
     for (size_t i = 0; i < cmd.size(); ++i) out += (i ? " " : "") + cmd[i];
@@ -373,8 +375,8 @@ std::string renderOpenSmOptions(const IbQosPlan& plan) {
       out += memberText(c) + " (SL " + joinInts(c.keys, ",") + ")";
       if (c.shared) out += " [shared: out of VLs]";
     }
-    out += ", guarantee " + formatRate(c.guarantee) + ", share " +
-           std::to_string(c.share_percent) + "% = " + std::to_string(c.share_percent) +
+    out += ", guarantee " + formatRate(c.guarantee) + ", share " + std::to_string(c.share_percent) +
+           "% = " + std::to_string(c.share_percent) +
            (c.share_percent == 1 ? " packet" : " packets") + " per arbitration round\n";
   }
   out += "qos TRUE\n";

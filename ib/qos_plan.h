@@ -62,8 +62,8 @@ struct QosClass {
 
 struct RoceQosPlan {
   uint64_t capacity = 0;
-  std::vector<QosTenant> tenants;  // validated input, in rank order
-  std::vector<QosClass> classes;   // classes in use, ascending id; classes[0] is TC 0
+  std::vector<QosTenant> tenants;    // validated input, in rank order
+  std::vector<QosClass> classes;     // classes in use, ascending id; classes[0] is TC 0
   std::map<int, int> dscp_priority;  // DSCP -> 802.1p priority (priority p uses TC p)
 };
 
@@ -80,16 +80,16 @@ std::vector<std::vector<std::string>> dcbCommands(const RoceQosPlan& plan, std::
 std::string renderDcbScript(const RoceQosPlan& plan, std::string_view dev);
 
 struct IbQosOptions {
-  int max_vls = 8;   // data VLs the fabric runs (qos_max_vls), 1-15
-  int mtu = 4096;    // bytes; VL arbitration weights are whole packets of this size
+  int max_vls = 8;  // data VLs the fabric runs (qos_max_vls), 1-15
+  int mtu = 4096;   // bytes; VL arbitration weights are whole packets of this size
 };
 
 struct IbQosPlan {
   uint64_t capacity = 0;
   IbQosOptions options;
-  std::vector<QosTenant> tenants;      // validated input, in rank order
-  std::vector<QosClass> classes;       // VLs in use, ascending; classes[0] is VL 0
-  std::array<int, 16> sl_to_vl{};      // unused SLs -> VL 0
+  std::vector<QosTenant> tenants;  // validated input, in rank order
+  std::vector<QosClass> classes;   // VLs in use, ascending; classes[0] is VL 0
+  std::array<int, 16> sl_to_vl{};  // unused SLs -> VL 0
   // Low-priority VL arbitration table: (VL, weight in 64-byte credits, 1-255). A class with
   // share s% sends s packets of `mtu` bytes per table round, in entries of at most
   // floor(255 / (mtu / 64)) packets, interleaved across VLs. At most 64 entries.

@@ -122,9 +122,10 @@ QpTransition rtsTransition(const RcQpOptions& opts, uint32_t local_psn) {
   return t;
 }
 
-Status connectRcQp(const Verbs& verbs, ibv_qp* qp, const RcQpOptions& opts,
-                   const QpEndpoint& local, const QpEndpoint& remote) {
-  std::string peer = opts.roce ? "dgid " + remote.gid.toString() : "dlid " + std::to_string(remote.lid);
+Status connectRcQp(const Verbs& verbs, ibv_qp* qp, const RcQpOptions& opts, const QpEndpoint& local,
+                   const QpEndpoint& remote) {
+  std::string peer =
+      opts.roce ? "dgid " + remote.gid.toString() : "dlid " + std::to_string(remote.lid);
   peer += " qpn " + hex(remote.qpn) + " sl " + std::to_string(opts.service_level);
   if (opts.roce) {
     peer += " tclass " + std::to_string(opts.traffic_class) + " sgid_index " +

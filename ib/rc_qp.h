@@ -43,10 +43,10 @@ struct QpEndpoint {
 // 2^20 ~ 4.3 s per try, 7 retries, RNR retry 7 = infinite, min RNR timer 12 = 0.64 ms).
 struct RcQpOptions {
   uint8_t port = 1;
-  bool roce = true;              // Ethernet link layer: GRH with sgid_index and traffic_class
+  bool roce = true;  // Ethernet link layer: GRH with sgid_index and traffic_class
   uint8_t sgid_index = 0;
-  uint8_t service_level = 0;     // ah_attr.sl, 0-15
-  uint8_t traffic_class = 0;     // grh.traffic_class (= DSCP << 2), RoCE only
+  uint8_t service_level = 0;  // ah_attr.sl, 0-15
+  uint8_t traffic_class = 0;  // grh.traffic_class (= DSCP << 2), RoCE only
   uint8_t hop_limit = 255;
   uint16_t pkey_index = 0;
   uint8_t timeout = 20;
@@ -76,8 +76,8 @@ QpTransition rtsTransition(const RcQpOptions& opts, uint32_t local_psn);
 // it (the transport never reuses a QP after a failed connect). Errors name the QP, the
 // transition and the peer ("modify rxe0 QP 0x11 to RTR (dgid ::ffff:10.77.0.2 qpn 0x12 sl 3
 // tclass 104): Invalid argument").
-Status connectRcQp(const Verbs& verbs, ibv_qp* qp, const RcQpOptions& opts,
-                   const QpEndpoint& local, const QpEndpoint& remote);
+Status connectRcQp(const Verbs& verbs, ibv_qp* qp, const RcQpOptions& opts, const QpEndpoint& local,
+                   const QpEndpoint& remote);
 
 // An RC QP with one SGE per WR, on `cq` for both directions.
 Result<QpPtr> createRcQp(const Verbs& verbs, ibv_pd* pd, ibv_cq* cq, uint32_t max_send_wr,

@@ -58,8 +58,8 @@ Status forEachAttr(std::span<const uint8_t> attrs, const char* where, const OnAt
                       std::to_string(a.nla_len) + " with " + std::to_string(left) +
                       " byte(s) left");
     }
-    TQ_RETURN_IF_ERROR(
-        on_attr(a.nla_type & kAttrTypeMask, attrs.subspan(off + NLA_HDRLEN, a.nla_len - NLA_HDRLEN)));
+    TQ_RETURN_IF_ERROR(on_attr(a.nla_type & kAttrTypeMask,
+                               attrs.subspan(off + NLA_HDRLEN, a.nla_len - NLA_HDRLEN)));
     off += std::min(left, align4(a.nla_len));
   }
   return okStatus();
@@ -111,8 +111,7 @@ Result<bool> walkReply(std::span<const uint8_t> datagram, uint32_t seq, uint16_t
     off += std::min(left, align4(h.nlmsg_len));
     if (h.nlmsg_seq != seq || done) continue;  // another dump's leftovers
     switch (h.nlmsg_type) {
-      case NLMSG_NOOP:
-        continue;
+      case NLMSG_NOOP: continue;
       case NLMSG_ERROR: {
         if (payload.size() < sizeof(int32_t)) {
           return dataLoss(std::string(what) + ": NLMSG_ERROR with a " +
@@ -253,8 +252,7 @@ Result<bool> parseQpReply(std::span<const uint8_t> datagram, uint32_t seq, size_
             qp.state = *v;
             break;
           }
-          default:
-            break;
+          default: break;
         }
         return okStatus();
       }));
@@ -376,17 +374,16 @@ Result<QpListing> NetlinkQpSource::listQps() {
   const int64_t deadline = clock_.nowNs() + options_.deadline_ns;
   std::vector<RdmaDevice> devices;
   const uint32_t dev_seq = ++seq_;
-  TQ_RETURN_IF_ERROR(dump(rdma_nl::deviceDumpRequest(dev_seq), dev_seq, deadline,
-                          [&](std::span<const uint8_t> d, uint32_t s) -> Result<bool> {
-                            TQ_ASSIGN_OR_RETURN(bool done,
-                                                rdma_nl::parseDeviceReply(d, s, &devices));
-                            if (devices.size() > options_.max_devices) {
-                              return resourceExhausted(
-                                  "RDMA netlink: more than " +
-                                  std::to_string(options_.max_devices) + " devices");
-                            }
-                            return done;
-                          }));
+  TQ_RETURN_IF_ERROR(
+      dump(rdma_nl::deviceDumpRequest(dev_seq), dev_seq, deadline,
+           [&](std::span<const uint8_t> d, uint32_t s) -> Result<bool> {
+             TQ_ASSIGN_OR_RETURN(bool done, rdma_nl::parseDeviceReply(d, s, &devices));
+             if (devices.size() > options_.max_devices) {
+               return resourceExhausted("RDMA netlink: more than " +
+                                        std::to_string(options_.max_devices) + " devices");
+             }
+             return done;
+           }));
   QpListing out;
   out.devices = devices;
   for (const RdmaDevice& dev : devices) {

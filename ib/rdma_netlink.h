@@ -141,7 +141,7 @@ class QpSource {
 };
 
 struct NetlinkQpSourceOptions {
-  size_t max_qps = 262144;             // per listing (entries cost ~100 bytes each)
+  size_t max_qps = 262144;  // per listing (entries cost ~100 bytes each)
   size_t max_devices = 1024;
   size_t max_datagrams_per_dump = 65536;
   int64_t deadline_ns = 5'000'000'000;  // per listing, all dumps together
@@ -160,8 +160,7 @@ class NetlinkQpSource final : public QpSource {
 
  private:
   template <typename Parse>
-  Status dump(std::span<const uint8_t> request, uint32_t seq, int64_t deadline,
-              const Parse& parse);
+  Status dump(std::span<const uint8_t> request, uint32_t seq, int64_t deadline, const Parse& parse);
   template <typename Parse>
   Status dumpOn(NetlinkTransport& transport, std::span<const uint8_t> request, uint32_t seq,
                 int64_t deadline, const Parse& parse);

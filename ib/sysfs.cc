@@ -280,15 +280,13 @@ Result<int> defaultGidIndex(const DeviceInfo& device, const PortInfo& port) {
     found += (found.empty() ? "" : ", ") + std::to_string(g.index) + "=" + g.gid.toString() + " (" +
              std::string(gidTypeName(g.type)) + ")";
   }
-  return notFound("no RoCE v2 GID with an IPv4 or global IPv6 address on " + where +
-                  " (GIDs: " + (found.empty() ? "none" : found) +
-                  "); is an IP address configured on " +
+  return notFound("no RoCE v2 GID with an IPv4 or global IPv6 address on " + where + " (GIDs: " +
+                  (found.empty() ? "none" : found) + "); is an IP address configured on " +
                   (port.netdev.empty() ? std::string("its netdev") : port.netdev) + "?");
 }
 
-std::vector<PortChoice> selectPorts(const std::vector<DeviceInfo>& devices,
-                                    const HcaFilter& filter, int forced_gid_index,
-                                    std::vector<std::string>* skipped) {
+std::vector<PortChoice> selectPorts(const std::vector<DeviceInfo>& devices, const HcaFilter& filter,
+                                    int forced_gid_index, std::vector<std::string>* skipped) {
   std::vector<PortChoice> out;
   auto skip = [skipped](std::string why) {
     if (skipped != nullptr) skipped->push_back(std::move(why));
@@ -362,11 +360,11 @@ Result<PortCounters> readPortCounters(const std::string& sysfs_root, std::string
   PortCounters c;
   c.device = std::string(device);
   c.port = port;
-  std::string dir =
-      sysfs_root + "/class/infiniband/" + c.device + "/ports/" + std::to_string(port);
+  std::string dir = sysfs_root + "/class/infiniband/" + c.device + "/ports/" + std::to_string(port);
   bool missing = false;
   TQ_ASSIGN_OR_RETURN(auto names, listDir(dir, &missing));
-  if (missing) return notFound("RDMA port " + c.device + ":" + std::to_string(port) + ": no " + dir);
+  if (missing)
+    return notFound("RDMA port " + c.device + ":" + std::to_string(port) + ": no " + dir);
   readCounterDir(dir + "/counters", &c.counters);
   readCounterDir(dir + "/hw_counters", &c.hw_counters);
   return c;

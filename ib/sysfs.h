@@ -46,19 +46,19 @@ inline constexpr int kPortStateActive = 4;
 
 struct PortInfo {
   int port = 0;
-  int state = 0;                 // 4 = ACTIVE
-  std::string state_name;        // "ACTIVE"
-  int phys_state = 0;            // 5 = LinkUp
-  std::string phys_state_name;   // "LinkUp"
+  int state = 0;                // 4 = ACTIVE
+  std::string state_name;       // "ACTIVE"
+  int phys_state = 0;           // 5 = LinkUp
+  std::string phys_state_name;  // "LinkUp"
   LinkLayer link_layer = LinkLayer::kUnknown;
   uint64_t rate_bytes_per_second = 0;  // from "100 Gb/sec (4X EDR)"; 0 if unknown
   uint32_t lid = 0;
-  std::string netdev;            // RoCE: netdev of GID 0; empty on IB
+  std::string netdev;  // RoCE: netdev of GID 0; empty on IB
   // RoCE: the largest IB MTU (256..4096) that fits the netdev MTU minus 96 bytes of RoCEv2
   // headers, as ib_core's iboe_get_mtu computes it (1500 -> 1024, 9000 -> 4096). 0 when unknown
   // (native IB: ask the verbs port query).
   int active_mtu = 0;
-  std::vector<GidEntry> gids;    // populated (non-zero) entries only, by index
+  std::vector<GidEntry> gids;  // populated (non-zero) entries only, by index
 
   bool active() const { return state == kPortStateActive; }
 };
@@ -109,9 +109,8 @@ struct PortChoice {
 // `filter` allows, in device/port order, each with forced_gid_index when >= 0 (it must exist on
 // the port) or else defaultGidIndex(). Ports left out for another reason than the filter
 // (inactive, no usable GID) are described in *skipped ("rxe0:1: port DOWN"), which may be null.
-std::vector<PortChoice> selectPorts(const std::vector<DeviceInfo>& devices,
-                                    const HcaFilter& filter, int forced_gid_index,
-                                    std::vector<std::string>* skipped);
+std::vector<PortChoice> selectPorts(const std::vector<DeviceInfo>& devices, const HcaFilter& filter,
+                                    int forced_gid_index, std::vector<std::string>* skipped);
 
 struct PortCounters {
   std::string device;

@@ -13,8 +13,7 @@ namespace tq::ib {
 namespace {
 
 template <typename Fn>
-Status resolve(void* handle, const std::string& library, const char* name, Fn* out,
-               bool required) {
+Status resolve(void* handle, const std::string& library, const char* name, Fn* out, bool required) {
   dlerror();
   void* sym = dlsym(handle, name);
   if (sym == nullptr) {
@@ -55,10 +54,8 @@ bool isFatalAsyncEvent(ibv_event_type type) {
     case IBV_EVENT_PATH_MIG_ERR:
     case IBV_EVENT_DEVICE_FATAL:
     case IBV_EVENT_PORT_ERR:
-    case IBV_EVENT_SRQ_ERR:
-      return true;
-    default:
-      return false;
+    case IBV_EVENT_SRQ_ERR: return true;
+    default: return false;
   }
 }
 
@@ -89,8 +86,8 @@ void PdDeleter::operator()(ibv_pd* pd) const {
 
 void MrDeleter::operator()(ibv_mr* mr) const {
   if (mr == nullptr) return;
-  std::string what = std::string("deregister MR lkey ") + hex(mr->lkey) + " on " +
-                     deviceNameOf(mr->context);
+  std::string what =
+      std::string("deregister MR lkey ") + hex(mr->lkey) + " on " + deviceNameOf(mr->context);
   int rc = verbs->fn().dereg_mr(mr);
   if (rc != 0) TQ_LOG(kWarn, "%s", verbsErr(rc, what).message().c_str());
 }
@@ -239,8 +236,8 @@ Result<ContextPtr> Verbs::openDevice(std::string_view name) const {
     }
     seen += (seen.empty() ? "" : ", ") + std::string(dev_name);
   }
-  return notFound("RDMA device " + std::string(name) + " not found (devices: " +
-                  (seen.empty() ? "none" : seen) + ")");
+  return notFound("RDMA device " + std::string(name) +
+                  " not found (devices: " + (seen.empty() ? "none" : seen) + ")");
 }
 
 // --- queries ----------------------------------------------------------------------------------
@@ -281,7 +278,8 @@ Result<ibv_port_attr> Verbs::queryPort(ibv_context* ctx, uint8_t port) const {
     rc = fn_.query_port(ctx, port, reinterpret_cast<_compat_ibv_port_attr*>(&attr));
   }
   if (rc != 0) {
-    return verbsErr(rc, std::string("query port ") + deviceNameOf(ctx) + ":" + std::to_string(port));
+    return verbsErr(rc,
+                    std::string("query port ") + deviceNameOf(ctx) + ":" + std::to_string(port));
   }
   return attr;
 }
@@ -317,14 +315,14 @@ Result<MrPtr> Verbs::regMr(ibv_pd* pd, void* addr, size_t length, int access) co
   }
   MrPtr mr(raw, MrDeleter{this});
   if (!mr) {
-    return verbsErr(0, "register MR of " + std::to_string(length) + " bytes on " +
-                           deviceNameOf(pd->context));
+    return verbsErr(
+        0, "register MR of " + std::to_string(length) + " bytes on " + deviceNameOf(pd->context));
   }
   return mr;
 }
 
-Result<MrPtr> Verbs::regDmabufMr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova,
-                                 int fd, int access) const {
+Result<MrPtr> Verbs::regDmabufMr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                                 int access) const {
   if (fn_.reg_dmabuf_mr == nullptr) {
     return unimplemented("register DMA-BUF MR: " + library_ + " has no ibv_reg_dmabuf_mr");
   }
@@ -378,8 +376,10 @@ Status Verbs::modifyQpRateLimit(ibv_qp* qp, const ibv_qp_rate_limit_attr& attr) 
   ibv_qp_rate_limit_attr copy = attr;
   int rc = ibv_modify_qp_rate_limit(qp, &copy);  // inline: goes through the provider's ops
   if (rc == 0) return okStatus();
-  std::string what = "set rate limit " + std::to_string(attr.rate_limit) + " kbit/s on " + qpName(qp);
-  if (rc == EOPNOTSUPP || rc == ENOSYS) return unimplemented(what + ": not supported by the device");
+  std::string what =
+      "set rate limit " + std::to_string(attr.rate_limit) + " kbit/s on " + qpName(qp);
+  if (rc == EOPNOTSUPP || rc == ENOSYS)
+    return unimplemented(what + ": not supported by the device");
   return verbsErr(rc, what);
 }
 
@@ -424,8 +424,7 @@ Result<std::optional<AsyncEvent>> Verbs::pollAsyncEvent(ibv_context* ctx, int ti
       out.port = ev.element.port_num;
       text += " port " + std::to_string(out.port);
       break;
-    default:
-      break;
+    default: break;
   }
   out.description = std::move(text);
   fn_.ack_async_event(&ev);

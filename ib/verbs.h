@@ -124,10 +124,10 @@ struct QpQuery {
 
 struct AsyncEvent {
   ibv_event_type type{};
-  bool fatal = false;         // see isFatalAsyncEvent()
-  uint32_t qp_num = 0;        // QP events
-  int port = 0;               // port events
-  std::string description;    // "QP fatal error on QP 0x11", "port error on port 1", ...
+  bool fatal = false;       // see isFatalAsyncEvent()
+  uint32_t qp_num = 0;      // QP events
+  int port = 0;             // port events
+  std::string description;  // "QP fatal error on QP 0x11", "port error on port 1", ...
 };
 
 // Events after which the affected QP/CQ/port/device cannot carry traffic: the transport must

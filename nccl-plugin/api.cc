@@ -234,7 +234,8 @@ ncclResult_t initV11(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t* conf
 
 ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
   return firewall("getProperties", [&]() -> Status {
-    TQ_RETURN_IF_ERROR((fillProperties<ncclNetProperties_v11_t, NCCL_NET_MAX_DEVS_PER_NIC>(dev, props)));
+    TQ_RETURN_IF_ERROR(
+        (fillProperties<ncclNetProperties_v11_t, NCCL_NET_MAX_DEVS_PER_NIC>(dev, props)));
     props->maxMultiRequestSize = 1;
     return okStatus();
   });
@@ -242,7 +243,8 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
 
 ncclResult_t getPropertiesV12(int dev, ncclNetProperties_v12_t* props) {
   return firewall("getProperties", [&]() -> Status {
-    TQ_RETURN_IF_ERROR((fillProperties<ncclNetProperties_v12_t, NCCL_NET_MAX_DEVS_PER_NIC_V12>(dev, props)));
+    TQ_RETURN_IF_ERROR(
+        (fillProperties<ncclNetProperties_v12_t, NCCL_NET_MAX_DEVS_PER_NIC_V12>(dev, props)));
     props->maxMultiRequestSize = 1;
     props->railId = NCCL_NET_ID_UNDEF;
     props->planeId = NCCL_NET_ID_UNDEF;
@@ -335,8 +337,8 @@ ncclResult_t isendV9(void* send_comm, void* data, size_t size, int tag, void* mh
   return isend(send_comm, data, size, tag, mhandle, nullptr, request);
 }
 
-ncclResult_t irecvV9(void* recv_comm, int n, void** data, size_t* sizes, int* tags,
-                     void** mhandles, void** request) {
+ncclResult_t irecvV9(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                     void** request) {
   return irecv(recv_comm, n, data, sizes, tags, mhandles, nullptr, request);
 }
 

@@ -23,10 +23,10 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                          void** mhandle);
 ncclResult_t deregMr(void* comm, void* mhandle);
-ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mhandle,
-                   void* phandle, void** request);
-ncclResult_t irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags,
-                   void** mhandles, void** phandles, void** request);
+ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                   void** request);
+ncclResult_t irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                   void** phandles, void** request);
 ncclResult_t iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles,
                     void** request);
 ncclResult_t test(void* request, int* done, int* sizes);
@@ -54,10 +54,11 @@ ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t* config, void* handle, 
 // v9
 ncclResult_t initV9(ncclDebugLogger_t logger);
 ncclResult_t getPropertiesV9(int dev, ncclNetProperties_v9_t* props);
-ncclResult_t connectV9(int dev, void* handle, void** send_comm, ncclNetDeviceHandle_v9_t** dev_comm);
+ncclResult_t connectV9(int dev, void* handle, void** send_comm,
+                       ncclNetDeviceHandle_v9_t** dev_comm);
 ncclResult_t isendV9(void* send_comm, void* data, size_t size, int tag, void* mhandle,
                      void** request);
-ncclResult_t irecvV9(void* recv_comm, int n, void** data, size_t* sizes, int* tags,
-                     void** mhandles, void** request);
+ncclResult_t irecvV9(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                     void** request);
 
 }  // namespace tq::plugin::api

@@ -72,8 +72,7 @@ TQ_OLD(dlsym, TQ_GLIBC_BASE);
 TQ_OLD(dlclose, TQ_GLIBC_BASE);
 TQ_OLD(dlerror, TQ_GLIBC_BASE);
 
-TQ_HIDDEN int pthread_create(pthread_t* t, const pthread_attr_t* a, void* (*fn)(void*),
-                             void* arg) {
+TQ_HIDDEN int pthread_create(pthread_t* t, const pthread_attr_t* a, void* (*fn)(void*), void* arg) {
   return tq_old_pthread_create(t, a, fn, arg);
 }
 TQ_HIDDEN int pthread_join(pthread_t t, void** ret) { return tq_old_pthread_join(t, ret); }

@@ -35,7 +35,8 @@ Result<int64_t> parseInt(const ParamSpec& spec, std::string_view text) {
 Result<uint64_t> parseUnsigned(const ParamSpec& spec, std::string_view text) {
   Result<uint64_t> v = spec.type == ParamType::kRate ? parseRate(text) : parseSize(text);
   if (!v.ok()) return v.status().withContext(spec.env);
-  if (spec.max > 0 && (*v < static_cast<uint64_t>(spec.min) || *v > static_cast<uint64_t>(spec.max))) {
+  if (spec.max > 0 &&
+      (*v < static_cast<uint64_t>(spec.min) || *v > static_cast<uint64_t>(spec.max))) {
     return invalidArgument(std::string(spec.env) + "=" + std::string(text) + ": out of range [" +
                            formatSize(static_cast<uint64_t>(spec.min)) + ", " +
                            formatSize(static_cast<uint64_t>(spec.max)) + "]");
@@ -97,13 +98,13 @@ EnvLookup processEnv() {
 Result<PluginParams> loadParams(const EnvLookup& env) {
   PluginParams p;
   size_t i = 0;
-#define TQ_PLUGIN_PARAM_LOAD(field, envname, type, ptype, def, lo, hi, meaning)         \
-  {                                                                                     \
-    const ParamSpec& spec = kSpecs[i++];                                                \
-    const char* set = env(envname);                                                     \
-    /* An empty value means "unset", as for NCCL's own variables. */                    \
-    const char* text = (set != nullptr && set[0] != '\0') ? set : def;                  \
-    TQ_RETURN_IF_ERROR(assign(spec, text, &p.field));                                   \
+#define TQ_PLUGIN_PARAM_LOAD(field, envname, type, ptype, def, lo, hi, meaning) \
+  {                                                                             \
+    const ParamSpec& spec = kSpecs[i++];                                        \
+    const char* set = env(envname);                                             \
+    /* An empty value means "unset", as for NCCL's own variables. */            \
+    const char* text = (set != nullptr && set[0] != '\0') ? set : def;          \
+    TQ_RETURN_IF_ERROR(assign(spec, text, &p.field));                           \
   }
   TQ_PLUGIN_PARAMS(TQ_PLUGIN_PARAM_LOAD)
 #undef TQ_PLUGIN_PARAM_LOAD
@@ -130,10 +131,10 @@ std::string paramsMarkdownTable() {
     if ((spec.type == ParamType::kInt || spec.type == ParamType::kMillis) && spec.max > spec.min) {
       type += " " + std::to_string(spec.min) + "-" + std::to_string(spec.max);
     }
-    const std::string def = spec.default_text[0] != '\0' ? "`" + std::string(spec.default_text) + "`"
-                                                         : "unset";
-    out += "| `" + std::string(spec.env) + "` | " + type + " | " + def + " | " + spec.meaning +
-           " |\n";
+    const std::string def =
+        spec.default_text[0] != '\0' ? "`" + std::string(spec.default_text) + "`" : "unset";
+    out +=
+        "| `" + std::string(spec.env) + "` | " + type + " | " + def + " | " + spec.meaning + " |\n";
   }
   return out;
 }

@@ -31,16 +31,16 @@ enum class ParamType {
 // X(field, ENV_NAME, C++ type, ParamType, "default" ("" = unset), min, max, "meaning")
 // Optional types are unset unless the variable is set; the meaning says what unset does.
 #define TQ_PLUGIN_PARAMS(X)                                                                        \
-  X(tenant, "TENANTQOS_TENANT", std::string, kString, "", 0, 0,                                   \
-    "Tenant whose agent socket every communicator of this process tries first (e.g. set from a "  \
+  X(tenant, "TENANTQOS_TENANT", std::string, kString, "", 0, 0,                                    \
+    "Tenant whose agent socket every communicator of this process tries first (e.g. set from a "   \
     "pod label), before the communicator's trafficClass. Only a choice: a tenant whose socket "    \
-    "the process cannot reach gives it the default tenant.")                                      \
-  X(default_tenant, "TENANTQOS_DEFAULT_TENANT", std::string, kString, "default", 0, 0,            \
-    "Tenant of communicators that neither TENANTQOS_TENANT nor a trafficClass mapping names.")    \
-  X(run_dir, "TENANTQOS_RUN_DIR", std::string, kString, "/run/tenantqos", 0, 0,                   \
-    "The agent's run directory: tenants/<tenant>/agent.sock per tenant, agent.sock node-wide. "   \
-    "If it exists the node is governed: a process that cannot attach is paced at the default "   \
-    "tenant's or a conservative 100 Mbit/s rate, never unpaced.")                                 \
+    "the process cannot reach gives it the default tenant.")                                       \
+  X(default_tenant, "TENANTQOS_DEFAULT_TENANT", std::string, kString, "default", 0, 0,             \
+    "Tenant of communicators that neither TENANTQOS_TENANT nor a trafficClass mapping names.")     \
+  X(run_dir, "TENANTQOS_RUN_DIR", std::string, kString, "/run/tenantqos", 0, 0,                    \
+    "The agent's run directory: tenants/<tenant>/agent.sock per tenant, agent.sock node-wide. "    \
+    "If it exists the node is governed: a process that cannot attach is paced at the default "     \
+    "tenant's or a conservative 100 Mbit/s rate, never unpaced.")                                  \
   X(require_agent, "TENANTQOS_REQUIRE_AGENT", int64_t, kInt, "0", 0, 1,                            \
     "1: init fails when TENANTQOS_RUN_DIR does not exist (no agent on this node) instead of "      \
     "running unpaced with a warning.")                                                             \
@@ -50,12 +50,13 @@ enum class ParamType {
   X(burst, "TENANTQOS_BURST", uint64_t, kSize, "256KiB", 0, 0,                                     \
     "Token-bucket depth when not attached to the agent, and when it gives no burst. A larger "     \
     "message is admitted from a full bucket and leaves debt.")                                     \
-  X(catchup_ms, "TENANTQOS_CATCHUP_MS", int64_t, kMillis, "20", 0, 1000,                          \
+  X(catchup_ms, "TENANTQOS_CATCHUP_MS", int64_t, kMillis, "20", 0, 1000,                           \
     "How much sending time a backlogged sender that retries late (descheduled, busy) may make up " \
-    "from tokens nobody used, so its long-run rate holds; bounds that extra burst to rate x this, " \
+    "from tokens nobody used, so its long-run rate holds; bounds that extra burst to rate x "      \
+    "this, "                                                                                       \
     "and to (limit - rate) x this when the agent gives a limit. 0 disables.")                      \
   X(dscp, "TENANTQOS_DSCP", std::optional<int64_t>, kInt, "", 0, 63,                               \
-    "DSCP marked on the tenant's sockets while not attached to the agent (TOS = DSCP << 2). "       \
+    "DSCP marked on the tenant's sockets while not attached to the agent (TOS = DSCP << 2). "      \
     "Unset: 0.")                                                                                   \
   X(sl, "TENANTQOS_SL", std::optional<int64_t>, kInt, "", 0, 15,                                   \
     "InfiniBand service level while not attached to the agent; also the default socket "           \
@@ -67,31 +68,31 @@ enum class ParamType {
     "auto, ib or socket. auto: ib when an active RDMA port passes TENANTQOS_IB_HCA and "           \
     "libibverbs loads, else socket; NCCL's log says which and why, once.")                         \
   X(socket_ifname, "TENANTQOS_SOCKET_IFNAME", std::string, kString, "", 0, 0,                      \
-    "Interfaces used as devices, NCCL_SOCKET_IFNAME syntax: prefix list \"eth,ens\", \"^\" "      \
+    "Interfaces used as devices, NCCL_SOCKET_IFNAME syntax: prefix list \"eth,ens\", \"^\" "       \
     "excludes, \"=\" matches exactly. Unset: every up interface except lo and docker*, or lo "     \
     "when it is the only one. The ib transport runs its out-of-band TCP handshake on the first "   \
     "of them.")                                                                                    \
   X(socket_family, "TENANTQOS_SOCKET_FAMILY", std::string, kString, "", 0, 0,                      \
-    "AF_INET or AF_INET6 to restrict device addresses. Unset: IPv4 preferred, else IPv6.")        \
+    "AF_INET or AF_INET6 to restrict device addresses. Unset: IPv4 preferred, else IPv6.")         \
   X(nsocks, "TENANTQOS_NSOCKS", int64_t, kInt, "4", 1, 16,                                         \
-    "TCP data streams per communicator (plus one control stream). The listener's value wins.")    \
+    "TCP data streams per communicator (plus one control stream). The listener's value wins.")     \
   X(socket_nthreads, "TENANTQOS_SOCKET_NTHREADS", int64_t, kInt, "1", 1, 16,                       \
-    "Helper threads per communicator end that drive the data streams (at most TENANTQOS_NSOCKS "  \
+    "Helper threads per communicator end that drive the data streams (at most TENANTQOS_NSOCKS "   \
     "are used).")                                                                                  \
   X(socket_inline, "TENANTQOS_SOCKET_INLINE", uint64_t, kSize, "64KiB", 0, 4194304,                \
-    "Messages up to this size travel on the control stream, written and read directly by "        \
-    "NCCL's thread (lowest latency); larger ones are striped over the data streams.")             \
+    "Messages up to this size travel on the control stream, written and read directly by "         \
+    "NCCL's thread (lowest latency); larger ones are striped over the data streams.")              \
   X(socket_min_chunk, "TENANTQOS_SOCKET_MIN_CHUNK", uint64_t, kSize, "64KiB", 4096, 1073741824,    \
     "Smallest stripe of a message on one data stream.")                                            \
-  X(ib_hca, "TENANTQOS_IB_HCA", std::string, kString, "", 0, 0,                                   \
-    "RDMA ports the ib transport uses, NCCL_IB_HCA syntax: \"mlx5_0:1,mlx5_1\" (name prefixes, "  \
-    "optional port), \"^\" excludes, \"=\" matches exactly. Unset: every active port.")           \
+  X(ib_hca, "TENANTQOS_IB_HCA", std::string, kString, "", 0, 0,                                    \
+    "RDMA ports the ib transport uses, NCCL_IB_HCA syntax: \"mlx5_0:1,mlx5_1\" (name prefixes, "   \
+    "optional port), \"^\" excludes, \"=\" matches exactly. Unset: every active port.")            \
   X(ib_gid_index, "TENANTQOS_IB_GID_INDEX", std::optional<int64_t>, kInt, "", 0, 255,              \
     "GID index of every port. Unset: on RoCE the first RoCE v2 GID holding an IPv4-mapped "        \
     "address (else one that is not link-local), on InfiniBand 0.")                                 \
   X(ibverbs_lib, "TENANTQOS_IBVERBS_LIB", std::string, kString, "libibverbs.so.1", 0, 0,           \
     "The libibverbs the ib transport dlopens (soname or path). Nothing links against it, so the "  \
-    "plugin loads on hosts without it (and then uses the socket transport).")                     \
+    "plugin loads on hosts without it (and then uses the socket transport).")                      \
   X(ib_cts_dscp, "TENANTQOS_IB_CTS_DSCP", std::optional<int64_t>, kInt, "", 0, 63,                 \
     "RoCE DSCP of the receiving side's QPs, which carry its clear-to-send writes and the ACKs of " \
     "the data it receives. Unset: the sender's DSCP (the receiver adopts the sender's marking).")  \
@@ -109,11 +110,11 @@ enum class ParamType {
     "millisecond scales, not only on average.")                                                    \
   X(handshake_timeout_ms, "TENANTQOS_HANDSHAKE_TIMEOUT_MS", int64_t, kMillis, "30000", 10,         \
     86400000,                                                                                      \
-    "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "  \
+    "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "   \
     "this time fails the call with a message.")                                                    \
   X(shm_recheck_ms, "TENANTQOS_SHM_RECHECK_MS", int64_t, kMillis, "1000", 1, 3600000,              \
-    "How often a process not attached to its tenant tries again, and an attached one checks its " \
-    "connection to the agent (from isend, never blocking, no extra thread).")                     \
+    "How often a process not attached to its tenant tries again, and an attached one checks its "  \
+    "connection to the agent (from isend, never blocking, no extra thread).")                      \
   X(log_level, "TENANTQOS_LOG_LEVEL", std::string, kString, "info", 0, 0,                          \
     "error, warn, info, debug or trace. Lines go to NCCL's logger (prefix NET/tenantqos), which "  \
     "NCCL_DEBUG filters further.")

@@ -175,8 +175,8 @@ Result<std::unique_ptr<Plugin>> Plugin::fromEnvironment() {
   }
   const std::string settings = describeNonDefault(env);
   TQ_LOG(kInfo, "%s plugin: transport %s (%s), devices [%s]%s%s", kPluginName,
-         p->transport().name(), why.c_str(), devs.c_str(), settings.empty() ? "" : ", settings: ",
-         settings.c_str());
+         p->transport().name(), why.c_str(), devs.c_str(),
+         settings.empty() ? "" : ", settings: ", settings.c_str());
   return p;
 }
 
@@ -203,7 +203,9 @@ Status Plugin::devices(int* ndev) {
   return okStatus();
 }
 
-Status Plugin::properties(int dev, DeviceProperties* out) { return transport_->properties(dev, out); }
+Status Plugin::properties(int dev, DeviceProperties* out) {
+  return transport_->properties(dev, out);
+}
 
 Status Plugin::listen(void* ctx, int dev, void* handle, void** listen_comm) {
   TQ_ASSIGN_OR_RETURN(NetContext * c, contextOf(ctx));
@@ -236,7 +238,8 @@ Status Plugin::connect(void* ctx, int traffic_class, int dev, void* handle, void
 }
 
 Status Plugin::accept(void* listen_comm, void** recv_comm) {
-  TQ_ASSIGN_OR_RETURN(ListenObj * l, (objectOf<ListenObj, kListenMagic>(listen_comm, "listen comm")));
+  TQ_ASSIGN_OR_RETURN(ListenObj * l,
+                      (objectOf<ListenObj, kListenMagic>(listen_comm, "listen comm")));
   if (recv_comm == nullptr) return invalidArgument("accept: recvComm is NULL");
   *recv_comm = nullptr;
   std::unique_ptr<RecvComm> comm;
@@ -314,8 +317,8 @@ Status Plugin::isend(void* send_comm, void* data, size_t size, int tag, void* mh
   return okStatus();
 }
 
-Status Plugin::irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags,
-                     void** mhandles, void** request) {
+Status Plugin::irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                     void** request) {
   TQ_ASSIGN_OR_RETURN(RecvObj * r, (objectOf<RecvObj, kRecvMagic>(recv_comm, "receive comm")));
   if (request == nullptr || data == nullptr || sizes == nullptr) {
     return invalidArgument("irecv: NULL argument");
@@ -324,8 +327,8 @@ Status Plugin::irecv(void* recv_comm, int n, void** data, size_t* sizes, int* ta
   // *request may hold NCCL_NET_OPTIONAL_RECV_COMPLETION on entry: a hint we do not need.
   *request = nullptr;
   Request* req = nullptr;
-  TQ_RETURN_IF_ERROR(r->comm->irecv(n, data, sizes, tags,
-                                    reinterpret_cast<MemRegion**>(mhandles), &req));
+  TQ_RETURN_IF_ERROR(
+      r->comm->irecv(n, data, sizes, tags, reinterpret_cast<MemRegion**>(mhandles), &req));
   if (req != nullptr) {
     req->tenant = r->tenant.get();
     req->pace = nullptr;
@@ -341,7 +344,8 @@ Status Plugin::iflush(void* recv_comm, int n, void** data, int* sizes, void** mh
   if (request == nullptr) return invalidArgument("iflush: request is NULL");
   *request = nullptr;
   Request* req = nullptr;
-  TQ_RETURN_IF_ERROR(r->comm->iflush(n, data, sizes, reinterpret_cast<MemRegion**>(mhandles), &req));
+  TQ_RETURN_IF_ERROR(
+      r->comm->iflush(n, data, sizes, reinterpret_cast<MemRegion**>(mhandles), &req));
   *request = req;
   return okStatus();
 }
@@ -392,7 +396,8 @@ Status Plugin::closeRecv(void* recv_comm) {
 }
 
 Status Plugin::closeListen(void* listen_comm) {
-  TQ_ASSIGN_OR_RETURN(ListenObj * l, (objectOf<ListenObj, kListenMagic>(listen_comm, "listen comm")));
+  TQ_ASSIGN_OR_RETURN(ListenObj * l,
+                      (objectOf<ListenObj, kListenMagic>(listen_comm, "listen comm")));
   l->magic = 0;
   delete l;
   comms_.fetch_sub(1);

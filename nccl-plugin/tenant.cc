@@ -89,15 +89,15 @@ TrafficQos TenantPacer::qos() const {
 std::string TenantPacer::describe() const {
   const Mode m = mode();
   std::string s = "tenant " + tenant_ + ": ";
-  const std::string marking = "dscp " + std::to_string(dscp_.load()) + ", sl " +
-                              std::to_string(sl_.load());
+  const std::string marking =
+      "dscp " + std::to_string(dscp_.load()) + ", sl " + std::to_string(sl_.load());
   switch (m) {
     case Mode::kAgent: {
       AgentBinding* a = agent_.load(std::memory_order_acquire);
       std::string where = "attached through " + a->via;
       if (a->view->tenant() != tenant_) {
-        where = "attached as tenant " + a->view->tenant() + " through " + a->via + " (" + why_ +
-                ")";
+        where =
+            "attached as tenant " + a->view->tenant() + " through " + a->via + " (" + why_ + ")";
       }
       if (!paced_.load()) return s + where + ", unpaced by policy; " + marking;
       return s + where + ", paced at " + formatRate(rate_.load()) + ", burst " +
@@ -153,9 +153,10 @@ void TenantPacer::install(std::unique_ptr<AgentBinding> b, bool first) {
   if (p) applyParams(*p, seq);
   if (b->view->tenant() == tenant_) why_.clear();
   if (b->view->slot() == nullptr) {
-    TQ_LOG(kWarn, "tenant %s: all %u process slots are taken; pacing with the shared bucket but "
-           "this process's usage is not reported to the agent", b->view->tenant().c_str(),
-           shm::kMaxSlots);
+    TQ_LOG(kWarn,
+           "tenant %s: all %u process slots are taken; pacing with the shared bucket but "
+           "this process's usage is not reported to the agent",
+           b->view->tenant().c_str(), shm::kMaxSlots);
   }
   AgentBinding* raw = b.get();
   bindings_.push_back(std::move(b));
@@ -254,8 +255,7 @@ void TenantPacer::stepAttach(int64_t now) {
   }
   why_ = got.status().message();
   if (why_ != logged_why_) {
-    TQ_LOG(kWarn, "tenant %s: attach through %s: %s", tenant_.c_str(), path.c_str(),
-           why_.c_str());
+    TQ_LOG(kWarn, "tenant %s: attach through %s: %s", tenant_.c_str(), path.c_str(), why_.c_str());
     logged_why_ = why_;
   }
 }
@@ -268,8 +268,10 @@ void TenantPacer::checkConnection(int64_t now) {
   pollfd p{a->conn.get(), POLLIN, 0};
   if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
     lost_ = true;
-    TQ_LOG(kWarn, "tenant %s: the agent closed the connection (%s); keeping the last parameters "
-           "and attaching again", tenant_.c_str(), a->via.c_str());
+    TQ_LOG(kWarn,
+           "tenant %s: the agent closed the connection (%s); keeping the last parameters "
+           "and attaching again",
+           tenant_.c_str(), a->via.c_str());
     stepAttach(now);
   }
 }
@@ -337,9 +339,9 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
         stepAttach(now);
       }
       // An attempt in progress is polled again soon; otherwise at the next check.
-      next_check_ns_.store(now + (attempt_ ? std::min<int64_t>(cfg_.recheck_ns, 1'000'000)
-                                           : cfg_.recheck_ns),
-                           std::memory_order_relaxed);
+      next_check_ns_.store(
+          now + (attempt_ ? std::min<int64_t>(cfg_.recheck_ns, 1'000'000) : cfg_.recheck_ns),
+          std::memory_order_relaxed);
     }
   }
   a = agent_.load(std::memory_order_acquire);
@@ -361,10 +363,11 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
           static_cast<unsigned __int128>(ps->lag_ns) * bc.rate_bytes_per_second / 1'000'000'000u;
       const uint64_t limit = limit_.load(std::memory_order_relaxed);
       if (limit != 0) {  // never past the limit: only the headroom above the rate
-        const uint64_t headroom = limit > bc.rate_bytes_per_second ? limit - bc.rate_bytes_per_second : 0;
-        extra = std::min<unsigned __int128>(
-            extra, static_cast<unsigned __int128>(headroom) * static_cast<uint64_t>(cfg_.catchup_ns) /
-                       1'000'000'000u);
+        const uint64_t headroom =
+            limit > bc.rate_bytes_per_second ? limit - bc.rate_bytes_per_second : 0;
+        extra = std::min<unsigned __int128>(extra, static_cast<unsigned __int128>(headroom) *
+                                                       static_cast<uint64_t>(cfg_.catchup_ns) /
+                                                       1'000'000'000u);
       }
       eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(extra, UINT64_MAX / 2));
     }

@@ -150,8 +150,8 @@ class TenantPacer {
  private:
   struct AgentBinding {
     std::unique_ptr<TenantShmView> view;
-    Fd conn;             // open for the life of the attachment
-    std::string via;     // the socket
+    Fd conn;                        // open for the life of the attachment
+    std::string via;                // the socket
     std::atomic<int64_t> floor{0};  // latest bucket word this process wrote (token_bucket.h)
   };
   // mu_ held by all of these.
@@ -196,9 +196,9 @@ class TenantPacer {
   std::unique_ptr<attach::Attempt> attempt_;
   size_t attempt_index_ = 0;
   int64_t attempt_deadline_ns_ = 0;
-  bool lost_ = false;         // the attached agent's connection closed
-  std::string why_;           // why the pacer is not attached to its own tenant (for describe)
-  std::string logged_why_;    // the last `why_` logged, so each reason is logged once
+  bool lost_ = false;       // the attached agent's connection closed
+  std::string why_;         // why the pacer is not attached to its own tenant (for describe)
+  std::string logged_why_;  // the last `why_` logged, so each reason is logged once
 };
 
 // One pacer per tenant name per process, shared by every communicator of that tenant.

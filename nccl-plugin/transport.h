@@ -96,7 +96,7 @@ class Request {
   TenantPacer* tenant = nullptr;
   bool is_recv = false;
   PaceState* pace = nullptr;  // sends: the comm's pacing state (in-flight count)
-  int count = 1;  // buffers of the irecv (n), 1 for a send
+  int count = 1;              // buffers of the irecv (n), 1 for a send
 
  protected:
   ~Request() = default;  // owned by its comm's pool

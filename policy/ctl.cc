@@ -372,8 +372,8 @@ std::string toJson(const PolicyRecord& r) {
     for (size_t k = 0; k < t.traffic_classes.size(); ++k)
       o << (k ? ", " : "") << t.traffic_classes[k];
     o << "], \"shareClass\": " << (t.share_class ? "true" : "false");
-    for (auto [key, list] : {std::pair{"namespaces", &t.namespaces},
-                             std::pair{"volcanoQueues", &t.volcano_queues}}) {
+    for (auto [key, list] :
+         {std::pair{"namespaces", &t.namespaces}, std::pair{"volcanoQueues", &t.volcano_queues}}) {
       o << ", \"" << key << "\": [";
       for (size_t k = 0; k < list->size(); ++k) o << (k ? ", " : "") << jsonQuote((*list)[k]);
       o << "]";
@@ -891,9 +891,9 @@ int cmdRender(const Args& a, CtlContext& ctx, Client& client) {
     if (!has("--device")) return usageError(a, ctx, "render dcb needs --device DEV");
     device = a.values.at("--device");
     if (!isSafeDeviceName(device)) {
-      return usageError(a, ctx,
-                        "--device \"" + device +
-                            "\" is not a network device name (1-15 of A-Z a-z 0-9 . _ -)");
+      return usageError(
+          a, ctx,
+          "--device \"" + device + "\" is not a network device name (1-15 of A-Z a-z 0-9 . _ -)");
     }
   } else {
     if (has("--device")) return usageError(a, ctx, "--device is for render dcb");
@@ -936,9 +936,8 @@ int cmdRender(const Args& a, CtlContext& ctx, Client& client) {
     source = "tenantqos-policyd at " + client.server() + ", version " + std::to_string(r.version);
   }
 
-  Result<std::string> text = what == "dcb"
-                                 ? renderDcb(policy, link, device, source)
-                                 : renderOpenSm(policy, link, ib_options, part, source);
+  Result<std::string> text = what == "dcb" ? renderDcb(policy, link, device, source)
+                                           : renderOpenSm(policy, link, ib_options, part, source);
   if (!text.ok()) {
     ctx.err << "tenantqosctl: render " << what << ": " << text.status().message() << "\n";
     return kExitRejected;
@@ -961,10 +960,10 @@ int cmdImport(const Args& a, CtlContext& ctx) {
     options.capacity = *rate;
   }
   // Standard input is read whole, like `apply -f -`; importVolcanoQueues checks the size.
-  Result<std::string> text = file == "-" ? Result<std::string>(std::string(
-                                               std::istreambuf_iterator<char>(ctx.in),
-                                               std::istreambuf_iterator<char>()))
-                                         : readFile(file, kMaxPolicyBytes);
+  Result<std::string> text =
+      file == "-" ? Result<std::string>(std::string(std::istreambuf_iterator<char>(ctx.in),
+                                                    std::istreambuf_iterator<char>()))
+                  : readFile(file, kMaxPolicyBytes);
   if (!text.ok()) {
     ctx.err << "tenantqosctl: import volcano: " << file << ": " << text.status().message() << "\n";
     return kExitRejected;

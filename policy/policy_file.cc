@@ -135,9 +135,9 @@ std::string describe(const YAML::Node& n) {
 constexpr std::string_view kRootFields[] = {"apiVersion", "kind", "links", "tenants"};
 constexpr std::string_view kLinkFields[] = {"name", "capacity", "headroom"};
 constexpr std::string_view kTenantFields[] = {
-    "name", "link",           "guarantee",  "limit",      "weight",        "serviceLevel",
-    "dscp", "trafficClasses", "shareClass", "namespaces", "volcanoQueues", "default",
-    "unixGroup"};
+    "name",          "link",    "guarantee",      "limit",      "weight",
+    "serviceLevel",  "dscp",    "trafficClasses", "shareClass", "namespaces",
+    "volcanoQueues", "default", "unixGroup"};
 
 // Walks the YAML tree along the schema. Never descends into unknown fields, so the work is
 // bounded by the schema and the size limits, whatever aliases the document uses.
@@ -667,11 +667,11 @@ class SpecValidator {
         if (!l.valid(l.names[k])) {
           err(path, quote(l.names[k]) + " is not " + std::string(l.rule));
         } else if (auto [it, fresh] = l.owner.emplace(l.names[k], j); !fresh) {
-          err(path, it->second == j ? name + " is listed twice"
-                                    : name + " already belongs to tenant " +
-                                          quote(p_.tenants[it->second].name) + " (" +
-                                          where("tenants", it->second) +
-                                          "); it must name one tenant");
+          err(path, it->second == j
+                        ? name + " is listed twice"
+                        : name + " already belongs to tenant " +
+                              quote(p_.tenants[it->second].name) + " (" +
+                              where("tenants", it->second) + "); it must name one tenant");
         }
       }
     }
@@ -991,8 +991,8 @@ std::string toYaml(const PolicySpec& policy, std::string_view header_comment) {
     }
     if (t.share_class) y += "    shareClass: true\n";
     // Names are validated DNS-1123 labels / subdomains: no quoting needed.
-    for (auto [key, list] : {std::pair{"namespaces", &t.namespaces},
-                             std::pair{"volcanoQueues", &t.volcano_queues}}) {
+    for (auto [key, list] :
+         {std::pair{"namespaces", &t.namespaces}, std::pair{"volcanoQueues", &t.volcano_queues}}) {
       if (list->empty()) continue;
       y += std::string("    ") + key + ": [";
       for (size_t i = 0; i < list->size(); ++i) y += (i ? ", " : "") + (*list)[i];

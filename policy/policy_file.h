@@ -38,7 +38,7 @@ namespace tq::policy {
 
 inline constexpr std::string_view kApiVersion = "tenantqos/v1";
 inline constexpr std::string_view kKind = "TenantPolicy";
-inline constexpr uint64_t kMaxPolicyBytes = 4u << 20;  // 4 MiB
+inline constexpr uint64_t kMaxPolicyBytes = 4u << 20;       // 4 MiB
 inline constexpr size_t kMaxTenants = kMaxTenantsPerAgent;  // common/policy.h
 inline constexpr size_t kMaxLinks = 1000;
 // Per tenant: what the node contract (the tenant's shared-memory file) holds.

@@ -19,7 +19,7 @@ constexpr uint32_t kMaxAssignedServiceLevel = 15;
 
 struct Queue {
   std::string name;
-  std::string tenant;  // "" = TODO
+  std::string tenant;                                         // "" = TODO
   std::string weight, guarantee, limit, service_level, dscp;  // value text, or "" = TODO
   std::vector<std::string> todo_reasons;                      // parallel "# TODO" comments
 };
@@ -71,14 +71,13 @@ class Importer {
     q.weight = weight ? scalar(weight) : "1";  // Volcano's default weight
     uint32_t w = 0;
     auto [end, ec] = std::from_chars(q.weight.data(), q.weight.data() + q.weight.size(), w);
-    if (ec != std::errc() || end != q.weight.data() + q.weight.size() || w < 1 ||
-        w > kMaxWeight) {
+    if (ec != std::errc() || end != q.weight.data() + q.weight.size() || w < 1 || w > kMaxWeight) {
       todo(&q.weight, "spec.weight \"" + q.weight + "\" is not an integer in 1.." +
                           std::to_string(kMaxWeight));
     }
     const YAML::Node annotations = child(metadata, "annotations");
-    for (auto [value, key] : {std::pair{&q.guarantee, kGuaranteeAnnotation},
-                              std::pair{&q.limit, kLimitAnnotation}}) {
+    for (auto [value, key] :
+         {std::pair{&q.guarantee, kGuaranteeAnnotation}, std::pair{&q.limit, kLimitAnnotation}}) {
       const YAML::Node a = child(annotations, std::string(key).c_str());
       if (!a) {
         todo(value, "no " + std::string(key) + " annotation: set the rate");
@@ -96,8 +95,9 @@ class Importer {
       q.service_level = std::to_string(i + 1);
       q.dscp = std::to_string(kDscps[i]);
     } else {
-      todo(&q.service_level, "more queues than distinct classes: choose serviceLevel and dscp "
-                             "(or shareClass: true)");
+      todo(&q.service_level,
+           "more queues than distinct classes: choose serviceLevel and dscp "
+           "(or shareClass: true)");
     }
     queues_.push_back(std::move(q));
   }
@@ -136,8 +136,9 @@ class Importer {
     y = "# tenantqosctl import volcano: a policy from the Volcano queues in\n# " +
         std::string(source_) +
         "\n# One tenant per queue, weight from spec.weight, guarantee and limit from the\n"
-        "# annotations " + std::string(kGuaranteeAnnotation) + " / " +
-        std::string(kLimitAnnotation) + ",\n# serviceLevel and dscp assigned in queue order.\n";
+        "# annotations " +
+        std::string(kGuaranteeAnnotation) + " / " + std::string(kLimitAnnotation) +
+        ",\n# serviceLevel and dscp assigned in queue order.\n";
     if (!out_.todos.empty()) {
       y += "# " + std::to_string(out_.todos.size()) +
            " TODO(s) below: this is not a valid policy until they are filled in.\n";
@@ -201,8 +202,8 @@ VolcanoImport importVolcanoQueues(std::string_view text, std::string_view source
   try {
     for (const YAML::Node& doc : YAML::LoadAll(std::string(text))) importer.document(doc);
   } catch (const YAML::Exception& e) {
-    failed.errors.push_back({std::string(source_name), e.mark.line + 1, e.mark.column + 1,
-                             "(yaml)", "syntax error: " + e.msg});
+    failed.errors.push_back({std::string(source_name), e.mark.line + 1, e.mark.column + 1, "(yaml)",
+                             "syntax error: " + e.msg});
     return failed;
   }
   return importer.finish();

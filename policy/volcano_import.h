@@ -25,7 +25,7 @@ inline constexpr std::string_view kGuaranteeAnnotation = "tenantqos.io/guarantee
 inline constexpr std::string_view kLimitAnnotation = "tenantqos.io/limit";
 
 struct VolcanoImportOptions {
-  std::string link = "fabric";      // the one link every tenant is put on
+  std::string link = "fabric";       // the one link every tenant is put on
   std::optional<uint64_t> capacity;  // bytes/s; absent: a TODO
 };
 

@@ -110,7 +110,8 @@ std::string TcOp::describe() const {
     case Kind::kDeleteFilter:
       s = "delete filter " + protocolName(filter_ref.protocol) + " pref " +
           std::to_string(filter_ref.pref) + " " + filter_ref.kind +
-          (filter_ref.handle ? " handle " + formatU32Handle(filter_ref.handle) : " (whole classifier)");
+          (filter_ref.handle ? " handle " + formatU32Handle(filter_ref.handle)
+                             : " (whole classifier)");
       break;
   }
   if (!label.empty()) s += " (" + label + ")";
@@ -313,9 +314,8 @@ Result<DeviceState> Executor::readIndex(std::string_view device, int ifindex) {
   if (!classes.ok()) return classes.status().withContext(where);
   for (ClassInfo& c : *classes)
     if (handleMajor(c.htb.classid) == kRootMajor) st.classes.push_back(std::move(c));
-  std::sort(st.classes.begin(), st.classes.end(), [](const ClassInfo& a, const ClassInfo& b) {
-    return a.htb.classid < b.htb.classid;
-  });
+  std::sort(st.classes.begin(), st.classes.end(),
+            [](const ClassInfo& a, const ClassInfo& b) { return a.htb.classid < b.htb.classid; });
   auto filters = nl_.filters(ifindex, kRootHandle);
   if (!filters.ok()) return filters.status().withContext(where);
   st.filters = std::move(*filters);

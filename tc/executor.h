@@ -104,12 +104,12 @@ struct TcOp {
     kDeleteFilter,
   };
   Kind kind = Kind::kCreateRoot;
-  HtbRoot root;           // kCreateRoot
-  uint32_t handle = 0;    // kDeleteRoot: qdisc handle; kDeleteClass: classid
-  HtbClass cls;           // kCreateClass / kChangeClass
-  U32Filter filter;       // kCreateFilter / kChangeFilter
-  FilterRef filter_ref;   // kDeleteFilter
-  std::string label;      // tenant name etc., for messages
+  HtbRoot root;          // kCreateRoot
+  uint32_t handle = 0;   // kDeleteRoot: qdisc handle; kDeleteClass: classid
+  HtbClass cls;          // kCreateClass / kChangeClass
+  U32Filter filter;      // kCreateFilter / kChangeFilter
+  FilterRef filter_ref;  // kDeleteFilter
+  std::string label;     // tenant name etc., for messages
 
   // "create class 1:2b (tenant-b)", "delete filter ipv6 pref 2 handle 801::11a".
   std::string describe() const;

@@ -70,7 +70,7 @@ struct QdiscInfo {
   uint32_t handle = 0;  // 0 for the kernel's default root (noqueue, pfifo_fast, mq)
   uint32_t parent = 0;  // kTcRoot for the root qdisc
   std::string kind;
-  HtbRoot htb;          // meaningful when kind == "htb"
+  HtbRoot htb;  // meaningful when kind == "htb"
 };
 
 // Counters as the kernel reports them for the class (monotonic while the class exists).

@@ -194,8 +194,8 @@ Result<DevicePlan> makeDevicePlan(const DevicePolicy& policy, const ClassMinorMa
   }
   if (policy.framing.mtu != 0 && policy.framing.mtu <= policy.framing.net_header)
     return invalidArgument(where + ": MTU " + std::to_string(policy.framing.mtu) +
-                           " leaves no payload after " +
-                           std::to_string(policy.framing.net_header) + " bytes of headers");
+                           " leaves no payload after " + std::to_string(policy.framing.net_header) +
+                           " bytes of headers");
   // The classes' rates: the wire rates that carry the guarantees (plan.h).
   std::vector<uint64_t> rates, ceils;
   uint64_t sum_wire = 0;
@@ -250,10 +250,9 @@ Result<DevicePlan> makeDevicePlan(const DevicePolicy& policy, const ClassMinorMa
       plan.filters.push_back({ipv6DscpFilter(*t.dscp, classid), t.name});
     }
   }
-  std::sort(tenant_classes.begin(), tenant_classes.end(),
-            [](const PlannedClass& a, const PlannedClass& b) {
-              return a.htb.classid < b.htb.classid;
-            });
+  std::sort(
+      tenant_classes.begin(), tenant_classes.end(),
+      [](const PlannedClass& a, const PlannedClass& b) { return a.htb.classid < b.htb.classid; });
   for (PlannedClass& c : tenant_classes) plan.classes.push_back(std::move(c));
   std::sort(plan.filters.begin(), plan.filters.end(),
             [](const PlannedFilter& a, const PlannedFilter& b) {
@@ -272,8 +271,8 @@ Result<DevicePlan> makeLinkShaperPlan(std::string device, uint64_t rate) {
   plan.device = std::move(device);
   plan.root = HtbRoot{kRootHandle, kOwnerR2q, kLinkClassMinor};
   const uint32_t burst = burstForRate(rate);
-  plan.classes.push_back({HtbClass{makeHandle(kRootMajor, kLinkClassMinor), kRootHandle, rate,
-                                   rate, burst, burst, quantumForWeight(1), kTenantPrio},
+  plan.classes.push_back({HtbClass{makeHandle(kRootMajor, kLinkClassMinor), kRootHandle, rate, rate,
+                                   burst, burst, quantumForWeight(1), kTenantPrio},
                           "link"});
   return plan;
 }

@@ -5,7 +5,8 @@
 // The tree we build on a managed device ("tenant plan"):
 //
 //   qdisc htb 1: root  r2q 0x7471 (ownership marker)  default 2
-//   └── class 1:1      rate = ceil = link capacity              (the link; every class borrows here)
+//   └── class 1:1      rate = ceil = link capacity              (the link; every class borrows
+//   here)
 //       ├── class 1:2  default class: untagged / unknown DSCP / non-IP traffic
 //       │              rate = small (1 % of capacity, never more than the unguaranteed rest),
 //       │              ceil = capacity, prio 1 (gets spare only after tenants, see below)
@@ -61,11 +62,11 @@ constexpr uint32_t makeHandle(uint16_t major, uint16_t minor) {
 constexpr uint16_t handleMajor(uint32_t h) { return static_cast<uint16_t>(h >> 16); }
 constexpr uint16_t handleMinor(uint32_t h) { return static_cast<uint16_t>(h & 0xffff); }
 
-constexpr uint32_t kTcRoot = 0xffffffffu;                 // TC_H_ROOT: "the device's root"
+constexpr uint32_t kTcRoot = 0xffffffffu;  // TC_H_ROOT: "the device's root"
 constexpr uint16_t kRootMajor = 1;
 constexpr uint32_t kRootHandle = makeHandle(kRootMajor, 0);  // qdisc "1:"
-constexpr uint16_t kLinkClassMinor = 0x1;                  // class 1:1
-constexpr uint16_t kDefaultClassMinor = 0x2;               // class 1:2
+constexpr uint16_t kLinkClassMinor = 0x1;                    // class 1:1
+constexpr uint16_t kDefaultClassMinor = 0x2;                 // class 1:2
 // Tenant classes live in [kFirstTenantMinor, kLastTenantMinor].
 constexpr uint16_t kFirstTenantMinor = 0x10;
 constexpr uint16_t kLastTenantMinor = 0xffef;
@@ -146,11 +147,11 @@ U32Filter ipv6DscpFilter(uint8_t dscp, uint32_t classid);
 
 // ---- sizing rules -----------------------------------------------------------------------------
 
-constexpr uint32_t kQuantumPerWeight = 80'000;   // >= one 64 KiB GSO skb with headers
-constexpr uint32_t kMaxQuantum = 4'000'000;      // weights above 50 saturate (documented)
-constexpr uint32_t kMinBurst = 128 * 1024;       // two GSO packets
-constexpr uint32_t kMaxBurst = 1u << 30;         // libnl passes the burst as an int
-constexpr uint64_t kBurstTimeUs = 1000;          // bucket depth: 1 ms at the class rate
+constexpr uint32_t kQuantumPerWeight = 80'000;  // >= one 64 KiB GSO skb with headers
+constexpr uint32_t kMaxQuantum = 4'000'000;     // weights above 50 saturate (documented)
+constexpr uint32_t kMinBurst = 128 * 1024;      // two GSO packets
+constexpr uint32_t kMaxBurst = 1u << 30;        // libnl passes the burst as an int
+constexpr uint64_t kBurstTimeUs = 1000;         // bucket depth: 1 ms at the class rate
 // HTB needs rate > 0; an unguaranteed tenant (guarantee 0) gets this nominal rate (10 kbit/s).
 // It also keeps burst/rate (the bucket time libnl converts to 32-bit ticks) under 2^32 ticks.
 constexpr uint64_t kMinClassRate = 1250;
@@ -168,10 +169,10 @@ uint32_t burstForRate(uint64_t rate);
 // answered in the same class by the receiver's ACKs (a tenant's ring sends and receives through
 // the same node). Sizes in bytes.
 struct WireFraming {
-  uint32_t mtu = 0;                 // the device's MTU; 0 = unknown: rates are programmed as given
-  uint32_t link_header = 14;        // Ethernet: what HTB counts in front of the IP packet
-  uint32_t net_header = 52;         // IPv4 20 + TCP 20 + timestamps 12 (Linux's default)
-  uint32_t segments_per_ack = 2;    // delayed ACK: one ACK per two full segments; 0 = no ACKs
+  uint32_t mtu = 0;               // the device's MTU; 0 = unknown: rates are programmed as given
+  uint32_t link_header = 14;      // Ethernet: what HTB counts in front of the IP packet
+  uint32_t net_header = 52;       // IPv4 20 + TCP 20 + timestamps 12 (Linux's default)
+  uint32_t segments_per_ack = 2;  // delayed ACK: one ACK per two full segments; 0 = no ACKs
 
   friend bool operator==(const WireFraming&, const WireFraming&) = default;
 };

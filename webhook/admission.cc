@@ -148,8 +148,8 @@ class PodChecker {
   bool has_tenant() const { return match_.tenant != nullptr; }
 
   void conflict(std::string what) {
-    out_.conflicts.push_back(what + (has_tenant() ? "" : ": the pod has no tenant (" + match_.why +
-                                                             ")"));
+    out_.conflicts.push_back(what +
+                             (has_tenant() ? "" : ": the pod has no tenant (" + match_.why + ")"));
   }
   void add(std::string path, Json value, std::string what) {
     out_.ops.push_back({Json{{"op", "add"}, {"path", std::move(path)}, {"value", std::move(value)}},
@@ -164,9 +164,9 @@ class PodChecker {
       const std::string v = label->is_string() ? label->get<std::string>() : dumpJson(*label);
       if (v != tenant_) {
         conflict("label " + std::string(kTenantLabel) + "=" + inQuotes(v) +
-                 (has_tenant() ? " contradicts its tenant " + inQuotes(tenant_) + " (" +
-                                     match_.why + ")"
-                               : ""));
+                 (has_tenant()
+                      ? " contradicts its tenant " + inQuotes(tenant_) + " (" + match_.why + ")"
+                      : ""));
       }
       return;
     }
@@ -260,8 +260,8 @@ class PodChecker {
       const std::string var = str(env[k], "name");
       const Json* value = field(env[k], "value");
       const bool literal = field(env[k], "valueFrom") == nullptr;
-      const std::string text = value != nullptr && value->is_string() ? value->get<std::string>()
-                                                                      : std::string();
+      const std::string text =
+          value != nullptr && value->is_string() ? value->get<std::string>() : std::string();
       auto it = std::find_if(want.begin(), want.end(), [&](auto& w) { return w.first == var; });
       if (it != want.end()) {
         if (!literal || text != it->second) {
@@ -343,19 +343,20 @@ class PodChecker {
   }
 
   Json initContainer() const {
-    return {{"name", kPluginVolume},
-            {"image", o_.image},
-            {"imagePullPolicy", "IfNotPresent"},
-            {"command", {"cp", o_.plugin_in_image, o_.plugin_dir + "/"}},
-            {"resources", {{"requests", {{"cpu", "10m"}, {"memory", "16Mi"}}},
-                           {"limits", {{"memory", "64Mi"}}}}},
-            {"securityContext",
-             {{"runAsNonRoot", true},
-              {"runAsUser", 65532},
-              {"allowPrivilegeEscalation", false},
-              {"readOnlyRootFilesystem", true},
-              {"capabilities", {{"drop", {"ALL"}}}}}},
-            {"volumeMounts", {{{"name", kPluginVolume}, {"mountPath", o_.plugin_dir}}}}};
+    return {
+        {"name", kPluginVolume},
+        {"image", o_.image},
+        {"imagePullPolicy", "IfNotPresent"},
+        {"command", {"cp", o_.plugin_in_image, o_.plugin_dir + "/"}},
+        {"resources",
+         {{"requests", {{"cpu", "10m"}, {"memory", "16Mi"}}}, {"limits", {{"memory", "64Mi"}}}}},
+        {"securityContext",
+         {{"runAsNonRoot", true},
+          {"runAsUser", 65532},
+          {"allowPrivilegeEscalation", false},
+          {"readOnlyRootFilesystem", true},
+          {"capabilities", {{"drop", {"ALL"}}}}}},
+        {"volumeMounts", {{{"name", kPluginVolume}, {"mountPath", o_.plugin_dir}}}}};
   }
 
   void addInitContainer() {
@@ -500,8 +501,8 @@ ReviewResult review(Endpoint endpoint, std::string_view body, const VersionedPol
                                " bytes exceeds the limit of " + std::to_string(kMaxReviewBytes));
   }
   if (jsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
-    return plainError(400, "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
-                               " levels");
+    return plainError(
+        400, "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   Json doc = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return plainError(400, "request body is not JSON");
@@ -532,8 +533,7 @@ ReviewResult review(Endpoint endpoint, std::string_view body, const VersionedPol
   const Json* pod = field(*req, "object");
   const Json* spec = pod != nullptr ? field(*pod, "spec") : nullptr;
   if (spec == nullptr || !spec->is_object()) {
-    return answer(uid, false, 400, "the review's request.object is not a Pod with a spec",
-                  "error");
+    return answer(uid, false, 400, "the review's request.object is not a Pod with a spec", "error");
   }
   if (policy == nullptr) {
     return answer(uid, false, 503,

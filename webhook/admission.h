@@ -55,8 +55,8 @@ TenantMatch resolveTenant(const PolicySpec& policy, std::string_view namespace_n
                           std::string_view volcano_queue);
 
 struct ReviewResult {
-  int http_status = 200;       // 400 for a body that is not an AdmissionReview at all
-  std::string body;            // the AdmissionReview response, or a plain-text error
+  int http_status = 200;  // 400 for a body that is not an AdmissionReview at all
+  std::string body;       // the AdmissionReview response, or a plain-text error
   std::string content_type = "application/json";
   // For metrics and logs: "mutated", "unchanged", "allowed", "refused" or "error".
   std::string outcome;

@@ -2,9 +2,9 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -167,9 +167,8 @@ Result<std::unique_ptr<TlsServer>> TlsServer::start(Options options, Handler han
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  s->port_ = ntohs(bound.ss_family == AF_INET6
-                       ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                       : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  s->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   for (int i = 0; i < std::max(1, s->options_.workers); ++i) {
     s->workers_.emplace_back([p = s.get()] { p->workerLoop(); });
   }
@@ -313,13 +312,13 @@ void TlsServer::serve(Fd fd) {
   }
   if (chunked) {
     return respond(io, {411, "text/plain; charset=utf-8",
-                         "Transfer-Encoding is not supported: send Content-Length\n"});
+                        "Transfer-Encoding is not supported: send Content-Length\n"});
   }
   const size_t length = content_length.value_or(0);
   if (length > options_.max_body_bytes) {
     return respond(io, {413, "text/plain; charset=utf-8",
-                         "request body of " + std::to_string(length) + " bytes exceeds the " +
-                             std::to_string(options_.max_body_bytes) + "-byte limit\n"});
+                        "request body of " + std::to_string(length) + " bytes exceeds the " +
+                            std::to_string(options_.max_body_bytes) + "-byte limit\n"});
   }
   req.body = buf.substr(header_end + 4, length);
   while (req.body.size() < length) {

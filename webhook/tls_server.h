@@ -50,7 +50,7 @@ class TlsServer {
   static constexpr int64_t kReloadCheckMs = 10'000;
 
   struct Options {
-    std::string listen;  // HOST:PORT ([v6]:PORT); port 0 = any free port (see port())
+    std::string listen;               // HOST:PORT ([v6]:PORT); port 0 = any free port (see port())
     std::string cert_file, key_file;  // PEM; the certificate file may hold the chain
     size_t max_body_bytes = 4u << 20;
     int workers = 4;

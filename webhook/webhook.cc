@@ -69,8 +69,9 @@ struct Metrics {
   prometheus::Family<prometheus::Counter>& requests =
       prometheus::BuildCounter()
           .Name("tenantqos_webhook_reviews_total")
-          .Help("Admission reviews answered, by endpoint and outcome (mutated, unchanged, "
-                "allowed, refused, error).")
+          .Help(
+              "Admission reviews answered, by endpoint and outcome (mutated, unchanged, "
+              "allowed, refused, error).")
           .Register(registry);
   prometheus::Gauge& version = prometheus::BuildGauge()
                                    .Name("tenantqos_webhook_policy_version")
@@ -126,8 +127,7 @@ Result<WebhookConfig> parseWebhookArgs(const std::vector<std::string>& args) {
       TQ_ASSIGN_OR_RETURN(std::string v, need());
       int ms = 0;
       auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
-      if (v.empty() || ec != std::errc() || end != v.data() + v.size() || ms < 100 ||
-          ms > 60'000) {
+      if (v.empty() || ec != std::errc() || end != v.data() + v.size() || ms < 100 || ms > 60'000) {
         return invalidArgument("--request-timeout-ms: \"" + v + "\" is not 100..60000");
       }
       c.request_timeout_ms = ms;
@@ -138,8 +138,9 @@ Result<WebhookConfig> parseWebhookArgs(const std::vector<std::string>& args) {
     }
   }
   if (c.tls_cert.empty() || c.tls_key.empty()) {
-    return invalidArgument("--tls-cert and --tls-key are required (the API server calls over "
-                           "HTTPS only)");
+    return invalidArgument(
+        "--tls-cert and --tls-key are required (the API server calls over "
+        "HTTPS only)");
   }
   if (c.policyd.empty()) return invalidArgument("--policyd HOST:PORT is required");
   if (c.insecure == !c.tls_ca.empty()) {
@@ -268,12 +269,11 @@ int webhookMain(int argc, char** argv) {
     if (req.path == "/mutate" || req.path == "/validate") {
       if (req.method != "POST") return {405, "text/plain; charset=utf-8", "POST only\n"};
       const bool mutate = req.path == "/mutate";
-      ReviewResult r = review(mutate ? Endpoint::kMutate : Endpoint::kValidate, req.body,
-                              policy.get(), recipe);
+      ReviewResult r =
+          review(mutate ? Endpoint::kMutate : Endpoint::kValidate, req.body, policy.get(), recipe);
       metrics.requests.Add({{"endpoint", req.path.substr(1)}, {"outcome", r.outcome}}).Increment();
       if (!r.message.empty()) {
-        TQ_LOG(kInfo, "webhook: %s %s: %s", req.path.c_str(), r.outcome.c_str(),
-               r.message.c_str());
+        TQ_LOG(kInfo, "webhook: %s %s: %s", req.path.c_str(), r.outcome.c_str(), r.message.c_str());
       }
       return {r.http_status, r.content_type, std::move(r.body)};
     }

@@ -65,9 +65,9 @@ class PolicyFollower {
   std::atomic<bool> connected_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;                           // guarded by mu_
-  grpc::ClientContext* active_ = nullptr;           // guarded by mu_
-  std::shared_ptr<const VersionedPolicy> policy_;   // guarded by mu_
+  bool stopping_ = false;                          // guarded by mu_
+  grpc::ClientContext* active_ = nullptr;          // guarded by mu_
+  std::shared_ptr<const VersionedPolicy> policy_;  // guarded by mu_
   std::thread thread_;
 };
 

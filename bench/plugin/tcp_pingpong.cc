@@ -5,7 +5,8 @@
 //   tq-tcp-pingpong [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [--poll spin|block]
 //                   [--bufs BYTES]   (SO_SNDBUF/SO_RCVBUF, as the plugin's control stream)
 //                   [--connections 1|2]  (2: one connection per direction, like NCCL's comms)
-// Prints one JSON object per size: {"size":..,"iters":..,"rtt_us":..,"p50_rtt_us":..,"p99_rtt_us":..}
+// Prints one JSON object per size:
+// {"size":..,"iters":..,"rtt_us":..,"p50_rtt_us":..,"p99_rtt_us":..}
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -45,8 +46,10 @@ void sendAll(int fd, const char* p, size_t n) {
   size_t off = 0;
   while (off < n) {
     const ssize_t w = ::send(fd, p + off, n - off, MSG_NOSIGNAL | (g_spin ? MSG_DONTWAIT : 0));
-    if (w > 0) off += static_cast<size_t>(w);
-    else if (w < 0 && errno != EAGAIN && errno != EINTR) die("send");
+    if (w > 0)
+      off += static_cast<size_t>(w);
+    else if (w < 0 && errno != EAGAIN && errno != EINTR)
+      die("send");
   }
 }
 
@@ -54,9 +57,12 @@ void recvAll(int fd, char* p, size_t n) {
   size_t off = 0;
   while (off < n) {
     const ssize_t r = ::recv(fd, p + off, n - off, g_spin ? MSG_DONTWAIT : 0);
-    if (r > 0) off += static_cast<size_t>(r);
-    else if (r == 0) die("peer closed");
-    else if (errno != EAGAIN && errno != EINTR) die("recv");
+    if (r > 0)
+      off += static_cast<size_t>(r);
+    else if (r == 0)
+      die("peer closed");
+    else if (errno != EAGAIN && errno != EINTR)
+      die("recv");
   }
 }
 
@@ -77,14 +83,22 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const char* v = argv[i + 1];
-    if (a == "-b") min = std::strtoull(v, nullptr, 10);
-    else if (a == "-e") max = std::strtoull(v, nullptr, 10);
-    else if (a == "-f") factor = std::strtoull(v, nullptr, 10);
-    else if (a == "-n") iters = std::atoi(v);
-    else if (a == "-w") warmup = std::atoi(v);
-    else if (a == "--poll") g_spin = std::strcmp(v, "spin") == 0;
-    else if (a == "--bufs") g_bufs = std::atoi(v);
-    else if (a == "--connections") g_two_connections = std::atoi(v) == 2;
+    if (a == "-b")
+      min = std::strtoull(v, nullptr, 10);
+    else if (a == "-e")
+      max = std::strtoull(v, nullptr, 10);
+    else if (a == "-f")
+      factor = std::strtoull(v, nullptr, 10);
+    else if (a == "-n")
+      iters = std::atoi(v);
+    else if (a == "-w")
+      warmup = std::atoi(v);
+    else if (a == "--poll")
+      g_spin = std::strcmp(v, "spin") == 0;
+    else if (a == "--bufs")
+      g_bufs = std::atoi(v);
+    else if (a == "--connections")
+      g_two_connections = std::atoi(v) == 2;
     else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -95,7 +109,8 @@ int main(int argc, char** argv) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof a;
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 2) != 0) die("listen");
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 2) != 0)
+    die("listen");
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
   std::vector<char> buf(max);
   const pid_t child = ::fork();
@@ -138,10 +153,12 @@ int main(int argc, char** argv) {
     double avg = 0;
     for (double r : rtts) avg += r;
     avg /= static_cast<double>(rtts.size());
-    std::printf("{\"type\":\"result\",\"mode\":\"tcp-pingpong\",\"connections\":%d,\"size\":%zu,\"iters\":%d,\"rtt_us\":%.3f,"
-                "\"p50_rtt_us\":%.3f,\"p99_rtt_us\":%.3f}\n",
-                g_two_connections ? 2 : 1, size, iters, avg, rtts[rtts.size() / 2],
-                rtts[rtts.size() * 99 / 100]);
+    std::printf(
+        "{\"type\":\"result\",\"mode\":\"tcp-pingpong\",\"connections\":%d,\"size\":%zu,\"iters\":%"
+        "d,\"rtt_us\":%.3f,"
+        "\"p50_rtt_us\":%.3f,\"p99_rtt_us\":%.3f}\n",
+        g_two_connections ? 2 : 1, size, iters, avg, rtts[rtts.size() / 2],
+        rtts[rtts.size() * 99 / 100]);
     std::fflush(stdout);
     if (factor < 2) break;
   }

@@ -18,8 +18,8 @@
 using namespace tq::plugin::socket;
 namespace ibw = tq::plugin::ib;
 
-#define FUZZ_CHECK(cond) \
-  do {                   \
+#define FUZZ_CHECK(cond)           \
+  do {                             \
     if (!(cond)) __builtin_trap(); \
   } while (0)
 

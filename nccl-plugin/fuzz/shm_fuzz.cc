@@ -15,9 +15,9 @@
 #include "common/tenant_shm.h"
 #include "common/token_bucket.h"
 
-#define FUZZ_CHECK(cond)             \
-  do {                               \
-    if (!(cond)) __builtin_trap();   \
+#define FUZZ_CHECK(cond)           \
+  do {                             \
+    if (!(cond)) __builtin_trap(); \
   } while (0)
 
 namespace {

@@ -107,8 +107,8 @@ Result<std::unique_ptr<IbConnResources>> makeResources(const IbPort& port, ConnS
     TQ_ASSIGN_OR_RETURN(res->ring, makeRing(dev, kSizesRingBytes, remote));
     TQ_ASSIGN_OR_RETURN(res->stage, makeRing(dev, kCtsRingBytes, IBV_ACCESS_LOCAL_WRITE));
     if (dev.gdrSupported() || dev.dmabufSupported()) {
-      TQ_ASSIGN_OR_RETURN(res->flush_qp, tqib::createRcQp(verbs, dev.pd(), res->cq.get(),
-                                                          kMaxRequests + 1, 1));
+      TQ_ASSIGN_OR_RETURN(res->flush_qp,
+                          tqib::createRcQp(verbs, dev.pd(), res->cq.get(), kMaxRequests + 1, 1));
       TQ_ASSIGN_OR_RETURN(res->flush_scratch, makeRing(dev, 64, IBV_ACCESS_LOCAL_WRITE));
     }
   }
@@ -219,8 +219,8 @@ Result<const IbMr*> CommMrs::resolve(MemRegion* mr, const void* data, size_t siz
 
 // ---- connection --------------------------------------------------------------------------------
 
-IbConnection::IbConnection(std::unique_ptr<IbConnResources> res, IbEndpointInfo remote,
-                           Fd oob, std::string peer, const IbCommConfig& cfg, Clock& clock)
+IbConnection::IbConnection(std::unique_ptr<IbConnResources> res, IbEndpointInfo remote, Fd oob,
+                           std::string peer, const IbCommConfig& cfg, Clock& clock)
     : res_(std::move(res)),
       remote_(std::move(remote)),
       oob_(std::move(oob)),
@@ -299,10 +299,9 @@ Status IbConnection::pollCq() {
       if (w.status != IBV_WC_SUCCESS) {
         if (!failed()) {
           fail(unavailable(qpText(q) + ": " + describeWr(w.wr_id) +
-                           ": work completion error: " +
-                           res_->dev->verbs().wcStatusStr(w.status) + " (status " +
-                           std::to_string(static_cast<int>(w.status)) + ", vendor error " +
-                           hex(w.vendor_err) + ")"));
+                           ": work completion error: " + res_->dev->verbs().wcStatusStr(w.status) +
+                           " (status " + std::to_string(static_cast<int>(w.status)) +
+                           ", vendor error " + hex(w.vendor_err) + ")"));
         }
         continue;
       }
@@ -430,10 +429,10 @@ Status IbSendComm::isend(void* data, size_t size, int tag, MemRegion* mr, Reques
     slot_seq_++;
     slot_loaded_ = false;
     (void)postJobs();
-    Status s = outOfRange("isend of " + std::to_string(size) + " bytes (tag " +
-                          std::to_string(tag) + ") on " + describe() +
-                          ": the receiver posted a buffer of only " + std::to_string(e.size) +
-                          " bytes (message truncated)");
+    Status s =
+        outOfRange("isend of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
+                   ") on " + describe() + ": the receiver posted a buffer of only " +
+                   std::to_string(e.size) + " bytes (message truncated)");
     fail(s);
     return s;
   }
@@ -669,8 +668,8 @@ Status IbSendComm::test(IbSendRequest* r, bool* done, size_t* sizes) {
 // ---- receive -----------------------------------------------------------------------------------
 
 IbRecvComm::IbRecvComm(std::unique_ptr<IbConnResources> res, const IbHello& hello,
-                       TrafficQos peer_qos, Fd oob, std::string peer,
-                       const IbCommConfig& cfg, Clock& clock)
+                       TrafficQos peer_qos, Fd oob, std::string peer, const IbCommConfig& cfg,
+                       Clock& clock)
     : IbConnection(std::move(res), hello.ep, std::move(oob), std::move(peer), cfg, clock),
       mrs_(res_->dev),
       peer_qos_(std::move(peer_qos)),
@@ -703,8 +702,8 @@ IbRecvRequest* IbRecvComm::allocRequest(std::vector<IbRecvRequest>& pool,
   return r;
 }
 
-Status IbRecvComm::irecv(int n, void** data, const size_t* sizes, const int* tags,
-                         MemRegion** mrs, Request** out) {
+Status IbRecvComm::irecv(int n, void** data, const size_t* sizes, const int* tags, MemRegion** mrs,
+                         Request** out) {
   *out = nullptr;
   if (n < 1 || n > kMaxRecvs) {
     return invalidArgument("irecv: " + std::to_string(n) + " buffers (1-" +
@@ -791,8 +790,8 @@ Status IbRecvComm::iflush(int n, void** data, const int* sizes, MemRegion** mrs,
   if (failed()) return failure();
   IbRecvRequest* r = allocRequest(flush_reqs_, flush_free_);
   if (r == nullptr) {
-    return failedPrecondition("iflush: " + std::to_string(kMaxRequests) +
-                              " flushes in flight on " + describe());
+    return failedPrecondition("iflush: " + std::to_string(kMaxRequests) + " flushes in flight on " +
+                              describe());
   }
   auto* h = static_cast<IbMr*>(mrs[last]);
   ibv_sge sge{reinterpret_cast<uintptr_t>(res_->flush_scratch.ptr), 1,
@@ -847,8 +846,8 @@ void IbRecvComm::onCompletion(const ibv_wc& wc) {
     r.error = outOfRange("message of " + std::to_string(imm & kImmSizeMask) + " bytes from " +
                          peer_ + " does not fit the posted receive (" +
                          std::to_string(r.posted[0]) + (r.n > 1 ? " bytes, first of " : " bytes") +
-                         (r.n > 1 ? std::to_string(r.n) + " buffers" : "") + ") on " +
-                         describe() + ": message truncated");
+                         (r.n > 1 ? std::to_string(r.n) + " buffers" : "") + ") on " + describe() +
+                         ": message truncated");
     fail(r.error);
     return;
   }
@@ -872,7 +871,8 @@ void IbRecvComm::onCompletion(const ibv_wc& wc) {
 
 std::string IbRecvComm::describeWr(uint64_t wr_id) const {
   switch (wrKind(wr_id)) {
-    case WrKind::kCts: return "clear-to-send RDMA WRITE (slot " + std::to_string(wrValue(wr_id)) + ")";
+    case WrKind::kCts:
+      return "clear-to-send RDMA WRITE (slot " + std::to_string(wrValue(wr_id)) + ")";
     case WrKind::kRecv: return "receive of the completing immediate";
     case WrKind::kFlush: return "GPUDirect flush RDMA READ";
     default: return "work request " + hex(wr_id);

@@ -61,7 +61,7 @@ namespace tq::plugin::ib {
 // One usable port: a plugin device of the ib transport. Owned by the transport (lives as long
 // as the process); comms keep pointers to it.
 struct IbPort {
-  std::string name;      // device name, "rxe0"
+  std::string name;  // device name, "rxe0"
   int port = 1;
   tqib::LinkLayer link_layer = tqib::LinkLayer::kEthernet;
   int gid_index = 0;
@@ -82,7 +82,7 @@ struct IbCommConfig {
   int qps_per_conn = 1;
   uint8_t timeout = 20;
   uint8_t retry_cnt = 7;
-  std::optional<int> cts_dscp;           // receiver QPs' DSCP (RoCE); nullopt: the sender's
+  std::optional<int> cts_dscp;               // receiver QPs' DSCP (RoCE); nullopt: the sender's
   int64_t liveness_interval_ns = 5'000'000;  // how often a waiting comm checks its peer
 };
 
@@ -247,8 +247,8 @@ class IbRecvRequest final : public Request {
 
 class IbSendComm final : public SendComm, public IbConnection {
  public:
-  IbSendComm(std::unique_ptr<IbConnResources> res, const IbReply& reply, Fd oob,
-             std::string peer, const IbCommConfig& cfg, Clock& clock);
+  IbSendComm(std::unique_ptr<IbConnResources> res, const IbReply& reply, Fd oob, std::string peer,
+             const IbCommConfig& cfg, Clock& clock);
   ~IbSendComm() override;
 
   Status regMr(void* data, size_t size, MemType type, MemRegion** out) override {
@@ -277,7 +277,7 @@ class IbSendComm final : public SendComm, public IbConnection {
     uint64_t admitted = 0;  // admitted by isend, not posted yet
     bool final_posted = false;
     bool completed = false;
-    bool refused = false;   // a send did not fit: post only the refusing immediate
+    bool refused = false;  // a send did not fit: post only the refusing immediate
     uint32_t refused_imm = 0;
   };
 
@@ -308,10 +308,10 @@ class IbSendComm final : public SendComm, public IbConnection {
   IbSendRequest* slot_reqs_[kMaxRecvs] = {};
   int slot_matched_ = 0;
   bool cts_waiting_ = false;  // the last isend found no clear-to-send
-  std::deque<Job> jobs_;   // slot order; popped when completed
-  size_t post_idx_ = 0;    // first job not fully posted
+  std::deque<Job> jobs_;      // slot order; popped when completed
+  size_t post_idx_ = 0;       // first job not fully posted
   uint64_t unposted_bytes_ = 0;
-  uint64_t hw_rate_ = 0;   // the rate the QPs are limited to (bytes/s), 0: none
+  uint64_t hw_rate_ = 0;  // the rate the QPs are limited to (bytes/s), 0: none
   int64_t next_hw_check_ns_ = 0;
   bool hw_rate_warned_ = false;
 };

@@ -12,8 +12,7 @@ namespace tq::plugin::ib {
 namespace {
 
 constexpr int kEventPollMs = 100;  // how fast the event thread notices that it must stop
-constexpr int kMrAccess =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+constexpr int kMrAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 uintptr_t pageSize() {
   static const uintptr_t p = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));

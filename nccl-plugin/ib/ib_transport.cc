@@ -19,7 +19,7 @@ namespace {
 using oob::MessageIo;
 using oob::msText;
 
-constexpr uint64_t kMaxP2pBytes = 1ull << 30;    // sizes travel in 31 bits of the immediate
+constexpr uint64_t kMaxP2pBytes = 1ull << 30;  // sizes travel in 31 bits of the immediate
 constexpr uint64_t kMaxCollBytes = 512ull << 20;
 
 uint64_t parseGuid(const std::string& text) {
@@ -39,7 +39,8 @@ std::string realPath(const std::string& p) {
   return ::realpath(p.c_str(), buf) != nullptr ? std::string(buf) : std::string();
 }
 
-// ---- listen / accept state -----------------------------------------------------------------------
+// ---- listen / accept state
+// -----------------------------------------------------------------------
 
 struct PendingAccept {
   enum class Phase { kReadHello, kSendReply, kAwaitReady };
@@ -112,9 +113,11 @@ const char* phaseText(ConnectState::Phase p) {
 
 const char* phaseText(PendingAccept::Phase p) {
   switch (p) {
-    case PendingAccept::Phase::kReadHello: return "incomplete hello (truncated, or not a tenantqos ib peer)";
+    case PendingAccept::Phase::kReadHello:
+      return "incomplete hello (truncated, or not a tenantqos ib peer)";
     case PendingAccept::Phase::kSendReply: return "reply not taken by the peer";
-    case PendingAccept::Phase::kAwaitReady: return "the connecting side never reported its QPs ready";
+    case PendingAccept::Phase::kAwaitReady:
+      return "the connecting side never reported its QPs ready";
   }
   return "?";
 }
@@ -212,8 +215,9 @@ Result<std::unique_ptr<IbTransport>> IbTransport::create(const IbTransportConfig
   if (t->ports_.empty()) return notFound("no RDMA port is active for verbs");
   auto oob = oob::findInterfaces(cfg.oob_ifname, cfg.oob_family);
   if (!oob.ok()) {
-    return oob.status().withContext("ib transport: interface for the out-of-band handshake "
-                                    "(TENANTQOS_SOCKET_IFNAME)");
+    return oob.status().withContext(
+        "ib transport: interface for the out-of-band handshake "
+        "(TENANTQOS_SOCKET_IFNAME)");
   }
   t->oob_ = oob->front();
   return t;
@@ -268,7 +272,8 @@ Status IbTransport::listen(int dev, const TrafficQos& qos, void* handle,
   oob::SocketAddress addr = oob_.addr;
   addr.setPort(0);
   auto fd = oob::listenTcp(&addr, qos, 16384);
-  if (!fd.ok()) return fd.status().withContext("listen on " + ports_[static_cast<size_t>(dev)]->label());
+  if (!fd.ok())
+    return fd.status().withContext("listen on " + ports_[static_cast<size_t>(dev)]->label());
   lc->fd = std::move(fd).value();
   lc->info.addr = addr;
   lc->info.nonce = oob::randomU64();
@@ -345,9 +350,9 @@ Status IbTransport::connect(int dev, const TrafficQos& qos, void* handle,
       auto rep = parseIbReply(st->reply_in.data(), kIbReplyBytes);
       if (!rep.ok()) return finish(rep.status());
       if (rep->status != IbReplyStatus::kAccepted) {
-        return finish(failedPrecondition("the peer" +
-                                         (rep->ep.device.empty() ? "" : " (" + rep->ep.device + ")") +
-                                         " rejected the connection: " + rep->reason));
+        return finish(failedPrecondition(
+            "the peer" + (rep->ep.device.empty() ? "" : " (" + rep->ep.device + ")") +
+            " rejected the connection: " + rep->reason));
       }
       if (rep->conn_id != st->conn_id) {
         return finish(dataLoss("handshake reply for another connection"));
@@ -355,8 +360,8 @@ Status IbTransport::connect(int dev, const TrafficQos& qos, void* handle,
       st->reply = *rep;
       IbReady ready;
       ready.conn_id = st->conn_id;
-      Status qp = connectResources(st->res.get(), rep->ep, st->qos.service_level, st->qos.dscp,
-                                   cfg_.comm);
+      Status qp =
+          connectResources(st->res.get(), rep->ep, st->qos.service_level, st->qos.dscp, cfg_.comm);
       if (!qp.ok()) {
         // Tell the acceptor, so it fails now rather than at its deadline.
         ready.ok = false;
@@ -434,7 +439,8 @@ Status IbTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* out) {
                                       std::to_string(kIbProtocolVersion));
         } else if (hello->nonce != lc->info.nonce) {
           why = IbReplyStatus::kWrongListener;
-          reject = failedPrecondition("the connection is meant for another listener (stale handle?)");
+          reject =
+              failedPrecondition("the connection is meant for another listener (stale handle?)");
         }
         if (!reject.ok()) {
           sendRejection(p.fd.get(), why, hello.ok() ? hello->conn_id : 0, port.name,
@@ -454,8 +460,8 @@ Status IbTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* out) {
         Status setup = res.ok() ? okStatus() : res.status();
         if (setup.ok()) {
           p.res = std::move(res).value();
-          setup = connectResources(p.res.get(), p.hello.ep, p.hello.service_level, qp_dscp,
-                                   cfg_.comm);
+          setup =
+              connectResources(p.res.get(), p.hello.ep, p.hello.service_level, qp_dscp, cfg_.comm);
         }
         if (!setup.ok()) {
           sendRejection(p.fd.get(), IbReplyStatus::kSetupFailed, p.hello.conn_id, port.name,
@@ -482,7 +488,8 @@ Status IbTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* out) {
       if (p.ready_in.complete()) {
         auto ready = parseIbReady(p.ready_in.data(), kIbReadyBytes);
         if (!ready.ok()) return drop(ready.status());
-        if (ready->conn_id != p.hello.conn_id) return drop(dataLoss("ready for another connection"));
+        if (ready->conn_id != p.hello.conn_id)
+          return drop(dataLoss("ready for another connection"));
         if (!ready->ok) {
           return drop(unavailable("the connecting side (" + p.hello.ep.device +
                                   ") could not connect its QPs: " + ready->reason));

@@ -26,19 +26,19 @@
 
 #include "common/clock.h"
 #include "nccl-plugin/ib/ib_comm.h"
-#include "nccl-plugin/params.h"
 #include "nccl-plugin/oob/ifaces.h"
+#include "nccl-plugin/params.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin::ib {
 
 struct IbTransportConfig {
-  std::string hca;                 // TENANTQOS_IB_HCA
-  int gid_index = -1;              // TENANTQOS_IB_GID_INDEX; -1: default choice
-  std::string verbs_library;       // TENANTQOS_IBVERBS_LIB
+  std::string hca;            // TENANTQOS_IB_HCA
+  int gid_index = -1;         // TENANTQOS_IB_GID_INDEX; -1: default choice
+  std::string verbs_library;  // TENANTQOS_IBVERBS_LIB
   std::string sysfs_root = "/sys";
-  std::string oob_ifname;          // TENANTQOS_SOCKET_IFNAME: the handshake's interface
-  std::string oob_family;          // TENANTQOS_SOCKET_FAMILY
+  std::string oob_ifname;  // TENANTQOS_SOCKET_IFNAME: the handshake's interface
+  std::string oob_family;  // TENANTQOS_SOCKET_FAMILY
   IbCommConfig comm;
   int64_t handshake_timeout_ns = 30'000'000'000;
 };

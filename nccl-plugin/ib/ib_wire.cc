@@ -74,8 +74,9 @@ void encodeIbHandle(const IbHandle& h, uint8_t out[kIbHandlePublicBytes]) {
 Result<IbHandle> parseIbHandle(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "net handle";
   if (len >= 8 && get64(p) == kSocketHandleMagic) {
-    return bad(kWhat, "a socket transport handle: the listening process uses "
-                      "TENANTQOS_TRANSPORT=socket, this one ib (set the same transport everywhere)");
+    return bad(kWhat,
+               "a socket transport handle: the listening process uses "
+               "TENANTQOS_TRANSPORT=socket, this one ib (set the same transport everywhere)");
   }
   IbHandle h;
   TQ_ASSIGN_OR_RETURN(h.version, oob::openEnvelope(p, len, kIbHandlePublicBytes, kHandleMagic,

@@ -28,8 +28,7 @@ std::string SocketAddress::toString() const {
     return std::string(buf) + ":" + std::to_string(port());
   }
   if (family() == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(storage).sin6_addr, buf,
-              sizeof buf);
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(storage).sin6_addr, buf, sizeof buf);
     return "[" + std::string(buf) + "]:" + std::to_string(port());
   }
   return "<no address>";

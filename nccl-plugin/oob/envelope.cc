@@ -20,8 +20,8 @@ void sealEnvelope(uint8_t* out, size_t size) { put32(out + size - 4, crcOf(out, 
 Result<uint16_t> openEnvelope(const uint8_t* p, size_t len, size_t size, uint64_t magic,
                               std::string_view what, std::string_view expected) {
   if (len < size) {
-    return bad(what, "truncated (" + std::to_string(len) + " of " + std::to_string(size) +
-                         " bytes)");
+    return bad(what,
+               "truncated (" + std::to_string(len) + " of " + std::to_string(size) + " bytes)");
   }
   if (get64(p) != magic) return bad(what, "bad magic (not " + std::string(expected) + ")");
   if (get32(p + size - 4) != crcOf(p, size - 4)) {

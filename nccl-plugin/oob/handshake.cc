@@ -47,8 +47,8 @@ Status MessageIo::recvStep(int fd, std::string_view what) {
   int err = 0;
   switch (recvSome(fd, buf_ + done_, size_ - done_, &done_, &err)) {
     case IoResult::kClosed:
-      return unavailable("the peer closed the connection after " + std::to_string(done_) +
-                         " of " + std::to_string(size_) + " " + std::string(what) + " bytes");
+      return unavailable("the peer closed the connection after " + std::to_string(done_) + " of " +
+                         std::to_string(size_) + " " + std::string(what) + " bytes");
     case IoResult::kError: return netError(err, "read " + std::string(what));
     default: return okStatus();
   }

@@ -137,11 +137,11 @@ Result<std::vector<NetInterface>> findInterfaces(const std::string& spec,
   if (found.empty()) {
     std::string have;
     for (const Candidate& c : cands) have += (have.empty() ? "" : ", ") + c.name;
-    return notFound("no up interface with an " +
-                    std::string(family.empty() ? "IP" : family) + " address matches " +
-                    (spec.empty() ? std::string("the default selection") :
-                                    "TENANTQOS_SOCKET_IFNAME=" + spec) +
-                    " (up: " + (have.empty() ? "none" : have) + ")");
+    return notFound(
+        "no up interface with an " + std::string(family.empty() ? "IP" : family) +
+        " address matches " +
+        (spec.empty() ? std::string("the default selection") : "TENANTQOS_SOCKET_IFNAME=" + spec) +
+        " (up: " + (have.empty() ? "none" : have) + ")");
   }
   return found;
 }

@@ -38,6 +38,7 @@ struct NetInterface {
 // first global IPv6 one; `family` "AF_INET"/"AF_INET6" restricts). With an empty `spec`: all
 // but lo and docker*, or lo if nothing else is up. Fails, listing what exists, when nothing
 // matches.
-Result<std::vector<NetInterface>> findInterfaces(const std::string& spec, const std::string& family);
+Result<std::vector<NetInterface>> findInterfaces(const std::string& spec,
+                                                 const std::string& family);
 
 }  // namespace tq::plugin::oob

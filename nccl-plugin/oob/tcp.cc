@@ -1,9 +1,9 @@
 #include "nccl-plugin/oob/tcp.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 

@@ -3,11 +3,11 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <strings.h>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <strings.h>
 
 namespace tq::perf {
 namespace {
@@ -62,8 +62,8 @@ Result<std::unique_ptr<NetPlugin>> NetPlugin::load(const std::string& name,
                                                    int abi) {
   std::vector<std::string> candidates{name};
   const bool bare = name.find('/') == std::string::npos;
-  const bool libso = name.rfind("lib", 0) == 0 && name.size() > 3 &&
-                     name.compare(name.size() - 3, 3, ".so") == 0;
+  const bool libso =
+      name.rfind("lib", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0;
   if (bare && !libso) candidates.push_back("libnccl-net-" + name + ".so");
   if (bare) {
     const std::string file = libso ? name : "libnccl-net-" + name + ".so";
@@ -201,8 +201,12 @@ Status NetPlugin::test(void* req, bool* done, int* size) {
   return check(r, "test");
 }
 
-Status NetPlugin::closeSend(void* c) { return check(v11_ ? v11_->closeSend(c) : v10_->closeSend(c), "closeSend"); }
-Status NetPlugin::closeRecv(void* c) { return check(v11_ ? v11_->closeRecv(c) : v10_->closeRecv(c), "closeRecv"); }
+Status NetPlugin::closeSend(void* c) {
+  return check(v11_ ? v11_->closeSend(c) : v10_->closeSend(c), "closeSend");
+}
+Status NetPlugin::closeRecv(void* c) {
+  return check(v11_ ? v11_->closeRecv(c) : v10_->closeRecv(c), "closeRecv");
+}
 Status NetPlugin::closeListen(void* c) {
   return check(v11_ ? v11_->closeListen(c) : v10_->closeListen(c), "closeListen");
 }

@@ -65,7 +65,8 @@ Status parseHostPort(const std::string& text, std::string* host, uint16_t* port)
   }
   char* end = nullptr;
   const long p = std::strtol(text.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || p <= 0 || p > 65535) return invalidArgument("--rendezvous " + text + ": bad port");
+  if (*end != '\0' || p <= 0 || p > 65535)
+    return invalidArgument("--rendezvous " + text + ": bad port");
   *port = static_cast<uint16_t>(p);
   return okStatus();
 }
@@ -96,8 +97,7 @@ Result<std::unique_ptr<Rendezvous>> Rendezvous::create(int rank, int nranks,
       const int one = 1;
       ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       std::string hello;
-      if (!r->recvMsg(fd.get(), deadline, "a connecting rank", &hello).ok() ||
-          hello.size() != 12) {
+      if (!r->recvMsg(fd.get(), deadline, "a connecting rank", &hello).ok() || hello.size() != 12) {
         continue;  // not one of ours (e.g. a port scanner): ignore
       }
       uint32_t magic, peer_rank, peer_n;

@@ -37,7 +37,9 @@ StripeTask* StripeRing::front() {
   return &items_[head % kCapacity];
 }
 
-void StripeRing::pop() { head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+void StripeRing::pop() {
+  head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
 
 bool StripeRing::empty() const {
   return head_.load(std::memory_order_acquire) == tail_.load(std::memory_order_acquire);
@@ -205,7 +207,8 @@ SocketComm::~SocketComm() {
 }
 
 Status SocketComm::start() {
-  const int n = std::clamp(cfg_.nthreads, 1, static_cast<int>(std::max<size_t>(1, streams_.size())));
+  const int n =
+      std::clamp(cfg_.nthreads, 1, static_cast<int>(std::max<size_t>(1, streams_.size())));
   for (int i = 0; i < n && !streams_.empty(); ++i) {
     helpers_.push_back(std::make_unique<Helper>(this, side_ == Side::kSend));
   }
@@ -276,7 +279,8 @@ Status SocketComm::tooManyRequests(const char* op) const {
 
 void SocketComm::queueStripes(SockRequest* r) {
   Stripe plan[kMaxSocks];
-  const int n = planStripes(r->size, static_cast<int>(streams_.size()), r->seq, cfg_.min_chunk, plan);
+  const int n =
+      planStripes(r->size, static_cast<int>(streams_.size()), r->seq, cfg_.min_chunk, plan);
   r->pending.store(n, std::memory_order_release);
   for (int j = 0; j < n; ++j) {
     Stream& s = *streams_[plan[j].stream];
@@ -290,7 +294,8 @@ Status SocketComm::isend(void* data, size_t size, Request** out) {
   std::lock_guard<std::mutex> lock(mu_);
   progressControl();
   if (failed()) return failedError();
-  if (peer_closed_) return unavailable("send to " + cfg_.peer + ": the receiver closed the connection");
+  if (peer_closed_)
+    return unavailable("send to " + cfg_.peer + ": the receiver closed the connection");
   SockRequest* r = allocRequest();
   if (r == nullptr) return tooManyRequests("isend");
   r->data = static_cast<char*>(data);

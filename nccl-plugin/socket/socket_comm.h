@@ -76,8 +76,8 @@ class SockRequest final : public Request {
   uint64_t capacity = 0;  // receive: posted size
   uint64_t size = 0;      // bytes of the message
   uint32_t seq = 0;
-  bool matched = false;   // receive: its frame has been read
-  bool ctl_done = false;  // frame written (send) / frame + inline payload read (receive)
+  bool matched = false;         // receive: its frame has been read
+  bool ctl_done = false;        // frame written (send) / frame + inline payload read (receive)
   std::atomic<int> pending{0};  // stripes not yet moved by the helpers
 };
 

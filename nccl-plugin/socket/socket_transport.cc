@@ -14,9 +14,9 @@
 
 #include "common/log.h"
 #include "nccl-plugin/handle_state.h"
-#include "nccl-plugin/socket/socket_comm.h"
 #include "nccl-plugin/oob/handshake.h"
 #include "nccl-plugin/oob/tcp.h"
+#include "nccl-plugin/socket/socket_comm.h"
 #include "nccl-plugin/socket/wire.h"
 
 namespace tq::plugin::socket {
@@ -40,8 +40,9 @@ class MrTable {
  public:
   Status reg(void* data, size_t size, MemType type, MemRegion** out) {
     if (type != MemType::kHost) {
-      return unimplemented("regMr: the socket transport moves host memory only (NCCL_PTR_HOST); "
-                           "CUDA buffers are not supported");
+      return unimplemented(
+          "regMr: the socket transport moves host memory only (NCCL_PTR_HOST); "
+          "CUDA buffers are not supported");
     }
     auto mr = std::make_unique<SockMr>(data, size);
     std::lock_guard<std::mutex> lock(mu_);
@@ -188,8 +189,8 @@ SocketTransportConfig socketConfigFromParams(const PluginParams& p) {
   return c;
 }
 
-SocketTransport::SocketTransport(std::vector<oob::NetInterface> devices,
-                                 SocketTransportConfig cfg, Clock& clock)
+SocketTransport::SocketTransport(std::vector<oob::NetInterface> devices, SocketTransportConfig cfg,
+                                 Clock& clock)
     : devices_(std::move(devices)), cfg_(cfg), clock_(clock) {}
 
 SocketTransport::~SocketTransport() { ConnectStates::eraseOwnedBy(this); }
@@ -245,8 +246,8 @@ Status SocketTransport::listen(int dev, const TrafficQos& qos, void* handle,
   auto* h = static_cast<uint8_t*>(handle);
   std::memset(h, 0, kHandleBytes);
   encodeHandle(lc->info, h);
-  TQ_LOG(kDebug, "listening on %s (%s), %d data streams", addr.toString().c_str(),
-         ni.name.c_str(), cfg_.nsocks);
+  TQ_LOG(kDebug, "listening on %s (%s), %d data streams", addr.toString().c_str(), ni.name.c_str(),
+         cfg_.nsocks);
   *out = std::move(lc);
   return okStatus();
 }
@@ -339,8 +340,7 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
   }
 
   if (now - st->start > cfg_.handshake_timeout_ns) {
-    const char* what = st->phase == ConnectPhase::kConnecting
-                           ? "TCP connections not established"
+    const char* what = st->phase == ConnectPhase::kConnecting ? "TCP connections not established"
                        : st->phase == ConnectPhase::kSendingHello
                            ? "handshake not sent (peer not reading)"
                            : "no handshake reply (the peer never accepted, or it is not a "
@@ -385,8 +385,8 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
     }
     if (!p.hello.complete()) {
       if (now - p.since > cfg_.handshake_timeout_ns) {
-        Status s = deadlineExceeded(from + ": received " + std::to_string(p.hello.done()) +
-                                    " of " + std::to_string(kHelloBytes) + " bytes in " +
+        Status s = deadlineExceeded(from + ": received " + std::to_string(p.hello.done()) + " of " +
+                                    std::to_string(kHelloBytes) + " bytes in " +
                                     msText(cfg_.handshake_timeout_ns) +
                                     " (truncated, or not a tenantqos peer)");
         lc->pending.erase(lc->pending.begin() + static_cast<long>(i));
@@ -409,9 +409,9 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
       reject = failedPrecondition("the connection is meant for another listener (stale handle?)");
     } else if (hello->nsocks != lc->info.nsocks) {
       why = AckStatus::kBadStreams;
-      reject = failedPrecondition("peer announces " + std::to_string(hello->nsocks) +
-                                  " data streams, the handle said " +
-                                  std::to_string(lc->info.nsocks));
+      reject =
+          failedPrecondition("peer announces " + std::to_string(hello->nsocks) +
+                             " data streams, the handle said " + std::to_string(lc->info.nsocks));
     }
     if (!reject.ok()) {
       sendReject(p.fd.get(), why, hello.ok() ? hello->conn_id : 0, reject.message());
@@ -473,7 +473,8 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
     }
     if (!g.ack.complete()) continue;
     std::vector<Fd> data;
-    for (int i = 0; i < lc->info.nsocks; ++i) data.push_back(std::move(g.socks[static_cast<size_t>(i)]));
+    for (int i = 0; i < lc->info.nsocks; ++i)
+      data.push_back(std::move(g.socks[static_cast<size_t>(i)]));
     SocketCommConfig cc{cfg_.nthreads, cfg_.inline_max, g.control.min_chunk, g.peer};
     auto comm = std::make_unique<SocketComm>(SocketComm::Side::kRecv, std::move(g.socks.back()),
                                              std::move(data), lc->info.addr.family(), cc);

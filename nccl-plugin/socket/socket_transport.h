@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "nccl-plugin/params.h"
 #include "nccl-plugin/oob/ifaces.h"
+#include "nccl-plugin/params.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin::socket {

@@ -28,8 +28,8 @@ void encodeHandle(const HandleInfo& h, uint8_t out[kHandlePublicBytes]) {
 Result<HandleInfo> parseHandle(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "net handle";
   HandleInfo h;
-  TQ_ASSIGN_OR_RETURN(h.version, oob::openEnvelope(p, len, kHandlePublicBytes, kHandleMagic,
-                                                   kWhat, "a tenantqos socket handle"));
+  TQ_ASSIGN_OR_RETURN(h.version, oob::openEnvelope(p, len, kHandlePublicBytes, kHandleMagic, kWhat,
+                                                   "a tenantqos socket handle"));
   TQ_RETURN_IF_ERROR(oob::expectVersion(h.version, kProtocolVersion, kWhat));
   h.nsocks = p[11];
   if (h.nsocks < 1 || h.nsocks > kMaxSocks) return bad(kWhat, "stream count out of range");
@@ -59,8 +59,8 @@ void encodeHello(const Hello& h, uint8_t out[kHelloBytes]) {
 Result<Hello> parseHello(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "handshake";
   Hello h;
-  TQ_ASSIGN_OR_RETURN(h.version, oob::openEnvelope(p, len, kHelloBytes, kHelloMagic, kWhat,
-                                                   "a tenantqos peer"));
+  TQ_ASSIGN_OR_RETURN(
+      h.version, oob::openEnvelope(p, len, kHelloBytes, kHelloMagic, kWhat, "a tenantqos peer"));
   if (get16(p + 10) != kHelloBytes) return bad(kWhat, "unexpected length field");
   if (h.version != kProtocolVersion) return h;  // the caller reports the version mismatch
   h.index = p[12];
@@ -98,8 +98,8 @@ void encodeAck(const Ack& a, uint8_t out[kAckBytes]) {
 Result<Ack> parseAck(const uint8_t* p, size_t len) {
   constexpr std::string_view kWhat = "handshake reply";
   Ack a;
-  TQ_ASSIGN_OR_RETURN(a.version, oob::openEnvelope(p, len, kAckBytes, kAckMagic, kWhat,
-                                                   "a tenantqos peer"));
+  TQ_ASSIGN_OR_RETURN(a.version,
+                      oob::openEnvelope(p, len, kAckBytes, kAckMagic, kWhat, "a tenantqos peer"));
   if (get32(p + 12) != 0 || get32(p + 120) != 0) return bad(kWhat, "reserved bytes set");
   const uint16_t status = get16(p + 10);
   if (status > static_cast<uint16_t>(AckStatus::kBadStreams)) return bad(kWhat, "unknown status");
@@ -148,7 +148,8 @@ int planStripes(uint64_t size, int nsocks, uint32_t seq, uint64_t min_chunk,
   const uint64_t chunk = std::max(min_chunk, per);
   int n = 0;
   for (uint64_t off = 0; off < size; off += chunk, ++n) {
-    out[n].stream = static_cast<int>((seq + static_cast<uint32_t>(n)) % static_cast<uint32_t>(nsocks));
+    out[n].stream =
+        static_cast<int>((seq + static_cast<uint32_t>(n)) % static_cast<uint32_t>(nsocks));
     out[n].offset = off;
     out[n].length = std::min(chunk, size - off);
   }

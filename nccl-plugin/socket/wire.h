@@ -110,7 +110,6 @@ struct Stripe {
   uint64_t offset = 0;
   uint64_t length = 0;
 };
-int planStripes(uint64_t size, int nsocks, uint32_t seq, uint64_t min_chunk,
-                Stripe out[kMaxSocks]);
+int planStripes(uint64_t size, int nsocks, uint32_t seq, uint64_t min_chunk, Stripe out[kMaxSocks]);
 
 }  // namespace tq::plugin::socket

@@ -205,8 +205,8 @@ TEST_F(PrivilegedAgentTest, RestartWhilePolicydDownRestoresFromPersistedSnapshot
 
   // SIGTERM leaves enforcement in place (fail-static).
   stopAgent();
-  EXPECT_TRUE(enforces(1, want, /*attachable=*/false))
-      << "SIGTERM must not remove enforcement\n" << describe();
+  EXPECT_TRUE(enforces(1, want, /*attachable=*/false)) << "SIGTERM must not remove enforcement\n"
+                                                       << describe();
 
   // Wipe enforcement, then restart the agent with policyd still down: the persisted snapshot
   // alone brings it back.
@@ -307,8 +307,8 @@ TEST_F(PrivilegedAgentTest, UnknownDeviceKeepsLastGoodStateCountsReportsAndRetri
   EXPECT_EQ(metric("tenantqos_reconcile_unresolved_errors"), 0.0);
   EXPECT_TRUE(shmExists("tenant-s"));
   EXPECT_EQ(tcClasses(ghost).count(tenantClass(ghost, "tenant-s")), 1u) << describe();
-  EXPECT_TRUE(tcRateCarries(tcClasses(dev0_)[tenantClass(dev0_, "tenant-a")].ceil_bits,
-                            700 * kMbit));
+  EXPECT_TRUE(
+      tcRateCarries(tcClasses(dev0_)[tenantClass(dev0_, "tenant-a")].ceil_bits, 700 * kMbit));
   EXPECT_TRUE(eventually(
       [&] { return ctl({"top"}).output.find("node errors:") == std::string::npos; }, 3000));
 }
@@ -348,8 +348,8 @@ TEST_F(PrivilegedAgentTest, ForeignQdiscRefusedRollsBackOtherDevicesAndRetries) 
   ASSERT_TRUE(ns_->run({"tc", "qdisc", "del", "dev", dev1_, "root"}).ok());
   EXPECT_TRUE(eventually([&] { return metric("tenantqos_policy_version") == 2.0; }, 10'000))
       << readText(agent_log_);
-  EXPECT_TRUE(tcRateCarries(tcClasses(dev0_)[tenantClass(dev0_, "tenant-a")].ceil_bits,
-                            800 * kMbit));
+  EXPECT_TRUE(
+      tcRateCarries(tcClasses(dev0_)[tenantClass(dev0_, "tenant-a")].ceil_bits, 800 * kMbit));
   EXPECT_EQ(tcClasses(dev1_).count(tenantClass(dev1_, "tenant-s")), 1u) << describe();
 }
 
@@ -496,8 +496,7 @@ TEST_F(PrivilegedAgentTest, NoRdmaDevicesNoSeriesAndNoLogSpam) {
   // "no RDMA ports under ...", once, at start; "cannot list RDMA QPs", once.
   EXPECT_EQ(rdma_lines, 2) << log;
   EXPECT_EQ(countOf(log, "no RDMA ports under " + sysfs.root() + "/class/infiniband"), 1) << log;
-  EXPECT_EQ(countOf(log, "cannot list RDMA QPs: RDMA netlink: the kernel has no NETLINK_RDMA"),
-            1)
+  EXPECT_EQ(countOf(log, "cannot list RDMA QPs: RDMA netlink: the kernel has no NETLINK_RDMA"), 1)
       << log;
 }
 
@@ -603,8 +602,8 @@ TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccep
             4)
       << last_prom_answer_;
   // What the default class carried counts as ungoverned TCP bytes, one series per device.
-  EXPECT_EQ(promSeries(prom_port, R"(tenantqos_ungoverned_bytes_total{path="tcp",device=")" +
-                                      dev0_ + R"("})"),
+  EXPECT_EQ(promSeries(prom_port,
+                       R"(tenantqos_ungoverned_bytes_total{path="tcp",device=")" + dev0_ + R"("})"),
             1)
       << last_prom_answer_;
   EXPECT_EQ(promSeries(prom_port, R"(up{job="tenantqos-agent"} == 1)"), 1);

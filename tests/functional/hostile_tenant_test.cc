@@ -46,13 +46,14 @@ std::vector<std::string> as(int id, std::vector<std::string> argv) {
 class PrivilegedHostileTenantTest : public AgentHarness {
  protected:
   std::vector<std::string> perf(const std::string& tenant) {
-    return {TQ_PERF_BIN, "sendrecv", "--local", "2", "--unidirectional", "--duration", "5",
-            "--size", "64K", "--report-interval", "100", "--json", "--plugin", TQ_PLUGIN_SO,
-            "--tenant", tenant, "--timeout", "30"};
+    return {TQ_PERF_BIN,  "sendrecv",  "--local",  "2",          "--unidirectional",
+            "--duration", "5",         "--size",   "64K",        "--report-interval",
+            "100",        "--json",    "--plugin", TQ_PLUGIN_SO, "--tenant",
+            tenant,       "--timeout", "30"};
   }
   std::map<std::string, std::string> env() {
-    return {{"TENANTQOS_RUN_DIR", run_dir_}, {"TENANTQOS_SOCKET_IFNAME", "lo"},
-            {"NCCL_DEBUG", "INFO"}};
+    return {
+        {"TENANTQOS_RUN_DIR", run_dir_}, {"TENANTQOS_SOCKET_IFNAME", "lo"}, {"NCCL_DEBUG", "INFO"}};
   }
 };
 
@@ -62,8 +63,8 @@ TEST_F(PrivilegedHostileTenantTest, TenantBCannotChangeReachOrStarveTenantAOrWed
   startPolicyd();
   startAgent();
   apply(policy());
-  ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200 && shmExists("tenant-b"); },
-                         3000))
+  ASSERT_TRUE(
+      eventually([&] { return get("/readyz").status == 200 && shmExists("tenant-b"); }, 3000))
       << readText(agent_log_);
 
   Proc hostile(as(41002, {TQ_HOSTILE_BIN, run_dir_, "tenant-a", "tenant-b", "3"}), {});

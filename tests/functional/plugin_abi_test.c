@@ -13,9 +13,9 @@
  * without a posted receive gets no request (no clear-to-send) instead of being queued. */
 #define _GNU_SOURCE
 #include <dirent.h>
-#include <signal.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,21 +42,21 @@ static int g_connect_dev = 0; /* TQ_ABI_CONNECT_DEV */
 static int g_log_prefixed = 0;
 static int g_log_warnings = 0;
 
-#define FAIL(...)                                                 \
-  do {                                                            \
+#define FAIL(...)                                                     \
+  do {                                                                \
     fprintf(stderr, "FAIL [%s] %s:%d: ", g_case, __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__);                                 \
-    fputc('\n', stderr);                                          \
-    exit(1);                                                      \
+    fprintf(stderr, __VA_ARGS__);                                     \
+    fputc('\n', stderr);                                              \
+    exit(1);                                                          \
   } while (0)
-#define CHECK(cond, ...) \
-  do {                   \
+#define CHECK(cond, ...)            \
+  do {                              \
     if (!(cond)) FAIL(__VA_ARGS__); \
   } while (0)
-#define NCCLCHECK(call)                                               \
-  do {                                                                \
-    ncclResult_t r_ = (call);                                         \
-    CHECK(r_ == ncclSuccess, "%s returned %d", #call, (int)r_);       \
+#define NCCLCHECK(call)                                         \
+  do {                                                          \
+    ncclResult_t r_ = (call);                                   \
+    CHECK(r_ == ncclSuccess, "%s returned %d", #call, (int)r_); \
   } while (0)
 
 static double now_sec(void) {
@@ -164,14 +164,16 @@ static ncclResult_t transfer(void* send, void* recv, size_t ssize, size_t rsize,
   while ((!sdone && sres == ncclSuccess) || (!rdone && rres == ncclSuccess)) {
     if (!sdone && sres == ncclSuccess) sres = g_net->test(sreq, &sdone, &sent);
     if (!rdone && rres == ncclSuccess) rres = g_net->test(rreq, &rdone, &got);
-    CHECK(now_sec() < deadline, "transfer of %zu into %zu did not finish (send done %d, recv done %d)",
-          ssize, rsize, sdone, rdone);
+    CHECK(now_sec() < deadline,
+          "transfer of %zu into %zu did not finish (send done %d, recv done %d)", ssize, rsize,
+          sdone, rdone);
   }
   if (rres == ncclSuccess) {
     CHECK(got == (int)ssize, "receiver reports %d bytes, sent %zu", got, ssize);
     CHECK(sent == (int)ssize, "sender reports %d bytes, sent %zu", sent, ssize);
     for (i = 0; i < ssize; i++) {
-      CHECK(rbuf[i] == sbuf[i], "byte %zu of %zu: got 0x%02x want 0x%02x", i, ssize, rbuf[i], sbuf[i]);
+      CHECK(rbuf[i] == sbuf[i], "byte %zu of %zu: got 0x%02x want 0x%02x", i, ssize, rbuf[i],
+            sbuf[i]);
     }
     for (; i < rsize; i++) CHECK(rbuf[i] == 0x5a, "byte %zu beyond the message was written", i);
   }
@@ -210,7 +212,8 @@ static void case_symbols(void) {
 
 static void case_init_devices(void) {
   void* ctx = init_ctx(-1);
-  CHECK(g_log_prefixed > 0, "init logged nothing through NCCL's logger with the NET/tenantqos prefix");
+  CHECK(g_log_prefixed > 0,
+        "init logged nothing through NCCL's logger with the NET/tenantqos prefix");
   int ndev = 0;
   NCCLCHECK(g_net->devices(&ndev));
   CHECK(ndev >= 1, "ndev = %d", ndev);
@@ -281,8 +284,9 @@ static void case_regmr(void) {
 }
 
 static void case_transfers(void) {
-  static const size_t sizes[] = {0, 1, 3, 127, 128, 4096, 65535, 65536, 65537, 262144 + 5,
-                                 (1u << 20) + 7, 4u << 20, 64u << 20};
+  static const size_t sizes[] = {
+      0,        1,        3, 127, 128, 4096, 65535, 65536, 65537, 262144 + 5, (1u << 20) + 7,
+      4u << 20, 64u << 20};
   void* ctx_s = init_ctx(-1);
   void* ctx_r = init_ctx(-1);
   void *send, *recv, *listen;
@@ -313,8 +317,9 @@ static void send_larger(size_t ssize, size_t rsize) {
   connect_pair(ctx, ctx, &send, &recv, &listen);
   ncclResult_t sres = ncclSuccess;
   ncclResult_t rres = transfer(send, recv, ssize, rsize, 9, &sres);
-  CHECK(rres == ncclInvalidUsage, "receiver: send %zu > recv %zu returned %d, want ncclInvalidUsage",
-        ssize, rsize, (int)rres);
+  CHECK(rres == ncclInvalidUsage,
+        "receiver: send %zu > recv %zu returned %d, want ncclInvalidUsage", ssize, rsize,
+        (int)rres);
   /* The sender learns it too: its request fails, or (already handed to the kernel) its next
    * call does, within the deadline. */
   double deadline = now_sec() + kDeadlineSec;
@@ -337,8 +342,8 @@ static void send_larger(size_t ssize, size_t rsize) {
 }
 
 static void case_send_larger(void) {
-  send_larger(200, 100);                     /* inline path */
-  send_larger((4u << 20) + 1, 1u << 20);     /* striped path */
+  send_larger(200, 100);                 /* inline path */
+  send_larger((4u << 20) + 1, 1u << 20); /* striped path */
 }
 
 static void case_inflight32(void) {
@@ -403,7 +408,8 @@ static void case_inflight32(void) {
     }
     CHECK(now_sec() < deadline, "32 in-flight requests did not complete (%d left)", left);
   }
-  CHECK(memcmp(sbuf, rbuf, (size_t)N * SZ) == 0, "32 in-flight messages arrived corrupted or out of order");
+  CHECK(memcmp(sbuf, rbuf, (size_t)N * SZ) == 0,
+        "32 in-flight messages arrived corrupted or out of order");
   /* The refusals left the comms usable. */
   NCCLCHECK(transfer(send, recv, 12345, 12345, 5, NULL));
   NCCLCHECK(g_net->deregMr(send, smr));
@@ -719,7 +725,8 @@ static void case_multirecv(void) {
           double until = now_sec() + kDeadlineSec;
           while (sreq[i] == NULL) {
             NCCLCHECK(g_net->isend(send, p, ssz[i], 100 + i, smr, NULL, &sreq[i]));
-            CHECK(now_sec() < until, "isend tag %d of a %d-buffer receive never accepted", 100 + i, n);
+            CHECK(now_sec() < until, "isend tag %d of a %d-buffer receive never accepted", 100 + i,
+                  n);
           }
         }
         int left = n + 1, rdone = 0, sizes[MAXN];
@@ -740,8 +747,8 @@ static void case_multirecv(void) {
           CHECK(now_sec() < until, "%d-buffer receive %d did not complete (%d left)", n, g, left);
         }
         for (int i = 0; i < n; i++) {
-          CHECK(sizes[i] == (int)ssz[i], "round %zu group %d buffer %d: size %d, sent %zu", round, g,
-                i, sizes[i], ssz[i]);
+          CHECK(sizes[i] == (int)ssz[i], "round %zu group %d buffer %d: size %d, sent %zu", round,
+                g, i, sizes[i], ssz[i]);
           unsigned char* p = rbuf + ((size_t)g * MAXN + (size_t)i) * CAP;
           for (size_t b = 0; b < ssz[i]; b++) {
             CHECK(p[b] == pattern(b, (unsigned)(round * 31 + g * 7 + i)),
@@ -776,8 +783,7 @@ static void case_finalize_null(void) {
   CHECK(ctx == NULL, "a failed init left a context behind");
   const int warnings = g_log_warnings;
   CHECK(g_net->finalize(ctx) == ncclSuccess, "finalize(NULL) after a failed init failed");
-  CHECK(g_log_warnings == warnings, "finalize(NULL) logged %d warnings",
-        g_log_warnings - warnings);
+  CHECK(g_log_warnings == warnings, "finalize(NULL) logged %d warnings", g_log_warnings - warnings);
   if (saved != NULL) {
     setenv("TENANTQOS_TRANSPORT", saved, 1);
     free(saved);
@@ -887,13 +893,20 @@ int main(int argc, char** argv) {
     const char* name;
     void (*fn)(void);
   } cases[] = {
-      {"symbols", case_symbols},         {"init_devices", case_init_devices},
-      {"bad_args", case_bad_args},       {"regmr", case_regmr},
-      {"transfers", case_transfers},     {"recv_larger", case_recv_larger},
-      {"send_larger", case_send_larger}, {"inflight32", case_inflight32},
-      {"close_inflight", case_close_inflight}, {"v10", case_v10},
-      {"two_process", case_two_process}, {"peer_dies", case_peer_dies},
-      {"multirecv", case_multirecv},     {"lifecycle", case_lifecycle},
+      {"symbols", case_symbols},
+      {"init_devices", case_init_devices},
+      {"bad_args", case_bad_args},
+      {"regmr", case_regmr},
+      {"transfers", case_transfers},
+      {"recv_larger", case_recv_larger},
+      {"send_larger", case_send_larger},
+      {"inflight32", case_inflight32},
+      {"close_inflight", case_close_inflight},
+      {"v10", case_v10},
+      {"two_process", case_two_process},
+      {"peer_dies", case_peer_dies},
+      {"multirecv", case_multirecv},
+      {"lifecycle", case_lifecycle},
       {"finalize_null", case_finalize_null},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

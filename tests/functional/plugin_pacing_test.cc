@@ -18,7 +18,6 @@
 namespace tq::plugin::testing {
 namespace {
 
-
 class PluginPacingTest : public ::testing::Test {
  protected:
   // The agent's run directory exists once agent() started the agent: before, the node is
@@ -42,10 +41,26 @@ class PluginPacingTest : public ::testing::Test {
   }
   static constexpr uint64_t kDefaultRate = 200'000'000 / 8;  // the default tenant here
 
-  std::vector<std::string> perf(double seconds, const std::string& size, const std::string& tenant) {
-    return {TQ_PERF_BIN, "sendrecv", "--local", "2", "--unidirectional", "--duration",
-            std::to_string(seconds), "--size", size, "--report-interval", "100", "--json",
-            "--plugin", TQ_PLUGIN_SO, "--tenant", tenant, "--timeout", "20"};
+  std::vector<std::string> perf(double seconds, const std::string& size,
+                                const std::string& tenant) {
+    return {TQ_PERF_BIN,
+            "sendrecv",
+            "--local",
+            "2",
+            "--unidirectional",
+            "--duration",
+            std::to_string(seconds),
+            "--size",
+            size,
+            "--report-interval",
+            "100",
+            "--json",
+            "--plugin",
+            TQ_PLUGIN_SO,
+            "--tenant",
+            tenant,
+            "--timeout",
+            "20"};
   }
   std::map<std::string, std::string> env(std::map<std::string, std::string> extra = {}) {
     if (extra.count("TENANTQOS_RUN_DIR") == 0) extra["TENANTQOS_RUN_DIR"] = runDir();

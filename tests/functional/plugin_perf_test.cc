@@ -74,7 +74,9 @@ TEST(PluginPerf, ReportIntervalLinesInText) {
                      baseEnv(dir.path() + "/run"), 60);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   int lines = 0;
-  for (size_t p = r.out.find("\ninterval "); p != std::string::npos; p = r.out.find("\ninterval ", p + 1)) ++lines;
+  for (size_t p = r.out.find("\ninterval "); p != std::string::npos;
+       p = r.out.find("\ninterval ", p + 1))
+    ++lines;
   EXPECT_GE(lines, 8) << r.out;  // 2 ranks x ~5 intervals
   EXPECT_NE(r.out.find("summary rank 0"), std::string::npos);
   EXPECT_NE(r.out.find("summary rank 1"), std::string::npos);
@@ -83,10 +85,10 @@ TEST(PluginPerf, ReportIntervalLinesInText) {
 TEST(PluginPerf, StreamingAllReduceIsPipelinedCorrectAndEndsCleanly) {
   TempDir dir;
   // Three ranks stop on their own clocks: the end markers must drain every in-flight chunk.
-  ProcResult r = run(perf({"allreduce", "--local", "3", "--duration", "1", "--size", "3M",
-                           "--chunk", "64K", "--window", "8", "--report-interval", "200",
-                           "--on-off", "400:100", "--json"}),
-                     baseEnv(dir.path() + "/run"), 60);
+  ProcResult r =
+      run(perf({"allreduce", "--local", "3", "--duration", "1", "--size", "3M", "--chunk", "64K",
+                "--window", "8", "--report-interval", "200", "--on-off", "400:100", "--json"}),
+          baseEnv(dir.path() + "/run"), 60);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto summaries = jsonLines(r.out, "summary");
   ASSERT_EQ(summaries.size(), 3u) << r.out;
@@ -102,10 +104,10 @@ TEST(PluginPerf, StreamingAllReduceIsPipelinedCorrectAndEndsCleanly) {
 TEST(PluginPerf, TrainingStepsPrintOneIterationLineEachComputeApart) {
   TempDir dir;
   // 200 ms of compute after every allreduce, on a wall-clock on/off schedule.
-  ProcResult r = run(perf({"allreduce", "--local", "2", "--duration", "1.2", "--size", "256K",
-                           "--chunk", "64K", "--compute-ms", "200", "--on-off", "900:100:50",
-                           "--json"}),
-                     baseEnv(dir.path()), 60);
+  ProcResult r =
+      run(perf({"allreduce", "--local", "2", "--duration", "1.2", "--size", "256K", "--chunk",
+                "64K", "--compute-ms", "200", "--on-off", "900:100:50", "--json"}),
+          baseEnv(dir.path()), 60);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (int rank = 0; rank < 2; ++rank) {
     std::vector<double> walls;
@@ -149,13 +151,14 @@ TEST(PluginPerf, ARankThatDiesFailsTheOthersAndItsSlotIsReclaimed) {
   const std::string rv = "127.0.0.1:" + std::to_string(freePort());
   auto rank = [&](int r) {
     return perf({"sendrecv", "--rank", std::to_string(r), "--nranks", "2", "--rendezvous", rv,
-                 "--unidirectional", "--duration", "60", "--size", "1M", "--tenant",
-                 "tqplg-kill", "--timeout", "30"});
+                 "--unidirectional", "--duration", "60", "--size", "1M", "--tenant", "tqplg-kill",
+                 "--timeout", "30"});
   };
   Proc r0(rank(0), baseEnv(dir.path() + "/run"));
   Proc r1(rank(1), baseEnv(dir.path() + "/run"));
   const double t0 = monotonicSeconds();
-  while (w->collect(realClock().nowNs(), 0).processes < 2 || w->collect(realClock().nowNs(), 0).tx_bytes == 0) {
+  while (w->collect(realClock().nowNs(), 0).processes < 2 ||
+         w->collect(realClock().nowNs(), 0).tx_bytes == 0) {
     ASSERT_TRUE(r0.poll()) << r0.err();
     ASSERT_TRUE(r1.poll()) << r1.err();
     ASSERT_LT(monotonicSeconds() - t0, 20) << "the ranks never started transferring";
@@ -170,7 +173,8 @@ TEST(PluginPerf, ARankThatDiesFailsTheOthersAndItsSlotIsReclaimed) {
   EXPECT_EQ(res0.exit_code, 1);
   EXPECT_LT(monotonicSeconds() - killed, 5.0) << "rank 0 took too long to notice";
   EXPECT_NE(res0.err.find("error"), std::string::npos) << res0.err;
-  std::printf("rank 0 after rank 1 died: %s", res0.err.substr(res0.err.rfind("[rank 0] tenantqos-perf")).c_str());
+  std::printf("rank 0 after rank 1 died: %s",
+              res0.err.substr(res0.err.rfind("[rank 0] tenantqos-perf")).c_str());
   // Both processes are gone: their sockets closed, so their slots are released; the totals
   // keep their counters.
   const uint64_t tx_before = w->collect(realClock().nowNs(), 0).tx_bytes;

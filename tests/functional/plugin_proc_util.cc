@@ -110,7 +110,8 @@ std::vector<std::string> jsonLines(const std::string& out, const std::string& ty
     size_t nl = out.find('\n', pos);
     if (nl == std::string::npos) nl = out.size();
     const std::string line = out.substr(pos, nl - pos);
-    if (!line.empty() && line[0] == '{' && line.find(tag) != std::string::npos) lines.push_back(line);
+    if (!line.empty() && line[0] == '{' && line.find(tag) != std::string::npos)
+      lines.push_back(line);
     pos = nl + 1;
   }
   return lines;

@@ -13,10 +13,10 @@
 namespace tq::plugin::testing {
 
 struct ProcResult {
-  int exit_code = -1;   // -1 if killed by a signal or timed out
+  int exit_code = -1;  // -1 if killed by a signal or timed out
   int signal = 0;
   bool timed_out = false;
-  double seconds = 0;   // wall time until exit
+  double seconds = 0;  // wall time until exit
   std::string out;
   std::string err;
 };

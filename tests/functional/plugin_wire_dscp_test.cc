@@ -37,13 +37,15 @@ class PrivilegedPluginDscpTest : public ::testing::Test {
     created_ = true;
     sh({"ip", "link", "add", veth_a_, "netns", ns_a_, "type", "veth", "peer", "name", veth_b_,
         "netns", ns_b_});
-    for (const auto& [ns, dev, ip] : {std::tuple{ns_a_, veth_a_, ip_a_}, std::tuple{ns_b_, veth_b_, ip_b_}}) {
+    for (const auto& [ns, dev, ip] :
+         {std::tuple{ns_a_, veth_a_, ip_a_}, std::tuple{ns_b_, veth_b_, ip_b_}}) {
       sh({"ip", "-n", ns, "addr", "add", ip + "/24", "dev", dev});
       sh({"ip", "-n", ns, "link", "set", "lo", "up"});
       sh({"ip", "-n", ns, "link", "set", dev, "up"});
       // One HTB class per DSCP, classified by u32 on the DS field (mask 0xfc), like the agent.
       tc(ns, {"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "99"});
-      tc(ns, {"class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "40gbit"});
+      tc(ns,
+         {"class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "40gbit"});
       for (const char* minor : {"10", "20", "99"}) {
         tc(ns, {"class", "add", "dev", dev, "parent", "1:1", "classid", std::string("1:") + minor,
                 "htb", "rate", "10gbit", "ceil", "40gbit"});
@@ -71,7 +73,8 @@ class PrivilegedPluginDscpTest : public ::testing::Test {
   }
 
   std::map<std::string, ClassStats> classStats(const std::string& ns, const std::string& dev) {
-    ProcResult r = run({"ip", "netns", "exec", ns, "tc", "-s", "class", "show", "dev", dev}, {}, 30);
+    ProcResult r =
+        run({"ip", "netns", "exec", ns, "tc", "-s", "class", "show", "dev", dev}, {}, 30);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::map<std::string, ClassStats> out;
     std::istringstream in(r.out);
@@ -79,7 +82,8 @@ class PrivilegedPluginDscpTest : public ::testing::Test {
     const std::regex cls(R"(^class htb (\d+:\d+) )"), sent(R"(Sent (\d+) bytes (\d+) pkt)");
     std::smatch m;
     while (std::getline(in, line)) {
-      if (std::regex_search(line, m, cls)) current = m[1];
+      if (std::regex_search(line, m, cls))
+        current = m[1];
       else if (!current.empty() && std::regex_search(line, m, sent)) {
         out[current] = {std::stoull(m[1]), std::stoull(m[2])};
         current.clear();
@@ -96,14 +100,31 @@ TEST_F(PrivilegedPluginDscpTest, DataAndAcksCarryTheSendersDscp) {
   const std::string rv = ip_a_ + ":29471";
   auto rank = [&](int r, const std::string& ns, const std::string& dev, const std::string& dscp,
                   const std::string& tenant) {
-    std::vector<std::string> argv = {"ip", "netns", "exec", ns, TQ_PERF_BIN, "sendrecv", "--rank",
-                                     std::to_string(r), "--nranks", "2", "--rendezvous", rv,
-                                     "--unidirectional", "--duration", "1", "--size", "1M",
-                                     "--plugin", TQ_PLUGIN_SO, "--timeout", "20"};
+    std::vector<std::string> argv = {"ip",
+                                     "netns",
+                                     "exec",
+                                     ns,
+                                     TQ_PERF_BIN,
+                                     "sendrecv",
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--nranks",
+                                     "2",
+                                     "--rendezvous",
+                                     rv,
+                                     "--unidirectional",
+                                     "--duration",
+                                     "1",
+                                     "--size",
+                                     "1M",
+                                     "--plugin",
+                                     TQ_PLUGIN_SO,
+                                     "--timeout",
+                                     "20"};
     std::map<std::string, std::string> env = {{"TENANTQOS_SOCKET_IFNAME", dev},
-                                               {"TENANTQOS_DSCP", dscp},
-                                               {"TENANTQOS_TENANT", tenant},
-                                               {"TENANTQOS_RUN_DIR", "/nonexistent/tqplg"}};
+                                              {"TENANTQOS_DSCP", dscp},
+                                              {"TENANTQOS_TENANT", tenant},
+                                              {"TENANTQOS_RUN_DIR", "/nonexistent/tqplg"}};
     return std::make_unique<Proc>(argv, env);
   };
   auto sender = rank(0, ns_a_, veth_a_, "10", "tqplg-send");

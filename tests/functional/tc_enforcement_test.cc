@@ -58,9 +58,9 @@ class PrivilegedTcEnforcement : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status().toString();
     receiver_ = std::move(*r);
     dev_ = p + "a";
-    ASSERT_TRUE(testing::addVethPair(*sender_, dev_, *receiver_, p + "b", "10.77.0.1/24",
-                                     "10.77.0.2/24")
-                    .ok());
+    ASSERT_TRUE(
+        testing::addVethPair(*sender_, dev_, *receiver_, p + "b", "10.77.0.1/24", "10.77.0.2/24")
+            .ok());
     auto nl = openTcNetlink({.netns = sender_->name()});
     ASSERT_TRUE(nl.ok()) << nl.status().toString();
     nl_ = std::move(*nl);
@@ -103,7 +103,8 @@ class PrivilegedTcEnforcement : public ::testing::Test {
   std::vector<double> run(const std::vector<Flow>& flows) {
     std::vector<Subprocess> servers, clients;
     for (const Flow& f : flows) {
-      auto s = Subprocess::start(receiver_->exec({"iperf3", "-s", "-1", "-p", std::to_string(f.port)}));
+      auto s =
+          Subprocess::start(receiver_->exec({"iperf3", "-s", "-1", "-p", std::to_string(f.port)}));
       EXPECT_TRUE(s.ok()) << s.status().toString();
       if (!s.ok()) return {};
       servers.push_back(std::move(*s));
@@ -116,8 +117,17 @@ class PrivilegedTcEnforcement : public ::testing::Test {
     char tos[8];
     for (const Flow& f : flows) {
       std::snprintf(tos, sizeof tos, "0x%02x", f.dscp << 2);
-      std::vector<std::string> argv = {"iperf3", "-c", "10.77.0.2", "-p", std::to_string(f.port),
-                                       "-t", std::to_string(kSeconds), "-O", "1", "--tos", tos,
+      std::vector<std::string> argv = {"iperf3",
+                                       "-c",
+                                       "10.77.0.2",
+                                       "-p",
+                                       std::to_string(f.port),
+                                       "-t",
+                                       std::to_string(kSeconds),
+                                       "-O",
+                                       "1",
+                                       "--tos",
+                                       tos,
                                        "-J"};
       if (f.bidir) argv.push_back("--bidir");
       auto c = Subprocess::start(sender_->exec(argv), out_dir_ + "/" + f.tenant + ".json");
@@ -128,8 +138,8 @@ class PrivilegedTcEnforcement : public ::testing::Test {
     std::vector<double> mbps;
     for (size_t i = 0; i < flows.size(); ++i) {
       auto rc = clients[i].wait((kSeconds + 10) * 1000);
-      EXPECT_TRUE(rc.ok() && *rc == 0) << flows[i].tenant << ": "
-                                       << (rc.ok() ? std::to_string(*rc) : rc.status().toString());
+      EXPECT_TRUE(rc.ok() && *rc == 0)
+          << flows[i].tenant << ": " << (rc.ok() ? std::to_string(*rc) : rc.status().toString());
       auto text = testing::runOk({"cat", out_dir_ + "/" + flows[i].tenant + ".json"});
       auto json = text.ok() ? Json::parse(*text) : Result<Json>(text.status());
       const Json* bps = json.ok() ? json->path("end.sum_received.bits_per_second") : nullptr;

@@ -47,7 +47,7 @@ TenantClassSpec tenant(std::string name, uint64_t g, uint64_t l, uint32_t w, uin
 
 struct TcClassText {
   std::string parent;
-  int prio = -1;      // leaves only
+  int prio = -1;         // leaves only
   int64_t quantum = -1;  // leaves only
   double rate_bits = 0;
   double ceil_bits = 0;
@@ -60,21 +60,30 @@ double parseTcRate(const std::string& s) {  // "400Mbit"
   size_t i = 0;
   double v = std::stod(s, &i);
   std::string unit = s.substr(i);
-  if (unit == "Kbit") v *= 1e3;
-  else if (unit == "Mbit") v *= 1e6;
-  else if (unit == "Gbit") v *= 1e9;
-  else if (unit == "Tbit") v *= 1e12;
-  else if (unit != "bit") ADD_FAILURE() << "unknown tc rate unit in " << s;
+  if (unit == "Kbit")
+    v *= 1e3;
+  else if (unit == "Mbit")
+    v *= 1e6;
+  else if (unit == "Gbit")
+    v *= 1e9;
+  else if (unit == "Tbit")
+    v *= 1e12;
+  else if (unit != "bit")
+    ADD_FAILURE() << "unknown tc rate unit in " << s;
   return v;
 }
 
 double parseTcSize(const std::string& s) {  // "131000b/1", "128Kb", "1Mb"
   size_t i = 0;
   double v = std::stod(s, &i);
-  std::string unit = s.substr(i, s.find('/') == std::string::npos ? std::string::npos : s.find('/') - i);
-  if (unit == "Kb") v *= 1024;
-  else if (unit == "Mb") v *= 1024 * 1024;
-  else if (unit != "b") ADD_FAILURE() << "unknown tc size unit in " << s;
+  std::string unit =
+      s.substr(i, s.find('/') == std::string::npos ? std::string::npos : s.find('/') - i);
+  if (unit == "Kb")
+    v *= 1024;
+  else if (unit == "Mb")
+    v *= 1024 * 1024;
+  else if (unit != "b")
+    ADD_FAILURE() << "unknown tc size unit in " << s;
   return v;
 }
 
@@ -88,19 +97,27 @@ std::map<std::string, TcClassText> parseTcClasses(const std::string& text) {
   for (size_t i = 0; i < w.size(); ++i) {
     auto next = [&]() -> std::string { return i + 1 < w.size() ? w[++i] : ""; };
     if (w[i] == "class" && i + 2 < w.size()) {
-      ++i;                        // kind
-      cur = &out[w[++i]];         // classid
+      ++i;                 // kind
+      cur = &out[w[++i]];  // classid
       continue;
     }
     if (!cur) continue;
-    if (w[i] == "parent") cur->parent = next();
-    else if (w[i] == "root") cur->parent = "root";
-    else if (w[i] == "prio") cur->prio = std::stoi(next());
-    else if (w[i] == "quantum") cur->quantum = std::stoll(next());
-    else if (w[i] == "rate") cur->rate_bits = parseTcRate(next());
-    else if (w[i] == "ceil") cur->ceil_bits = parseTcRate(next());
-    else if (w[i] == "burst") cur->burst = parseTcSize(next());
-    else if (w[i] == "cburst") cur->cburst = parseTcSize(next());
+    if (w[i] == "parent")
+      cur->parent = next();
+    else if (w[i] == "root")
+      cur->parent = "root";
+    else if (w[i] == "prio")
+      cur->prio = std::stoi(next());
+    else if (w[i] == "quantum")
+      cur->quantum = std::stoll(next());
+    else if (w[i] == "rate")
+      cur->rate_bits = parseTcRate(next());
+    else if (w[i] == "ceil")
+      cur->ceil_bits = parseTcRate(next());
+    else if (w[i] == "burst")
+      cur->burst = parseTcSize(next());
+    else if (w[i] == "cburst")
+      cur->cburst = parseTcSize(next());
     else if (w[i] == "Sent") {
       cur->bytes = std::stoull(next());
       ++i;  // "bytes"
@@ -140,7 +157,9 @@ class PrivilegedTcExecutor : public ::testing::Test {
       dev_[i] = p + "a" + std::to_string(i);
       std::string peer = p + "b" + std::to_string(i);
       std::string net = "10.9" + std::to_string(i) + ".0.";
-      ASSERT_TRUE(testing::addVethPair(*sender_, dev_[i], *receiver_, peer, net + "1/24", net + "2/24").ok());
+      ASSERT_TRUE(
+          testing::addVethPair(*sender_, dev_[i], *receiver_, peer, net + "1/24", net + "2/24")
+              .ok());
       if (i == 0) peer0_ = peer;
     }
     auto nl = openTcNetlink({.netns = sender_->name()});
@@ -245,7 +264,8 @@ class PrivilegedTcExecutor : public ::testing::Test {
       const Json* fh = f.path("options.fh");
       if (!fh || !f.path("options.flowid")) continue;
       ++seen;
-      uint32_t node = static_cast<uint32_t>(std::stoul(fh->str().substr(fh->str().rfind(':') + 1), nullptr, 16));
+      uint32_t node = static_cast<uint32_t>(
+          std::stoul(fh->str().substr(fh->str().rfind(':') + 1), nullptr, 16));
       uint16_t pref = static_cast<uint16_t>(f.get("pref")->integer());
       const PlannedFilter* match = nullptr;
       for (const PlannedFilter& pf : want.filters)
@@ -253,8 +273,10 @@ class PrivilegedTcExecutor : public ::testing::Test {
       ASSERT_NE(match, nullptr) << fh->str();
       EXPECT_EQ(f.get("protocol")->str(), match->u32.protocol == kEthPIp ? "ip" : "ipv6");
       EXPECT_EQ(parseHexHandle(f.path("options.flowid")->str()), match->u32.classid);
-      EXPECT_EQ(std::stoul(f.path("options.match.value")->str(), nullptr, 16), match->u32.keys[0].value);
-      EXPECT_EQ(std::stoul(f.path("options.match.mask")->str(), nullptr, 16), match->u32.keys[0].mask);
+      EXPECT_EQ(std::stoul(f.path("options.match.value")->str(), nullptr, 16),
+                match->u32.keys[0].value);
+      EXPECT_EQ(std::stoul(f.path("options.match.mask")->str(), nullptr, 16),
+                match->u32.keys[0].mask);
       EXPECT_EQ(f.path("options.match.off")->integer(), 0);
     }
     EXPECT_EQ(seen, want.filters.size());
@@ -341,10 +363,18 @@ class PrivilegedTcExecutor : public ::testing::Test {
     auto lj = Json::parse(*receiver_->run({"ip", "-j", "link", "show", "dev", peer0_}));
     ASSERT_TRUE(lj.ok());
     std::string mac = lj->items().at(0).get("address")->str();
-    ASSERT_TRUE(sender_->run({"ip", "-6", "addr", "add", "fd00:90::1/64", "dev", dev_[0], "nodad"}).ok());
-    ASSERT_TRUE(receiver_->run({"ip", "-6", "addr", "add", "fd00:90::2/64", "dev", peer0_, "nodad"}).ok());
-    ASSERT_TRUE(sender_->run({"ip", "neigh", "replace", "10.90.0.2", "lladdr", mac, "dev", dev_[0], "nud", "permanent"}).ok());
-    ASSERT_TRUE(sender_->run({"ip", "-6", "neigh", "replace", "fd00:90::2", "lladdr", mac, "dev", dev_[0], "nud", "permanent"}).ok());
+    ASSERT_TRUE(
+        sender_->run({"ip", "-6", "addr", "add", "fd00:90::1/64", "dev", dev_[0], "nodad"}).ok());
+    ASSERT_TRUE(
+        receiver_->run({"ip", "-6", "addr", "add", "fd00:90::2/64", "dev", peer0_, "nodad"}).ok());
+    ASSERT_TRUE(sender_
+                    ->run({"ip", "neigh", "replace", "10.90.0.2", "lladdr", mac, "dev", dev_[0],
+                           "nud", "permanent"})
+                    .ok());
+    ASSERT_TRUE(sender_
+                    ->run({"ip", "-6", "neigh", "replace", "fd00:90::2", "lladdr", mac, "dev",
+                           dev_[0], "nud", "permanent"})
+                    .ok());
   }
 
   std::unique_ptr<TestNetns> sender_, receiver_;
@@ -379,8 +409,8 @@ TEST_F(PrivilegedTcExecutor, TaggedPacketsLandInTheirTenantsClassAndStatsMatchTc
     sendTagged(s.dscp, false, s.v4);
     sendTagged(s.dscp, true, s.v6);
   }
-  sendTagged(0, false, 4);   // untagged -> default class
-  sendTagged(46, true, 3);   // a DSCP no tenant has -> default class
+  sendTagged(0, false, 4);  // untagged -> default class
+  sendTagged(46, true, 3);  // a DSCP no tenant has -> default class
   // Poll (bounded) until every tenant class has dequeued what was sent.
   std::map<std::string, uint64_t> packets;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
@@ -399,7 +429,8 @@ TEST_F(PrivilegedTcExecutor, TaggedPacketsLandInTheirTenantsClassAndStatsMatchTc
     if (done || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  for (const Send& s : kSends) EXPECT_EQ(packets[s.tenant], static_cast<uint64_t>(s.v4 + s.v6)) << s.tenant;
+  for (const Send& s : kSends)
+    EXPECT_EQ(packets[s.tenant], static_cast<uint64_t>(s.v4 + s.v6)) << s.tenant;
   const ClassInfo* def = st.findClass(makeHandle(1, kDefaultClassMinor));
   ASSERT_NE(def, nullptr);
   EXPECT_GE(def->stats.packets, 7u);  // plus neighbour/MLD chatter, if any
@@ -452,7 +483,8 @@ TEST_F(PrivilegedTcExecutor, OneTenantsLimitChangeIsOneClassChange) {
   ASSERT_TRUE(r.ok()) << r.status().toString();
   EXPECT_EQ(r->writes(), 1);
   ASSERT_EQ(rec_->log().size(), 1u);
-  EXPECT_EQ(rec_->log()[0], "change class " + formatHandle(makeHandle(1, changed.tenant_minors.at("tenant-b"))));
+  EXPECT_EQ(rec_->log()[0],
+            "change class " + formatHandle(makeHandle(1, changed.tenant_minors.at("tenant-b"))));
   expectTreeMatches(changed);
 }
 
@@ -477,8 +509,10 @@ TEST_F(PrivilegedTcExecutor, DeletedTenantsClassAndFiltersGo) {
 
 TEST_F(PrivilegedTcExecutor, TwoManagedDevicesAndUnmanagedOnesUntouched) {
   // dev 2 has someone else's qdisc; dev 3 keeps the kernel default. Neither is in a plan.
-  ASSERT_TRUE(sender_->run({"tc", "qdisc", "add", "dev", dev_[2], "root", "tbf", "rate", "100mbit",
-                            "burst", "32k", "latency", "50ms"}).ok());
+  ASSERT_TRUE(sender_
+                  ->run({"tc", "qdisc", "add", "dev", dev_[2], "root", "tbf", "rate", "100mbit",
+                         "burst", "32k", "latency", "50ms"})
+                  .ok());
   const std::string dev2_before = tcView(dev_[2]);
   const std::string dev3_before = tcView(dev_[3]);
   DevicePolicy p0 = policy(0), p1 = policy(1);
@@ -494,7 +528,8 @@ TEST_F(PrivilegedTcExecutor, TwoManagedDevicesAndUnmanagedOnesUntouched) {
   ASSERT_TRUE(ex_->apply(plan(p1)).ok());
   // A plan for the foreign device is refused and changes nothing there.
   auto refused = ex_->apply(plan(policy(2)));
-  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().toString();
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition)
+      << refused.status().toString();
   // The kernel picks the tbf's handle (8001:, 8011:, ...): match the kind and the reason.
   EXPECT_NE(refused.status().message().find(": root qdisc tbf "), std::string::npos)
       << refused.status().message();
@@ -582,14 +617,17 @@ TEST_F(PrivilegedTcExecutor, KernelReasonIsKeptInErrors) {
   EXPECT_EQ(st.message(), "Object busy (EBUSY); kernel: HTB class in use");
   auto missing = ex_->apply(plan(DevicePolicy{"tqtcnosuch0", kGbit, {}, 0}));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(), "apply plan on dev tqtcnosuch0: no such device \"tqtcnosuch0\"");
+  EXPECT_EQ(missing.status().message(),
+            "apply plan on dev tqtcnosuch0: no such device \"tqtcnosuch0\"");
   auto no_ns = openTcNetlink({.netns = "tqtc-no-such-ns"});
   EXPECT_EQ(no_ns.status().code(), StatusCode::kNotFound) << no_ns.status().toString();
 }
 
 TEST_F(PrivilegedTcExecutor, ForeignRootIsReplacedOnlyWhenAllowed) {
-  ASSERT_TRUE(sender_->run({"tc", "qdisc", "add", "dev", dev_[0], "root", "handle", "1:", "htb",
-                            "default", "10"}).ok());
+  ASSERT_TRUE(sender_
+                  ->run({"tc", "qdisc", "add", "dev", dev_[0], "root", "handle", "1:", "htb",
+                         "default", "10"})
+                  .ok());
   const std::string before = tcView(dev_[0]);
   DevicePlan p = plan(policy(0));
   auto refused = ex_->apply(p);
@@ -609,7 +647,8 @@ TEST_F(PrivilegedTcExecutor, LinkShaperModeAndSwitchingModes) {
   auto r = ex_->apply(*shaper);
   ASSERT_TRUE(r.ok()) << r.status().toString();
   expectTreeMatches(*shaper);
-  EXPECT_NE(tc({"qdisc", "show", "dev", dev_[0], "invisible"}).find("qdisc pfifo 0: parent 1:1"), std::string::npos)
+  EXPECT_NE(tc({"qdisc", "show", "dev", dev_[0], "invisible"}).find("qdisc pfifo 0: parent 1:1"),
+            std::string::npos)
       << "the single class has the kernel's FIFO as its leaf";
   rec_->resetLog();
   EXPECT_EQ(ex_->apply(*shaper)->writes(), 0);
@@ -619,7 +658,8 @@ TEST_F(PrivilegedTcExecutor, LinkShaperModeAndSwitchingModes) {
   EXPECT_TRUE(sw->rebuilt);
   expectTreeMatches(tenants);
   ASSERT_TRUE(ex_->removeAll(dev_[0]).ok());
-  EXPECT_NE(tc({"qdisc", "show", "dev", dev_[0], "root"}).find("noqueue 0: root"), std::string::npos);
+  EXPECT_NE(tc({"qdisc", "show", "dev", dev_[0], "root"}).find("noqueue 0: root"),
+            std::string::npos);
   auto st = ex_->read(dev_[0]);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->owner, RootOwner::kKernelDefault);

@@ -46,23 +46,23 @@ constexpr double kRateLow = 0.90;
 constexpr double kRateHigh = 1.05;
 constexpr char kDefaultRate[] = "2Gbps";
 
-#define CUDA_OK(call)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "rank %d: %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #call,  \
-                   cudaGetErrorString(e_));                                                \
-      return 1;                                                                            \
-    }                                                                                      \
+#define CUDA_OK(call)                                                                     \
+  do {                                                                                    \
+    cudaError_t e_ = (call);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "rank %d: %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(e_));                                               \
+      return 1;                                                                           \
+    }                                                                                     \
   } while (0)
-#define NCCL_OK(call)                                                                      \
-  do {                                                                                     \
-    ncclResult_t r_ = (call);                                                              \
-    if (r_ != ncclSuccess) {                                                               \
-      std::fprintf(stderr, "rank %d: %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #call,  \
-                   ncclGetErrorString(r_));                                                \
-      return 1;                                                                            \
-    }                                                                                      \
+#define NCCL_OK(call)                                                                     \
+  do {                                                                                    \
+    ncclResult_t r_ = (call);                                                             \
+    if (r_ != ncclSuccess) {                                                              \
+      std::fprintf(stderr, "rank %d: %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #call, \
+                   ncclGetErrorString(r_));                                               \
+      return 1;                                                                           \
+    }                                                                                     \
   } while (0)
 
 int g_rank = -1;  // -1 in the launcher
@@ -103,8 +103,7 @@ double rateBytesPerSecond(const char* text) {
 }
 
 double nowSec() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // ---- a rank ---------------------------------------------------------------------------------
@@ -158,8 +157,10 @@ int measureRate(ncclComm_t comm, cudaStream_t stream, double rate) {
   const double busbw = static_cast<double>(bytes) * iters / (nowSec() - t0);
   CUDA_OK(cudaFree(buf));
   const double ratio = busbw / rate;
-  std::printf("rank %d: %d all-reduces of %zu bytes: bus bandwidth %.1f MB/s, %.3f of the rate "
-              "%.1f MB/s\n", g_rank, iters, bytes, busbw / 1e6, ratio, rate / 1e6);
+  std::printf(
+      "rank %d: %d all-reduces of %zu bytes: bus bandwidth %.1f MB/s, %.3f of the rate "
+      "%.1f MB/s\n",
+      g_rank, iters, bytes, busbw / 1e6, ratio, rate / 1e6);
   if (ratio < kRateLow || ratio > kRateHigh) {
     std::fprintf(stderr, "rank %d: bus bandwidth %.3f of TENANTQOS_RATE, outside [%.2f, %.2f]\n",
                  g_rank, ratio, kRateLow, kRateHigh);
@@ -276,8 +277,8 @@ std::string runPhase(const std::string& self, const std::string& plugin, const s
       failure += "rank " + std::to_string(rank) + " died of signal " +
                  std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + "); ";
     } else if (WEXITSTATUS(status) != 0) {
-      failure += "rank " + std::to_string(rank) + " exited " +
-                 std::to_string(WEXITSTATUS(status)) + "; ";
+      failure +=
+          "rank " + std::to_string(rank) + " exited " + std::to_string(WEXITSTATUS(status)) + "; ";
     }
   }
   return failure;
@@ -331,8 +332,10 @@ int launcherMain(const std::string& self, const std::string& plugin) {
     for (int rank = 0; rank < kRanks; ++rank) {
       const std::string log = readFile(logPath(dir, ph, rank));
       if (log.find("Using network tenantqos") == std::string::npos) {
-        std::fprintf(stderr, "FAIL [%s]: rank %d: NCCL's log %s does not say \"Using network "
-                     "tenantqos\"\n", ph.name, rank, logPath(dir, ph, rank).c_str());
+        std::fprintf(stderr,
+                     "FAIL [%s]: rank %d: NCCL's log %s does not say \"Using network "
+                     "tenantqos\"\n",
+                     ph.name, rank, logPath(dir, ph, rank).c_str());
         failed = 1;
       }
       if (log.find("NET/tenantqos") == std::string::npos) {

@@ -298,8 +298,8 @@ TEST_F(RxeVerbsTest, DscpIsOnTheWire) {
   snprintf(tos, sizeof(tos), "0x%02x", trafficClassForDscp(kDscp));
   std::string filter = "tc filter add dev " + dev +
                        " egress protocol ip prio 1 u32 match ip protocol 17 0xff"
-                       " match ip dport 4791 0xffff match ip tos " + tos +
-                       " 0xfc action pass";
+                       " match ip dport 4791 0xffff match ip tos " +
+                       tos + " 0xfc action pass";
   ASSERT_EQ(system(filter.c_str()), 0) << filter;
 
   Connection ca, cb;

@@ -28,7 +28,8 @@ std::string readFileOr(const std::string& path) {
 }
 
 bool portsReady() {
-  const std::string p0 = "/sys/class/infiniband/rxe0/ports/1/", p1 = "/sys/class/infiniband/rxe1/ports/1/";
+  const std::string p0 = "/sys/class/infiniband/rxe0/ports/1/",
+                    p1 = "/sys/class/infiniband/rxe1/ports/1/";
   return readFileOr(p0 + "state").find("ACTIVE") != std::string::npos &&
          readFileOr(p1 + "state").find("ACTIVE") != std::string::npos &&
          readFileOr(p0 + "gids/1").find("0a4d:0001") != std::string::npos &&

@@ -33,7 +33,6 @@
 #include <thread>
 
 #include "common/tenant_shm.h"
-#include "tests/support/test_agent.h"
 #include "common/units.h"
 #include "ib/rc_qp.h"
 #include "ib/verbs.h"
@@ -43,6 +42,7 @@
 #include "tc/executor.h"
 #include "tc/plan.h"
 #include "tests/functional/plugin_proc_util.h"
+#include "tests/support/test_agent.h"
 
 namespace tq::plugin::testing {
 namespace {
@@ -122,8 +122,7 @@ class WireCounters {
     snprintf(tos, sizeof tos, "0x%02x", dscp << 2);
     const std::string cmd = "tc filter add dev " + dev_ + " egress protocol ip pref " +
                             std::to_string(pref) + " u32 match ip protocol 17 0xff" +
-                            " match ip dport 4791 0xffff match ip tos " + tos +
-                            " 0xfc action pass";
+                            " match ip dport 4791 0xffff match ip tos " + tos + " 0xfc action pass";
     return system(cmd.c_str()) == 0;
   }
   uint64_t packets(int pref) {
@@ -341,9 +340,10 @@ TEST_F(PluginIbTest, EveryQpCarriesTheSendersMarkingAndTheReceiverAdoptsIt) {
       EXPECT_EQ(q.sgid_index, 1);
     }
   }
-  std::printf("sender QPs: traffic_class %d (DSCP 46); receiver QPs adopt %d; ah_attr.sl reads "
-              "back %d (set 5; rxe does not keep the SL)\n",
-              s[0].traffic_class, r[0].traffic_class, s[0].sl);
+  std::printf(
+      "sender QPs: traffic_class %d (DSCP 46); receiver QPs adopt %d; ah_attr.sl reads "
+      "back %d (set 5; rxe does not keep the SL)\n",
+      s[0].traffic_class, r[0].traffic_class, s[0].sl);
   EXPECT_EQ(Plugin::recvCommOf(pr.recv)->peerQos().dscp, 46);
   EXPECT_EQ(Plugin::recvCommOf(pr.recv)->peerQos().service_level, 5);
   EXPECT_EQ(Plugin::tenantOf(pr.recv)->tenant(), "tqrxe-tag") << "receive accounted to sender";
@@ -387,10 +387,11 @@ TEST_F(PluginIbTest, DscpIsCountedOnTheWireInBothDirections) {
   }
   const uint64_t data46 = tx.packets(1), data0 = tx.packets(2);
   const uint64_t back46 = rx.packets(1), back0 = rx.packets(2);
-  std::printf("rxeveth0 (data): %llu packets DSCP 46, %llu DSCP 0; rxeveth1 (CTS writes, ACKs): "
-              "%llu DSCP 46, %llu DSCP 0\n",
-              (unsigned long long)data46, (unsigned long long)data0, (unsigned long long)back46,
-              (unsigned long long)back0);
+  std::printf(
+      "rxeveth0 (data): %llu packets DSCP 46, %llu DSCP 0; rxeveth1 (CTS writes, ACKs): "
+      "%llu DSCP 46, %llu DSCP 0\n",
+      (unsigned long long)data46, (unsigned long long)data0, (unsigned long long)back46,
+      (unsigned long long)back0);
   EXPECT_GE(data46, (8u << 20) / 4096) << "8 MiB in <= 4096-byte packets";
   EXPECT_EQ(data0, 0u) << "every packet of the connection is marked";
   EXPECT_GE(back46, 4u) << "the receiver adopts the sender's DSCP for its CTS writes and ACKs";
@@ -422,14 +423,42 @@ TEST_F(PluginIbTest, DscpIsCountedOnTheWireInBothDirections) {
 // tenantqos-perf run that loads the shipped .so like NCCL does.
 TEST_F(PluginIbTest, ServiceLevelReachesEveryModifyQpOfBothSides) {
   const std::string record = dir_.path() + "/modify_qp.log";
-  ProcResult r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--unidirectional", "-b", "1M",
-                      "-e", "1M", "-n", "5", "-w", "1", "--plugin", TQ_PLUGIN_SO, "--timeout",
-                      "60", "--env", "TENANTQOS_TRANSPORT=ib", "--env",
-                      "TENANTQOS_SOCKET_IFNAME=lo", "--env", "TENANTQOS_RUN_DIR=" + dir_.path() + "/run",
-                      "--env", "TENANTQOS_SL=6", "--env", "TENANTQOS_DSCP=34", "--env",
-                      std::string("TENANTQOS_IBVERBS_LIB=") + TQ_VERBS_RECORDER, "--env",
-                      "TQ_VERBS_RECORD=" + record, "--env", "TENANTQOS_IB_QPS_PER_CONN=2",
-                      "--rank-env", "0:TENANTQOS_IB_HCA==rxe0", "--rank-env",
+  ProcResult r = run({TQ_PERF_BIN,
+                      "sendrecv",
+                      "--local",
+                      "2",
+                      "--unidirectional",
+                      "-b",
+                      "1M",
+                      "-e",
+                      "1M",
+                      "-n",
+                      "5",
+                      "-w",
+                      "1",
+                      "--plugin",
+                      TQ_PLUGIN_SO,
+                      "--timeout",
+                      "60",
+                      "--env",
+                      "TENANTQOS_TRANSPORT=ib",
+                      "--env",
+                      "TENANTQOS_SOCKET_IFNAME=lo",
+                      "--env",
+                      "TENANTQOS_RUN_DIR=" + dir_.path() + "/run",
+                      "--env",
+                      "TENANTQOS_SL=6",
+                      "--env",
+                      "TENANTQOS_DSCP=34",
+                      "--env",
+                      std::string("TENANTQOS_IBVERBS_LIB=") + TQ_VERBS_RECORDER,
+                      "--env",
+                      "TQ_VERBS_RECORD=" + record,
+                      "--env",
+                      "TENANTQOS_IB_QPS_PER_CONN=2",
+                      "--rank-env",
+                      "0:TENANTQOS_IB_HCA==rxe0",
+                      "--rank-env",
                       "1:TENANTQOS_IB_HCA==rxe1"},
                      {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -496,12 +525,28 @@ class PluginIbPacingTest : public PluginIbTest {
  protected:
   std::vector<std::string> perf(double seconds, const std::string& size, const std::string& tenant,
                                 std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {TQ_PERF_BIN, "sendrecv", "--local", "2", "--unidirectional",
-                                  "--duration", std::to_string(seconds), "--size", size,
-                                  "--report-interval", "100", "--json", "--plugin", TQ_PLUGIN_SO,
-                                  "--tenant", tenant, "--timeout", "30",
-                                  "--rank-env", "0:TENANTQOS_IB_HCA==rxe0",
-                                  "--rank-env", "1:TENANTQOS_IB_HCA==rxe1"};
+    std::vector<std::string> a = {TQ_PERF_BIN,
+                                  "sendrecv",
+                                  "--local",
+                                  "2",
+                                  "--unidirectional",
+                                  "--duration",
+                                  std::to_string(seconds),
+                                  "--size",
+                                  size,
+                                  "--report-interval",
+                                  "100",
+                                  "--json",
+                                  "--plugin",
+                                  TQ_PLUGIN_SO,
+                                  "--tenant",
+                                  tenant,
+                                  "--timeout",
+                                  "30",
+                                  "--rank-env",
+                                  "0:TENANTQOS_IB_HCA==rxe0",
+                                  "--rank-env",
+                                  "1:TENANTQOS_IB_HCA==rxe1"};
     for (auto& e : extra) a.push_back(e);
     return a;
   }
@@ -560,14 +605,15 @@ class PluginIbPacingTest : public PluginIbTest {
     const double cv = std::sqrt(var / static_cast<double>(rates.size())) / mean;
     std::vector<double> sorted = rates;
     std::sort(sorted.begin(), sorted.end());
-    const double p10 = sorted[sorted.size() / 10] / mean, p90 = sorted[sorted.size() * 9 / 10] / mean;
-    std::printf("ib pacing at %s, %s messages: achieved %s over %.2f s of 100 ms windows, "
-                "ratio %.4f; wire (headers included) over %zu ~10 ms windows: mean %s, cv %.3f, "
-                "p10 %.2f, p90 %.2f of the mean\n",
-                formatRate(rate).c_str(), size.c_str(),
-                formatRate(static_cast<uint64_t>(win.rate())).c_str(),
-                win.seconds, ratio, rates.size(), formatRate(static_cast<uint64_t>(mean)).c_str(),
-                cv, p10, p90);
+    const double p10 = sorted[sorted.size() / 10] / mean,
+                 p90 = sorted[sorted.size() * 9 / 10] / mean;
+    std::printf(
+        "ib pacing at %s, %s messages: achieved %s over %.2f s of 100 ms windows, "
+        "ratio %.4f; wire (headers included) over %zu ~10 ms windows: mean %s, cv %.3f, "
+        "p10 %.2f, p90 %.2f of the mean\n",
+        formatRate(rate).c_str(), size.c_str(),
+        formatRate(static_cast<uint64_t>(win.rate())).c_str(), win.seconds, ratio, rates.size(),
+        formatRate(static_cast<uint64_t>(mean)).c_str(), cv, p10, p90);
     std::printf("first 10 ms windows (Mbit/s): %s\n", series.c_str());
     EXPECT_GE(ratio, 0.97);
     EXPECT_LE(ratio, 1.01);
@@ -626,12 +672,12 @@ class PluginIbIsolationTest : public PluginIbPacingTest {
     return {receiverWindow(ra.out, 1, from, to).rate(), receiverWindow(rb.out, 1, from, to).rate()};
   }
   void report(const char* mode, std::pair<double, double> r) {
-    std::printf("%s: tenant A %s (guarantee %s, attainment %.3f), tenant B %s (guarantee %s, "
-                "attainment %.3f)\n",
-                mode, formatRate(static_cast<uint64_t>(r.first)).c_str(),
-                formatRate(kGuaranteeA).c_str(), r.first / kGuaranteeA,
-                formatRate(static_cast<uint64_t>(r.second)).c_str(),
-                formatRate(kGuaranteeB).c_str(), r.second / kGuaranteeB);
+    std::printf(
+        "%s: tenant A %s (guarantee %s, attainment %.3f), tenant B %s (guarantee %s, "
+        "attainment %.3f)\n",
+        mode, formatRate(static_cast<uint64_t>(r.first)).c_str(), formatRate(kGuaranteeA).c_str(),
+        r.first / kGuaranteeA, formatRate(static_cast<uint64_t>(r.second)).c_str(),
+        formatRate(kGuaranteeB).c_str(), r.second / kGuaranteeB);
   }
 };
 

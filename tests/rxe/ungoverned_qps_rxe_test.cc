@@ -94,8 +94,8 @@ class UngovernedQpsRxeTest : public ::testing::Test {
     agent_ = std::make_unique<Subprocess>(std::move(*a));
     metrics_port_ = waitPort(tmp_ + "/metrics.port", tmp_ + "/agent.log");
     ASSERT_GT(metrics_port_, 0);
-    ASSERT_TRUE(eventually([&] { return value(metrics(), "tenantqos_agent_ready") == 1.0; },
-                           20'000))
+    ASSERT_TRUE(
+        eventually([&] { return value(metrics(), "tenantqos_agent_ready") == 1.0; }, 20'000))
         << slurp(tmp_ + "/agent.log");
   }
 
@@ -121,9 +121,9 @@ class UngovernedQpsRxeTest : public ::testing::Test {
   }
 
   std::string metrics() {
-    auto r = runCommand({"curl", "-s", "-m", "5",
-                         "http://127.0.0.1:" + std::to_string(metrics_port_) + "/metrics"},
-                        10'000);
+    auto r = runCommand(
+        {"curl", "-s", "-m", "5", "http://127.0.0.1:" + std::to_string(metrics_port_) + "/metrics"},
+        10'000);
     return r.ok() ? r->output : "";
   }
   // The value of the series `name{labels}` (labels exactly as exposed), if present.
@@ -173,20 +173,38 @@ TEST_F(UngovernedQpsRxeTest, PerftestIsUngovernedAndAnAttachedPluginProcessIsNot
       },
       20'000))
       << slurp(tmp_ + "/bw-server.log");
-  auto c = Subprocess::start({"ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "-D", "5",
-                              "10.77.0.2"},
+  auto c = Subprocess::start({"ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "-D", "5", "10.77.0.2"},
                              tmp_ + "/bw-client.log");
   ASSERT_TRUE(c.ok()) << c.status().toString();
   bw_client_ = std::make_unique<Subprocess>(std::move(*c));
 
   // The plugin pair of the agent's tenant, at the same time.
-  auto p = Subprocess::start(
-      {TQ_PERF_BIN, "sendrecv", "--local", "2", "--unidirectional", "--duration", "5", "--size",
-       "64K", "--plugin", TQ_PLUGIN_SO, "--tenant", "tqrxe-gov", "--timeout", "40", "--env",
-       "TENANTQOS_TRANSPORT=ib", "--env", "TENANTQOS_SOCKET_IFNAME=lo", "--env",
-       "TENANTQOS_RUN_DIR=" + tmp_ + "/run", "--rank-env", "0:TENANTQOS_IB_HCA==rxe0",
-       "--rank-env", "1:TENANTQOS_IB_HCA==rxe1"},
-      tmp_ + "/perf.log");
+  auto p = Subprocess::start({TQ_PERF_BIN,
+                              "sendrecv",
+                              "--local",
+                              "2",
+                              "--unidirectional",
+                              "--duration",
+                              "5",
+                              "--size",
+                              "64K",
+                              "--plugin",
+                              TQ_PLUGIN_SO,
+                              "--tenant",
+                              "tqrxe-gov",
+                              "--timeout",
+                              "40",
+                              "--env",
+                              "TENANTQOS_TRANSPORT=ib",
+                              "--env",
+                              "TENANTQOS_SOCKET_IFNAME=lo",
+                              "--env",
+                              "TENANTQOS_RUN_DIR=" + tmp_ + "/run",
+                              "--rank-env",
+                              "0:TENANTQOS_IB_HCA==rxe0",
+                              "--rank-env",
+                              "1:TENANTQOS_IB_HCA==rxe1"},
+                             tmp_ + "/perf.log");
   ASSERT_TRUE(p.ok()) << p.status().toString();
   perf_ = std::make_unique<Subprocess>(std::move(*p));
 
@@ -201,11 +219,11 @@ TEST_F(UngovernedQpsRxeTest, PerftestIsUngovernedAndAnAttachedPluginProcessIsNot
                value(text, ungoverned("rxe1", server)).value_or(0) >= 1 &&
                value(text, qps("rxe0", "governed")).value_or(0) >= 1 &&
                value(text, qps("rxe1", "governed")).value_or(0) >= 1 &&
-               value(text, R"(tenantqos_tenant_processes{node="rxevm",tenant="tqrxe-gov"})") ==
-                   2.0;
+               value(text, R"(tenantqos_tenant_processes{node="rxevm",tenant="tqrxe-gov"})") == 2.0;
       },
       30'000))
-      << text << "\n--- perf ---\n" << slurp(tmp_ + "/perf.log") << "\n--- ib_write_bw ---\n"
+      << text << "\n--- perf ---\n"
+      << slurp(tmp_ + "/perf.log") << "\n--- ib_write_bw ---\n"
       << slurp(tmp_ + "/bw-client.log") << slurp(tmp_ + "/bw-server.log");
   std::istringstream lines(text);
   for (std::string l; std::getline(lines, l);) {
@@ -214,7 +232,8 @@ TEST_F(UngovernedQpsRxeTest, PerftestIsUngovernedAndAnAttachedPluginProcessIsNot
     }
   }
   EXPECT_EQ(text.find("comm=\"tenantqos-perf\""), std::string::npos)
-      << "an attached plugin process counted as ungoverned:\n" << text;
+      << "an attached plugin process counted as ungoverned:\n"
+      << text;
   // One owner per device, and every ungoverned QP is one of perftest's.
   for (const char* dev : {"rxe0", "rxe1"}) {
     EXPECT_EQ(value(text, "tenantqos_ungoverned_qp_owners{device=\"" + std::string(dev) + "\"}"),

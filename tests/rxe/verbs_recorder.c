@@ -43,11 +43,11 @@ static void* real(const char* name) {
   return f;
 }
 
-#define FORWARD(ret, name, params, args)                     \
-  VIS ret name params {                                      \
-    static ret(*fn) params = NULL;                           \
-    if (fn == NULL) fn = (ret(*) params)real(#name);         \
-    return fn args;                                          \
+#define FORWARD(ret, name, params, args)             \
+  VIS ret name params {                              \
+    static ret(*fn) params = NULL;                   \
+    if (fn == NULL) fn = (ret(*) params)real(#name); \
+    return fn args;                                  \
   }
 
 FORWARD(struct ibv_device**, ibv_get_device_list, (int* n), (n))

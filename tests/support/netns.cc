@@ -32,8 +32,7 @@ Result<std::string> TestNetns::run(const std::vector<std::string>& argv, int tim
 }
 
 Status addVethPair(const TestNetns& a, const std::string& dev_a, const TestNetns& b,
-                   const std::string& dev_b, const std::string& addr_a,
-                   const std::string& addr_b) {
+                   const std::string& dev_b, const std::string& addr_a, const std::string& addr_b) {
   TQ_RETURN_IF_ERROR(runOk({"ip", "link", "add", dev_a, "netns", a.name(), "type", "veth", "peer",
                             "name", dev_b, "netns", b.name()})
                          .status());

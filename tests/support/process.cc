@@ -84,8 +84,8 @@ Result<CommandResult> runCommand(const std::vector<std::string>& argv, int timeo
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out)
-    return deadlineExceeded(joinArgs(argv) + ": still running after " +
-                            std::to_string(timeout_ms) + " ms (killed); output: " + result.output);
+    return deadlineExceeded(joinArgs(argv) + ": still running after " + std::to_string(timeout_ms) +
+                            " ms (killed); output: " + result.output);
   result.exit_code = exitCodeOf(status);
   return result;
 }

@@ -41,9 +41,7 @@ class RecordingTcNetlink final : public tc::TcNetlink {
 
   Result<int> linkIndex(std::string_view device) override { return inner_.linkIndex(device); }
   Result<uint32_t> linkMtu(std::string_view device) override { return inner_.linkMtu(device); }
-  Result<std::vector<tc::QdiscInfo>> qdiscs(int ifindex) override {
-    return inner_.qdiscs(ifindex);
-  }
+  Result<std::vector<tc::QdiscInfo>> qdiscs(int ifindex) override { return inner_.qdiscs(ifindex); }
   Result<std::vector<tc::ClassInfo>> classes(int ifindex) override {
     return inner_.classes(ifindex);
   }

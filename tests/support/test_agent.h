@@ -84,8 +84,8 @@ struct AttachedProcess {
 inline Result<AttachedProcess> attachAs(const std::string& socket, const std::string& wanted) {
   TQ_ASSIGN_OR_RETURN(attach::Attached a, attach::attachWithin(socket, wanted, 2000));
   AttachedProcess p;
-  TQ_ASSIGN_OR_RETURN(p.view, TenantShmView::map(std::move(a.params_fd), std::move(a.shared_fd),
-                                                 a.slot));
+  TQ_ASSIGN_OR_RETURN(p.view,
+                      TenantShmView::map(std::move(a.params_fd), std::move(a.shared_fd), a.slot));
   p.raw = std::move(a);
   return p;
 }

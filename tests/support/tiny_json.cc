@@ -52,7 +52,8 @@ class JsonParser {
         case 'f': out += '\f'; break;
         case 'u': {
           if (pos_ + 4 > s_.size()) return error("short \\u escape");
-          unsigned cp = static_cast<unsigned>(std::strtoul(std::string(s_.substr(pos_, 4)).c_str(), nullptr, 16));
+          unsigned cp = static_cast<unsigned>(
+              std::strtoul(std::string(s_.substr(pos_, 4)).c_str(), nullptr, 16));
           pos_ += 4;
           if (cp < 0x80) {
             out += static_cast<char>(cp);
@@ -116,9 +117,9 @@ class JsonParser {
       }
     }
     size_t start = pos_;
-    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) ||
-                                s_[pos_] == '-' || s_[pos_] == '+' || s_[pos_] == '.' ||
-                                s_[pos_] == 'e' || s_[pos_] == 'E'))
+    while (pos_ < s_.size() &&
+           (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '-' ||
+            s_[pos_] == '+' || s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
       ++pos_;
     if (pos_ == start) return error(std::string("unexpected character '") + c + "'");
     v.type_ = Json::Type::kNumber;

@@ -80,22 +80,29 @@ TEST(Allocate, Table) {
        {t(30 * kPct, 50 * kPct, 1, kU, false), t(20 * kPct, 100 * kPct, 1, kU)},
        {0, 100 * kPct},
        {30 * kPct, 100 * kPct}},
-      {"limit above capacity: capacity",
-       kCap, {t(0, 10 * kCap, 1, kU)}, {kCap}, {kCap}},
+      {"limit above capacity: capacity", kCap, {t(0, 10 * kCap, 1, kU)}, {kCap}, {kCap}},
       {"guarantees oversubscribed (admission failed): scaled in proportion",
        kCap,
        {t(80 * kPct, 100 * kPct, 1, kU), t(40 * kPct, 100 * kPct, 5, kU)},
        {kCap * 2 / 3 + 1, kCap / 3},
        {80 * kPct, 40 * kPct}},
       {"guarantee above limit counts as the limit",
-       kCap, {t(50 * kPct, 30 * kPct, 1, kU), t(0, kCap, 1, kU)}, {30 * kPct, 70 * kPct},
+       kCap,
+       {t(50 * kPct, 30 * kPct, 1, kU), t(0, kCap, 1, kU)},
+       {30 * kPct, 70 * kPct},
        {30 * kPct, 70 * kPct}},
       {"zero capacity", 0, {t(0, kCap, 1, kU), t(0, kCap, 1, kU)}, {0, 0}, {}},
       {"no tenants", kCap, {}, {}, {}},
-      {"weight 0 counts as 1", kCap, {t(0, kCap, 0, kU), t(0, kCap, 1, kU)},
-       {50 * kPct, 50 * kPct}, {}},
+      {"weight 0 counts as 1",
+       kCap,
+       {t(0, kCap, 0, kU), t(0, kCap, 1, kU)},
+       {50 * kPct, 50 * kPct},
+       {}},
       {"rounding leftovers go out one byte each, in order",
-       10, {t(0, 10, 1, kU), t(0, 10, 1, kU), t(0, 10, 1, kU)}, {4, 3, 3}, {}},
+       10,
+       {t(0, 10, 1, kU), t(0, 10, 1, kU), t(0, 10, 1, kU)},
+       {4, 3, 3},
+       {}},
       {"huge rates do not overflow (400 Gbit/s, weights up to 1e6)",
        50'000'000'000ull,
        {t(0, kU, 1'000'000, kU), t(0, kU, 999'999, kU)},
@@ -292,9 +299,8 @@ TEST(DemandEstimator, FollowsDemandUpAndDownAtOnceByDefault) {
 }
 
 TEST(DemandEstimator, OptionalSmoothingOfFallingDemand) {
-  DemandEstimator e(DemandEstimatorOptions{.backlogged_throttle_fraction = 0.05,
-                                           .headroom = 0.25,
-                                           .decay = 0.5});
+  DemandEstimator e(
+      DemandEstimatorOptions{.backlogged_throttle_fraction = 0.05, .headroom = 0.25, .decay = 0.5});
   EXPECT_EQ(e.update({100'000, 0, 0}, kPeriodNs), 12'500'000u);
   EXPECT_EQ(e.update({1'000'000, 0, 0}, kPeriodNs), 125'000'000u);  // up at once
   EXPECT_EQ(e.update({0, 0, 0}, kPeriodNs), 62'500'000u);           // halves

@@ -189,9 +189,8 @@ TEST(MetricsTest, UngovernedTrafficSeries) {
   Parsed p = parse(renderMetrics(sampleState(), WatchStatus{true}));
   EXPECT_EQ(p.series.at(R"(tenantqos_ungoverned_bytes_total{device="eth0",path="tcp"})"), 900);
   EXPECT_EQ(p.types.at("tenantqos_ungoverned_bytes_total"), "counter");
-  for (const auto& [owner, n] :
-       std::map<std::string, double>{{"governed", 4}, {"ungoverned", 7}, {"kernel", 1},
-                                     {"unknown", 0}}) {
+  for (const auto& [owner, n] : std::map<std::string, double>{
+           {"governed", 4}, {"ungoverned", 7}, {"kernel", 1}, {"unknown", 0}}) {
     EXPECT_EQ(p.series.at("tenantqos_rdma_qps{device=\"rxe0\",owner=\"" + owner + "\"}"), n);
     EXPECT_EQ(p.series.at("tenantqos_rdma_qps{device=\"mlx5_0\",owner=\"" + owner + "\"}"), 0);
   }

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "agent/reconcile_loop.h"
-#include "common/file_util.h"
 #include "common/attach_protocol.h"
+#include "common/file_util.h"
 #include "test_util.h"
 #include "tests/support/fake_sysfs.h"
 #include "tests/support/test_agent.h"

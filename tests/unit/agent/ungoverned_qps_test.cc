@@ -79,11 +79,14 @@ class UngovernedQpTest : public ::testing::Test {
 TEST_F(UngovernedQpTest, ClassifiesEveryQpByItsOwnersProcess) {
   ib::QpListing l;
   l.devices = {{0, "mlx5_0"}, {1, "mlx5_1"}, {2, "rxe0"}};
-  l.qps = {kernelQp("mlx5_0", 0),        kernelQp("mlx5_0", 1),
-           userQp("mlx5_0", 10, 100),    userQp("mlx5_0", 11, 101),  // attached, via a thread
-           userQp("mlx5_0", 12, 200),    userQp("mlx5_0", 13, 200),
-           userQp("mlx5_0", 14, std::nullopt),                        // pid not visible
-           userQp("mlx5_0", 15, 999),                                 // thread gone
+  l.qps = {kernelQp("mlx5_0", 0),
+           kernelQp("mlx5_0", 1),
+           userQp("mlx5_0", 10, 100),
+           userQp("mlx5_0", 11, 101),  // attached, via a thread
+           userQp("mlx5_0", 12, 200),
+           userQp("mlx5_0", 13, 200),
+           userQp("mlx5_0", 14, std::nullopt),  // pid not visible
+           userQp("mlx5_0", 15, 999),           // thread gone
            userQp("rxe0", 20, 300)};
   UngovernedQpTracker t(procs_);
   auto out = t.update(l, {{100, "tenant-a"}}, 0);
@@ -100,7 +103,8 @@ TEST_F(UngovernedQpTest, ClassifiesEveryQpByItsOwnersProcess) {
   EXPECT_EQ(out[2].ungoverned, 1u);
   EXPECT_EQ(out[2].top, (std::vector<UngovernedOwner>{{300, "rogue", 1}}));
   EXPECT_EQ(procs_.lookups, 5);  // once per distinct creator thread
-  EXPECT_EQ(linesWith("pid 200 (ib_write_bw) owns QPs (mlx5_0:2)"), 1) << ::testing::PrintToString(lines_);
+  EXPECT_EQ(linesWith("pid 200 (ib_write_bw) owns QPs (mlx5_0:2)"), 1)
+      << ::testing::PrintToString(lines_);
   EXPECT_EQ(linesWith("pid 300 (rogue) owns QPs (rxe0:1)"), 1);
   EXPECT_EQ(linesWith("cannot see"), 1);
 }
@@ -223,8 +227,8 @@ TEST_F(UngovernedQpTest, ScannerPublishesWhatItCountsAndLogsErrorsOnce) {
   std::optional<AttachedProcesses> attached;  // not known yet
   StateBoard board;
   FakeClock clock;
-  UngovernedQpScanner scanner(std::move(source), std::move(procs), [&] { return attached; },
-                              &board, clock, kSec);
+  UngovernedQpScanner scanner(
+      std::move(source), std::move(procs), [&] { return attached; }, &board, clock, kSec);
   scanner.scanOnce();
   EXPECT_EQ(src->calls.load(), 0);  // nothing to compare owners with: no listing at all
   EXPECT_FALSE(board.snapshot().rdma_qps.has_value());

@@ -254,8 +254,7 @@ TEST(AttachProtocol, TrafficClassesFile) {
   EXPECT_EQ(attach::lookupTrafficClass(text, 7), "team-b");
   EXPECT_EQ(attach::lookupTrafficClass(text, 6), std::nullopt);
   EXPECT_EQ(attach::lookupTrafficClass("garbage\n5 team-a\n", 5), std::nullopt);
-  EXPECT_EQ(attach::lookupTrafficClass("tenantqos-traffic-classes 1\n5 ../x\n5", 5),
-            std::nullopt);
+  EXPECT_EQ(attach::lookupTrafficClass("tenantqos-traffic-classes 1\n5 ../x\n5", 5), std::nullopt);
 }
 
 }  // namespace

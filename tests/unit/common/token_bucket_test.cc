@@ -34,8 +34,8 @@ TEST(TokenBucket, MessageLargerThanBurstGoesIntoDebt) {
   std::atomic<int64_t> state{0};
   BucketConfig cfg{1'000'000, 1000};
   int64_t now = kSec;
-  EXPECT_TRUE(bucketTryTake(state, now, 10'000, cfg));   // full bucket admits one big message
-  EXPECT_LT(bucketAvailable(state, now, cfg), 0);        // ... and leaves 9000 B of debt
+  EXPECT_TRUE(bucketTryTake(state, now, 10'000, cfg));  // full bucket admits one big message
+  EXPECT_LT(bucketAvailable(state, now, cfg), 0);       // ... and leaves 9000 B of debt
   EXPECT_FALSE(bucketTryTake(state, now + 9'000'000, 1000, cfg));  // debt repaid at +9 ms,
   EXPECT_TRUE(bucketTryTake(state, now + 10'000'000, 1000, cfg));  // then 1000 B earned at +10 ms
 }

@@ -48,8 +48,8 @@ TEST(HcaFilterTest, Exclude) {
 }
 
 TEST(HcaFilterTest, RejectsBadSpecs) {
-  for (const char* bad : {"^", "=", "mlx5_0:", "mlx5_0:0", "mlx5_0:x", "mlx5_0:300", ",mlx5_0",
-                          "mlx5_0,,rxe0"}) {
+  for (const char* bad :
+       {"^", "=", "mlx5_0:", "mlx5_0:0", "mlx5_0:x", "mlx5_0:300", ",mlx5_0", "mlx5_0,,rxe0"}) {
     auto r = parseHcaFilter(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {

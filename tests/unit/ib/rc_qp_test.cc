@@ -59,8 +59,8 @@ TEST(RcQpTest, RtrOnRoceCarriesSlAndTrafficClass) {
   EXPECT_EQ(a.ah_attr.grh.hop_limit, 255);
   EXPECT_EQ(fromIbvGid(a.ah_attr.grh.dgid).toString(), "::ffff:10.77.0.2");
   EXPECT_EQ(a.ah_attr.port_num, 1);
-  EXPECT_EQ(t->mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  EXPECT_EQ(t->mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
 }
 
 TEST(RcQpTest, RtrOnInfinibandUsesLidAndNoGrh) {

@@ -49,7 +49,9 @@ Bytes cat(std::initializer_list<Bytes> parts) {
   for (const Bytes& p : parts) b.insert(b.end(), p.begin(), p.end());
   return b;
 }
-Bytes nest(uint16_t type, std::initializer_list<Bytes> children) { return attr(type, cat(children)); }
+Bytes nest(uint16_t type, std::initializer_list<Bytes> children) {
+  return attr(type, cat(children));
+}
 Bytes msg(uint16_t type, uint32_t seq, const Bytes& payload, uint16_t flags = NLM_F_MULTI) {
   nlmsghdr h{};
   h.nlmsg_len = static_cast<uint32_t>(NLMSG_HDRLEN + payload.size());
@@ -137,8 +139,8 @@ TEST(RdmaNetlinkParseTest, DevicesAcrossDatagramsUntilDone) {
 }
 
 TEST(RdmaNetlinkParseTest, UserKernelAndOwnerlessQps) {
-  const Bytes ownerless = nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY,
-                               {u32(RDMA_NLDEV_ATTR_RES_LQPN, 40), u8(RDMA_NLDEV_ATTR_RES_TYPE, 2)});
+  const Bytes ownerless = nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY, {u32(RDMA_NLDEV_ATTR_RES_LQPN, 40),
+                                                              u8(RDMA_NLDEV_ATTR_RES_TYPE, 2)});
   std::vector<RdmaQp> qps;
   auto r = rdma_nl::parseQpReply(
       cat({qpMsg(8, 2, "rxe0", cat({kernelQp(1, "ib_core"), userQp(1, 17, 4321), ownerless})),
@@ -221,8 +223,8 @@ TEST(RdmaNetlinkParseTest, MalformedMessagesAreErrorsNamingTheProblem) {
     const char* expect;
   };
   Bytes bad_index = msg(kQpType, 1, cat({attr(RDMA_NLDEV_ATTR_DEV_INDEX, Bytes{1, 2})}));
-  Bytes no_qpn = qpMsg(1, 0, "d", nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY,
-                                       {u32(RDMA_NLDEV_ATTR_RES_PID, 5)}));
+  Bytes no_qpn =
+      qpMsg(1, 0, "d", nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY, {u32(RDMA_NLDEV_ATTR_RES_PID, 5)}));
   Bytes zero_len_attr = msg(kQpType, 1, Bytes{0, 0, 1, 0, 0, 0, 0, 0});
   Bytes long_len = deviceMsg(1, 0, "x");
   long_len[0] = 0xff;  // nlmsg_len past the datagram
@@ -256,9 +258,9 @@ TEST(RdmaNetlinkParseTest, AtMostMaxQpsAreTaken) {
 // Every prefix and 20000 random mutations of a valid reply: never a crash or an out-of-bounds
 // read (run under ASan/UBSan in the sanitizer build), never more entries than bytes allow.
 TEST(RdmaNetlinkParseTest, HostileBytesNeverCrash) {
-  const Bytes good = cat({qpMsg(1, 2, "rxe0", cat({kernelQp(1, "ib_core"), userQp(1, 17, 4321),
-                                                   userQp(0, 18, 4322)})),
-                          deviceMsg(1, 3, "mlx5_0"), done(1)});
+  const Bytes good = cat(
+      {qpMsg(1, 2, "rxe0", cat({kernelQp(1, "ib_core"), userQp(1, 17, 4321), userQp(0, 18, 4322)})),
+       deviceMsg(1, 3, "mlx5_0"), done(1)});
   for (size_t n = 0; n <= good.size(); ++n) {
     std::vector<RdmaQp> qps;
     std::vector<RdmaDevice> devs;
@@ -371,8 +373,9 @@ class NetlinkQpSourceTest : public ::testing::Test {
 };
 
 TEST_F(NetlinkQpSourceTest, ListsEveryDevicesQpsOverSeveralDatagrams) {
-  kernel_.devices[0] = {"mlx5_0", {kernelQp(0, "ib_core"), kernelQp(1, "ib_core"),
-                                   userQp(1, 100, 7), userQp(1, 101, 7), userQp(1, 102, 8)}};
+  kernel_.devices[0] = {"mlx5_0",
+                        {kernelQp(0, "ib_core"), kernelQp(1, "ib_core"), userQp(1, 100, 7),
+                         userQp(1, 101, 7), userQp(1, 102, 8)}};
   kernel_.devices[4] = {"rxe0", {}};  // no QPs: the kernel sends DONE only
   kernel_.devices[5] = {"rxe1", {userQp(1, 17, 9)}};
   auto src = source();

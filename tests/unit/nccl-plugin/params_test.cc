@@ -65,10 +65,14 @@ TEST(PluginParams, ErrorsNameTheVariableAndValue) {
   struct Case {
     const char* name;
     const char* value;
-  } cases[] = {{"TENANTQOS_DSCP", "64"},      {"TENANTQOS_DSCP", "ef"},
-               {"TENANTQOS_SL", "-1"},        {"TENANTQOS_NSOCKS", "0"},
-               {"TENANTQOS_NSOCKS", "17"},    {"TENANTQOS_RATE", "fast"},
-               {"TENANTQOS_BURST", "-5"},     {"TENANTQOS_SOCKET_INLINE", "8MiB"},
+  } cases[] = {{"TENANTQOS_DSCP", "64"},
+               {"TENANTQOS_DSCP", "ef"},
+               {"TENANTQOS_SL", "-1"},
+               {"TENANTQOS_NSOCKS", "0"},
+               {"TENANTQOS_NSOCKS", "17"},
+               {"TENANTQOS_RATE", "fast"},
+               {"TENANTQOS_BURST", "-5"},
+               {"TENANTQOS_SOCKET_INLINE", "8MiB"},
                {"TENANTQOS_HANDSHAKE_TIMEOUT_MS", "1"}};
   for (const Case& c : cases) {
     auto p = loadParams(envOf({{c.name, c.value}}));

@@ -36,10 +36,11 @@ TEST(StatusMapping, OnePlaceMapsEveryCode) {
 TEST(Firewall, ExceptionsNeverCrossTheBoundary) {
   EXPECT_EQ(firewall("t", []() -> Status { throw std::runtime_error("boom"); }), ncclInternalError);
   EXPECT_EQ(firewall("t", []() -> Status { throw 42; }), ncclInternalError);
-  EXPECT_EQ(firewall("t", []() -> Status {
-              std::vector<int> v;
-              return v.at(3) == 0 ? okStatus() : okStatus();
-            }),
+  EXPECT_EQ(firewall("t",
+                     []() -> Status {
+                       std::vector<int> v;
+                       return v.at(3) == 0 ? okStatus() : okStatus();
+                     }),
             ncclInternalError);
   EXPECT_EQ(firewall("t", [] { return outOfRange("too big"); }), ncclInvalidUsage);
   EXPECT_EQ(firewall("t", [] { return okStatus(); }), ncclSuccess);
@@ -68,8 +69,8 @@ class PluginTest : public ::testing::Test {
     ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
   }
 
-  TenantShm* agent(const std::string& tenant, int tc, uint32_t dscp, uint32_t sl,
-                   uint64_t rate, uint64_t burst = 1 << 20) {
+  TenantShm* agent(const std::string& tenant, int tc, uint32_t dscp, uint32_t sl, uint64_t rate,
+                   uint64_t burst = 1 << 20) {
     if (!agent_) agent_ = std::make_unique<tq::testing::TestAgent>(dir_);
     TenantParams p;
     p.policy_version = 1;
@@ -291,7 +292,9 @@ class ChunkingTransport final : public Transport {
     *out = std::move(c);
     return okStatus();
   }
-  Status accept(ListenComm*, std::unique_ptr<RecvComm>*) override { return unimplemented("accept"); }
+  Status accept(ListenComm*, std::unique_ptr<RecvComm>*) override {
+    return unimplemented("accept");
+  }
   ChunkingSendComm* last = nullptr;
 };
 

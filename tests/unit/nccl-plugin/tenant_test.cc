@@ -148,14 +148,14 @@ TEST_F(TenantPacerTest, EnvRateBucketAdmitsBurstThenRate) {
   EXPECT_EQ(p.qos().service_level, 2);
   EXPECT_EQ(*p.qos().priority, 2u);  // the SL when TENANTQOS_PRIORITY is unset
   PaceState ps;
-  EXPECT_TRUE(p.admit(100'000, &ps));   // the full burst
-  EXPECT_FALSE(p.admit(10'000, &ps));   // empty
+  EXPECT_TRUE(p.admit(100'000, &ps));  // the full burst
+  EXPECT_FALSE(p.admit(10'000, &ps));  // empty
   EXPECT_EQ(p.counters().throttle_events.load(), 1u);
   EXPECT_EQ(p.counters().backlog_bytes.load(), 10'000u);
   EXPECT_EQ(p.counters().throttled_since_ns.load(), clock_.nowNs());
-  EXPECT_FALSE(p.admit(10'000, &ps));   // the retry of the same message adds no backlog
+  EXPECT_FALSE(p.admit(10'000, &ps));  // the retry of the same message adds no backlog
   EXPECT_EQ(p.counters().backlog_bytes.load(), 10'000u);
-  clock_.advanceNs(10 * kMs);           // earns 10'000 bytes
+  clock_.advanceNs(10 * kMs);  // earns 10'000 bytes
   EXPECT_TRUE(p.admit(10'000, &ps));
   EXPECT_EQ(p.counters().backlog_bytes.load(), 0u);
   EXPECT_EQ(p.counters().throttled_since_ns.load(), 0);
@@ -335,7 +335,7 @@ TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
   }
   ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
   clock_.advanceNs(1000 * kMs);
-  EXPECT_TRUE(p.admit(1'000, &ps));  // ...the agent's 1 KB burst...
+  EXPECT_TRUE(p.admit(1'000, &ps));   // ...the agent's 1 KB burst...
   EXPECT_FALSE(p.admit(1'000, &ps));  // ...and nothing more at 1 KB/s
   EXPECT_EQ(p.qos().dscp, 12);
   bool said = false;

@@ -61,11 +61,10 @@ TEST(PolicyDiff, ChangedFieldsShowOldAndNewWithFormattedRates) {
   ASSERT_EQ(d.tenants.size(), 2u);
   EXPECT_EQ(d.tenants[0].name, "tenant-a");
   EXPECT_EQ(d.tenants[0].kind, ChangeKind::kChanged);
-  EXPECT_EQ(
-      d.tenants[0].details,
-      (std::vector<std::string>{"limit: 60Gbps -> 70Gbps", "weight: 2 -> 3",
-                                "trafficClasses: [1] -> [1, 5]", "shareClass: false -> true",
-                                "namespaces: [] -> [ml, team-a]", "default: false -> true"}));
+  EXPECT_EQ(d.tenants[0].details,
+            (std::vector<std::string>{"limit: 60Gbps -> 70Gbps", "weight: 2 -> 3",
+                                      "trafficClasses: [1] -> [1, 5]", "shareClass: false -> true",
+                                      "namespaces: [] -> [ml, team-a]", "default: false -> true"}));
   EXPECT_EQ(d.tenants[1].kind, ChangeKind::kUnchanged);
 }
 

@@ -448,13 +448,13 @@ TEST(PolicyFile, TrafficClassMapsToOneTenant) {
 }
 
 TEST(PolicyFile, NamespacesAndVolcanoQueuesNameOneTenant) {
-  const std::string a = "    trafficClasses: [1]\n    namespaces: [team-a, shared]\n"
-                        "    volcanoQueues: [queue-a, q.example]\n    default: true";
+  const std::string a =
+      "    trafficClasses: [1]\n    namespaces: [team-a, shared]\n"
+      "    volcanoQueues: [queue-a, q.example]\n    default: true";
   ParsedPolicy p = parse(withLine(15, a));
   expectOk(p);
   EXPECT_EQ(p.policy.tenants[0].namespaces, (std::vector<std::string>{"team-a", "shared"}));
-  EXPECT_EQ(p.policy.tenants[0].volcano_queues,
-            (std::vector<std::string>{"queue-a", "q.example"}));
+  EXPECT_EQ(p.policy.tenants[0].volcano_queues, (std::vector<std::string>{"queue-a", "q.example"}));
   EXPECT_TRUE(p.policy.tenants[0].is_default);
   EXPECT_FALSE(p.policy.tenants[1].is_default);
   ParsedPolicy back = parse(toYaml(p.policy));
@@ -470,17 +470,16 @@ TEST(PolicyFile, NamespacesAndVolcanoQueuesNameOneTenant) {
                   "Volcano queue \"q.example\" already belongs to tenant \"tenant-a\"");
   expectOnlyError(parse(withLine(15, a) + "    default: true\n"), 27, 14, "tenants[1].default",
                   "tenant \"tenant-a\" (tenants[0], line 8) is the default already");
-  expectOnlyError(parse(withLine(15, "    namespaces: [x, x]")), 15, 21,
-                  "tenants[0].namespaces[1]", "namespace \"x\" is listed twice");
-  expectOnlyError(parse(withLine(15, "    namespaces: [a.b]")), 15, 18,
-                  "tenants[0].namespaces[0]",
+  expectOnlyError(parse(withLine(15, "    namespaces: [x, x]")), 15, 21, "tenants[0].namespaces[1]",
+                  "namespace \"x\" is listed twice");
+  expectOnlyError(parse(withLine(15, "    namespaces: [a.b]")), 15, 18, "tenants[0].namespaces[0]",
                   "\"a.b\" is not a DNS-1123 label (a Kubernetes namespace name)");
   expectOnlyError(parse(withLine(15, "    volcanoQueues: [Queue_A]")), 15, 21,
                   "tenants[0].volcanoQueues[0]", "is not a DNS-1123 subdomain");
-  expectOnlyError(parse(withLine(15, "    namespaces: [[a]]")), 15, 18,
-                  "tenants[0].namespaces[0]", "expected a string, got a sequence");
-  expectOnlyError(parse(withLine(15, "    volcanoQueues: q")), 15, 20,
-                  "tenants[0].volcanoQueues", "expected a sequence");
+  expectOnlyError(parse(withLine(15, "    namespaces: [[a]]")), 15, 18, "tenants[0].namespaces[0]",
+                  "expected a string, got a sequence");
+  expectOnlyError(parse(withLine(15, "    volcanoQueues: q")), 15, 20, "tenants[0].volcanoQueues",
+                  "expected a sequence");
   expectOnlyError(parse(withLine(15, "    default: yes")), 15, 14, "tenants[0].default",
                   "expected true or false");
   // Structured input gets the same rules.

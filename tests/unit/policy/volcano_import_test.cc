@@ -53,7 +53,7 @@ TEST(VolcanoImport, TheArticlesTwoQueues) {
 
 TEST(VolcanoImport, MissingAnnotationsAndCapacityAreTodos) {
   std::string text = queuesText();
-  text.erase(text.find("    tenantqos.io/limit: 40Gbps\n"), 31);   // tenant-b: no limit
+  text.erase(text.find("    tenantqos.io/limit: 40Gbps\n"), 31);  // tenant-b: no limit
   VolcanoImport r = importVolcanoQueues(text, "q.yaml", {});
   ASSERT_TRUE(r.errors.empty()) << errorsText(r.errors);
   ASSERT_EQ(r.todos.size(), 2u);

@@ -59,7 +59,8 @@ std::string canon(Executor& ex, const std::string& dev) {
     if (f.u32_table) continue;
     s += "filter " + f.kind + " pref " + std::to_string(f.u32.pref) + " node " +
          std::to_string(u32Node(f.u32.handle)) + " -> " + formatHandle(f.u32.classid);
-    for (const U32Key& k : f.u32.keys) s += " " + std::to_string(k.value) + "/" + std::to_string(k.mask);
+    for (const U32Key& k : f.u32.keys)
+      s += " " + std::to_string(k.value) + "/" + std::to_string(k.mask);
     s += "\n";
   }
   return s;
@@ -242,7 +243,8 @@ TEST_F(ExecutorTest, StrayObjectsBelowOurRootAreRemovedChildrenFirst) {
   DevicePlan plan = planOf(basePolicy());
   ASSERT_TRUE(ex_.apply(plan).ok());
   int ifindex = fake_.device("eth0").ifindex;
-  HtbClass stray{makeHandle(1, 0x77), makeHandle(1, 1), kMbit, kMbit, kMinBurst, kMinBurst, 80000, 0};
+  HtbClass stray{makeHandle(1, 0x77), makeHandle(1, 1), kMbit, kMbit,
+                 kMinBurst,           kMinBurst,        80000, 0};
   ASSERT_TRUE(fake_.createClass(ifindex, stray).ok());
   HtbClass child = stray;
   child.classid = makeHandle(1, 0x78);
@@ -289,11 +291,11 @@ struct Transition {
 TEST_F(ExecutorTest, AnyFailedWriteRollsBackToTheOldTree) {
   auto edited = [] {
     DevicePolicy p = basePolicy();
-    p.tenants.erase(p.tenants.begin() + 1);                              // remove b
-    p.tenants[0].limit = 800 * kMbit;                                    // change a
-    p.tenants[1].dscp = 20;                                              // move c's filters
+    p.tenants.erase(p.tenants.begin() + 1);                             // remove b
+    p.tenants[0].limit = 800 * kMbit;                                   // change a
+    p.tenants[1].dscp = 20;                                             // move c's filters
     p.tenants.push_back(tenant("tenant-e", 10 * kMbit, kGbit, 3, 46));  // add e
-    p.capacity = 2 * kGbit;                                              // change link + default
+    p.capacity = 2 * kGbit;                                             // change link + default
     return planOf(p);
   };
   const Transition kTransitions[] = {

@@ -53,8 +53,8 @@ TEST(Sizing, QuantumFollowsWeightAboveOneGsoPacket) {
 }
 
 TEST(Sizing, BurstIsOneMillisecondAtLeastTwoGsoPackets) {
-  EXPECT_EQ(burstForRate(kGbit), kMinBurst);              // 125 kB < 128 KiB
-  EXPECT_EQ(burstForRate(10 * kGbit), 1'250'000u);         // 1 ms at 10 Gbit/s
+  EXPECT_EQ(burstForRate(kGbit), kMinBurst);        // 125 kB < 128 KiB
+  EXPECT_EQ(burstForRate(10 * kGbit), 1'250'000u);  // 1 ms at 10 Gbit/s
   EXPECT_EQ(burstForRate(100 * kGbit), 12'500'000u);
   EXPECT_EQ(burstForRate(kMinClassRate), kMinBurst);
   EXPECT_EQ(burstForRate(UINT64_MAX / 2), kMaxBurst);
@@ -269,16 +269,22 @@ TEST(MakeDevicePlan, RejectsBadInput) {
       {"zero capacity", [](DevicePolicy& p) { p.capacity = 0; }, "capacity is 0"},
       {"dup name", [](DevicePolicy& p) { p.tenants[1].name = "tenant-a"; }, "listed twice"},
       {"empty name", [](DevicePolicy& p) { p.tenants[1].name = ""; }, "empty name"},
-      {"limit 0", [](DevicePolicy& p) { p.tenants[0].limit = 0; }, "tenant \"tenant-a\": limit is 0"},
+      {"limit 0", [](DevicePolicy& p) { p.tenants[0].limit = 0; },
+       "tenant \"tenant-a\": limit is 0"},
       {"limit < guarantee", [](DevicePolicy& p) { p.tenants[0].limit = kMbit; }, "below guarantee"},
       {"weight 0", [](DevicePolicy& p) { p.tenants[0].weight = 0; }, "weight is 0"},
       {"dscp 0", [](DevicePolicy& p) { p.tenants[0].dscp = 0; }, "dscp 0 is untagged"},
       {"dscp 64", [](DevicePolicy& p) { p.tenants[0].dscp = 64; }, "dscp 64 above 63"},
-      {"dup dscp", [](DevicePolicy& p) { p.tenants[1].dscp = 34; }, "already used by tenant \"tenant-a\""},
+      {"dup dscp", [](DevicePolicy& p) { p.tenants[1].dscp = 34; },
+       "already used by tenant \"tenant-a\""},
       {"guarantee > capacity",
        [](DevicePolicy& p) { p.tenants[0].guarantee = p.tenants[0].limit = 2 * kGbit; },
        "above link capacity"},
-      {"sum > capacity", [](DevicePolicy& p) { p.tenants[1].guarantee = 600 * kMbit; p.tenants[1].limit = kGbit; },
+      {"sum > capacity",
+       [](DevicePolicy& p) {
+         p.tenants[1].guarantee = 600 * kMbit;
+         p.tenants[1].limit = kGbit;
+       },
        "exceed link capacity"},
       {"bad explicit minor", [](DevicePolicy& p) { p.tenants[0].class_minor = 2; }, "outside"},
       {"dup explicit minor",
@@ -333,7 +339,8 @@ TEST(ClassMinors, CollisionsProbeAndPreviousKeepsEveryoneStable) {
   ASSERT_TRUE(m1.ok());
   EXPECT_EQ(m1->at(y), hashedClassMinor(y));
   // x joins. Without `previous`, name order decides who probes; with it, y keeps its minor.
-  std::vector<TenantClassSpec> both = {tenant(y, kMbit, kMbit, 1, 1), tenant(x, kMbit, kMbit, 1, 2)};
+  std::vector<TenantClassSpec> both = {tenant(y, kMbit, kMbit, 1, 1),
+                                       tenant(x, kMbit, kMbit, 1, 2)};
   auto m2 = assignClassMinors(both, *m1);
   ASSERT_TRUE(m2.ok());
   EXPECT_EQ(m2->at(y), m1->at(y));
@@ -343,13 +350,14 @@ TEST(ClassMinors, CollisionsProbeAndPreviousKeepsEveryoneStable) {
 }
 
 TEST(ClassMinors, ExplicitIdsWinAndWrapAround) {
-  std::vector<TenantClassSpec> t = {tenant("a", kMbit, kMbit, 1, 1), tenant("b", kMbit, kMbit, 1, 2)};
+  std::vector<TenantClassSpec> t = {tenant("a", kMbit, kMbit, 1, 1),
+                                    tenant("b", kMbit, kMbit, 1, 2)};
   t[0].class_minor = hashedClassMinor("b");
   auto m = assignClassMinors(t);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->at("a"), hashedClassMinor("b"));
   EXPECT_EQ(m->at("b"), hashedClassMinor("b") == kLastTenantMinor ? kFirstTenantMinor
-                                                                   : hashedClassMinor("b") + 1);
+                                                                  : hashedClassMinor("b") + 1);
   // A previous assignment outside the range is ignored.
   ClassMinorMap prev = {{"b", 0x3}};
   t[0].class_minor = 0;
@@ -367,8 +375,7 @@ TEST(ClassMinors, RandomEditsNeverRenumberSurvivors) {
     int n = 1 + static_cast<int>(rng() % 80);
     for (int i = 0; i < n; ++i)
       tenants.push_back(tenant("t" + std::to_string(rng() % 5000), kMbit, kMbit, 1, 1));
-    std::sort(tenants.begin(), tenants.end(),
-              [](auto& a, auto& b) { return a.name < b.name; });
+    std::sort(tenants.begin(), tenants.end(), [](auto& a, auto& b) { return a.name < b.name; });
     tenants.erase(std::unique(tenants.begin(), tenants.end(),
                               [](auto& a, auto& b) { return a.name == b.name; }),
                   tenants.end());

@@ -28,8 +28,9 @@ TEST(Admission, TenantFromQueueThenNamespaceThenDefault) {
   EXPECT_EQ(resolveTenant(p, "team-b", "").why, "namespace \"team-b\"");
   TenantMatch none = resolveTenant(p, "other", "q");
   EXPECT_EQ(none.tenant, nullptr);
-  EXPECT_EQ(none.why, "namespace \"other\" and Volcano queue \"q\" belong to no tenant, and the "
-                      "policy has no default tenant");
+  EXPECT_EQ(none.why,
+            "namespace \"other\" and Volcano queue \"q\" belong to no tenant, and the "
+            "policy has no default tenant");
   p.tenants[1].is_default = true;
   EXPECT_EQ(resolveTenant(p, "other", "").tenant->name, "tenant-b");
   EXPECT_EQ(resolveTenant(p, "other", "").why, "the default tenant");
@@ -106,8 +107,8 @@ TEST(Admission, ErrorsAreAnswersNotCrashes) {
   std::string bad = pod;
   bad.replace(bad.find("\"containers\":[]"), 15,
               R"("containers":[{"name":"c","env":[{"name":"TENANTQOS_X","value":"x"}]}],)"
-              R"("volumes":[{"name":")" + std::string(199, 'v') + "\xc3\xa9" +
-                  R"(","hostPath":{"path":"/run"}}])");
+              R"("volumes":[{"name":")" +
+                  std::string(199, 'v') + "\xc3\xa9" + R"(","hostPath":{"path":"/run"}}])");
   r = review(Endpoint::kValidate, bad, &vp, o);
   EXPECT_EQ(r.outcome, "refused") << r.body;
   EXPECT_NE(r.message.find("sets TENANTQOS_X itself"), std::string::npos) << r.message;

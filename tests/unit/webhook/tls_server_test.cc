@@ -123,9 +123,9 @@ TEST_F(TlsServerTest, RequestBounds) {
             "HTTP/1.1 411 Length Required");
   EXPECT_EQ(status("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx"),
             "HTTP/1.1 400 Bad Request");
-  EXPECT_EQ(status("GET / HTTP/1.1\r\nX: " + std::string(TlsServer::kMaxHeaderBytes, 'x') +
-                   "\r\n\r\n"),
-            "HTTP/1.1 431 Request Header Fields Too Large");
+  EXPECT_EQ(
+      status("GET / HTTP/1.1\r\nX: " + std::string(TlsServer::kMaxHeaderBytes, 'x') + "\r\n\r\n"),
+      "HTTP/1.1 431 Request Header Fields Too Large");
   EXPECT_EQ(status("garbage\r\n\r\n"), "HTTP/1.1 400 Bad Request");
 }
 

@@ -24,14 +24,16 @@ TEST(Envelope, SealedMessageOpensWithItsVersionAndEveryCorruptionIsNamed) {
   ASSERT_TRUE(v.ok()) << v.status().message();
   EXPECT_EQ(*v, 7);
   EXPECT_TRUE(expectVersion(*v, 7, "test message").ok());
-  EXPECT_NE(expectVersion(*v, 1, "test message").message().find("protocol version 7, this plugin "
-                                                                 "speaks 1"),
+  EXPECT_NE(expectVersion(*v, 1, "test message")
+                .message()
+                .find("protocol version 7, this plugin "
+                      "speaks 1"),
             std::string::npos);
 
   auto t = openEnvelope(m, 100, sizeof m, kMagic, "test message", "a test peer");
   EXPECT_EQ(t.status().message(), "test message: truncated (100 of 128 bytes)");
-  auto wrong = openEnvelope(m, sizeof m, sizeof m, wire::magic64("TQOTHER1"), "test message",
-                            "a test peer");
+  auto wrong =
+      openEnvelope(m, sizeof m, sizeof m, wire::magic64("TQOTHER1"), "test message", "a test peer");
   EXPECT_EQ(wrong.status().message(), "test message: bad magic (not a test peer)");
   m[20] ^= 1;
   auto crc = openEnvelope(m, sizeof m, sizeof m, kMagic, "test message", "a test peer");

@@ -48,9 +48,7 @@ TEST(FindInterfaces, DefaultSelectionIsNeverEmpty) {
   EXPECT_FALSE(devs->empty());
 }
 
-TEST(FindInterfaces, RejectsUnknownFamily) {
-  EXPECT_FALSE(findInterfaces("lo", "AF_UNIX").ok());
-}
+TEST(FindInterfaces, RejectsUnknownFamily) { EXPECT_FALSE(findInterfaces("lo", "AF_UNIX").ok()); }
 
 }  // namespace
 }  // namespace tq::plugin::oob
