@@ -1,66 +1,23 @@
-// Work-conserving per-tenant rate allocation on one node's egress link, and the demand
-// estimate that feeds it. Pure logic: no clock, no I/O, no shared memory. The agent runs it
-// every period (default 10 ms) and writes the results to the tenants' shm files.
+// The demand estimate that feeds the node's allocation (common/allocation.h: allocate(), the
+// work-conserving split of one link, shared with the cluster allocator). Pure logic: no clock,
+// no I/O, no shared memory. The agent runs both every period (default 10 ms) and writes the
+// results to the tenants' shm files.
 //
-// allocate():
-//   1. each active tenant gets base = min(demand, guarantee, limit);
-//   2. the capacity left over is split by weight among tenants whose demand is still unmet,
-//      by water-filling: a tenant whose share would take it past min(demand, limit) gets
-//      exactly that and drops out, and the rest is split again among the others, until no one
-//      is capped or nothing is left;
-//   3. so: nobody above its limit or its demand, sum <= capacity, and capacity stays unused
-//      only when every active tenant already has min(demand, limit) (work-conserving).
-//   If the guarantees of the tenants that want them exceed capacity (admission should prevent
-//   it), each gets base x capacity / sum(base) and there is no spare.
-//
-// The bucket rate (Allocation::bucket_rate) is what the plugin's token bucket is refilled at:
-// max(rate, guarantee) (a guarantee above the limit counts as the limit). The allocation of a
-// tenant that currently uses less than its guarantee is its demand, and the unused part of its
-// guarantee goes to others as spare. If its bucket were refilled at that low allocation, the
-// tenant would wake up throttled to its old demand and would only reach its guarantee one period
-// later, after the estimator saw it throttled. With the bucket at its guarantee, a waking tenant
-// gets its guarantee at once. An inactive tenant (no process on this node) also keeps its
-// guarantee in the bucket, so the first process of a new job starts at its guarantee.
-//
-// The price: for at most one period after a wake-up, the buckets together may admit more than
-// the capacity. The overshoot is bounded by the sum of the unused guarantees, sum(max(0,
-// guarantee - rate)), and is never more than the spare handed out in that period. The next
-// allocation sees the waking tenant's demand and takes the spare back from the others. The
-// link (the NIC queue, or HTB in TCP mode) absorbs the excess for that period. The
-// alternatives were worse. Reserving unused guarantees wastes them, which is not
-// work-conserving. Refilling at the allocation makes the waking tenant wait a period, which
-// misses "guarantee at once".
-//
-// Units: bytes per second. Thread-safety: pure functions; DemandEstimator is a value (one per
+// Units: bytes per second. Thread-safety: DemandEstimator is a value (one per
 // tenant, owned by the agent's reconcile thread).
 #pragma once
 
 #include <cstdint>
-#include <limits>
-#include <string>
-#include <vector>
+
+#include "common/allocation.h"
 
 namespace tq::agent {
 
-// Demand of a backlogged tenant: it would take any rate it is given.
-constexpr uint64_t kUnboundedDemand = std::numeric_limits<uint64_t>::max();
-
-struct TenantInput {
-  uint64_t guarantee = 0;  // bytes/s
-  uint64_t limit = 0;      // bytes/s; a guarantee above it counts as the limit
-  uint32_t weight = 1;     // share of spare capacity; 0 counts as 1 (policy rejects 0)
-  uint64_t demand = 0;     // bytes/s, or kUnboundedDemand
-  bool active = true;      // false: no process of the tenant on this node -> rate 0
-};
-
-struct Allocation {
-  uint64_t rate = 0;         // what the tenant gets this period
-  uint64_t bucket_rate = 0;  // the refill rate of its token bucket: max(rate, guarantee)
-};
-
-// One Allocation per input, in the same order. Deterministic: leftover bytes from integer
-// division go to the unsatisfied tenants in input order, one byte each.
-std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInput>& tenants);
+using tq::allocate;
+using tq::Allocation;
+using tq::describeAllocation;
+using tq::kUnboundedDemand;
+using tq::TenantInput;
 
 // What a tenant's processes reported for one period (summed over its processes).
 struct DemandSignals {
@@ -116,9 +73,5 @@ class DemandEstimator {
   double smoothed_ = 0;  // bytes/s observed (sent + backlog drain), smoothed when falling
   uint64_t last_ = 0;
 };
-
-// "a=60Mbps/b=30Mbps": a debug rendering of rates (names in input order).
-std::string describeAllocation(const std::vector<std::string>& names,
-                               const std::vector<Allocation>& allocations);
 
 }  // namespace tq::agent
