@@ -21,7 +21,8 @@
 # TQ_PYTHON (default python3), NCCL_HOME, and what the tests read (TQ_GPU_RATE,
 # TENANTQOS_RATE, TQ_TORCH_RATE_B, ...: see each test's header).
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+cd "$(dirname "$self")/../.." || exit 1
 repo=$PWD
 build=${TQ_GPU_BUILD_DIR:-build-gpu}
 [[ $build == /* ]] || build=$repo/$build
@@ -113,7 +114,7 @@ lines=()
 failed=0
 skipped=0
 
-note() { lines+=("$1"); echo "device-check: $1"; }
+note() { lines+=("$*"); echo "device-check: $*"; }
 
 # stage NAME CAP LOG: runs `device-check.sh --stage NAME` for at most CAP seconds and what is
 # left of the bound; sets stage_rc (124: did not finish, 125: not run).
@@ -127,7 +128,7 @@ stage() {
   fi
   local limit=$((cap < left ? cap : left)) t0=$SECONDS
   echo "device-check: stage $name (at most ${limit} s) ..."
-  timeout -k 5 "$limit" "$0" --stage "$work" "$name" >>"$log" 2>&1
+  timeout -k 5 "$limit" "$self" --stage "$work" "$name" >>"$log" 2>&1
   stage_rc=$?
   stage_s=$((SECONDS - t0))
   if ((stage_rc == 124 || stage_rc == 137)); then
