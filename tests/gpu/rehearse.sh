@@ -254,7 +254,8 @@ OUT=$work/bound-out TQ_GPU_BUILD_DIR=$work/bound-build TQ_CHECK_TOTAL_S=12 \
   "$repo/tests/gpu/device-check.sh" >"$work/bound.log" 2>&1
 rc=$?
 summary=$(cat "$work/bound-out/summary.txt" 2>/dev/null)
-((rc == 1)) && grep -q '^stage build: DID NOT FINISH: stopped after .* of the 12-s bound); log: build.log' <<<"$summary" &&
+stopped='^stage build: DID NOT FINISH: stopped after .* of the 12-s bound); log: build.log'
+((rc == 1)) && grep -q "$stopped" <<<"$summary" &&
   grep -q '^stage cxx: NOT RUN' <<<"$summary" || FAIL "12-s bound: exit $rc, summary: $summary"
 rm -rf "$work/bound-out"
 OUT=$work/bound-out TQ_GPU_BUILD_DIR=$work/bound-build TQ_CHECK_TOTAL_S=4 \
