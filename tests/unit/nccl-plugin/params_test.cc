@@ -78,6 +78,12 @@ TEST(PluginParams, ErrorsNameTheVariableAndValue) {
                {"TENANTQOS_NSOCKS", "17"},
                {"TENANTQOS_RATE", "fast"},
                {"TENANTQOS_BURST", "-5"},
+               // Issue 23 item 13: zero is out of range like every other bad value (a zero
+               // rate never admits a byte; a zero burst cuts ib messages into empty pieces).
+               {"TENANTQOS_RATE", "0"},
+               {"TENANTQOS_RATE", "0Gbps"},
+               {"TENANTQOS_BURST", "0"},
+               {"TENANTQOS_BURST", "100"},
                {"TENANTQOS_SOCKET_INLINE", "8MiB"},
                {"TENANTQOS_HANDSHAKE_TIMEOUT_MS", "1"}};
   for (const Case& c : cases) {
