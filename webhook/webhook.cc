@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/tenant_shm.h"  // isDns1123Label
 #include "proto/convert.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "webhook/tls_server.h"
@@ -30,8 +31,9 @@ constexpr const char* kUsageHead =
 The tenantqos admission webhook: AdmissionReview v1 on Pods over HTTPS at /mutate (adds the
 tenant's pod recipe as a JSONPatch) and /validate (refuses tenantqos settings that contradict
 the pod's tenant); GET /healthz, /readyz (200 once a policy is held), /metrics. A pod's tenant:
-its Volcano queue (annotation scheduling.volcano.sh/queue-name) in a tenant's volcanoQueues,
-else its namespace in a tenant's namespaces, else the policy's default tenant.
+its namespace in a tenant's namespaces; in a namespace of --queue-namespaces, its Volcano queue
+(annotation scheduling.volcano.sh/queue-name) in a tenant's volcanoQueues; else the policy's
+default tenant. A queue annotation naming another tenant than that is refused.
 
 Flags (the recipe's are described in docs/deploy.md):
 )";
@@ -92,7 +94,7 @@ void addWebhookFlags(FlagTable& t, WebhookConfig* c) {
       .defaultValue(c->recipe.run_dir);
   t.add("--group", "GID|none",
         "supplemental group of pods whose tenant has no numeric unixGroup (a numeric unixGroup "
-        "is used instead)",
+        "is used instead); never one that is a tenant's unixGroup (such pods are refused)",
         [c](std::string_view v) -> Status {
           if (v == "none") {
             c->recipe.group.reset();
@@ -107,6 +109,23 @@ void addWebhookFlags(FlagTable& t, WebhookConfig* c) {
           return okStatus();
         })
       .defaultValue(c->recipe.group ? std::to_string(*c->recipe.group) : "none");
+  t.add("--queue-namespaces", "NS,...",
+        "namespaces of no tenant where a pod's Volcano queue picks its tenant (Volcano jobs of "
+        "several tenants in one namespace)",
+        [c](std::string_view v) -> Status {
+          c->recipe.queue_namespaces.clear();
+          for (size_t at = 0; at <= v.size();) {
+            const size_t comma = std::min(v.find(',', at), v.size());
+            const std::string ns(v.substr(at, comma - at));
+            if (!isDns1123Label(ns)) {
+              return invalidArgument("\"" + ns + "\" is not a namespace name (a DNS-1123 label)");
+            }
+            c->recipe.queue_namespaces.push_back(ns);
+            at = comma + 1;
+          }
+          return okStatus();
+        })
+      .defaultText("none");
   t.text("--default-ld-library-path", "PATHS", &c->recipe.default_ld_library_path,
          "after the plugin's directory when a container sets no LD_LIBRARY_PATH");
   t.integer("--request-timeout-ms", "MS", &c->request_timeout_ms, 100, 60'000,

@@ -24,7 +24,8 @@ TEST(WebhookFlagsTest, DefaultsAndEveryFlag) {
   ASSERT_TRUE(a.ok()) << a.status().toString();
   EXPECT_EQ(a->config.listen, "0.0.0.0:8443");
   EXPECT_EQ(a->config.recipe.run_dir, "/run/tenantqos");
-  EXPECT_EQ(a->config.recipe.group, 7400u);
+  EXPECT_FALSE(a->config.recipe.group.has_value());
+  EXPECT_TRUE(a->config.recipe.queue_namespaces.empty());
   EXPECT_EQ(a->config.request_timeout_ms, 10'000);
 
   a = parse({"--listen",
@@ -62,15 +63,19 @@ TEST(WebhookFlagsTest, DefaultsAndEveryFlag) {
   EXPECT_EQ(c.recipe.default_ld_library_path, "/lib");
   EXPECT_EQ(c.request_timeout_ms, 100);
   EXPECT_EQ(c.port_file, "/pf");
-  a = parse({"--insecure", "--group", "1234"});
-  ASSERT_TRUE(a.ok());
+  a = parse({"--insecure", "--group", "1234", "--queue-namespaces", "ml,batch"});
+  ASSERT_TRUE(a.ok()) << a.status().toString();
   EXPECT_EQ(a->config.recipe.group, 1234u);
+  EXPECT_EQ(a->config.recipe.queue_namespaces, (std::vector<std::string>{"ml", "batch"}));
 }
 
 TEST(WebhookFlagsTest, UsageErrors) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--insecure", "--run-dir", "relative"}, "--run-dir: not an absolute path"},
       {{"--insecure", "--group", "-1"}, "--group: \"-1\" is not a group id or \"none\""},
+      {{"--insecure", "--queue-namespaces", "ml,,b"},
+       "--queue-namespaces: \"\" is not a namespace"},
+      {{"--insecure", "--queue-namespaces", "Bad_NS"}, "\"Bad_NS\" is not a namespace name"},
       {{"--insecure", "--request-timeout-ms", "99"}, "--request-timeout-ms: 99 is outside"},
       {{"--insecure", "--listen", "8443"}, "--listen: \"8443\" is not HOST:PORT"},
       {{}, "choose --insecure (plaintext to policyd) or --tls-ca FILE"},
@@ -97,7 +102,7 @@ TEST(WebhookFlagsTest, HelpAndDocsFromTheTable) {
   EXPECT_TRUE(a->help);
   const std::string usage = webhookUsage();
   EXPECT_NE(usage.find("--group GID|none"), std::string::npos) << usage;
-  EXPECT_NE(usage.find("(default 7400)"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(default none)"), std::string::npos) << usage;
   EXPECT_EQ(testing::docsBlockMismatch("docs/deploy.md", "addWebhookFlags", webhookFlagsMarkdown()),
             "");
 }
