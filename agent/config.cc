@@ -53,8 +53,8 @@ void addAgentFlags(FlagTable& t, AgentConfig* c) {
                    "server is refused)",
                    "CN = the node name, O = tenantqos:agents");
   t.add("--device", "DEV=LINK",
-        "manage kernel device DEV as the policy's link LINK; several devices may carry the "
-        "same link",
+        "manage kernel device DEV as the policy's link LINK; several devices (rails, at most " +
+            std::to_string(shm::kMaxDeviceBuckets) + ") may carry the same link",
         [c](std::string_view v) -> Status {
           const size_t eq = v.find('=');
           if (eq == std::string_view::npos || eq == 0 || eq + 1 == v.size()) {
@@ -64,8 +64,16 @@ void addAgentFlags(FlagTable& t, AgentConfig* c) {
           if (!validDeviceName(m.device)) {
             return invalidArgument("\"" + m.device + "\" is not a valid device name");
           }
+          size_t same_link = 0;
           for (const DeviceMapping& d : c->devices) {
             if (d.device == m.device) return invalidArgument(m.device + " given twice");
+            same_link += d.link == m.link;
+          }
+          if (same_link >= shm::kMaxDeviceBuckets) {
+            return invalidArgument("more than " + std::to_string(shm::kMaxDeviceBuckets) +
+                                   " devices carry link " + m.link +
+                                   " (a tenant's buckets hold that many devices, "
+                                   "common/shm_layout.h)");
           }
           c->devices.push_back(std::move(m));
           return okStatus();
@@ -106,7 +114,10 @@ void addAgentFlags(FlagTable& t, AgentConfig* c) {
                    "htb: an HTB class per tenant; none: \"RDMA-like\", no tc at all (tc cannot see "
                    "RDMA): tenants are separated by plugin pacing and the allocator, and a tree "
                    "left from htb mode is removed");
-  t.size("--burst", &c->burst_bytes, 1500, 1ull << 32, "token-bucket depth given to the plugin");
+  t.micros("--bucket-depth-us", &c->bucket_depth_ns, 10, 1'000'000,
+           "token-bucket depth given to the plugin, as time at the bucket's rate: over any "
+           "window T a tenant sends at most rate x (T + this) (1 ms: 1 % over 100 ms)");
+  t.size("--burst", &c->burst_bytes, 1500, 1ull << 32, "smallest token-bucket depth");
   t.toggle("--cleanup", &c->cleanup,
            "remove everything the agent created (tc trees on the --device devices, sockets and "
            "tenant directories, persisted state), then exit");

@@ -155,14 +155,25 @@ FlagTable::Flag& FlagTable::integer(std::string name, std::string placeholder, i
 
 FlagTable::Flag& FlagTable::millis(std::string name, int64_t* out_ns, int64_t min_ms,
                                    int64_t max_ms, std::string help) {
-  Flag& f = add(std::move(name), "MS", std::move(help),
-                [out_ns, min_ms, max_ms](std::string_view v) -> Status {
-                  TQ_ASSIGN_OR_RETURN(int64_t ms, parseInteger(v, min_ms, max_ms));
-                  *out_ns = ms * 1'000'000;
+  return wholeUnits(std::move(name), "MS", 1'000'000, out_ns, min_ms, max_ms, std::move(help));
+}
+
+FlagTable::Flag& FlagTable::micros(std::string name, int64_t* out_ns, int64_t min_us,
+                                   int64_t max_us, std::string help) {
+  return wholeUnits(std::move(name), "US", 1'000, out_ns, min_us, max_us, std::move(help));
+}
+
+FlagTable::Flag& FlagTable::wholeUnits(std::string name, std::string placeholder, int64_t unit_ns,
+                                       int64_t* out_ns, int64_t min, int64_t max,
+                                       std::string help) {
+  Flag& f = add(std::move(name), std::move(placeholder), std::move(help),
+                [out_ns, unit_ns, min, max](std::string_view v) -> Status {
+                  TQ_ASSIGN_OR_RETURN(int64_t n, parseInteger(v, min, max));
+                  *out_ns = n * unit_ns;
                   return okStatus();
                 });
-  f.default_text = std::to_string(*out_ns / 1'000'000);
-  f.range = std::to_string(min_ms) + ".." + std::to_string(max_ms);
+  f.default_text = std::to_string(*out_ns / unit_ns);
+  f.range = std::to_string(min) + ".." + std::to_string(max);
   return f;
 }
 

@@ -140,6 +140,8 @@ class FlagTable {
   }
   // A whole number of milliseconds in [min_ms, max_ms], stored in nanoseconds.
   Flag& millis(std::string name, int64_t* out_ns, int64_t min_ms, int64_t max_ms, std::string help);
+  // A whole number of microseconds in [min_us, max_us], stored in nanoseconds.
+  Flag& micros(std::string name, int64_t* out_ns, int64_t min_us, int64_t max_us, std::string help);
   // Seconds (a decimal fraction allowed) in [min_s, max_s], stored in nanoseconds.
   Flag& seconds(std::string name, int64_t* out_ns, double min_s, double max_s, std::string help);
   // A size in bytes ("256KiB", "1MiB", "65536": common/units parseSize) in [min, max].
@@ -190,6 +192,9 @@ class FlagTable {
 
  private:
   static Result<int64_t> parseInteger(std::string_view v, int64_t min, int64_t max);
+  // A whole number of `unit_ns` units in [min, max], stored in nanoseconds.
+  Flag& wholeUnits(std::string name, std::string placeholder, int64_t unit_ns, int64_t* out_ns,
+                   int64_t min, int64_t max, std::string help);
   static std::string oneOfError(std::string_view v, size_t n,
                                 const std::function<std::string_view(size_t)>& word);
   const Flag* find(std::string_view name) const;

@@ -191,6 +191,7 @@ Result<std::unique_ptr<IbTransport>> IbTransport::create(const IbTransportConfig
     }
     auto port = std::make_unique<IbPort>();
     port->name = c.device;
+    port->netdev = c.netdev.empty() ? c.device : c.netdev;
     port->port = c.port;
     port->link_layer = attr->link_layer == IBV_LINK_LAYER_INFINIBAND ? tqib::LinkLayer::kInfiniBand
                                                                      : tqib::LinkLayer::kEthernet;
@@ -259,6 +260,7 @@ Status IbTransport::properties(int dev, DeviceProperties* out) const {
   d.max_p2p_bytes = std::min<uint64_t>(kMaxP2pBytes, p.max_msg_bytes * 1024);
   d.max_coll_bytes = kMaxCollBytes;
   d.max_multi_request_size = 1;
+  d.netdev = p.netdev.c_str();
   *out = d;
   return okStatus();
 }

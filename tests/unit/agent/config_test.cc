@@ -51,6 +51,7 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
                   "--report-interval-ms=250",
                   "--burst",
                   "1MiB",
+                  "--bucket-depth-us=2500",
                   "--sysfs-root=/tmp/fake-sys",
                   "--qp-scan-interval-ms=200"});
   ASSERT_TRUE(c.ok()) << c.status().toString();
@@ -64,6 +65,7 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
   EXPECT_EQ(c->report_interval_ns, 250'000'000);
   EXPECT_EQ(c->tc_mode, TcMode::kNone);
   EXPECT_EQ(c->burst_bytes, 1u << 20);
+  EXPECT_EQ(c->bucket_depth_ns, 2'500'000);
   EXPECT_EQ(c->sysfs_root, "/tmp/fake-sys");
   EXPECT_EQ(c->qp_scan_interval_ns, 200'000'000);
   EXPECT_FALSE(c->node.empty());  // host name
@@ -109,6 +111,12 @@ TEST(AgentConfigTest, UsageErrors) {
       {{"--policyd", "h:1", "--device", "e=a", "--run-dir"}, "needs a value"},
       {{"--policyd", "h:1", "--device", "e=a", "--metrics", "localhost"}, "HOST:PORT"},
       {{"--policyd", "h:1", "--device", "e=a", "--burst", "10B"}, "outside"},
+      {{"--policyd", "h:1", "--device", "e=a", "--bucket-depth-us", "5"}, "[10, 1000000]"},
+      {{"--policyd", "h:1", "--device", "e=a", "--bucket-depth-us", "1ms"}, "not a whole number"},
+      {{"--policyd", "h:1",      "--device", "e0=a",     "--device", "e1=a",     "--device",
+        "e2=a",      "--device", "e3=a",     "--device", "e4=a",     "--device", "e5=a",
+        "--device",  "e6=a",     "--device", "e7=a",     "--device", "e8=a"},
+       "more than 8 devices carry link a"},
       {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root="}, "--sysfs-root: empty value"},
       {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root"}, "needs a value"},
       {{"--cleanup=yes", "--device", "e=a"}, "no value"},
@@ -153,7 +161,8 @@ TEST(AgentConfigTest, HelpAndDocsFromTheTable) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
   EXPECT_NE(usage.find("(1..10000; default 10)"), std::string::npos) << usage;  // --period-ms
-  EXPECT_NE(usage.find("(1500B..4GiB; default 256KiB)"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(1500B..4GiB; default 4KiB)"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(10..1000000; default 1000)"), std::string::npos) << usage;
   EXPECT_EQ(testing::docsBlockMismatch("docs/agent.md", "addAgentFlags", agentFlagsMarkdown()), "");
 }
 
