@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "agent/config.h"
+#include "common/endpoints.h"
 #include "common/log.h"
 
 namespace tq::agent {
@@ -81,19 +81,18 @@ size_t headEnd(const std::string& in) {
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host_port,
                                                       std::map<std::string, Handler> routes,
                                                       Options options) {
-  TQ_ASSIGN_OR_RETURN(auto hp, splitHostPort(host_port));
+  TQ_ASSIGN_OR_RETURN(HostPort hp, parseHostPort(host_port));
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->options_ = options;
   s->routes_ = std::move(routes);
-  s->host_ = hp.first;
+  s->host_ = hp.host;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  const std::string port_text = std::to_string(hp.second);
-  const int gai = ::getaddrinfo(hp.first.empty() ? nullptr : hp.first.c_str(), port_text.c_str(),
-                                &hints, &found);
+  const std::string port_text = std::to_string(hp.port);
+  const int gai = ::getaddrinfo(hp.host.c_str(), port_text.c_str(), &hints, &found);
   if (gai != 0) {
     return invalidArgument("metrics address " + host_port + ": " + ::gai_strerror(gai));
   }
