@@ -8,7 +8,14 @@
 namespace tq::perf {
 
 const char kUsage[] =
-    "usage: tenantqos-perf sendrecv|allreduce|pingpong [options]\n"
+    "usage: tenantqos-perf sendrecv|allreduce|alltoall|incast|pingpong [options]\n"
+    "modes:\n"
+    "  sendrecv                  rank r sends to r+1, receives from r-1 (nccl-tests sendrecv)\n"
+    "  allreduce                 ring reduce-scatter + all-gather of floats, verified\n"
+    "  alltoall                  every rank sends SIZE/nranks to every other rank (MoE\n"
+    "                            dispatch/combine), one connection per pair\n"
+    "  incast                    ranks 1..n-1 each send SIZE to rank 0 (many-to-one)\n"
+    "  pingpong                  round-trip latency between 2 ranks\n"
     "ranks:\n"
     "  --local N                 fork N ranks on this host (rendezvous on 127.0.0.1)\n"
     "  --rank R --nranks N --rendezvous HOST:PORT   one rank of a multi-process run;\n"
@@ -28,22 +35,25 @@ const char kUsage[] =
     "  -f, --stepfactor N        default 2\n"
     "  -n, --iters N             default 20 (pingpong 1000)\n"
     "  -w, --warmup N            default 5 (pingpong 100)\n"
-    "  --window N                messages in flight per peer, sendrecv (default 8)\n"
+    "  --window N                messages in flight per connection (default 8)\n"
     "  --unidirectional          sendrecv: even ranks send to rank+1 only\n"
     "streaming:\n"
     "  --duration SEC            sendrecv: stream messages of --size for SEC seconds;\n"
-    "                            allreduce: back-to-back allreduces of --size for SEC seconds,\n"
-    "                            each ring step pipelined in --chunk pieces (like NCCL)\n"
-    "  --size SIZE               message (sendrecv) or buffer (allreduce) size (default 4M)\n"
-    "  --chunk SIZE              allreduce pipeline chunk (default 512K); --window in flight\n"
+    "                            allreduce, alltoall, incast: back-to-back iterations of --size\n"
+    "                            for SEC seconds, each transfer pipelined in --chunk pieces\n"
+    "                            (like NCCL)\n"
+    "  --size SIZE               message (sendrecv), buffer (allreduce, alltoall) or per-sender\n"
+    "                            (incast) size (default 4M)\n"
+    "  --chunk SIZE              pipeline chunk (default 512K); --window in flight\n"
     "  --on-off ON_MS:OFF_MS[:PHASE_MS]\n"
-    "                            allreduce: start new allreduces only during the first ON_MS of\n"
+    "                            allreduce, alltoall, incast: start new iterations only during the "
+    "first ON_MS of\n"
     "                            every ON_MS+OFF_MS cycle (a tenant going idle and back); cycles\n"
     "                            from the start, or with PHASE_MS on the wall clock: on from\n"
     "                            PHASE_MS past every multiple of the cycle (jobs in phase)\n"
-    "  --compute-ms MS           allreduce: a training step: after each complete allreduce, MS\n"
-    "                            without traffic before the next; prints one \"iteration\" line\n"
-    "                            (JSON) per complete allreduce\n"
+    "  --compute-ms MS           allreduce, alltoall, incast: a training step: after each\n"
+    "                            complete iteration, MS without traffic before the next; prints\n"
+    "                            one \"iteration\" line (JSON) per complete iteration\n"
     "  --report-interval MS      print per-interval throughput lines (with --duration)\n"
     "checks and output:\n"
     "  --check / --no-check      verify received data (default on: one message per size)\n"
@@ -73,7 +83,8 @@ Result<Options> parseArgs(int argc, char** argv) {
   if (argc < 2) return invalidArgument("missing mode");
   o.mode = argv[1];
   if (o.mode == "-h" || o.mode == "--help") return invalidArgument("");
-  if (o.mode != "sendrecv" && o.mode != "allreduce" && o.mode != "pingpong") {
+  if (o.mode != "sendrecv" && o.mode != "allreduce" && o.mode != "alltoall" && o.mode != "incast" &&
+      o.mode != "pingpong") {
     return invalidArgument("unknown mode \"" + o.mode + "\"");
   }
   const char* env_plugin = std::getenv("NCCL_NET_PLUGIN");
@@ -242,8 +253,8 @@ Result<Options> parseArgs(int argc, char** argv) {
   if (o.mode == "sendrecv" && o.unidirectional && o.nranks % 2 != 0) {
     return invalidArgument("--unidirectional needs an even number of ranks");
   }
-  if (o.mode == "sendrecv" && o.nranks < 2)
-    return invalidArgument("sendrecv needs at least 2 ranks");
+  if ((o.mode == "sendrecv" || o.mode == "alltoall" || o.mode == "incast") && o.nranks < 2)
+    return invalidArgument(o.mode + " needs at least 2 ranks");
   if (o.min_bytes > o.max_bytes) return invalidArgument("--minbytes above --maxbytes");
   if (o.window < 1 || o.window > 32)
     return invalidArgument("--window must be 1..32 (NCCL_NET_MAX_REQUESTS)");
@@ -252,8 +263,11 @@ Result<Options> parseArgs(int argc, char** argv) {
   if (o.duration_s > 0 && o.mode == "pingpong") {
     return invalidArgument("--duration applies to sendrecv and allreduce");
   }
-  if ((o.on_ms > 0 || o.compute_ms != 0) && (o.mode != "allreduce" || o.duration_s <= 0)) {
-    return invalidArgument("--on-off and --compute-ms apply to allreduce --duration");
+  if ((o.on_ms > 0 || o.compute_ms != 0) &&
+      (o.mode == "sendrecv" || o.mode == "pingpong" || o.duration_s <= 0)) {
+    return invalidArgument(
+        "--on-off and --compute-ms apply to allreduce, alltoall and incast "
+        "with --duration");
   }
   if (o.compute_ms < 0) return invalidArgument("--compute-ms must be >= 0");
   if (o.chunk < 4 || o.chunk > (1ull << 30)) return invalidArgument("--chunk must be 4 B..1 GiB");
