@@ -1,5 +1,7 @@
 #include "policy/policy_file.h"
 
+#include "policy/yaml_reader.h"
+
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
@@ -20,117 +22,14 @@
 namespace tq::policy {
 namespace {
 
-struct Pos {
-  int line = 0;  // 1-based, 0 = unknown
-  int column = 0;
-};
-
-Pos posOf(const YAML::Mark& m) {
-  if (m.is_null() || m.line < 0 || m.column < 0) return {};
-  return {m.line + 1, m.column + 1};
-}
-
-// Where each field of the document sits, and which fields failed to parse (semantic rules skip
-// those, so one mistake is reported once). Empty for structured (non-YAML) input.
-struct FieldIndex {
-  std::unordered_map<std::string, Pos> pos;
-  std::set<std::string> invalid;
-
-  bool usable(const std::string& path) const { return invalid.count(path) == 0; }
-
-  // The position of `path`, else of its nearest recorded parent ("tenants[1].x" -> "tenants[1]").
-  Pos find(std::string path) const {
-    for (;;) {
-      auto it = pos.find(path);
-      if (it != pos.end()) return it->second;
-      size_t cut = path.find_last_of(".[");
-      if (cut == std::string::npos || cut == 0) return {};
-      path.resize(cut);
-    }
-  }
-};
-
-class ErrorList {
- public:
-  explicit ErrorList(std::string_view file) : file_(file) {}
-  void add(Pos p, std::string field, std::string reason) {
-    errors_.push_back({file_, p.line, p.column, std::move(field), std::move(reason)});
-  }
-  std::vector<PolicyError> take() {
-    std::stable_sort(errors_.begin(), errors_.end(),
-                     [](const PolicyError& a, const PolicyError& b) {
-                       return std::tie(a.line, a.column) < std::tie(b.line, b.column);
-                     });
-    return std::move(errors_);
-  }
-  bool empty() const { return errors_.empty(); }
-
- private:
-  std::string file_;
-  std::vector<PolicyError> errors_;
-};
-
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += '?';
-      continue;
-    }
-    out += c;
-  }
-  if (out.size() > 66) out = out.substr(0, 60) + "...";
-  return out + "\"";
-}
-
-std::string rangeReason(uint64_t min, uint64_t max, std::string_view got) {
-  return "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " +
-         std::string(got);
-}
-
-size_t editDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      char x = static_cast<char>(std::tolower(static_cast<unsigned char>(a[i - 1])));
-      char y = static_cast<char>(std::tolower(static_cast<unsigned char>(b[j - 1])));
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x == y ? 0 : 1)});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-std::string unknownFieldReason(std::string_view key, std::span<const std::string_view> known) {
-  std::string_view best;
-  size_t best_d = std::numeric_limits<size_t>::max();
-  for (std::string_view k : known) {
-    size_t d = editDistance(key, k);
-    if (d < best_d) best_d = d, best = k;
-  }
-  if (key == "<<") return "YAML merge keys (<<) are not supported: write the fields out";
-  std::string r = "unknown field " + quote(key);
-  if (!best.empty() && best_d <= std::max<size_t>(2, best.size() / 3)) {
-    return r + " (did you mean \"" + std::string(best) + "\"?)";
-  }
-  r += " (known fields: ";
-  for (size_t i = 0; i < known.size(); ++i) r += (i ? ", " : "") + std::string(known[i]);
-  return r + ")";
-}
-
-std::string describe(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Null: return "an empty value";
-    case YAML::NodeType::Scalar: return quote(n.Scalar());
-    case YAML::NodeType::Undefined: break;
-  }
-  return "nothing";
-}
+using yaml::ErrorList;
+using yaml::FieldIndex;
+using yaml::itemPath;
+using yaml::percentText;
+using yaml::Pos;
+using yaml::posOf;
+using yaml::quote;
+using yaml::rangeReason;
 
 constexpr std::string_view kRootFields[] = {"apiVersion", "kind", "links", "tenants"};
 constexpr std::string_view kLinkFields[] = {"name", "capacity", "headroom"};
@@ -139,18 +38,10 @@ constexpr std::string_view kTenantFields[] = {
     "serviceLevel",  "dscp",    "trafficClasses", "shareClass", "namespaces",
     "volcanoQueues", "default", "unixGroup"};
 
-// Walks the YAML tree along the schema. Never descends into unknown fields, so the work is
-// bounded by the schema and the size limits, whatever aliases the document uses.
-class YamlReader {
+// Walks the YAML tree along the policy's schema (yaml_reader.h: the typed readers).
+class YamlReader : public yaml::FieldReader {
  public:
-  YamlReader(ErrorList& errors, FieldIndex& index) : errors_(errors), index_(index) {}
-
-  struct Entry {
-    YAML::Node key;
-    YAML::Node value;
-    Pos pos;  // of the value, or of the key when the value is empty
-  };
-  using Fields = std::map<std::string, Entry, std::less<>>;
+  using FieldReader::FieldReader;
 
   void readRoot(const YAML::Node& root, PolicySpec* out) {
     Fields f;
@@ -233,191 +124,14 @@ class YamlReader {
                     }
                   });
     }
-    if (f.count("namespaces")) readNames(f["namespaces"], field("namespaces"), &t.namespaces);
+    if (f.count("namespaces"))
+      readNames(f["namespaces"], field("namespaces"), kMaxPlatformNames, &t.namespaces);
     if (f.count("volcanoQueues")) {
-      readNames(f["volcanoQueues"], field("volcanoQueues"), &t.volcano_queues);
+      readNames(f["volcanoQueues"], field("volcanoQueues"), kMaxPlatformNames, &t.volcano_queues);
     }
     if (f.count("default")) readBool(f["default"], field("default"), &t.is_default);
     return t;
   }
-
-  // A sequence of strings (platform names); their syntax is checked by validateSpec. An item
-  // that is not a string is kept as "" (indexes stay aligned) and marked invalid.
-  void readNames(const Entry& e, const std::string& path, std::vector<std::string>* out) {
-    forEachItem(e, path, kMaxPlatformNames, [&](const YAML::Node& item, const std::string& p) {
-      std::string v;
-      readString(Entry{YAML::Node(), item, posOf(item.Mark())}, p, &v);
-      out->push_back(std::move(v));
-    });
-  }
-
-  void bad(const std::string& path, Pos p, std::string reason) {
-    index_.invalid.insert(path);
-    errors_.add(p, path, std::move(reason));
-  }
-
-  bool readMapping(const YAML::Node& node, Pos at, const std::string& path,
-                   std::span<const std::string_view> known, Fields* out) {
-    if (!node.IsMap()) {
-      bad(path.empty() ? "(document)" : path, at, "expected a mapping, got " + describe(node));
-      return false;
-    }
-    if (!path.empty()) index_.pos[path] = at;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node key = it->first;
-      const YAML::Node value = it->second;
-      Pos kp = posOf(key.Mark());
-      if (!key.IsScalar()) {
-        errors_.add(kp, path.empty() ? "(document)" : path,
-                    "keys must be plain names, got " + describe(key));
-        continue;
-      }
-      const std::string& name = key.Scalar();
-      const std::string fpath = path.empty() ? name : path + "." + name;
-      if (std::find(known.begin(), known.end(), name) == known.end()) {
-        errors_.add(kp, fpath, unknownFieldReason(name, known));
-        continue;
-      }
-      auto [pos, inserted] = out->try_emplace(name);
-      if (!inserted) {
-        bad(fpath, kp,
-            "duplicate key " + quote(name) + " (first at line " +
-                std::to_string(pos->second.key.Mark().line + 1) + ", column " +
-                std::to_string(pos->second.key.Mark().column + 1) + ")");
-        continue;
-      }
-      Pos vp = value.IsNull() ? kp : posOf(value.Mark());
-      if (vp.line == 0) vp = kp;
-      pos->second = Entry{key, value, vp};
-      index_.pos[fpath] = vp;
-    }
-    return true;
-  }
-
-  bool requireField(Fields& f, const std::string& path, std::string_view key, Pos at) {
-    if (f.count(key)) return true;
-    const std::string fpath = path.empty() ? std::string(key) : path + "." + std::string(key);
-    bad(fpath, at, "required field missing");
-    return false;
-  }
-
-  template <typename Fn>
-  void forEachItem(const Entry& e, const std::string& path, size_t max_items, Fn fn) {
-    if (!e.value.IsSequence()) {
-      bad(path, e.pos,
-          "expected a sequence" + std::string(e.value.IsNull() ? " (write [] for none)" : "") +
-              ", got " + describe(e.value));
-      return;
-    }
-    if (e.value.size() > max_items) {
-      bad(path, e.pos,
-          "too many items: " + std::to_string(e.value.size()) + " (at most " +
-              std::to_string(max_items) + ")");
-      return;
-    }
-    size_t i = 0;
-    for (auto it = e.value.begin(); it != e.value.end(); ++it, ++i) {
-      const std::string p = path + "[" + std::to_string(i) + "]";
-      const YAML::Node item = *it;
-      Pos ip = posOf(item.Mark());
-      if (ip.line == 0) ip = e.pos;
-      index_.pos[p] = ip;
-      fn(item, p);
-    }
-  }
-
-  bool scalar(const Entry& e, const std::string& path, std::string_view expected) {
-    if (e.value.IsScalar()) return true;
-    bad(path, e.pos, "expected " + std::string(expected) + ", got " + describe(e.value));
-    return false;
-  }
-
-  bool readString(const Entry& e, const std::string& path, std::string* out) {
-    if (!scalar(e, path, "a string")) return false;
-    *out = e.value.Scalar();
-    return true;
-  }
-
-  bool readName(const Entry& e, const std::string& path, std::string* out) {
-    if (!readString(e, path, out)) return false;
-    if (!isDns1123Label(*out)) {
-      bad(path, e.pos,
-          quote(*out) +
-              " is not a DNS-1123 label (1-63 characters of a-z, 0-9 and '-', "
-              "starting and ending with a letter or digit)");
-      return false;
-    }
-    return true;
-  }
-
-  bool readRate(const Entry& e, const std::string& path, uint64_t* out) {
-    if (!scalar(e, path, "a rate such as \"40Gbps\"")) return false;
-    auto r = parseRate(e.value.Scalar());
-    if (!r.ok()) {
-      bad(path, e.pos, r.status().message());
-      return false;
-    }
-    *out = *r;
-    return true;
-  }
-
-  bool readPercent(const Entry& e, const std::string& path, double* out) {
-    if (!scalar(e, path, "a percentage such as \"5%\"")) return false;
-    auto r = parsePercent(e.value.Scalar());
-    if (!r.ok()) {
-      bad(path, e.pos, r.status().message());
-      return false;
-    }
-    *out = *r;
-    return true;
-  }
-
-  // A plain (unquoted) decimal integer in [min, max].
-  bool readUint(const Entry& e, const std::string& path, uint64_t min, uint64_t max,
-                uint32_t* out) {
-    if (!scalar(e, path, "an integer")) return false;
-    const std::string& s = e.value.Scalar();
-    if (e.value.Tag() == "!") {
-      bad(path, e.pos,
-          "expected an integer, got the quoted string " + quote(s) + " (remove the quotes)");
-      return false;
-    }
-    std::string_view digits = s;
-    bool negative = false;
-    if (!digits.empty() && (digits.front() == '+' || digits.front() == '-')) {
-      negative = digits.front() == '-';
-      digits.remove_prefix(1);
-    }
-    uint64_t v = 0;
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-    bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(),
-                                                     [](char c) { return c >= '0' && c <= '9'; });
-    if (!all_digits) {
-      bad(path, e.pos, "expected an integer, got " + quote(s));
-      return false;
-    }
-    if (negative || ec != std::errc() || end != digits.data() + digits.size() || v < min ||
-        v > max) {
-      bad(path, e.pos, rangeReason(min, max, s));
-      return false;
-    }
-    *out = static_cast<uint32_t>(v);
-    return true;
-  }
-
-  bool readBool(const Entry& e, const std::string& path, bool* out) {
-    if (!scalar(e, path, "true or false")) return false;
-    const std::string& s = e.value.Scalar();
-    if (e.value.Tag() != "!") {
-      if (s == "true" || s == "True" || s == "TRUE") return *out = true, true;
-      if (s == "false" || s == "False" || s == "FALSE") return *out = false, true;
-    }
-    bad(path, e.pos, "expected true or false, got " + quote(s));
-    return false;
-  }
-
-  ErrorList& errors_;
-  FieldIndex& index_;
 };
 
 // A unixGroup: a gid that is not root's nor (gid_t)-1, or a portable group name.
@@ -434,13 +148,6 @@ bool isUnixGroupText(const std::string& g) {
   if (!ok(g[0], true)) return false;
   return std::all_of(g.begin() + 1, g.end(), [&](char c) { return ok(c, false); });
 }
-
-std::string percentText(double p) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, p);
-  return std::string(buf, ec == std::errc() ? end : buf) + "%";
-}
-
 // The semantic rules, in four groups: links, each tenant's own fields, class sharing (SL, DSCP,
 // traffic classes) and admission. Fields in index.invalid failed to parse and are skipped.
 // Errors are sorted by position afterwards; the order here only matters between errors at the
@@ -471,15 +178,10 @@ class SpecValidator {
     errors_.add(index_.find(path), path, std::move(reason));
   }
   static std::string at(std::string_view list, size_t i, std::string_view f = {}) {
-    std::string s = std::string(list) + "[" + std::to_string(i) + "]";
-    if (!f.empty()) s += "." + std::string(f);
-    return s;
+    return itemPath(list, i, f);
   }
   std::string where(std::string_view list, size_t i) const {
-    std::string s = at(list, i);
-    Pos ps = index_.find(s);
-    if (ps.line > 0) s += ", line " + std::to_string(ps.line);
-    return s;
+    return yaml::itemWhere(index_, list, i);
   }
 
   void checkLinks() {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 
 namespace tq::webhook {
 namespace {
@@ -82,18 +83,6 @@ const Json& arr(const Json& obj, std::string_view key) {
   return v != nullptr && v->is_array() ? *v : kEmpty;
 }
 
-// "/a/b/" -> "/a/b", "//a" -> "/a", and /var/run (a symlink to /run on every systemd
-// distribution, which the kubelet follows) -> /run: for comparing host paths.
-std::string normalPath(std::string p) {
-  std::string out;
-  for (char c : p) {
-    if (c == '/' && !out.empty() && out.back() == '/') continue;
-    out += c;
-  }
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  if (out == "/var/run" || out.rfind("/var/run/", 0) == 0) out.erase(0, 4);
-  return out;
-}
 bool within(const std::string& path, const std::string& dir) {  // path is dir or below it
   return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
                          (dir == "/" || path[dir.size()] == '/'));
@@ -129,9 +118,10 @@ class PodChecker {
     }
   }
 
-  Check run() {
+  Check run(const PolicySpec& policy) {
     checkLabel();
     checkVolumes();
+    checkGroups(policy);
     const Json& spec = sub(pod_, "spec");
     for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
       const Json& cs = arr(spec, list);
@@ -203,9 +193,10 @@ class PodChecker {
           have_tenant = true;
           continue;
         }
-        // At, above or below the run directory: another tenant's entry, or all of them.
-        if (within(path, run_dir) || within(run_dir, path) ||
-            path.find("/..") != std::string::npos || path.find("../") != std::string::npos) {
+        // At, above or below the run directory: another tenant's entry, or all of them. A
+        // `..` is refused outright: a symlink on the host makes it mean anything.
+        if (within(path, run_dir) || within(run_dir, path) || path == "/.." ||
+            path.find("/../") != std::string::npos || path.ends_with("/..")) {
           conflict("volume " + inQuotes(name) + " mounts host path " + inQuotes(str(*hp, "path")) +
                    (has_tenant() ? ": a pod of tenant " + inQuotes(tenant_) +
                                        " may mount only its own entry " + inQuotes(entry_) +
@@ -375,11 +366,78 @@ class PodChecker {
   // name on the nodes, and a pod needs a number), so such tenants get --group, as do tenants
   // without a unixGroup.
   static std::optional<uint32_t> podGroup(const TenantSpec& t, const RecipeOptions& o) {
+    if (const auto gid = numericGroup(t.unix_group)) return gid;
+    return o.group;
+  }
+  // A unixGroup that is a gid; a name (resolved on the nodes only) or none: nullopt.
+  static std::optional<uint32_t> numericGroup(const std::string& g) {
     uint32_t gid = 0;
-    const std::string& g = t.unix_group;
     const auto [end, ec] = std::from_chars(g.data(), g.data() + g.size(), gid);
     if (!g.empty() && ec == std::errc() && end == g.data() + g.size()) return gid;
-    return o.group;
+    return std::nullopt;
+  }
+
+  // A numeric unixGroup opens its tenant's directory on every node (the agent gives the
+  // directory that group and checks the peer's groups), so a pod claiming another tenant's gid
+  // in any of the places Kubernetes turns into the process's groups is refused. The webhook's
+  // own --group too, should it be some tenant's (the pod's tenant has no numeric group then).
+  void checkGroups(const PolicySpec& policy) {
+    std::map<uint64_t, const TenantSpec*> owner;
+    for (const TenantSpec& t : policy.tenants) {
+      if (const auto gid = numericGroup(t.unix_group)) owner.emplace(*gid, &t);
+    }
+    auto claim = [&](const Json* value, const std::string& where) {
+      const std::optional<uint64_t> gid = value != nullptr ? gidOf(*value) : std::nullopt;
+      if (!gid) return;
+      const auto it = owner.find(*gid);
+      if (it == owner.end() || it->second->name == tenant_) return;
+      conflict(where + " " + std::to_string(*gid) + " is tenant " + inQuotes(it->second->name) +
+               "'s unixGroup" +
+               (has_tenant() ? ": a pod of tenant " + inQuotes(tenant_) +
+                                   " may claim only its own tenant's group"
+                             : ""));
+    };
+    const Json& spec = sub(pod_, "spec");
+    const Json& sc = sub(spec, "securityContext");
+    for (const Json& g : arr(sc, "supplementalGroups")) {
+      claim(&g, "securityContext.supplementalGroups has");
+    }
+    claim(field(sc, "runAsGroup"), "securityContext.runAsGroup");
+    claim(field(sc, "fsGroup"), "securityContext.fsGroup");
+    for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
+      for (const Json& c : arr(spec, list)) {
+        claim(field(sub(c, "securityContext"), "runAsGroup"),
+              "container " + inQuotes(str(c, "name")) + ": securityContext.runAsGroup");
+      }
+    }
+    if (!has_tenant() || !group_) return;
+    const auto it = owner.find(*group_);
+    if (it != owner.end() && it->second->name != tenant_) {
+      conflict("--group " + std::to_string(*group_) + " is tenant " + inQuotes(it->second->name) +
+               "'s unixGroup: tenantqos-webhook does not give it to a pod of tenant " +
+               inQuotes(tenant_) + " (whose unixGroup " + inQuotes(match_.tenant->unix_group) +
+               " is not numeric); set --group to a gid no tenant has, or give tenant " +
+               inQuotes(tenant_) + " a numeric unixGroup");
+      group_.reset();
+    }
+  }
+
+  // A gid as Kubernetes writes it: a non-negative integer (a hostile or converted review may
+  // spell it 7401.0; anything else is not a group and not ours to judge).
+  static std::optional<uint64_t> gidOf(const Json& v) {
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer()) {
+      const int64_t i = v.get<int64_t>();
+      return i >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(i)) : std::nullopt;
+    }
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (d >= 0 && d < 18446744073709551616.0 &&
+          d == static_cast<double>(static_cast<uint64_t>(d))) {
+        return static_cast<uint64_t>(d);
+      }
+    }
+    return std::nullopt;
   }
 
   void addGroup() {
@@ -446,28 +504,65 @@ ReviewResult answer(const std::string& uid, bool allowed, int code, std::string 
 }  // namespace
 
 TenantMatch resolveTenant(const PolicySpec& policy, std::string_view namespace_name,
-                          std::string_view volcano_queue) {
+                          std::string_view volcano_queue,
+                          const std::vector<std::string>& queue_namespaces) {
   auto has = [](const std::vector<std::string>& v, std::string_view s) {
     return std::find(v.begin(), v.end(), s) != v.end();
   };
-  if (!volcano_queue.empty()) {
-    for (const TenantSpec& t : policy.tenants) {
-      if (has(t.volcano_queues, volcano_queue)) {
-        return {&t, "Volcano queue " + inQuotes(std::string(volcano_queue))};
-      }
-    }
-  }
+  const std::string ns = inQuotes(std::string(namespace_name));
+  const std::string queue = inQuotes(std::string(volcano_queue));
+  const TenantSpec* by_namespace = nullptr;
+  const TenantSpec* by_queue = nullptr;
+  const TenantSpec* by_default = nullptr;
   for (const TenantSpec& t : policy.tenants) {
-    if (has(t.namespaces, namespace_name)) {
-      return {&t, "namespace " + inQuotes(std::string(namespace_name))};
+    if (by_namespace == nullptr && has(t.namespaces, namespace_name)) by_namespace = &t;
+    if (by_queue == nullptr && !volcano_queue.empty() && has(t.volcano_queues, volcano_queue)) {
+      by_queue = &t;
     }
+    if (by_default == nullptr && t.is_default) by_default = &t;
   }
-  for (const TenantSpec& t : policy.tenants) {
-    if (t.is_default) return {&t, "the default tenant"};
+  // The annotation is the pod author's: it agrees with the namespace or is refused.
+  if (by_namespace != nullptr) {
+    if (by_queue != nullptr && by_queue != by_namespace) {
+      return {nullptr, "",
+              "Volcano queue " + queue + " is tenant " + inQuotes(by_queue->name) +
+                  "'s, but namespace " + ns + " is tenant " + inQuotes(by_namespace->name) +
+                  "'s: a pod's annotation cannot choose another tenant than its namespace's"};
+    }
+    return {by_namespace, "namespace " + ns};
   }
-  std::string why = "namespace " + inQuotes(std::string(namespace_name));
-  if (!volcano_queue.empty()) why += " and Volcano queue " + inQuotes(std::string(volcano_queue));
+  if (by_queue != nullptr) {
+    if (!has(queue_namespaces, namespace_name)) {
+      return {nullptr, "",
+              "Volcano queue " + queue + " is tenant " + inQuotes(by_queue->name) +
+                  "'s, but namespace " + ns +
+                  " has no tenant and is not one of --queue-namespaces (where a pod's queue "
+                  "annotation picks its tenant)"};
+    }
+    return {by_queue, "Volcano queue " + queue};
+  }
+  if (by_default != nullptr) return {by_default, "the default tenant"};
+  std::string why = "namespace " + ns;
+  if (!volcano_queue.empty()) why += " and Volcano queue " + queue;
   return {nullptr, why + " belong to no tenant, and the policy has no default tenant"};
+}
+
+std::string normalPath(std::string_view p) {
+  std::string out;
+  size_t i = 0;
+  while (i < p.size()) {
+    size_t end = p.find('/', i);
+    if (end == std::string_view::npos) end = p.size();
+    const std::string_view part = p.substr(i, end - i);
+    if (!part.empty() && part != ".") {
+      out += '/';
+      out += part;
+    }
+    i = end + 1;
+  }
+  if (out.empty()) out = "/";
+  if (out == "/var/run" || out.starts_with("/var/run/")) out.erase(0, 4);
+  return out;
 }
 
 int jsonDepth(std::string_view text, int limit) {
@@ -546,15 +641,17 @@ ReviewResult review(Endpoint endpoint, std::string_view body, const VersionedPol
   const Json* annotations = field(meta, "annotations");
   const std::string queue =
       annotations != nullptr ? str(*annotations, kVolcanoQueueAnnotation) : "";
-  const TenantMatch match = resolveTenant(policy->policy, ns, queue);
+  const TenantMatch match = resolveTenant(policy->policy, ns, queue, options.queue_namespaces);
   std::string pod_name = str(meta, "name");
   if (pod_name.empty()) pod_name = str(meta, "generateName") + "*";
   std::string subject = "pod " + ns + "/" + pod_name;
+  if (!match.refusal.empty())
+    return answer(uid, false, 403, subject + ": " + match.refusal, "refused");
   if (match.tenant != nullptr) {
     subject += " (tenant " + inQuotes(match.tenant->name) + ", from its " + match.why + ")";
   }
 
-  Check check = PodChecker(*pod, match, options).run();
+  Check check = PodChecker(*pod, match, options).run(policy->policy);
   // A hostile pod may hold thousands of offending entries: the message names the first few.
   auto listed = [](std::string m, const std::vector<std::string>& items) {
     for (size_t i = 0; i < items.size() && i < kMaxReasons; ++i) m += (i ? "; " : "") + items[i];

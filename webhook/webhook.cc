@@ -14,6 +14,7 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/tenant_shm.h"  // isDns1123Label
 #include "proto/convert.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "webhook/tls_server.h"
@@ -29,8 +30,9 @@ constexpr const char* kHelp =
 The tenantqos admission webhook: AdmissionReview v1 on Pods over HTTPS at /mutate (adds the
 tenant's pod recipe as a JSONPatch) and /validate (refuses tenantqos settings that contradict
 the pod's tenant); GET /healthz, /readyz (200 once a policy is held), /metrics. A pod's tenant:
-its Volcano queue (annotation scheduling.volcano.sh/queue-name) in a tenant's volcanoQueues,
-else its namespace in a tenant's namespaces, else the policy's default tenant.
+its namespace in a tenant's namespaces; in a namespace of --queue-namespaces, its Volcano queue
+(annotation scheduling.volcano.sh/queue-name) in a tenant's volcanoQueues; else the policy's
+default tenant. A queue annotation naming another tenant than that is refused.
 
   --listen HOST:PORT        HTTPS address (default 0.0.0.0:8443)
   --tls-cert FILE           the webhook's serving certificate (PEM, chain allowed); re-read
@@ -44,7 +46,10 @@ Recipe (docs/deploy.md; defaults in brackets):
   --plugin-image REF        image with the plugin [registry.example.com/tenantqos/tenantqos:0.1.0]
   --run-dir DIR             the agents' --run-dir [/run/tenantqos]
   --group GID|none          supplemental group of pods whose tenant has no numeric
-                            unixGroup (a numeric unixGroup is used instead) [7400]
+                            unixGroup (a numeric unixGroup is used instead); never one
+                            that is a tenant's unixGroup (such pods are refused) [none]
+  --queue-namespaces NS,... namespaces of no tenant where a pod's Volcano queue picks its
+                            tenant (Volcano jobs of several tenants in one namespace) [none]
   --default-ld-library-path PATHS
                             after the plugin's directory when a container sets no
                             LD_LIBRARY_PATH [/usr/local/nvidia/lib64:/usr/local/cuda/lib64]
@@ -122,6 +127,19 @@ Result<WebhookConfig> parseWebhookArgs(const std::vector<std::string>& args) {
         c.recipe.group.reset();
       } else {
         TQ_ASSIGN_OR_RETURN(c.recipe.group, parseGid(v));
+      }
+    } else if (arg == "--queue-namespaces") {
+      TQ_ASSIGN_OR_RETURN(std::string v, need());
+      c.recipe.queue_namespaces.clear();
+      for (size_t at = 0; at <= v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        const std::string ns = v.substr(at, comma - at);
+        if (!isDns1123Label(ns)) {
+          return invalidArgument("--queue-namespaces: \"" + ns +
+                                 "\" is not a namespace name (a DNS-1123 label)");
+        }
+        c.recipe.queue_namespaces.push_back(ns);
+        at = comma + 1;
       }
     } else if (arg == "--request-timeout-ms") {
       TQ_ASSIGN_OR_RETURN(std::string v, need());

@@ -38,9 +38,11 @@ links:
   - {name: fabric, capacity: 100Gbps, headroom: 5%}
 tenants:
   - {name: tenant-a, link: fabric, guarantee: 40Gbps, limit: 60Gbps, weight: 2,
-     serviceLevel: 1, dscp: 26, namespaces: [team-a], volcanoQueues: [queue-a]}
+     serviceLevel: 1, dscp: 26, namespaces: [team-a], volcanoQueues: [queue-a],
+     unixGroup: "7400"}
   - {name: tenant-b, link: fabric, guarantee: 20Gbps, limit: 40Gbps, weight: 1,
-     serviceLevel: 2, dscp: 18, namespaces: [team-b], volcanoQueues: [queue-b]DEFAULT}
+     serviceLevel: 2, dscp: 18, namespaces: [team-b], volcanoQueues: [queue-b],
+     unixGroup: "7401"DEFAULT}
 """
 TIMEOUT_MS = 1500  # the webhook's --request-timeout-ms here (default 10 s)
 WORKERS = 4       # TlsServer's default worker count
@@ -260,20 +262,27 @@ class MutateTest(unittest.TestCase):
         import deploy_test
         self.assertEqual(deploy_test.object_schema_errors(pod), [])
 
-    def test_volcano_queue_first(self):
-        # Namespace team-b is tenant-b's, but the pod's Volcano queue is tenant-a's.
-        pod = user_pod("team-b", {"scheduling.volcano.sh/queue-name": "queue-a"})
-        _, out = mutated(pod, "team-b")
-        self.assertEqual(tenant_of(out), "tenant-a")
-        self.assertEqual(out["metadata"]["labels"]["tenantqos.io/tenant"], "tenant-a")
-        vols = {v["name"]: v for v in out["spec"]["volumes"]}
-        self.assertEqual(vols["tenantqos-tenant"]["hostPath"],
-                         {"path": "/run/tenantqos/tenants/tenant-a", "type": "Directory"})
-        self.assertTrue(review("/validate", out, "team-b")["allowed"])
-        # An unknown queue falls through to the namespace.
-        _, out = mutated(user_pod("team-b", {"scheduling.volcano.sh/queue-name": "other"}),
-                         "team-b")
-        self.assertEqual(tenant_of(out), "tenant-b")
+    def test_volcano_queue_never_overrides_the_namespace(self):
+        # The namespace's own queue, or a queue of no tenant: the namespace decides.
+        for queue in ("queue-b", "other"):
+            _, out = mutated(user_pod("team-b", {"scheduling.volcano.sh/queue-name": queue}),
+                             "team-b")
+            self.assertEqual(tenant_of(out), "tenant-b")
+            self.assertEqual(out["metadata"]["labels"]["tenantqos.io/tenant"], "tenant-b")
+            vols = {v["name"]: v for v in out["spec"]["volumes"]}
+            self.assertEqual(vols["tenantqos-tenant"]["hostPath"],
+                             {"path": "/run/tenantqos/tenants/tenant-b", "type": "Directory"})
+        # Another tenant's queue (issue 23: this pod used to become tenant-a): refused, and so
+        # in a namespace of no tenant (this webhook runs without --queue-namespaces).
+        for ns, why in (("team-b", 'but namespace "team-b" is tenant "tenant-b"\'s'),
+                        ("research", 'namespace "research" has no tenant and is not one of '
+                                     '--queue-namespaces')):
+            pod = user_pod(ns, {"scheduling.volcano.sh/queue-name": "queue-a"})
+            for path in ("/mutate", "/validate"):
+                r = review(path, pod, ns)
+                self.assertFalse(r["allowed"], r)
+                self.assertIn('Volcano queue "queue-a" is tenant "tenant-a"\'s', r["status"]["message"])
+                self.assertIn(why, r["status"]["message"])
 
     def test_ld_library_path_of_the_container_is_kept_after_the_plugin(self):
         pod = user_pod("team-a")
@@ -333,13 +342,25 @@ class ConflictTest(unittest.TestCase):
     def test_another_tenants_entry_or_the_whole_run_dir(self):
         for host_path in ("/run/tenantqos/tenants/tenant-b", "/run/tenantqos", "/run", "/",
                           "/run/tenantqos/tenants/../tenants/tenant-b",
-                          "/var/run/tenantqos/tenants/tenant-b", "//run//tenantqos/"):
+                          "/var/run/tenantqos/tenants/tenant-b", "//run//tenantqos/",
+                          "/run/./tenantqos/tenants/tenant-b", "/./run/tenantqos/tenants/tenant-b",
+                          "run/tenantqos/tenants/tenant-b/."):
             pod = user_pod("team-a")
             pod["spec"]["volumes"] = [{"name": "x", "hostPath": {"path": host_path}}]
             pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "x", "mountPath": "/x"}]
             self.refused("/mutate", pod, "team-a", f'volume "x" mounts host path "{host_path}": '
                          'a pod of tenant "tenant-a" may mount only its own entry '
                          '"/run/tenantqos/tenants/tenant-a"')
+
+    def test_another_tenants_group(self):
+        # tenant-a's unixGroup opens tenant-a's directory on the nodes: a team-b pod (or one of
+        # no tenant) claiming it is refused wherever it claims it.
+        for sc in ({"supplementalGroups": [7400]}, {"runAsGroup": 7400}, {"fsGroup": 7400}):
+            for ns in ("team-b", "research"):
+                pod = user_pod(ns)
+                pod["spec"]["securityContext"] = sc
+                for path in ("/mutate", "/validate"):
+                    self.refused(path, pod, ns, '7400 is tenant "tenant-a"\'s unixGroup')
 
     def test_label_of_another_tenant(self):
         pod = user_pod("team-a")

@@ -764,8 +764,12 @@ class WebhookTest(unittest.TestCase):
         self.assertEqual(flag(self.c, "--plugin-image"), image_of_base(),
                          "the recipe's init container must copy the plugin from this image")
         self.assertEqual(flag(self.c, "--run-dir"), flag(self.agent, "--run-dir"))
-        self.assertEqual(int(flag(self.c, "--group")), self.agent["securityContext"]["runAsGroup"],
-                         "tenant pods join the group that owns the agent's tenant files")
+        # A pod's group is its tenant's numeric unixGroup; a --group that is some tenant's
+        # unixGroup would open that tenant's directory to others (issue 23).
+        gids = {str(t.get("unixGroup")) for t in
+                yaml.safe_load(policy_configmap()["data"]["policy.yaml"])["tenants"]}
+        for g in parse_args(self.c.get("args", [])).get("--group") or []:
+            self.assertNotIn(g, gids, "--group is a tenant's unixGroup")
 
     def test_serving_certificate_from_the_cert_manager_secret(self):
         m, v = mount_at(self.spec, self.c, os.path.dirname(flag(self.c, "--tls-cert")))
