@@ -205,7 +205,7 @@ Status Rank::runAllReduceStream() {
       ++s_posted;
       progress = true;
     }
-    TQ_RETURN_IF_ERROR(reapSends(sreq, s_posted, &s_done, &tx, &progress));
+    TQ_RETURN_IF_ERROR(reapSends(send_to_, sreq, s_posted, &s_done, &tx, &progress));
     // An iteration is complete when all its receives (the result) and sends are done.
     while ((complete_iters + 1) * tpi <= std::min(r_done, s_done) &&
            (complete_iters + 1) * tpi <= std::min(s_limit, r_limit)) {

@@ -166,16 +166,7 @@ Status Rank::exchangeIterations(ExchangeRun& x) {
         ++f.posted;
         progress = true;
       }
-      while (f.done < f.posted) {
-        bool done = false;
-        int got = -1;
-        TQ_RETURN_IF_ERROR_CTX(net_->test(f.req[f.done % x.w], &done, &got),
-                               format("send to rank %d", f.conn->peer));
-        if (!done) break;
-        x.tx_bytes += static_cast<uint64_t>(std::max(got, 0));
-        ++f.done;
-        progress = true;
-      }
+      TQ_RETURN_IF_ERROR(reapSends(f.conn->peer, f.req, f.posted, &f.done, &x.tx_bytes, &progress));
       if (x.streaming) {
         TQ_RETURN_IF_ERROR_CTX(stepEndMarker(f.conn->comm, x.stopping && f.done == f.posted,
                                              x.sendbuf, f.mh, &f.marker, &progress, &paced),

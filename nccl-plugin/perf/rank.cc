@@ -66,13 +66,13 @@ Status Rank::idle(bool progressed, bool paced) {
   return okStatus();
 }
 
-Status Rank::reapSends(std::vector<void*>& reqs, uint64_t posted, uint64_t* done, uint64_t* tx,
-                       bool* progress) {
+Status Rank::reapSends(int peer, std::vector<void*>& reqs, uint64_t posted, uint64_t* done,
+                       uint64_t* tx, bool* progress) {
   while (*done < posted) {
     bool complete = false;
     int got = -1;
     TQ_RETURN_IF_ERROR_CTX(net_->test(reqs[*done % reqs.size()], &complete, &got),
-                           format("send to rank %d", send_to_));
+                           format("send to rank %d", peer));
     if (!complete) break;
     *tx += static_cast<uint64_t>(std::max(got, 0));
     ++*done;

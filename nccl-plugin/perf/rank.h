@@ -75,10 +75,10 @@ class Rank {
   void* buffer(uint64_t bytes);
   Result<void*> reg(void* comm, void* data, uint64_t bytes);
   Status waitAll(std::vector<void*>& reqs);
-  // Streaming modes: test()s the sends in `reqs` (a ring of posted requests) oldest first,
-  // from *done up to `posted`, until one is not complete; adds the bytes sent to *tx.
-  Status reapSends(std::vector<void*>& reqs, uint64_t posted, uint64_t* done, uint64_t* tx,
-                   bool* progress);
+  // Streaming modes: test()s the sends to `peer` in `reqs` (a ring of posted requests) oldest
+  // first, from *done up to `posted`, until one is not complete; adds the bytes sent to *tx.
+  Status reapSends(int peer, std::vector<void*>& reqs, uint64_t posted, uint64_t* done,
+                   uint64_t* tx, bool* progress);
 
   Status runSendRecvSweep();
   Status runSendRecvDuration();

@@ -219,7 +219,7 @@ Status Rank::runSendRecvDuration() {
         ++sposted;
         progress = true;
       }
-      TQ_RETURN_IF_ERROR(reapSends(sreq, sposted, &sdone, &tx, &progress));
+      TQ_RETURN_IF_ERROR(reapSends(send_to_, sreq, sposted, &sdone, &tx, &progress));
       TQ_RETURN_IF_ERROR(stepEndMarker(send_, now >= end && sdone == sposted, sbuf, smr, &marker,
                                        &progress, &paced));
     }
