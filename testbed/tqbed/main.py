@@ -240,8 +240,8 @@ def main(argv=None):
     b = sub.add_parser("bench", help="bench/isolation: all scenarios, targets, JSON")
     common(b)
     b.add_argument("--quick", action="store_true",
-                   help="shorter scenarios (about 20 minutes on 2 cores; the full bench about "
-                        "35)")
+                   help="shorter scenarios (about 13 minutes on 2 cores; the full bench about "
+                        "25)")
     b.add_argument("--json", help="write the results JSON here")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
     u = sub.add_parser("up", help="create the cluster and keep it until Ctrl-C")
