@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Functional tests of the isolation testbed (testbed/tenantqos-testbed): a short real run, a
 four-node incast measured at both ends, two rails, bad input rejected before anything starts, a
-dying rank reported and cleaned up, leftovers refused. Needs root; every run uses the prefix `tqtb` and the test checks nothing is left.
+dying rank reported and cleaned up, leftovers refused. Needs root; every run uses the prefix
+`tqtb` and the test checks nothing is left.
 
 Usage: testbed_test.py --build-dir DIR --source-dir DIR
 """
