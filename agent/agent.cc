@@ -43,6 +43,7 @@ Status Agent::start() {
   ro.tc_mode = config_.tc_mode;
   ro.period_ns = config_.period_ns;
   ro.burst_bytes = config_.burst_bytes;
+  ro.bucket_depth_ns = config_.bucket_depth_ns;
   ro.sysfs_root = config_.sysfs_root;
   reconciler_ = std::make_unique<Reconciler>(ro, tc_.get(), realClock(), &board_);
   loop_ = std::make_unique<ReconcileLoop>(*reconciler_);

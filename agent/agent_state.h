@@ -17,17 +17,30 @@
 
 namespace tq::agent {
 
+// One of a tenant's buckets (a device and a direction).
+struct BucketStatus {
+  std::string device;
+  bool receive = false;                     // direction rx (else tx)
+  uint64_t bytes = 0;                       // sent (tx) / received (rx)
+  uint64_t throttled_ns = 0;                // process-time refused by the bucket
+  uint64_t backlog_bytes = 0;               // waiting for tokens now
+  uint64_t allocated_bytes_per_second = 0;  // the bucket's rate
+  uint64_t depth_bytes = 0;
+  uint64_t demand_bytes_per_second = 0;  // the estimate; kUnboundedDemand when backlogged
+};
+
 struct TenantStatus {
   std::string name;
   std::string link;
-  uint64_t transmit_bytes = 0;
+  uint64_t transmit_bytes = 0;  // over every device
   uint64_t receive_bytes = 0;
-  uint64_t throttled_ns = 0;
-  uint64_t backlog_bytes = 0;
-  uint64_t allocated_bytes_per_second = 0;
+  uint64_t throttled_ns = 0;                // sends
+  uint64_t backlog_bytes = 0;               // sends
+  uint64_t allocated_bytes_per_second = 0;  // the tx buckets' rates, summed over devices
   uint64_t guarantee_bytes_per_second = 0;
   uint64_t limit_bytes_per_second = 0;
   uint32_t processes = 0;
+  std::vector<BucketStatus> buckets;
 };
 
 // One RDMA port's state and counters as last read from sysfs (agent/rdma_ports.h). A counter

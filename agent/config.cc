@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 
@@ -102,7 +103,10 @@ memory for the NCCL plugin, work-conserving rate allocation) and exports metrics
   --tc-mode htb|none        htb: an HTB class per tenant (default); none: "RDMA-like", no tc at
                             all (tc cannot see RDMA): tenants are separated by plugin pacing and
                             the allocator; a tree left from htb mode is removed
-  --burst SIZE              token-bucket depth given to the plugin (default 256KiB)
+  --bucket-depth-us N       token-bucket depth given to the plugin, as time at the bucket's
+                            rate (default 1000: a tenant exceeds its rate by at most 1 % over
+                            100 ms; 10..1000000)
+  --burst SIZE              smallest token-bucket depth (default 4KiB, 1500B..4GiB)
   --cleanup                 remove everything the agent created (tc trees on the --device
                             devices, sockets and tenant directories, persisted state), then exit
   --help                    this text
@@ -170,6 +174,15 @@ Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv) {
       if (!devices.insert(m.device).second) {
         return invalidArgument("--device: " + m.device + " given twice");
       }
+      const auto same_link =
+          std::count_if(c.devices.begin(), c.devices.end(),
+                        [&](const DeviceMapping& d) { return d.link == m.link; });
+      if (same_link >= static_cast<std::ptrdiff_t>(shm::kMaxDeviceBuckets)) {
+        return invalidArgument("--device: more than " + std::to_string(shm::kMaxDeviceBuckets) +
+                               " devices carry link " + m.link +
+                               " (a tenant's buckets hold that many devices, "
+                               "common/shm_layout.h)");
+      }
       c.devices.push_back(std::move(m));
     } else if (arg == "--run-dir") {
       TQ_ASSIGN_OR_RETURN(c.run_dir, need());
@@ -217,6 +230,16 @@ Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv) {
         return invalidArgument("--default-tenant: \"" + c.default_tenant +
                                "\" is not a DNS-1123 label");
       }
+    } else if (arg == "--bucket-depth-us") {
+      TQ_ASSIGN_OR_RETURN(std::string v, need());
+      int64_t us = 0;
+      const char* end = v.data() + v.size();
+      const auto r = std::from_chars(v.data(), end, us);
+      if (r.ec != std::errc() || r.ptr != end || us < 10 || us > 1'000'000) {
+        return invalidArgument("--bucket-depth-us: \"" + v +
+                               "\" is not a whole number of microseconds in 10..1000000");
+      }
+      c.bucket_depth_ns = us * 1'000;
     } else if (arg == "--burst") {
       TQ_ASSIGN_OR_RETURN(std::string v, need());
       auto b = parseSize(v);

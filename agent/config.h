@@ -46,7 +46,10 @@ struct AgentConfig {
   int64_t report_interval_ns = 1'000'000'000;   // usage reports to policyd
   int64_t qp_scan_interval_ns = 5'000'000'000;  // RDMA QP listing (ungoverned QPs); 0 = off
   TcMode tc_mode = TcMode::kHtb;
-  uint64_t burst_bytes = 256 * 1024;       // token-bucket depth published to the plugin
+  // Token-bucket depth published to the plugin: the tokens of bucket_depth_ns at the bucket's
+  // rate, at least burst_bytes (common/token_bucket.h: bucketDepthBytes).
+  int64_t bucket_depth_ns = 1'000'000;
+  uint64_t burst_bytes = 4096;
   std::string default_tenant = "default";  // the node-wide socket's tenant
   bool cleanup = false;
   bool help = false;

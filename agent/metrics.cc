@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/allocation.h"
 #include "tc/plan.h"
 
 namespace tq::agent {
@@ -66,17 +67,19 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
        "Bytes the tenant's processes on this node received through the plugin.",
        MetricType::Counter, [](const TenantStatus& t) { return double(t.receive_bytes); }},
       {"tenantqos_tenant_throttled_seconds_total",
-       "Process-seconds the tenant's senders spent refused by the token bucket.",
+       "Process-seconds the tenant's senders spent refused by their token buckets.",
        MetricType::Counter, [](const TenantStatus& t) { return double(t.throttled_ns) / 1e9; }},
       {"tenantqos_tenant_allocated_rate_bytes_per_second",
-       "Token-bucket rate the allocator currently gives the tenant on this node.",
+       "Rate the allocator currently gives the tenant's sends on this node (its tx buckets, "
+       "summed over devices).",
        MetricType::Gauge,
        [](const TenantStatus& t) { return double(t.allocated_bytes_per_second); }},
-      {"tenantqos_tenant_guarantee_bytes_per_second", "The tenant's guarantee per node egress.",
-       MetricType::Gauge,
+      {"tenantqos_tenant_guarantee_bytes_per_second",
+       "The tenant's guarantee per device of its link, in each direction.", MetricType::Gauge,
        [](const TenantStatus& t) { return double(t.guarantee_bytes_per_second); }},
-      {"tenantqos_tenant_limit_bytes_per_second", "The tenant's limit per node egress.",
-       MetricType::Gauge, [](const TenantStatus& t) { return double(t.limit_bytes_per_second); }},
+      {"tenantqos_tenant_limit_bytes_per_second",
+       "The tenant's limit per device of its link, in each direction.", MetricType::Gauge,
+       [](const TenantStatus& t) { return double(t.limit_bytes_per_second); }},
       {"tenantqos_tenant_backlog_bytes",
        "Bytes the tenant's senders have waiting for tokens (demand signal).", MetricType::Gauge,
        [](const TenantStatus& t) { return double(t.backlog_bytes); }},
@@ -87,6 +90,54 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
     MetricFamily f = family(tf.name, tf.help, tf.type);
     for (const TenantStatus& t : s.tenants) {
       f.metric.push_back(sample({{"node", s.node}, {"tenant", t.name}}, tf.type, tf.value(t)));
+    }
+    out.push_back(std::move(f));
+  }
+
+  // Per bucket: a device of the tenant's link and a direction (tx: sends, rx: receives).
+  struct BucketFamily {
+    const char* name;
+    const char* help;
+    MetricType type;
+    double (*value)(const BucketStatus&);
+  };
+  static const BucketFamily kBucketFamilies[] = {
+      {"tenantqos_bucket_bytes_total",
+       "Bytes the tenant's processes sent (tx: admitted by the bucket) or received (rx) on the "
+       "device.",
+       MetricType::Counter, [](const BucketStatus& b) { return double(b.bytes); }},
+      {"tenantqos_bucket_throttled_seconds_total",
+       "Process-seconds the tenant's sends (tx) or receives (rx) on the device waited for tokens.",
+       MetricType::Counter, [](const BucketStatus& b) { return double(b.throttled_ns) / 1e9; }},
+      {"tenantqos_bucket_backlog_bytes",
+       "Bytes waiting for the bucket's tokens (sends, or receives not yet let in): demand.",
+       MetricType::Gauge, [](const BucketStatus& b) { return double(b.backlog_bytes); }},
+      {"tenantqos_bucket_allocated_rate_bytes_per_second",
+       "The bucket's refill rate: the allocator's share, at least the guarantee.",
+       MetricType::Gauge,
+       [](const BucketStatus& b) { return double(b.allocated_bytes_per_second); }},
+      {"tenantqos_bucket_depth_bytes", "The bucket's depth (its rate x --bucket-depth-us).",
+       MetricType::Gauge, [](const BucketStatus& b) { return double(b.depth_bytes); }},
+      {"tenantqos_bucket_demand_bytes_per_second",
+       "The demand the allocator estimated for the bucket (+Inf: backlogged, it takes what it "
+       "gets).",
+       MetricType::Gauge,
+       [](const BucketStatus& b) {
+         return b.demand_bytes_per_second == kUnboundedDemand
+                    ? std::numeric_limits<double>::infinity()
+                    : double(b.demand_bytes_per_second);
+       }},
+  };
+  for (const BucketFamily& bf : kBucketFamilies) {
+    MetricFamily f = family(bf.name, bf.help, bf.type);
+    for (const TenantStatus& t : s.tenants) {
+      for (const BucketStatus& b : t.buckets) {
+        f.metric.push_back(sample({{"device", b.device},
+                                   {"direction", b.receive ? "rx" : "tx"},
+                                   {"node", s.node},
+                                   {"tenant", t.name}},
+                                  bf.type, bf.value(b)));
+      }
     }
     out.push_back(std::move(f));
   }

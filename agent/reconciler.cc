@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "common/attach_protocol.h"
 #include "common/capacity.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/token_bucket.h"
 #include "common/units.h"
 
 namespace tq::agent {
@@ -170,14 +172,52 @@ void Reconciler::rollbackTc(const std::vector<const DesiredDevice*>& changed) {
   }
 }
 
-TenantParams Reconciler::paramsFor(const TenantSpec& spec, uint64_t version, uint64_t rate) const {
-  TenantParams p;
-  p.policy_version = version;
+void Reconciler::setRate(BucketSpec* b, const TenantSpec& spec, uint64_t rate) const {
   // The allocator never refills a bucket below the guarantee nor above the limit; a new policy
   // moves the rate into that band at once (the next allocation pass refines it).
   const uint64_t floor = std::min(spec.guarantee_bytes_per_second, spec.limit_bytes_per_second);
-  p.rate_bytes_per_second = std::clamp(rate, floor, spec.limit_bytes_per_second);
-  p.burst_bytes = options_.burst_bytes;
+  b->rate_bytes_per_second = std::clamp(rate, floor, spec.limit_bytes_per_second);
+  b->depth_bytes =
+      bucketDepthBytes(b->rate_bytes_per_second, options_.bucket_depth_ns, options_.burst_bytes);
+  b->guarantee_bytes_per_second = spec.guarantee_bytes_per_second;
+  b->limit_bytes_per_second = spec.limit_bytes_per_second;
+}
+
+std::vector<Reconciler::BucketEntry> Reconciler::bucketsFor(
+    const TenantSpec& spec, const DesiredNode& desired, const std::vector<BucketEntry>& old) const {
+  std::vector<BucketEntry> out;
+  uint32_t index = 0;
+  for (const DesiredDevice& d : desired.devices) {
+    if (d.link != spec.link || index >= shm::kMaxDeviceBuckets) continue;
+    for (shm::Direction dir : {shm::kTx, shm::kRx}) {
+      BucketEntry e;
+      e.spec.scope = shm::kScopeDevice;
+      e.spec.index = index;
+      e.spec.direction = dir;
+      e.spec.name = d.device;
+      e.capacity = allocatableCapacity(desired.links.at(d.link));
+      e.estimator = DemandEstimator(options_.demand);
+      uint64_t rate = spec.guarantee_bytes_per_second;
+      for (const BucketEntry& o : old) {
+        if (o.spec.name == d.device && o.spec.direction == dir) {
+          rate = o.spec.rate_bytes_per_second;
+          e.estimator = o.estimator;
+          e.demand = o.demand;
+          e.allocation = o.allocation;
+        }
+      }
+      setRate(&e.spec, spec, rate);
+      out.push_back(std::move(e));
+    }
+    ++index;
+  }
+  return out;
+}
+
+TenantParams Reconciler::paramsFor(const TenantSpec& spec, uint64_t version,
+                                   const std::vector<BucketEntry>& buckets) const {
+  TenantParams p;
+  p.policy_version = version;
   p.guarantee_bytes_per_second = spec.guarantee_bytes_per_second;
   p.limit_bytes_per_second = spec.limit_bytes_per_second;
   p.weight = std::max<uint32_t>(1, spec.weight);
@@ -186,6 +226,7 @@ TenantParams Reconciler::paramsFor(const TenantSpec& spec, uint64_t version, uin
   p.paced = true;
   p.deleted = false;
   p.traffic_classes = spec.traffic_classes;
+  for (const BucketEntry& b : buckets) p.buckets.push_back(b.spec);
   return p;
 }
 
@@ -211,24 +252,26 @@ Status Reconciler::syncShm(const DesiredNode& desired) {
         }
         e.shm = std::move(created).value();
       }
-      // A new tenant starts at its guarantee, the bucket rate the allocator gives a tenant
+      // A new tenant's buckets start at its guarantee, the rate the allocator gives a tenant
       // without processes.
       e.spec = spec;
-      e.link_capacity = allocatableCapacity(desired.links.at(spec.link));
-      e.estimator = DemandEstimator(options_.demand);
-      e.params = paramsFor(spec, desired.version, spec.guarantee_bytes_per_second);
+      e.buckets = bucketsFor(spec, desired, {});
+      e.params = paramsFor(spec, desired.version, e.buckets);
       e.shm->publish(e.params);
       e.shm->heartbeat(clock_.nowNs());
-      TQ_LOG(kInfo, "tenant %s: shared memory (rate %s, guarantee %s, limit %s)", name.c_str(),
-             formatRate(e.params.rate_bytes_per_second).c_str(),
+      TQ_LOG(kInfo,
+             "tenant %s: shared memory (%zu buckets: tx and rx on %zu devices at %s, guarantee "
+             "%s, limit %s)",
+             name.c_str(), e.buckets.size(), e.buckets.size() / 2,
+             formatRate(e.buckets.empty() ? 0 : e.buckets[0].spec.rate_bytes_per_second).c_str(),
              formatRate(spec.guarantee_bytes_per_second).c_str(),
              formatRate(spec.limit_bytes_per_second).c_str());
       it = tenants_.emplace(name, std::move(e)).first;
     } else {
       TenantEntry& e = it->second;
       e.spec = spec;
-      e.link_capacity = allocatableCapacity(desired.links.at(spec.link));
-      TenantParams p = paramsFor(spec, desired.version, e.params.rate_bytes_per_second);
+      e.buckets = bucketsFor(spec, desired, e.buckets);
+      TenantParams p = paramsFor(spec, desired.version, e.buckets);
       if (!(p == e.params)) {
         e.params = p;
         e.shm->publish(p);
@@ -289,9 +332,11 @@ void Reconciler::serveDefault(const DesiredNode& desired) {
     }
     builtin_default_ = std::move(created).value();
     TenantParams p;
-    p.rate_bytes_per_second = kConservativeRateBytesPerSecond;
     p.limit_bytes_per_second = kConservativeRateBytesPerSecond;
-    p.burst_bytes = options_.burst_bytes;
+    p.buckets = nodeBuckets(kConservativeRateBytesPerSecond,
+                            bucketDepthBytes(kConservativeRateBytesPerSecond,
+                                             options_.bucket_depth_ns, options_.burst_bytes),
+                            kConservativeRateBytesPerSecond);
     builtin_default_->publish(p);
     TQ_LOG(kInfo,
            "the policy has no tenant %s: the node-wide socket attaches processes to a "
@@ -373,49 +418,74 @@ void Reconciler::removeStaleEntries(const DesiredNode& desired) {
 
 void Reconciler::allocate(int64_t now) {
   const int64_t start = clock_.nowNs();
-  // Per link: the tenants sharing it, as allocator inputs.
-  std::map<std::string, std::vector<TenantEntry*>> by_link;
+  // Per device and direction: the buckets of the tenants sharing it, as allocator inputs.
+  struct Group {
+    std::vector<TenantEntry*> tenants;
+    std::vector<size_t> bucket;  // the bucket index in each tenant's table
+  };
+  std::map<std::pair<std::string, int>, Group> groups;
   for (auto& [name, e] : tenants_) {
     TenantUsage u = e.shm->collect(now, e.spec.limit_bytes_per_second);
-    DemandSignals sig;
-    if (e.usage_at_ns != 0) {
-      sig.bytes_sent = u.tx_bytes >= e.usage.tx_bytes ? u.tx_bytes - e.usage.tx_bytes : 0;
-      sig.throttled_ns =
-          u.throttled_ns >= e.usage.throttled_ns ? u.throttled_ns - e.usage.throttled_ns : 0;
-      // Summed over processes (the estimator caps it at the period); a reclaimed slot can make
-      // the sum shrink, which reads as "not busy" for one period.
-      sig.busy_ns = u.busy_ns >= e.usage.busy_ns ? u.busy_ns - e.usage.busy_ns : 0;
-    }
-    sig.backlog_bytes = u.backlog_bytes;
-    if (u.processes == 0) {
-      e.estimator.reset();
-      e.demand = 0;
-    } else {
-      e.demand = e.estimator.update(sig, e.usage_at_ns != 0 ? now - e.usage_at_ns : 0,
-                                    e.spec.guarantee_bytes_per_second);
+    const int64_t period = e.usage_at_ns != 0 ? now - e.usage_at_ns : 0;
+    for (size_t i = 0; i < e.buckets.size(); ++i) {
+      BucketEntry& b = e.buckets[i];
+      const BucketUsage cur = i < u.buckets.size() ? u.buckets[i] : BucketUsage{};
+      auto delta = [](uint64_t now_v, uint64_t prev) { return now_v >= prev ? now_v - prev : 0; };
+      DemandSignals sig;
+      if (e.usage_at_ns != 0) {
+        sig.bytes_sent = delta(cur.bytes, b.usage.bytes);
+        sig.throttled_ns = delta(cur.throttled_ns, b.usage.throttled_ns);
+        // Summed over processes (the estimator caps it at the period); a reclaimed slot can
+        // make the sum shrink, which reads as "not busy" for one period. Time the sends waited
+        // for their receiver (its pacing closed the window) is not the network holding them
+        // back: it does not make the tenant look starved here.
+        const uint64_t busy = delta(cur.busy_ns, b.usage.busy_ns);
+        const uint64_t peer_wait = delta(cur.peer_wait_ns, b.usage.peer_wait_ns);
+        sig.busy_ns = busy > peer_wait ? busy - peer_wait : 0;
+      }
+      sig.backlog_bytes = cur.backlog_bytes;
+      if (u.processes == 0) {
+        b.estimator.reset();
+        b.demand = 0;
+      } else {
+        // The network-bound rule (a busy tenant below its guarantee) is for sends only: a
+        // receiver's ingress is admitted by the receivers' buckets, so receives that take long
+        // to arrive are their senders' doing, and claiming more here would only take the
+        // receiver's spare from others.
+        const uint64_t g = b.spec.direction == shm::kTx ? e.spec.guarantee_bytes_per_second : 0;
+        b.demand = b.estimator.update(sig, period, g);
+      }
+      b.usage = cur;
+      groups[{b.spec.name, b.spec.direction}].tenants.push_back(&e);
+      groups[{b.spec.name, b.spec.direction}].bucket.push_back(i);
     }
     e.usage = std::move(u);
     e.usage_at_ns = now;
     e.shm->heartbeat(now);
-    by_link[e.spec.link].push_back(&e);
   }
-  for (auto& [link, entries] : by_link) {
+  std::set<TenantEntry*> changed;
+  for (auto& [key, g] : groups) {
     std::vector<TenantInput> in;
-    in.reserve(entries.size());
-    for (const TenantEntry* e : entries) {
+    in.reserve(g.tenants.size());
+    for (size_t k = 0; k < g.tenants.size(); ++k) {
+      const TenantEntry* e = g.tenants[k];
       in.push_back({e->spec.guarantee_bytes_per_second, e->spec.limit_bytes_per_second,
-                    e->spec.weight, e->demand, e->usage.processes > 0});
+                    e->spec.weight, e->buckets[g.bucket[k]].demand, e->usage.processes > 0});
     }
-    const std::vector<Allocation> out = tq::agent::allocate(entries.front()->link_capacity, in);
-    for (size_t i = 0; i < entries.size(); ++i) {
-      TenantEntry& e = *entries[i];
-      e.allocation = out[i].rate;
-      if (out[i].bucket_rate != e.params.rate_bytes_per_second) {
-        e.params.rate_bytes_per_second = out[i].bucket_rate;
-        e.shm->publish(e.params);
+    const uint64_t capacity = g.tenants.front()->buckets[g.bucket.front()].capacity;
+    const std::vector<Allocation> out = tq::agent::allocate(capacity, in);
+    for (size_t k = 0; k < g.tenants.size(); ++k) {
+      TenantEntry& e = *g.tenants[k];
+      BucketEntry& b = e.buckets[g.bucket[k]];
+      b.allocation = out[k].rate;
+      if (out[k].bucket_rate != b.spec.rate_bytes_per_second) {
+        setRate(&b.spec, e.spec, out[k].bucket_rate);
+        e.params.buckets[g.bucket[k]] = b.spec;
+        changed.insert(&e);
       }
     }
   }
+  for (TenantEntry* e : changed) e->shm->publish(e->params);
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     it->second->collect(now, 0);  // drains the slots of processes that left
     it->second->heartbeat(now);
@@ -480,7 +550,19 @@ AgentState Reconciler::buildState() const {
     t.receive_bytes = e.usage.rx_bytes;
     t.throttled_ns = e.usage.throttled_ns;
     t.backlog_bytes = e.usage.backlog_bytes;
-    t.allocated_bytes_per_second = e.params.rate_bytes_per_second;
+    for (const BucketEntry& b : e.buckets) {
+      BucketStatus bs;
+      bs.device = b.spec.name;
+      bs.receive = b.spec.direction == shm::kRx;
+      bs.bytes = b.usage.bytes;
+      bs.throttled_ns = b.usage.throttled_ns;
+      bs.backlog_bytes = b.usage.backlog_bytes;
+      bs.allocated_bytes_per_second = b.spec.rate_bytes_per_second;
+      bs.depth_bytes = b.spec.depth_bytes;
+      bs.demand_bytes_per_second = b.demand;
+      if (!bs.receive) t.allocated_bytes_per_second += bs.allocated_bytes_per_second;
+      t.buckets.push_back(std::move(bs));
+    }
     t.guarantee_bytes_per_second = e.spec.guarantee_bytes_per_second;
     t.limit_bytes_per_second = e.spec.limit_bytes_per_second;
     t.processes = e.usage.processes;

@@ -11,9 +11,10 @@
 // and its memory dropped once no process is attached). A failure is counted, logged, kept as an
 // unresolved error (reported to policyd) and retried with backoff.
 // tick(): whatever is due — the retry, the allocation pass (every period: read usage (checked,
-// never trusted), heartbeat; per link, estimate each tenant's demand from its counters
-// (DemandEstimator) and split the link's capacity (allocate(), work-conserving water-filling);
-// publish a tenant's bucket rate only when it changed, to keep the seqlock quiet), a periodic tc
+// never trusted), heartbeat; per device and direction, estimate each tenant's demand from its
+// bucket's counters (DemandEstimator) and split the device's capacity (allocate(),
+// work-conserving water-filling); publish a tenant's bucket rates only when one changed, to keep
+// the seqlock quiet), a periodic tc
 // resync (drift repair; zero writes when nothing drifted), tc statistics and RDMA port counters (~1
 // s; see rdma_ports.h), and publishing AgentState for the metrics and report threads (~100 ms).
 #pragma once
@@ -52,7 +53,9 @@ struct ReconcilerOptions {
   std::string default_tenant = "default";
   TcMode tc_mode = TcMode::kHtb;
   int64_t period_ns = 10'000'000;
-  uint64_t burst_bytes = 256 * 1024;
+  // Bucket depth: the tokens of bucket_depth_ns at the bucket's rate, at least burst_bytes.
+  int64_t bucket_depth_ns = 1'000'000;
+  uint64_t burst_bytes = 4096;
   int64_t publish_interval_ns = 100'000'000;  // AgentState for metrics/reports
   DemandEstimatorOptions demand;
   int64_t stats_interval_ns = 1'000'000'000;  // tc class counters, RDMA port counters
@@ -104,24 +107,37 @@ class Reconciler {
   AgentState buildState() const;
 
  private:
+  // One of a tenant's buckets: a device of its link, one direction.
+  struct BucketEntry {
+    BucketSpec spec;            // as published (rate, depth)
+    uint64_t capacity = 0;      // allocatableCapacity() of the device's link
+    DemandEstimator estimator;  // this bucket's demand (tx: sends; rx: receives)
+    uint64_t demand = 0;        // bytes/s or kUnboundedDemand, from the last allocation pass
+    uint64_t allocation = 0;    // the allocator's share (the bucket may be refilled faster)
+    BucketUsage usage;          // as last read
+  };
   struct TenantEntry {
     TenantSpec spec;
-    uint64_t link_capacity = 0;  // allocatableCapacity() of its link
     std::shared_ptr<TenantShm> shm;
-    std::optional<gid_t> group;  // unixGroup, resolved on this node
-    TenantParams params;         // as last published (the agent's own copy, never read back)
-    TenantUsage usage;           // as last read
-    int64_t usage_at_ns = 0;     // 0: not read yet
-    DemandEstimator estimator;
-    uint64_t demand = 0;      // bytes/s or kUnboundedDemand, from the last allocation pass
-    uint64_t allocation = 0;  // the allocator's share (the bucket may be refilled faster)
+    std::optional<gid_t> group;        // unixGroup, resolved on this node
+    TenantParams params;               // as last published (the agent's own copy, never read back)
+    TenantUsage usage;                 // as last read
+    int64_t usage_at_ns = 0;           // 0: not read yet
+    std::vector<BucketEntry> buckets;  // index = entry of the bucket table
   };
 
   void attempt(const VersionedPolicy& policy);
   Status applyTc(const DesiredNode& desired, int* writes);
   void rollbackTc(const std::vector<const DesiredDevice*>& changed);
   Status syncShm(const DesiredNode& desired);
-  TenantParams paramsFor(const TenantSpec& spec, uint64_t version, uint64_t rate) const;
+  // The tenant's buckets on this node's devices of its link (tx, rx per device), keeping the
+  // rate and estimate of those it had; new ones start at the guarantee.
+  std::vector<BucketEntry> bucketsFor(const TenantSpec& spec, const DesiredNode& desired,
+                                      const std::vector<BucketEntry>& old) const;
+  // A bucket at `rate` (clamped into [guarantee, limit]) with its depth.
+  void setRate(BucketSpec* b, const TenantSpec& spec, uint64_t rate) const;
+  TenantParams paramsFor(const TenantSpec& spec, uint64_t version,
+                         const std::vector<BucketEntry>& buckets) const;
   void retireTenant(const std::string& name, TenantEntry e);
   Status serveTenant(const std::string& name, TenantEntry& e,
                      std::map<gid_t, std::string>& group_owner);

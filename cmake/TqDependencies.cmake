@@ -3,6 +3,12 @@
 # target and no protobuf-config.cmake, so protoc's plugin is found with find_program and
 # Protobuf through CMake's FindProtobuf module.
 find_package(Threads REQUIRED)
+if(TQ_PLUGIN_ONLY)
+  # The plugin alone: nothing but the compiler's own. Without the verbs headers the plugin is
+  # built without its ib transport (nccl-plugin/ib/ib_factory.h), socket only.
+  find_path(TQ_IBVERBS_INCLUDE_DIR infiniband/verbs.h)
+  return()
+endif()
 find_package(PkgConfig REQUIRED)
 find_package(GTest REQUIRED)
 

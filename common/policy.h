@@ -4,8 +4,10 @@
 // Rates: bytes per second.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -79,16 +81,22 @@ struct TenantUsageReport {
   uint32_t processes = 0;
   friend bool operator==(const TenantUsageReport&, const TenantUsageReport&) = default;
   // Adds another node's figures of the same tenant (cluster totals: policyd's GetUsage, and
-  // `tenantqosctl top` over several replicas).
+  // `tenantqosctl top` over several replicas). Each figure is an agent's word: a sum saturates
+  // at the type's maximum instead of wrapping, so one node's absurd figure cannot turn the
+  // others' into a small number.
   TenantUsageReport& operator+=(const TenantUsageReport& o) {
-    transmit_bytes_total += o.transmit_bytes_total;
-    receive_bytes_total += o.receive_bytes_total;
-    transmit_rate_bytes_per_second += o.transmit_rate_bytes_per_second;
-    allocated_rate_bytes_per_second += o.allocated_rate_bytes_per_second;
-    guarantee_bytes_per_second += o.guarantee_bytes_per_second;
-    limit_bytes_per_second += o.limit_bytes_per_second;
-    throttled_seconds_total += o.throttled_seconds_total;
-    processes += o.processes;
+    auto add = []<typename T>(T& a, T b) {
+      a = a > std::numeric_limits<T>::max() - b ? std::numeric_limits<T>::max() : a + b;
+    };
+    add(transmit_bytes_total, o.transmit_bytes_total);
+    add(receive_bytes_total, o.receive_bytes_total);
+    add(transmit_rate_bytes_per_second, o.transmit_rate_bytes_per_second);
+    add(allocated_rate_bytes_per_second, o.allocated_rate_bytes_per_second);
+    add(guarantee_bytes_per_second, o.guarantee_bytes_per_second);
+    add(limit_bytes_per_second, o.limit_bytes_per_second);
+    add(processes, o.processes);
+    throttled_seconds_total = std::min(throttled_seconds_total + o.throttled_seconds_total,
+                                       std::numeric_limits<double>::max());
     return *this;
   }
 };

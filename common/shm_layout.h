@@ -10,21 +10,36 @@
 //               clears VM_MAYWRITE on every later shared mapping). The parameters are under a
 //               seqlock (seq odd while the agent writes); readers retry a bounded number of
 //               times, then keep the values they had.
-//   SharedPage  written by the tenant's processes: the tenant's token bucket and one counter
-//               slot per process. Sealed F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, so no one can
-//               truncate it under a reader (no SIGBUS). Everything in it is hostile to every
-//               reader: the plugin clamps the bucket word against the read-only parameters on
-//               every take (common/token_bucket.h), the agent never maps it (pread copies,
-//               common/tenant_shm.h: checkSlot) and never reads back its own state from it.
+//   SharedPage  written by the tenant's processes: the tenant's token buckets and, per bucket,
+//               one counter block per process. Sealed F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL,
+//               so no one can truncate it under a reader (no SIGBUS). Everything in it is hostile
+//               to every reader: the plugin clamps each bucket word against the read-only
+//               parameters on every take (common/token_bucket.h), the agent never maps it (pread
+//               copies, common/tenant_shm.h: checkCounters) and never reads back its own state from
+//               it.
 //
-// Slot i belongs to the process the agent assigned it to when that process connected; it is
+// Buckets. A tenant has a table of at most kMaxBuckets token buckets, each identified by
+// (scope, index, direction): scope kScopeDevice is a network device of this node (a rail: up to
+// kMaxDeviceBuckets per tenant, `name` = the device), kScopeFabricLink a shared link between
+// switches (reserved for the fabric allocator, up to kMaxLinkBuckets); direction kTx is what the
+// tenant's processes send over it, kRx what they receive. The agent writes each bucket's key,
+// refill rate and depth in the ParamsPage (BucketParams[i]); bucket i's shared word is
+// SharedPage::buckets[i] and process s's counters for it are SharedPage::counters[i][s]. A
+// connection charges the buckets it crosses (today: its device's, in its direction). The table
+// index of a key stays the same while the tenant's devices do; a key that moves to another
+// index resets that index's readings (the agent takes its next values as the new baseline).
+//
+// Slot s belongs to the process the agent assigned it to when that process connected; it is
 // released when the process's socket closes (the kernel closes it when the process dies). The
-// agent zeroes a slot before handing it out and counts each slot's increments from there.
-// Times are CLOCK_MONOTONIC nanoseconds (system-wide, so comparable across processes).
+// agent zeroes a slot's header and its counters in every bucket before handing it out and counts
+// each counter's increments from there. Times are CLOCK_MONOTONIC nanoseconds (system-wide, so
+// comparable across processes). Counters are 64-byte blocks: one process writes one cache line
+// per bucket, the agent reads a bucket's blocks of every slot with one pread.
 //
-// Layout v2 (offsets checked by static_asserts below):
-//   ParamsPage:  0 Header (128 B), 128 Params (192 B); 320 B
-//   SharedPage:  0 Bucket (64 B), 64 Slot[64] (128 B each); 8256 B
+// Layout v3 (offsets checked by static_asserts below):
+//   ParamsPage:  0 Header (128 B), 128 Params (192 B), 320 BucketParams[32] (64 B each); 2368 B
+//   SharedPage:  0 Bucket[32] (64 B each), 2048 SlotHeader[64] (64 B each),
+//                6144 Counters[32][64] (64 B each); 137216 B
 #pragma once
 
 #include <atomic>
@@ -33,15 +48,30 @@
 
 namespace tq::shm {
 
-inline constexpr uint64_t kMagic = 0x324d48535154514eULL;  // bytes "NQTQSHM2"
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint64_t kMagic = 0x334d48535154514eULL;  // bytes "NQTQSHM3"
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr uint32_t kMaxSlots = 64;
 inline constexpr uint32_t kTenantNameBytes = 64;  // DNS-1123 label (<= 63) + NUL
 inline constexpr uint32_t kMaxTrafficClasses = 8;
+inline constexpr uint32_t kMaxDeviceBuckets = 8;  // devices (rails) per tenant per direction
+inline constexpr uint32_t kMaxLinkBuckets = 8;    // shared fabric links per tenant per direction
+inline constexpr uint32_t kMaxBuckets = 2 * (kMaxDeviceBuckets + kMaxLinkBuckets);
+inline constexpr uint32_t kBucketNameBytes =
+    16;  // a device name (IFNAMSIZ) or a link's, NUL-padded
 
 // Params::flags
-inline constexpr uint32_t kFlagPaced = 1u << 0;    // the bucket applies; clear = unpaced
+inline constexpr uint32_t kFlagPaced = 1u << 0;    // the buckets apply; clear = unpaced
 inline constexpr uint32_t kFlagDeleted = 1u << 1;  // tenant removed from policy: re-attach
+
+// BucketParams::key = scope | index << 8 | direction << 16; 0 = no bucket in this entry.
+enum BucketScope : uint8_t { kScopeNone = 0, kScopeDevice = 1, kScopeFabricLink = 2 };
+enum Direction : uint8_t { kTx = 0, kRx = 1 };
+constexpr uint32_t bucketKey(BucketScope scope, uint32_t index, Direction dir) {
+  return static_cast<uint32_t>(scope) | (index & 0xff) << 8 | static_cast<uint32_t>(dir) << 16;
+}
+constexpr BucketScope keyScope(uint32_t key) { return static_cast<BucketScope>(key & 0xff); }
+constexpr uint32_t keyIndex(uint32_t key) { return (key >> 8) & 0xff; }
+constexpr Direction keyDirection(uint32_t key) { return static_cast<Direction>((key >> 16) & 1); }
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
@@ -60,69 +90,98 @@ struct Header {
   uint8_t pad[128 - 112];
 };
 
+// The tenant's policy values and tags (under the seqlock, with the bucket table).
 struct Params {
   std::atomic<uint64_t> seq;  // even: stable; odd: being written
   std::atomic<uint64_t> policy_version;
-  std::atomic<uint64_t> rate_bytes_per_second;  // bucket refill rate (allocated, bytes/s)
-  std::atomic<uint64_t> burst_bytes;            // bucket depth
-  std::atomic<uint64_t> guarantee_bytes_per_second;
-  std::atomic<uint64_t> limit_bytes_per_second;
+  std::atomic<uint64_t> guarantee_bytes_per_second;  // per device of its link, per direction
+  std::atomic<uint64_t> limit_bytes_per_second;      // same
   std::atomic<uint32_t> weight;
   std::atomic<uint32_t> service_level;  // IB SL 0-15
   std::atomic<uint32_t> dscp;           // 0-63 (TOS byte = dscp << 2)
   std::atomic<uint32_t> flags;          // kFlag*
   std::atomic<uint32_t> num_traffic_classes;
   std::atomic<int32_t> traffic_classes[kMaxTrafficClasses];
-  uint8_t pad[192 - 100];
+  std::atomic<uint32_t> num_buckets;  // entries [0, num_buckets) of the table may be in use
+  uint8_t pad[192 - 88];
+};
+
+// One bucket of the table (under the Params seqlock).
+struct BucketParams {
+  std::atomic<uint32_t> key;  // bucketKey(); 0: unused
+  std::atomic<uint32_t> reserved;
+  std::atomic<uint64_t> name[kBucketNameBytes / 8];  // NUL-padded bytes
+  std::atomic<uint64_t> rate_bytes_per_second;       // refill rate (allocated)
+  std::atomic<uint64_t> depth_bytes;                 // bucket depth
+  std::atomic<uint64_t> guarantee_bytes_per_second;
+  std::atomic<uint64_t> limit_bytes_per_second;
+  uint8_t pad[64 - 56];
 };
 
 struct ParamsPage {
   Header header;
   Params params;
+  BucketParams buckets[kMaxBuckets];
 };
 
 struct Bucket {
   // Virtual time (CLOCK_MONOTONIC ns) at which the bucket was empty: the available tokens at
-  // `now` are min(burst, rate * (now - empty_at_ns)). One word, so a CAS updates it atomically.
+  // `now` are min(depth, rate * (now - empty_at_ns)). One word, so a CAS updates it atomically.
   std::atomic<int64_t> empty_at_ns;
   uint8_t pad[64 - 8];
 };
 
-// Counters of one process, written by that process only (relaxed atomics).
-struct Slot {
-  std::atomic<uint64_t> pid;                // the writer's own claim, for diagnostics only
-  std::atomic<uint64_t> tx_bytes;           // bytes admitted by the bucket
-  std::atomic<uint64_t> rx_bytes;           // bytes received
+// Per process (written by that process only, relaxed atomics).
+struct SlotHeader {
+  std::atomic<uint64_t> pid;           // the writer's own claim, for diagnostics only
+  std::atomic<uint64_t> heartbeat_ns;  // last isend/irecv/test activity
+  uint8_t pad[64 - 16];
+};
+
+// One process's counters for one bucket (written by that process only, relaxed atomics).
+struct Counters {
+  // tx: bytes admitted by the bucket; rx: bytes received (a completion's size).
+  std::atomic<uint64_t> bytes;
+  // Bytes refused by the bucket and not yet admitted (sends, or receives waiting to be let in):
+  // the demand signal.
+  std::atomic<uint64_t> backlog_bytes;
   std::atomic<uint64_t> throttled_ns;       // closed throttled intervals
   std::atomic<int64_t> throttled_since_ns;  // start of the open throttled interval, 0 = none
-  std::atomic<uint64_t> backlog_bytes;      // bytes refused by the bucket and not yet sent (demand)
-  std::atomic<uint64_t> heartbeat_ns;       // last isend/irecv/test activity
-  std::atomic<uint64_t> throttle_events;    // isend calls refused by the bucket
-  std::atomic<uint64_t> reserved;
-  // Time this process had at least one admitted send not yet completed (closed intervals, and
-  // the start of the open one, 0 = none). A tenant whose sends stay queued in the network while
-  // its bucket admits them is held back by the network, not by lack of demand: the agent's
-  // demand estimator reads it so a starved tenant gets its share back.
+  // tx: time this process had at least one admitted send not yet completed on this bucket
+  // (closed intervals, and the start of the open one, 0 = none). A tenant whose sends stay
+  // queued in the network while its bucket admits them is held back by the network, not by
+  // lack of demand: the agent's demand estimator reads it so a starved tenant gets its share
+  // back. rx: unused (0).
   std::atomic<uint64_t> busy_ns;
   std::atomic<int64_t> busy_since_ns;
-  uint8_t pad[128 - 88];
+  // tx: time sends in flight waited for their receiver (a closed TCP window): part of busy_ns
+  // that is the receiver's pacing, not the network's, and no demand at this end.
+  std::atomic<uint64_t> peer_wait_ns;
+  std::atomic<uint64_t> throttle_events;  // admissions refused by the bucket
 };
 
 struct SharedPage {
-  Bucket bucket;
-  Slot slots[kMaxSlots];
+  Bucket buckets[kMaxBuckets];
+  SlotHeader slots[kMaxSlots];
+  Counters counters[kMaxBuckets][kMaxSlots];
 };
 
 static_assert(sizeof(Header) == 128);
 static_assert(sizeof(Params) == 192);
-static_assert(sizeof(ParamsPage) == 320);
+static_assert(sizeof(BucketParams) == 64);
 static_assert(offsetof(ParamsPage, params) == 128);
+static_assert(offsetof(ParamsPage, buckets) == 320);
+static_assert(sizeof(ParamsPage) == 2368);
 static_assert(offsetof(Header, agent_pid) == 88);
-static_assert(offsetof(Params, traffic_classes) == 68);
+static_assert(offsetof(Params, traffic_classes) == 52);
+static_assert(offsetof(Params, num_buckets) == 84);
+static_assert(offsetof(BucketParams, rate_bytes_per_second) == 24);
 static_assert(sizeof(Bucket) == 64);
-static_assert(sizeof(Slot) == 128);
-static_assert(offsetof(SharedPage, slots) == 64);
-static_assert(sizeof(SharedPage) == 8256);
-static_assert(offsetof(Slot, busy_since_ns) == 80);
+static_assert(sizeof(SlotHeader) == 64);
+static_assert(sizeof(Counters) == 64);
+static_assert(offsetof(SharedPage, slots) == 2048);
+static_assert(offsetof(SharedPage, counters) == 6144);
+static_assert(sizeof(SharedPage) == 137216);
+static_assert(offsetof(Counters, peer_wait_ns) == 48);
 
 }  // namespace tq::shm

@@ -78,13 +78,31 @@ uint64_t satMulAdd(uint64_t a, uint64_t b, uint64_t add) {
   return v > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(v);
 }
 
-void writeParams(shm::Params& p, const TenantParams& v) {
+void storeName(std::atomic<uint64_t> (&words)[shm::kBucketNameBytes / 8], const std::string& n) {
+  char buf[shm::kBucketNameBytes] = {};
+  std::memcpy(buf, n.data(), std::min(n.size(), sizeof(buf) - 1));
+  for (size_t i = 0; i < shm::kBucketNameBytes / 8; ++i) {
+    uint64_t w = 0;
+    std::memcpy(&w, buf + 8 * i, 8);
+    words[i].store(w, std::memory_order_relaxed);
+  }
+}
+
+std::string loadName(const std::atomic<uint64_t> (&words)[shm::kBucketNameBytes / 8]) {
+  char buf[shm::kBucketNameBytes + 1] = {};
+  for (size_t i = 0; i < shm::kBucketNameBytes / 8; ++i) {
+    const uint64_t w = words[i].load(std::memory_order_relaxed);
+    std::memcpy(buf + 8 * i, &w, 8);
+  }
+  return std::string(buf, strnlen(buf, shm::kBucketNameBytes - 1));
+}
+
+void writeParams(shm::ParamsPage& page, const TenantParams& v) {
+  shm::Params& p = page.params;
   const uint64_t seq = p.seq.load(std::memory_order_relaxed);
   p.seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   p.policy_version.store(v.policy_version, std::memory_order_relaxed);
-  p.rate_bytes_per_second.store(v.rate_bytes_per_second, std::memory_order_relaxed);
-  p.burst_bytes.store(v.burst_bytes, std::memory_order_relaxed);
   p.guarantee_bytes_per_second.store(v.guarantee_bytes_per_second, std::memory_order_relaxed);
   p.limit_bytes_per_second.store(v.limit_bytes_per_second, std::memory_order_relaxed);
   p.weight.store(v.weight, std::memory_order_relaxed);
@@ -96,6 +114,19 @@ void writeParams(shm::Params& p, const TenantParams& v) {
   p.num_traffic_classes.store(static_cast<uint32_t>(n), std::memory_order_relaxed);
   for (size_t i = 0; i < shm::kMaxTrafficClasses; ++i) {
     p.traffic_classes[i].store(i < n ? v.traffic_classes[i] : 0, std::memory_order_relaxed);
+  }
+  const size_t nb = std::min<size_t>(v.buckets.size(), shm::kMaxBuckets);
+  p.num_buckets.store(static_cast<uint32_t>(nb), std::memory_order_relaxed);
+  for (size_t i = 0; i < shm::kMaxBuckets; ++i) {
+    shm::BucketParams& bp = page.buckets[i];
+    const BucketSpec none{shm::kScopeNone};
+    const BucketSpec& b = i < nb ? v.buckets[i] : none;
+    bp.key.store(b.scope == shm::kScopeNone ? 0 : b.key(), std::memory_order_relaxed);
+    storeName(bp.name, b.name);
+    bp.rate_bytes_per_second.store(b.rate_bytes_per_second, std::memory_order_relaxed);
+    bp.depth_bytes.store(b.depth_bytes, std::memory_order_relaxed);
+    bp.guarantee_bytes_per_second.store(b.guarantee_bytes_per_second, std::memory_order_relaxed);
+    bp.limit_bytes_per_second.store(b.limit_bytes_per_second, std::memory_order_relaxed);
   }
   p.seq.store(seq + 2, std::memory_order_release);
 }
@@ -112,37 +143,53 @@ bool isDns1123Label(std::string_view name) {
 // ---------------------------------------------------------------------------------------------
 // Readers
 
-SlotSample slotFromBytes(const uint8_t* page, size_t size, uint32_t index) {
-  shm::Slot raw;
-  std::memset(static_cast<void*>(&raw), 0, sizeof(raw));
-  const size_t off = offsetof(SharedPage, slots) + static_cast<size_t>(index) * sizeof(shm::Slot);
-  if (index < shm::kMaxSlots && off < size) {
-    std::memcpy(static_cast<void*>(&raw), page + off, std::min(sizeof(raw), size - off));
+std::vector<BucketSpec> nodeBuckets(uint64_t rate, uint64_t depth, uint64_t limit) {
+  std::vector<BucketSpec> v;
+  for (shm::Direction d : {shm::kTx, shm::kRx}) {
+    BucketSpec b;
+    b.scope = shm::kScopeDevice;
+    b.direction = d;
+    b.rate_bytes_per_second = rate;
+    b.depth_bytes = depth;
+    b.limit_bytes_per_second = limit;
+    v.push_back(b);
   }
-  SlotSample s;
-  s.pid = raw.pid.load(std::memory_order_relaxed);
-  s.tx_bytes = raw.tx_bytes.load(std::memory_order_relaxed);
-  s.rx_bytes = raw.rx_bytes.load(std::memory_order_relaxed);
+  return v;
+}
+
+CounterSample countersFromBytes(const uint8_t* block, size_t size) {
+  shm::Counters raw;
+  std::memset(static_cast<void*>(&raw), 0, sizeof(raw));
+  if (block != nullptr) std::memcpy(static_cast<void*>(&raw), block, std::min(sizeof(raw), size));
+  CounterSample s;
+  s.bytes = raw.bytes.load(std::memory_order_relaxed);
+  s.backlog_bytes = raw.backlog_bytes.load(std::memory_order_relaxed);
   s.throttled_ns = raw.throttled_ns.load(std::memory_order_relaxed);
   s.throttled_since_ns = raw.throttled_since_ns.load(std::memory_order_relaxed);
-  s.backlog_bytes = raw.backlog_bytes.load(std::memory_order_relaxed);
-  s.heartbeat_ns = raw.heartbeat_ns.load(std::memory_order_relaxed);
-  s.throttle_events = raw.throttle_events.load(std::memory_order_relaxed);
   s.busy_ns = raw.busy_ns.load(std::memory_order_relaxed);
   s.busy_since_ns = raw.busy_since_ns.load(std::memory_order_relaxed);
+  s.peer_wait_ns = raw.peer_wait_ns.load(std::memory_order_relaxed);
+  s.throttle_events = raw.throttle_events.load(std::memory_order_relaxed);
   return s;
 }
 
-SlotCheck checkSlot(SlotBaseline* base, const SlotSample& cur, int64_t now_ns, int64_t elapsed_ns,
-                    uint64_t max_rate) {
-  SlotCheck c;
+CounterSample countersFromPage(const uint8_t* page, size_t size, uint32_t bucket, uint32_t slot) {
+  if (bucket >= shm::kMaxBuckets || slot >= shm::kMaxSlots) return {};
+  const size_t off = offsetof(SharedPage, counters) +
+                     (static_cast<size_t>(bucket) * shm::kMaxSlots + slot) * sizeof(shm::Counters);
+  if (off >= size) return {};
+  return countersFromBytes(page + off, size - off);
+}
+
+CounterCheck checkCounters(CounterBaseline* base, const CounterSample& cur, int64_t now_ns,
+                           int64_t elapsed_ns, uint64_t max_rate) {
+  CounterCheck c;
   const uint64_t elapsed = elapsed_ns > 0 ? static_cast<uint64_t>(elapsed_ns) : 0;
   // bytes: 2 x max_rate x elapsed + slack, computed without overflow
   const uint64_t byte_bound =
       satMulAdd(max_rate / 500'000'000 + 1, elapsed, kSlackBytes);  // ~2 x rate x s
   const uint64_t time_bound = elapsed + static_cast<uint64_t>(kSlackNs);
-  c.tx_bytes = counterDelta(&base->tx_bytes, cur.tx_bytes, byte_bound, "tx_bytes", &c.problems);
-  c.rx_bytes = counterDelta(&base->rx_bytes, cur.rx_bytes, byte_bound, "rx_bytes", &c.problems);
+  c.bytes = counterDelta(&base->bytes, cur.bytes, byte_bound, "bytes", &c.problems);
 
   // Times: the closed total plus the open interval. The sum may dip when an interval closes
   // between the plugin's two stores; a dip within the time bound is not a problem, just 0.
@@ -166,6 +213,7 @@ SlotCheck checkSlot(SlotBaseline* base, const SlotSample& cur, int64_t now_ns, i
   c.throttled_ns =
       timeDelta(&base->throttled_ns, cur.throttled_ns, cur.throttled_since_ns, "throttled");
   c.busy_ns = timeDelta(&base->busy_ns, cur.busy_ns, cur.busy_since_ns, "busy");
+  c.peer_wait_ns = timeDelta(&base->peer_wait_ns, cur.peer_wait_ns, 0, "peer_wait");
   c.throttled_now = cur.throttled_since_ns != 0 && openInterval(cur.throttled_since_ns, now_ns);
   if (cur.backlog_bytes > kMaxBacklogBytes) {
     addProblem(&c.problems, "backlog_bytes " + std::to_string(cur.backlog_bytes) + " > 1 TiB");
@@ -175,7 +223,8 @@ SlotCheck checkSlot(SlotBaseline* base, const SlotSample& cur, int64_t now_ns, i
   return c;
 }
 
-std::optional<TenantParams> readParams(const shm::Params& p, uint64_t* seq_out) {
+std::optional<TenantParams> readParams(const shm::ParamsPage& page, uint64_t* seq_out) {
+  const shm::Params& p = page.params;
   TenantParams v;
   for (int attempt = 0; attempt < kSeqlockRetries; ++attempt) {
     const uint64_t s1 = p.seq.load(std::memory_order_acquire);
@@ -187,8 +236,6 @@ std::optional<TenantParams> readParams(const shm::Params& p, uint64_t* seq_out) 
       continue;
     }
     v.policy_version = p.policy_version.load(std::memory_order_relaxed);
-    v.rate_bytes_per_second = p.rate_bytes_per_second.load(std::memory_order_relaxed);
-    v.burst_bytes = p.burst_bytes.load(std::memory_order_relaxed);
     v.guarantee_bytes_per_second = p.guarantee_bytes_per_second.load(std::memory_order_relaxed);
     v.limit_bytes_per_second = p.limit_bytes_per_second.load(std::memory_order_relaxed);
     v.weight = p.weight.load(std::memory_order_relaxed);
@@ -202,6 +249,27 @@ std::optional<TenantParams> readParams(const shm::Params& p, uint64_t* seq_out) 
     v.traffic_classes.resize(n);
     for (uint32_t i = 0; i < n; ++i) {
       v.traffic_classes[i] = p.traffic_classes[i].load(std::memory_order_relaxed);
+    }
+    const uint32_t nb = std::min(p.num_buckets.load(std::memory_order_relaxed), shm::kMaxBuckets);
+    v.buckets.resize(nb);
+    for (uint32_t i = 0; i < nb; ++i) {
+      const shm::BucketParams& bp = page.buckets[i];
+      BucketSpec& b = v.buckets[i];
+      const uint32_t key = bp.key.load(std::memory_order_relaxed);
+      const shm::BucketScope scope = shm::keyScope(key);
+      const bool valid =
+          (scope == shm::kScopeDevice && shm::keyIndex(key) < shm::kMaxDeviceBuckets) ||
+          (scope == shm::kScopeFabricLink && shm::keyIndex(key) < shm::kMaxLinkBuckets);
+      b = BucketSpec{};
+      b.scope = valid ? scope : shm::kScopeNone;
+      b.index = valid ? shm::keyIndex(key) : 0;
+      b.direction = valid ? shm::keyDirection(key) : shm::kTx;
+      if (!valid) continue;
+      b.name = loadName(bp.name);
+      b.rate_bytes_per_second = bp.rate_bytes_per_second.load(std::memory_order_relaxed);
+      b.depth_bytes = bp.depth_bytes.load(std::memory_order_relaxed);
+      b.guarantee_bytes_per_second = bp.guarantee_bytes_per_second.load(std::memory_order_relaxed);
+      b.limit_bytes_per_second = bp.limit_bytes_per_second.load(std::memory_order_relaxed);
     }
     std::atomic_thread_fence(std::memory_order_acquire);
     if (p.seq.load(std::memory_order_relaxed) == s1) {
@@ -252,16 +320,51 @@ Result<std::shared_ptr<TenantShm>> TenantShm::create(const std::string& tenant,
 
 TenantShm::~TenantShm() { ::munmap(page_, sizeof(ParamsPage)); }
 
-void TenantShm::publish(const TenantParams& params) { writeParams(page_->params, params); }
+void TenantShm::publish(const TenantParams& params) {
+  writeParams(*page_, params);
+  std::lock_guard<std::mutex> lock(mu_);
+  num_buckets_ = static_cast<uint32_t>(std::min<size_t>(params.buckets.size(), shm::kMaxBuckets));
+  for (uint32_t i = 0; i < shm::kMaxBuckets; ++i) {
+    const uint32_t key = i < num_buckets_ && params.buckets[i].scope != shm::kScopeNone
+                             ? params.buckets[i].key()
+                             : 0;
+    if (key != keys_[i]) {
+      // Another bucket at this index now (the tenant's devices changed): its counters carry on
+      // from what the processes wrote for the old one, so take them as the new baseline.
+      if (keys_[i] != 0 && key != 0) resync_[i] = true;
+      keys_[i] = key;
+    }
+  }
+  if (totals_.buckets.size() < num_buckets_) totals_.buckets.resize(num_buckets_);
+}
 
 TenantParams TenantShm::published() const {
   // Only this process writes the page, and only from the thread calling published(): a read
   // never races a write, so it never fails.
-  return tq::readParams(page_->params).value_or(TenantParams{});
+  return tq::readParams(*page_).value_or(TenantParams{});
 }
 
 void TenantShm::heartbeat(int64_t now_ns) {
   page_->header.agent_heartbeat_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_relaxed);
+}
+
+bool TenantShm::zeroSlot(uint32_t i) {
+  static const shm::Counters kZeroCounters{};
+  static const shm::SlotHeader kZeroHeader{};
+  auto zero = [&](const void* what, size_t len, size_t off) {
+    return ::pwrite(shared_fd_.get(), what, len, static_cast<off_t>(off)) ==
+           static_cast<ssize_t>(len);
+  };
+  if (!zero(&kZeroHeader, sizeof(kZeroHeader),
+            offsetof(SharedPage, slots) + i * sizeof(shm::SlotHeader))) {
+    return false;
+  }
+  for (uint32_t b = 0; b < shm::kMaxBuckets; ++b) {
+    const size_t off = offsetof(SharedPage, counters) +
+                       (static_cast<size_t>(b) * shm::kMaxSlots + i) * sizeof(shm::Counters);
+    if (!zero(&kZeroCounters, sizeof(kZeroCounters), off)) return false;
+  }
+  return true;
 }
 
 std::optional<uint32_t> TenantShm::acquireSlot(const PeerIdentity& peer) {
@@ -271,15 +374,16 @@ std::optional<uint32_t> TenantShm::acquireSlot(const PeerIdentity& peer) {
     if (e.state != SlotState::kFree) continue;
     // Zero the slot the process will count from. A write through the fd, not a mapping: the
     // agent never maps tenant-writable memory.
-    static const shm::Slot kZero{};
-    const off_t off = static_cast<off_t>(offsetof(SharedPage, slots) + i * sizeof(shm::Slot));
-    if (::pwrite(shared_fd_.get(), &kZero, sizeof(kZero), off) !=
-        static_cast<ssize_t>(sizeof(kZero))) {
+    // Zero the header and the counter blocks the process will count from. Writes through the
+    // fd, not a mapping: the agent never maps tenant-writable memory.
+    if (!zeroSlot(i)) {
       TQ_LOG(kWarn, "tenant %s: zero slot %u for pid %d: %s", tenant_.c_str(), i,
              static_cast<int>(peer.pid), std::strerror(errno));
       continue;
     }
-    e = SlotEntry{SlotState::kAttached, peer, SlotBaseline{}, false};
+    e = SlotEntry{};
+    e.state = SlotState::kAttached;
+    e.peer = peer;
     return i;
   }
   slotless_.push_back(peer);
@@ -317,52 +421,91 @@ bool TenantShm::idle() const {
 }
 
 TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
-  // One copy of the whole page: the tenant may rewrite it meanwhile, so every value is checked,
-  // and a pread cannot fault (the size is sealed; a hole reads as zeros).
-  static_assert(sizeof(SharedPage) <= 16384);
-  uint8_t buf[sizeof(SharedPage)];
-  const ssize_t n = ::pread(shared_fd_.get(), buf, sizeof(buf), 0);
-  const size_t got = n > 0 ? static_cast<size_t>(n) : 0;
-
   std::lock_guard<std::mutex> lock(mu_);
   // The first reading of a tenant's memory has no previous one: bound it as a minute's worth
   // (the agent reads within a period of creating the memory, so a tenant gains nothing there).
   const int64_t elapsed = last_collect_ns_ != 0 ? now_ns - last_collect_ns_ : kFirstReadingNs;
   last_collect_ns_ = now_ns;
-  TenantUsage u;
+  uint32_t slots_used = 0;
   for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
+    if (slots_[i].state != SlotState::kFree) slots_used = i + 1;
+  }
+  if (totals_.buckets.size() < num_buckets_) totals_.buckets.resize(num_buckets_);
+  TenantUsage u;
+  u.buckets.resize(num_buckets_);
+  bool throttled[shm::kMaxSlots] = {};
+  for (uint32_t b = 0; b < num_buckets_ && slots_used > 0; ++b) {
+    if (keys_[b] == 0) continue;
+    // One copy of this bucket's counter blocks: the tenant may rewrite them meanwhile, so every
+    // value is checked, and a pread cannot fault (the size is sealed; a hole reads as zeros).
+    uint8_t buf[shm::kMaxSlots * sizeof(shm::Counters)];
+    const size_t off = offsetof(SharedPage, counters) +
+                       static_cast<size_t>(b) * shm::kMaxSlots * sizeof(shm::Counters);
+    const ssize_t n =
+        ::pread(shared_fd_.get(), buf, slots_used * sizeof(shm::Counters), static_cast<off_t>(off));
+    const size_t got = n > 0 ? static_cast<size_t>(n) : 0;
+    const bool resync = resync_[b];
+    resync_[b] = false;
+    const bool tx = shm::keyDirection(keys_[b]) == shm::kTx;
+    BucketUsage& total = totals_.buckets[b];
+    for (uint32_t i = 0; i < slots_used; ++i) {
+      SlotEntry& e = slots_[i];
+      if (e.state == SlotState::kFree) continue;
+      const size_t at = static_cast<size_t>(i) * sizeof(shm::Counters);
+      const CounterSample sample = countersFromBytes(buf + at, got > at ? got - at : 0);
+      CounterCheck c = checkCounters(&e.base[b], sample, now_ns, elapsed, max_rate);
+      if (resync) {
+        c = CounterCheck{};  // baselines moved to the values read; nothing counted
+      } else if (!c.problems.empty()) {
+        totals_.rejected_readings++;
+        if (!e.logged) {
+          e.logged = true;
+          TQ_LOG(kWarn,
+                 "tenant %s: pid %d (uid %u) slot %u, %s bucket %u: %s; not counted (logged once "
+                 "per process)",
+                 tenant_.c_str(), static_cast<int>(e.peer.pid), static_cast<unsigned>(e.peer.uid),
+                 i, tx ? "tx" : "rx", b, c.problems.c_str());
+        }
+      }
+      total.bytes += c.bytes;
+      total.throttled_ns += c.throttled_ns;
+      total.busy_ns += c.busy_ns;
+      total.peer_wait_ns += c.peer_wait_ns;
+      (tx ? totals_.tx_bytes : totals_.rx_bytes) += c.bytes;
+      if (tx) totals_.throttled_ns += c.throttled_ns;
+      if (e.state == SlotState::kDraining) continue;
+      u.buckets[b].backlog_bytes += c.backlog_bytes;
+      u.buckets[b].throttled_processes += c.throttled_now ? 1 : 0;
+      if (tx && c.throttled_now) throttled[i] = true;
+    }
+  }
+  for (uint32_t i = 0; i < slots_used; ++i) {
     SlotEntry& e = slots_[i];
     if (e.state == SlotState::kFree) continue;
-    const SlotCheck c = checkSlot(&e.base, slotFromBytes(buf, got, i), now_ns, elapsed, max_rate);
-    if (!c.problems.empty()) {
-      totals_.rejected_readings++;
-      if (!e.logged) {
-        e.logged = true;
-        TQ_LOG(kWarn,
-               "tenant %s: pid %d (uid %u) slot %u: %s; not counted (logged once per "
-               "process)",
-               tenant_.c_str(), static_cast<int>(e.peer.pid), static_cast<unsigned>(e.peer.uid), i,
-               c.problems.c_str());
-      }
-    }
-    totals_.tx_bytes += c.tx_bytes;
-    totals_.rx_bytes += c.rx_bytes;
-    totals_.throttled_ns += c.throttled_ns;
-    totals_.busy_ns += c.busy_ns;
     if (e.state == SlotState::kDraining) {
       e = SlotEntry{};  // its last counters are in: free for the next process
       continue;
     }
-    u.backlog_bytes += c.backlog_bytes;
     u.processes++;
-    u.throttled_processes += c.throttled_now ? 1 : 0;
-    u.slots.push_back({i, e.peer.pid, c.backlog_bytes, c.throttled_now});
+    u.throttled_processes += throttled[i] ? 1 : 0;
+    u.slots.push_back({i, e.peer.pid});
   }
   u.processes += static_cast<uint32_t>(slotless_.size());
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    BucketUsage& out = u.buckets[b];
+    const BucketUsage& total = totals_.buckets[b];
+    out.bytes = total.bytes;
+    out.throttled_ns = total.throttled_ns;
+    out.busy_ns = total.busy_ns;
+    out.peer_wait_ns = total.peer_wait_ns;
+    if (keys_[b] != 0 && shm::keyDirection(keys_[b]) == shm::kTx) {
+      u.backlog_bytes += out.backlog_bytes;
+    }
+  }
+  // The sums are counted as read, so they stay monotonic when the table changes.
   u.tx_bytes = totals_.tx_bytes;
   u.rx_bytes = totals_.rx_bytes;
   u.throttled_ns = totals_.throttled_ns;
-  u.busy_ns = totals_.busy_ns;
   u.rejected_readings = totals_.rejected_readings;
   return u;
 }
@@ -413,10 +556,13 @@ Result<std::unique_ptr<TenantShmView>> TenantShmView::map(Fd params_fd, Fd share
     return st;
   }
   auto* shared = static_cast<SharedPage*>(s);
-  shm::Slot* sl = slot < shm::kMaxSlots ? &shared->slots[slot] : nullptr;
-  if (sl != nullptr) sl->pid.store(static_cast<uint64_t>(::getpid()), std::memory_order_relaxed);
+  if (slot < shm::kMaxSlots) {
+    shared->slots[slot].pid.store(static_cast<uint64_t>(::getpid()), std::memory_order_relaxed);
+  } else {
+    slot = shm::kMaxSlots;
+  }
   // The mappings keep the memory alive; the fds are not needed any more.
-  return std::unique_ptr<TenantShmView>(new TenantShmView(params, shared, sl, tenant));
+  return std::unique_ptr<TenantShmView>(new TenantShmView(params, shared, slot, tenant));
 }
 
 TenantShmView::~TenantShmView() {

@@ -2,9 +2,10 @@
 //
 //   TenantShm      the agent: owns a tenant's two memfds, publishes its parameters under the
 //                  seqlock, hands out and takes back process slots, and reads the tenant's
-//                  counters with pread (never a mapping), checking every value (checkSlot).
+//                  counters with pread (never a mapping), checking every value
+//                  (checkCounters).
 //   TenantShmView  a plugin process: maps the two fds the agent sent it (parameters read-only,
-//                  bucket and slots read-write), after checking their sizes and seals.
+//                  buckets and counters read-write), after checking their sizes and seals.
 //
 // Thread-safety: TenantShm is shared by the agent's attach thread (acquireSlot/releaseSlot) and
 // its reconcile thread (publish, collect); an internal mutex guards the slot table. A
@@ -29,12 +30,28 @@
 
 namespace tq {
 
+// One token bucket of a tenant as the agent publishes it (shm_layout.h "Buckets").
+struct BucketSpec {
+  shm::BucketScope scope = shm::kScopeDevice;
+  uint32_t index = 0;  // device: its position among the devices of the tenant's link
+  shm::Direction direction = shm::kTx;
+  // The device (scope device) or link (scope fabric link), at most 15 bytes. A device bucket
+  // without a name applies to every device that no bucket of its direction names.
+  std::string name;
+  uint64_t rate_bytes_per_second = 0;  // refill rate: what the allocator gives it
+  uint64_t depth_bytes = 0;            // bucketDepthBytes() of the rate
+  uint64_t guarantee_bytes_per_second = 0;
+  uint64_t limit_bytes_per_second = 0;
+
+  uint32_t key() const { return shm::bucketKey(scope, index, direction); }
+  BucketConfig config() const { return {rate_bytes_per_second, depth_bytes}; }
+  friend bool operator==(const BucketSpec&, const BucketSpec&) = default;
+};
+
 // The agent-written parameters of one tenant, as plain values.
 struct TenantParams {
   uint64_t policy_version = 0;
-  uint64_t rate_bytes_per_second = 0;  // allocated (bucket refill) rate
-  uint64_t burst_bytes = 256 * 1024;
-  uint64_t guarantee_bytes_per_second = 0;
+  uint64_t guarantee_bytes_per_second = 0;  // per device of its link, per direction
   uint64_t limit_bytes_per_second = 0;
   uint32_t weight = 1;
   uint32_t service_level = 0;
@@ -42,10 +59,16 @@ struct TenantParams {
   bool paced = true;
   bool deleted = false;
   std::vector<int32_t> traffic_classes;  // at most shm::kMaxTrafficClasses
+  // The bucket table, index = table entry (at most shm::kMaxBuckets; an entry with scope
+  // kScopeNone is unused).
+  std::vector<BucketSpec> buckets;
 
-  BucketConfig bucket() const { return {rate_bytes_per_second, burst_bytes}; }
   friend bool operator==(const TenantParams&, const TenantParams&) = default;
 };
+
+// A tenant paced alike on every device: one unnamed tx and one unnamed rx bucket at `rate`
+// (depth `depth`, limit `limit`). The agent's built-in default tenant, and tests.
+std::vector<BucketSpec> nodeBuckets(uint64_t rate, uint64_t depth, uint64_t limit = 0);
 
 // The rate a process is paced at on a governed node when it cannot attach to any tenant and the
 // agent gives no default tenant: 100 Mbit/s.
@@ -57,75 +80,86 @@ bool isDns1123Label(std::string_view name);
 
 // ---- reading tenant-writable memory (pure and bounded; fuzzed by common_shm_fuzz) ----------
 
-// One slot as copied out of the tenant's memory: raw, unchecked values.
-struct SlotSample {
-  uint64_t pid = 0;
-  uint64_t tx_bytes = 0;
-  uint64_t rx_bytes = 0;
+// One process's counters for one bucket as copied out of the tenant's memory: raw, unchecked.
+struct CounterSample {
+  uint64_t bytes = 0;
+  uint64_t backlog_bytes = 0;
   uint64_t throttled_ns = 0;
   int64_t throttled_since_ns = 0;
-  uint64_t backlog_bytes = 0;
-  uint64_t heartbeat_ns = 0;
-  uint64_t throttle_events = 0;
   uint64_t busy_ns = 0;
   int64_t busy_since_ns = 0;
+  uint64_t peer_wait_ns = 0;
+  uint64_t throttle_events = 0;
 };
-// Decodes slot `index` of a SharedPage image of `size` bytes (all zero past the end).
-SlotSample slotFromBytes(const uint8_t* page, size_t size, uint32_t index);
+// Decodes one 64-byte counter block of `size` bytes at `block` (zero past the end).
+CounterSample countersFromBytes(const uint8_t* block, size_t size);
+// Decodes block [bucket][slot] of a SharedPage image of `size` bytes (zero past the end).
+CounterSample countersFromPage(const uint8_t* page, size_t size, uint32_t bucket, uint32_t slot);
 
-// What the agent last accepted from one slot (agent memory, never the tenant's).
-struct SlotBaseline {
-  uint64_t tx_bytes = 0;
-  uint64_t rx_bytes = 0;
+// What the agent last accepted from one counter block (agent memory, never the tenant's).
+struct CounterBaseline {
+  uint64_t bytes = 0;
   uint64_t throttled_ns = 0;  // closed + open interval as last accepted
   uint64_t busy_ns = 0;       // closed + open interval as last accepted
+  uint64_t peer_wait_ns = 0;
 };
 
-// One checked reading of a slot: increments since the baseline (which checkSlot advances) and
-// the current gauges. `problems` names every value that was out of range; such a value is not
-// counted, and the baseline moves to it so that honest increments count again from there.
-struct SlotCheck {
-  uint64_t tx_bytes = 0;
-  uint64_t rx_bytes = 0;
+// One checked reading of a counter block: increments since the baseline (which checkCounters
+// advances) and the current gauges. `problems` names every value that was out of range; such a
+// value is not counted, and the baseline moves to it so that honest increments count again from
+// there.
+struct CounterCheck {
+  uint64_t bytes = 0;
   uint64_t throttled_ns = 0;
   uint64_t busy_ns = 0;
+  uint64_t peer_wait_ns = 0;
   uint64_t backlog_bytes = 0;
   bool throttled_now = false;
   std::string problems;  // empty: every value was plausible
 };
-// `elapsed_ns`: since the previous reading; `max_rate`: the most the tenant may send (bytes/s;
+// `elapsed_ns`: since the previous reading; `max_rate`: the most the bucket may carry (bytes/s;
 // its limit). Bounds: counters never go backwards; bytes grow by at most 2 x max_rate x elapsed
 // + 4 GiB per reading; times by at most elapsed + 1 s; open intervals start in the past and at
 // most one day ago; the backlog is at most 1 TiB.
-SlotCheck checkSlot(SlotBaseline* base, const SlotSample& cur, int64_t now_ns, int64_t elapsed_ns,
-                    uint64_t max_rate);
+CounterCheck checkCounters(CounterBaseline* base, const CounterSample& cur, int64_t now_ns,
+                           int64_t elapsed_ns, uint64_t max_rate);
 
 // Consistent snapshot of agent-written parameters, or nullopt when the seqlock stayed odd or
-// changing for kSeqlockRetries tries (the caller keeps the values it had).
+// changing for kSeqlockRetries tries (the caller keeps the values it had). Bucket entries with
+// a key out of range are returned as unused (scope kScopeNone).
 inline constexpr int kSeqlockRetries = 64;
-std::optional<TenantParams> readParams(const shm::Params& p, uint64_t* seq_out = nullptr);
+std::optional<TenantParams> readParams(const shm::ParamsPage& p, uint64_t* seq_out = nullptr);
 
 // ---- the agent side ---------------------------------------------------------------------------
 
-// Counters of one slot with a live (or just closed) process, after checkSlot.
+// A live (or just closed) process's slot.
 struct SlotUsage {
   uint32_t index = 0;
   pid_t pid = 0;  // from SO_PEERCRED, in the agent's pid namespace
-  uint64_t backlog_bytes = 0;
-  bool throttled_now = false;
 };
 
-// A tenant's totals on this node since the agent created its memory. Monotonic: sums of the
-// increments checkSlot accepted.
+// One bucket of a tenant on this node: totals since the agent created its memory (sums of the
+// increments checkCounters accepted; monotonic) and the current gauges of the live slots.
+struct BucketUsage {
+  uint64_t bytes = 0;
+  uint64_t throttled_ns = 0;
+  uint64_t busy_ns = 0;
+  uint64_t peer_wait_ns = 0;
+  uint64_t backlog_bytes = 0;  // sum over live slots (current demand signal)
+  uint32_t throttled_processes = 0;
+};
+
+// A tenant's usage on this node.
 struct TenantUsage {
+  std::vector<BucketUsage> buckets;  // per entry of the published table
+  // Sums over the table: tx and rx bytes, and the tx buckets' throttled time and backlog.
   uint64_t tx_bytes = 0;
   uint64_t rx_bytes = 0;
   uint64_t throttled_ns = 0;
-  uint64_t busy_ns = 0;        // live slots only (a demand signal, not an accounting total)
-  uint64_t backlog_bytes = 0;  // sum over live slots (current demand signal)
-  uint32_t processes = 0;      // attached processes
-  uint32_t throttled_processes = 0;
-  uint64_t rejected_readings = 0;  // values checkSlot refused, since creation
+  uint64_t backlog_bytes = 0;
+  uint32_t processes = 0;            // attached processes
+  uint32_t throttled_processes = 0;  // with a refused send waiting (any tx bucket)
+  uint64_t rejected_readings = 0;    // values checkCounters refused, since creation
   std::vector<SlotUsage> slots;
 };
 
@@ -171,8 +205,10 @@ class TenantShm {
   // No process attached and no slot draining.
   bool idle() const;
 
-  // Reconcile thread: one pread of the whole SharedPage, every attached or draining slot checked
-  // against its baseline. Problems are logged (tenant, pid, what) once per slot attachment.
+  // Reconcile thread: per bucket of the published table one pread of its counter blocks (up to
+  // the highest slot in use), every attached or draining slot's block checked against its
+  // baseline with `max_rate` (the tenant's limit) as the bound. Problems are logged (tenant,
+  // pid, bucket, what) once per slot attachment.
   TenantUsage collect(int64_t now_ns, uint64_t max_rate);
 
  private:
@@ -180,9 +216,11 @@ class TenantShm {
   struct SlotEntry {
     SlotState state = SlotState::kFree;
     PeerIdentity peer;
-    SlotBaseline base;
+    CounterBaseline base[shm::kMaxBuckets];
     bool logged = false;  // a problem of this attachment was logged already
   };
+  // Zeroes slot i's header and counter blocks through the fd (mu_ held).
+  bool zeroSlot(uint32_t i);
   TenantShm(std::string tenant, Fd params_fd, Fd shared_fd, shm::ParamsPage* page)
       : tenant_(std::move(tenant)),
         params_fd_(std::move(params_fd)),
@@ -197,7 +235,12 @@ class TenantShm {
   mutable std::mutex mu_;
   SlotEntry slots_[shm::kMaxSlots];
   std::vector<PeerIdentity> slotless_;  // attached without a slot
-  TenantUsage totals_;                  // counters only: tx, rx, throttled, rejected
+  // The published table's keys (reconcile thread; under mu_ for collect): a key that changes
+  // at an index resynchronises that index's baselines at the next collect.
+  uint32_t keys_[shm::kMaxBuckets] = {};
+  bool resync_[shm::kMaxBuckets] = {};
+  uint32_t num_buckets_ = 0;
+  TenantUsage totals_;  // counters only (per bucket and sums), and rejected readings
   int64_t last_collect_ns_ = 0;
 };
 
@@ -215,21 +258,26 @@ class TenantShmView {
   // The tenant the agent created this memory for (its header, which only the agent can write).
   const std::string& tenant() const { return tenant_; }
   std::optional<TenantParams> readParams(uint64_t* seq_out = nullptr) const {
-    return tq::readParams(params_->params, seq_out);
+    return tq::readParams(*params_, seq_out);
   }
   bool paramsChanged(uint64_t seq) const {
     return params_->params.seq.load(std::memory_order_acquire) != seq;
   }
-  std::atomic<int64_t>& bucketState() { return shared_->bucket.empty_at_ns; }
-  shm::Slot* slot() { return slot_; }  // nullptr: attached without a slot
+  // Bucket `b`'s shared word (b < kMaxBuckets).
+  std::atomic<int64_t>& bucketWord(uint32_t b) { return shared_->buckets[b].empty_at_ns; }
+  // This process's counters for bucket `b`; nullptr: attached without a slot.
+  shm::Counters* counters(uint32_t b) {
+    return slot_ < shm::kMaxSlots ? &shared_->counters[b][slot_] : nullptr;
+  }
+  shm::SlotHeader* slot() { return slot_ < shm::kMaxSlots ? &shared_->slots[slot_] : nullptr; }
 
  private:
-  TenantShmView(const shm::ParamsPage* params, shm::SharedPage* shared, shm::Slot* slot,
+  TenantShmView(const shm::ParamsPage* params, shm::SharedPage* shared, uint32_t slot,
                 std::string tenant)
       : params_(params), shared_(shared), slot_(slot), tenant_(std::move(tenant)) {}
   const shm::ParamsPage* params_;
   shm::SharedPage* shared_;
-  shm::Slot* slot_;
+  uint32_t slot_;  // kMaxSlots: none
   std::string tenant_;
 };
 

@@ -1,6 +1,7 @@
 #include "common/token_bucket.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 namespace tq {
@@ -57,6 +58,29 @@ bool bucketTryTake(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t b
       return true;
     }
   }
+}
+
+uint64_t bucketDepthBytes(uint64_t rate, int64_t depth_ns, uint64_t floor) {
+  const unsigned __int128 d = static_cast<unsigned __int128>(rate) *
+                              static_cast<uint64_t>(std::max<int64_t>(depth_ns, 0)) /
+                              1'000'000'000u;
+  const uint64_t by_time = d > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(d);
+  return std::max(by_time, floor);
+}
+
+void bucketGiveBack(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t bytes,
+                    const BucketConfig& cfg, std::atomic<int64_t>* floor) {
+  if (cfg.rate_bytes_per_second == 0 || bytes == 0) return;
+  const int64_t cost_ns =
+      std::min(bucketCostNs(bytes, cfg.rate_bytes_per_second), kMaxBucketDebtNs);
+  const int64_t burst_ns = bucketCostNs(cfg.burst_bytes, cfg.rate_bytes_per_second);
+  int64_t cur = empty_at_ns.load(std::memory_order_relaxed);
+  for (;;) {
+    if (cur > now_ns + kMaxBucketDebtNs) return;  // garbage: the next take repairs it
+    if (cur <= now_ns - burst_ns) return;         // full already: nothing more to hold
+    if (empty_at_ns.compare_exchange_weak(cur, cur - cost_ns, std::memory_order_relaxed)) break;
+  }
+  if (floor != nullptr) floor->fetch_sub(cost_ns, std::memory_order_relaxed);
 }
 
 int64_t bucketAvailable(const std::atomic<int64_t>& empty_at_ns, int64_t now_ns,

@@ -27,8 +27,20 @@ namespace tq {
 
 struct BucketConfig {
   uint64_t rate_bytes_per_second = 0;  // 0: nothing is admitted
-  uint64_t burst_bytes = 256 * 1024;
+  uint64_t burst_bytes = 256 * 1024;   // the depth
 };
+
+// Bucket depth sized in time. Over any window T a bucket admits at most rate x T + max(depth,
+// the largest single admission): a depth of `depth_ns` at the bucket's rate bounds that to
+// rate x (T + depth_ns) whatever the link's speed, where a fixed byte count gives a slow tenant
+// a larger share on top (256 KiB: 3.5 % over 100 ms at 600 Mbit/s). 1 ms keeps every tenant
+// within 1 % of its rate over 100 ms windows; it is also the chunk the ib transport paces in
+// (TENANTQOS_PACE_CHUNK_US), so a chunk fits a full bucket. Below `floor` bytes the depth does not
+// go (one page by default: the smallest paced chunk always fits).
+inline constexpr int64_t kDefaultBucketDepthNs = 1'000'000;
+inline constexpr uint64_t kDefaultMinBucketDepthBytes = 4096;
+// max(rate x depth_ns, floor), saturating.
+uint64_t bucketDepthBytes(uint64_t rate_bytes_per_second, int64_t depth_ns, uint64_t floor);
 
 // Most debt a bucket carries: one message never costs more than this much of the rate.
 inline constexpr int64_t kMaxBucketDebtNs = 10'000'000'000;
@@ -39,6 +51,13 @@ int64_t bucketCostNs(uint64_t bytes, uint64_t rate_bytes_per_second);
 // Tries to take `bytes` tokens at time `now_ns`. Returns true if admitted. `floor` as above.
 bool bucketTryTake(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t bytes,
                    const BucketConfig& cfg, std::atomic<int64_t>* floor = nullptr);
+
+// Gives back `bytes` taken earlier and not used (a receive admitted at its posted size that
+// carried less): moves the word back by their cost, and the process's floor with it (its own
+// tokens). The cap of one depth of saved tokens still applies at the next take. A garbage word
+// (beyond the debt bound) is left for the next take to repair.
+void bucketGiveBack(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t bytes,
+                    const BucketConfig& cfg, std::atomic<int64_t>* floor = nullptr);
 
 // Tokens (bytes) available at now_ns; negative when in debt. For metrics and tests.
 int64_t bucketAvailable(const std::atomic<int64_t>& empty_at_ns, int64_t now_ns,

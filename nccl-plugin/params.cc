@@ -32,14 +32,23 @@ Result<int64_t> parseInt(const ParamSpec& spec, std::string_view text) {
   return static_cast<int64_t>(v);
 }
 
+// "[4KiB, 1GiB]", or ">= 4KiB" without an upper bound; in the parameter's unit.
+std::string unsignedRange(const ParamSpec& spec) {
+  auto text = [&](int64_t v) {
+    const auto u = static_cast<uint64_t>(v);
+    return spec.type == ParamType::kRate ? formatRate(u) : formatSize(u);
+  };
+  if (spec.max > 0) return "[" + text(spec.min) + ", " + text(spec.max) + "]";
+  return ">= " + text(spec.min);
+}
+
 Result<uint64_t> parseUnsigned(const ParamSpec& spec, std::string_view text) {
   Result<uint64_t> v = spec.type == ParamType::kRate ? parseRate(text) : parseSize(text);
   if (!v.ok()) return v.status().withContext(spec.env);
-  if (spec.max > 0 &&
-      (*v < static_cast<uint64_t>(spec.min) || *v > static_cast<uint64_t>(spec.max))) {
-    return invalidArgument(std::string(spec.env) + "=" + std::string(text) + ": out of range [" +
-                           formatSize(static_cast<uint64_t>(spec.min)) + ", " +
-                           formatSize(static_cast<uint64_t>(spec.max)) + "]");
+  if (*v < static_cast<uint64_t>(spec.min) ||
+      (spec.max > 0 && *v > static_cast<uint64_t>(spec.max))) {
+    return invalidArgument(std::string(spec.env) + "=" + std::string(text) + ": out of range " +
+                           unsignedRange(spec));
   }
   return *v;
 }
@@ -130,6 +139,9 @@ std::string paramsMarkdownTable() {
     std::string type = typeName(spec.type);
     if ((spec.type == ParamType::kInt || spec.type == ParamType::kMillis) && spec.max > spec.min) {
       type += " " + std::to_string(spec.min) + "-" + std::to_string(spec.max);
+    } else if ((spec.type == ParamType::kSize || spec.type == ParamType::kRate) &&
+               (spec.min > 0 || spec.max > 0)) {
+      type += " " + unsignedRange(spec);
     }
     const std::string def =
         spec.default_text[0] != '\0' ? "`" + std::string(spec.default_text) + "`" : "unset";

@@ -23,12 +23,13 @@ namespace tq::plugin {
 enum class ParamType {
   kString,
   kInt,     // decimal integer within [min, max]
-  kSize,    // bytes: "256KiB", "4MiB", "65536" (common/units parseSize)
-  kRate,    // bytes/s: "10Gbps", "1.25GB/s" (common/units parseRate)
+  kSize,    // bytes: "256KiB", "4MiB", "65536" (common/units parseSize), within [min, max]
+  kRate,    // bytes/s: "10Gbps", "1.25GB/s" (common/units parseRate), within [min, max]
   kMillis,  // integer milliseconds within [min, max]
 };
 
 // X(field, ENV_NAME, C++ type, ParamType, "default" ("" = unset), min, max, "meaning")
+// For sizes and rates a max of 0 means no upper bound; the min always holds.
 // Optional types are unset unless the variable is set; the meaning says what unset does.
 #define TQ_PLUGIN_PARAMS(X)                                                                        \
   X(tenant, "TENANTQOS_TENANT", std::string, kString, "", 0, 0,                                    \
@@ -44,12 +45,20 @@ enum class ParamType {
   X(require_agent, "TENANTQOS_REQUIRE_AGENT", int64_t, kInt, "0", 0, 1,                            \
     "1: init fails when TENANTQOS_RUN_DIR does not exist (no agent on this node) instead of "      \
     "running unpaced with a warning.")                                                             \
-  X(rate, "TENANTQOS_RATE", std::optional<uint64_t>, kRate, "", 0, 0,                              \
-    "Pacing rate on a node without an agent (no TENANTQOS_RUN_DIR), e.g. 10Gbps or 1.25GB/s. "     \
-    "Unset: unpaced. Ignored on a governed node.")                                                 \
-  X(burst, "TENANTQOS_BURST", uint64_t, kSize, "256KiB", 0, 0,                                     \
-    "Token-bucket depth when not attached to the agent, and when it gives no burst. A larger "     \
-    "message is admitted from a full bucket and leaves debt.")                                     \
+  X(rate, "TENANTQOS_RATE", std::optional<uint64_t>, kRate, "", 1, 0,                              \
+    "Pacing rate of what the process sends, on a node without an agent (no TENANTQOS_RUN_DIR), "   \
+    "e.g. 10Gbps or 1.25GB/s. Unset: unpaced. Ignored on a governed node.")                        \
+  X(rx_rate, "TENANTQOS_RX_RATE", std::optional<uint64_t>, kRate, "", 1, 0,                        \
+    "Pacing rate of what the process receives (ingress), on a node without an agent. Unset: "      \
+    "unpaced. Ignored on a governed node (the agent allocates ingress).")                          \
+  X(bucket_depth_us, "TENANTQOS_BUCKET_DEPTH_US", int64_t, kInt, "1000", 10, 1000000,              \
+    "Token-bucket depth as time at the bucket's rate when not attached to the agent (the agent "   \
+    "gives its own): over any window T a tenant then sends at most rate x (T + this) plus one "    \
+    "admission larger than the depth (1 ms: 1 % over 100 ms).")                                    \
+  X(burst, "TENANTQOS_BURST", uint64_t, kSize, "4KiB", 4096, 0,                                    \
+    "Smallest token-bucket depth when not attached to the agent (the depth is the larger of this " \
+    "and rate x TENANTQOS_BUCKET_DEPTH_US). A larger message is admitted from a full bucket and "  \
+    "leaves debt.")                                                                                \
   X(catchup_ms, "TENANTQOS_CATCHUP_MS", int64_t, kMillis, "20", 0, 1000,                           \
     "How much sending time a backlogged sender that retries late (descheduled, busy) may make up " \
     "from tokens nobody used, so its long-run rate holds; bounds that extra burst to rate x "      \
@@ -105,9 +114,9 @@ enum class ParamType {
   X(ib_retry_cnt, "TENANTQOS_IB_RETRY_CNT", int64_t, kInt, "7", 0, 7,                              \
     "RC QP transport retries before a work request fails.")                                        \
   X(pace_chunk_us, "TENANTQOS_PACE_CHUNK_US", int64_t, kInt, "1000", 10, 1000000,                  \
-    "Transports that pace in chunks (ib) cut a message into pieces of at most rate x this (and "   \
-    "at most the burst), each admitted by the bucket on its own, so the rate holds at "            \
-    "millisecond scales, not only on average.")                                                    \
+    "Transports pace large messages in chunks of at most rate x this (and at most the bucket "     \
+    "depth), each admitted by the bucket on its own, so the rate holds at millisecond scales, "    \
+    "not only on average: ib sends, socket reads and writes of striped messages.")                 \
   X(handshake_timeout_ms, "TENANTQOS_HANDSHAKE_TIMEOUT_MS", int64_t, kMillis, "30000", 10,         \
     86400000,                                                                                      \
     "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "   \

@@ -5,7 +5,7 @@
 
 #include "common/attach_protocol.h"
 #include "common/tenant_shm.h"
-#include "nccl-plugin/ib/ib_transport.h"
+#include "nccl-plugin/ib/ib_factory.h"
 #include "nccl-plugin/socket/socket_transport.h"
 
 namespace tq::plugin {
@@ -20,34 +20,76 @@ struct ListenObj {
   std::unique_ptr<ListenComm> comm;
   std::shared_ptr<TenantPacer> tenant;
   TenantSource source = TenantSource::kDefault;
+  int dev = 0;
 };
-// The tenant's bucket as seen by a send comm that paces in chunks (transport.h).
+
+// One admitter over a tenant's bucket (transport.h): its own PaceState.
 class TenantAdmission final : public Admission {
  public:
-  TenantAdmission(TenantPacer* tenant, PaceState* pace) : tenant_(tenant), pace_(pace) {}
+  TenantAdmission(TenantPacer* tenant, int channel) : tenant_(tenant) { pace_.channel = channel; }
+  ~TenantAdmission() override { tenant_->release(&pace_); }
   bool tryAdmit(uint64_t bytes, uint64_t pending) override {
-    return tenant_->admit(bytes, pace_, pending);
+    return tenant_->admit(bytes, &pace_, pending);
   }
-  uint64_t chunkBytes() const override { return tenant_->chunkBytes(); }
-  uint64_t rateBytesPerSecond() const override { return tenant_->rateBytesPerSecond(); }
+  int64_t readyAtNs(uint64_t bytes) const override { return tenant_->readyAtNs(bytes, pace_); }
+  void giveBack(uint64_t bytes) override { tenant_->giveBack(bytes, &pace_); }
+  void peerWait(int64_t ns) override { tenant_->onPeerWait(pace_, ns); }
+  uint64_t chunkBytes() const override { return tenant_->chunkBytes(pace_.channel); }
+  uint64_t rateBytesPerSecond() const override {
+    return tenant_->rateBytesPerSecond(pace_.channel);
+  }
 
  private:
   TenantPacer* tenant_;
-  PaceState* pace_;
+  PaceState pace_;
 };
 
+// A comm's pacing in one direction: the admissions its threads asked for.
+class TenantPacing final : public Pacing {
+ public:
+  TenantPacing(TenantPacer* tenant, int channel) : tenant_(tenant), channel_(channel) {}
+  Admission* newAdmission() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    admissions_.push_back(std::make_unique<TenantAdmission>(tenant_, channel_));
+    return admissions_.back().get();
+  }
+
+ private:
+  TenantPacer* tenant_;
+  const int channel_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<TenantAdmission>> admissions_;
+};
+
+// The network device of a transport device, for its tenant's per-device buckets.
+std::string netdevOf(Transport& t, int dev) {
+  DeviceProperties props;
+  if (!t.properties(dev, &props).ok()) return "";
+  if (props.netdev != nullptr) return props.netdev;
+  return props.name != nullptr ? props.name : "";
+}
+
 struct SendObj {
-  SendObj(std::shared_ptr<TenantPacer> t) : tenant(std::move(t)), admission(tenant.get(), &pace) {}
+  SendObj(std::shared_ptr<TenantPacer> t, int channel)
+      : tenant(std::move(t)), pacing(tenant.get(), channel) {
+    pace.channel = channel;
+  }
   uint32_t magic = kSendMagic;
   std::shared_ptr<TenantPacer> tenant;
-  PaceState pace;
-  TenantAdmission admission;
-  std::unique_ptr<SendComm> comm;  // last: destroyed first, while `admission` still exists
+  PaceState pace;  // whole-message admission and the busy time of sends in flight
+  TenantPacing pacing;
+  std::unique_ptr<SendComm> comm;  // last: destroyed first, while `pacing` still exists
 };
 struct RecvObj {
+  RecvObj(std::shared_ptr<TenantPacer> t, int channel)
+      : tenant(std::move(t)), pacing(tenant.get(), channel) {
+    pace.channel = channel;
+  }
   uint32_t magic = kRecvMagic;
-  std::unique_ptr<RecvComm> comm;
   std::shared_ptr<TenantPacer> tenant;
+  PaceState pace;  // received bytes
+  TenantPacing pacing;
+  std::unique_ptr<RecvComm> comm;  // last: destroyed first
 };
 
 uint32_t magicOf(void* p) {
@@ -133,11 +175,12 @@ Result<std::unique_ptr<Transport>> makeTransport(const PluginParams& params, Clo
     TQ_ASSIGN_OR_RETURN(auto t, socket::SocketTransport::create(params, clock));
     return std::unique_ptr<Transport>(std::move(t));
   }
-  auto ibt = ib::IbTransport::create(params, clock);
+  std::string summary;
+  auto ibt = ib::makeIbTransport(params, clock, &summary);
   if (ibt.ok()) {
     *why = (params.transport == "ib" ? "TENANTQOS_TRANSPORT=ib" : "auto: active RDMA ports") +
-           std::string(" ") + (*ibt)->summary();
-    return std::unique_ptr<Transport>(std::move(ibt).value());
+           std::string(" ") + summary;
+    return std::move(ibt).value();
   }
   if (params.transport == "ib") return ibt.status().withContext("TENANTQOS_TRANSPORT=ib");
   // auto: no usable RDMA port is the normal case on hosts without RDMA; anything else (a port
@@ -214,6 +257,7 @@ Status Plugin::listen(void* ctx, int dev, void* handle, void** listen_comm) {
   auto obj = std::make_unique<ListenObj>();
   obj->tenant = c->tenant;
   obj->source = c->source;
+  obj->dev = dev;
   TQ_RETURN_IF_ERROR(transport_->listen(dev, c->tenant->qos(), handle, &obj->comm));
   *listen_comm = obj.release();
   comms_.fetch_add(1);
@@ -229,9 +273,10 @@ Status Plugin::connect(void* ctx, int traffic_class, int dev, void* handle, void
   std::unique_ptr<SendComm> comm;
   TQ_RETURN_IF_ERROR(transport_->connect(dev, tenant->qos(), handle, &comm));
   if (comm == nullptr) return okStatus();  // in progress: NCCL calls again
-  auto obj = std::make_unique<SendObj>(std::move(tenant));
+  const int channel = tenant->channel(shm::kTx, netdevOf(*transport_, dev));
+  auto obj = std::make_unique<SendObj>(std::move(tenant), channel);
   obj->comm = std::move(comm);
-  if (obj->comm->pacesInChunks()) obj->comm->setAdmission(&obj->admission);
+  if (obj->comm->pacesItself()) obj->comm->setPacing(&obj->pacing);
   *send_comm = obj.release();
   comms_.fetch_add(1);
   return okStatus();
@@ -245,16 +290,18 @@ Status Plugin::accept(void* listen_comm, void** recv_comm) {
   std::unique_ptr<RecvComm> comm;
   TQ_RETURN_IF_ERROR(transport_->accept(l->comm.get(), &comm));
   if (comm == nullptr) return okStatus();
-  auto obj = std::make_unique<RecvObj>();
-  obj->tenant = l->tenant;
+  std::shared_ptr<TenantPacer> tenant = l->tenant;
   // A listener that only knows the default tenant (v9/v10 listen has no config) accounts the
   // received bytes to the sender's tenant, which the handshake carried.
   const std::string& peer = comm->peerQos().tenant;
   if (l->source == TenantSource::kDefault && !peer.empty() && peer != l->tenant->tenant() &&
       isDns1123Label(peer)) {
-    obj->tenant = tenants_.byName(peer);
+    tenant = tenants_.byName(peer);
   }
+  const int channel = tenant->channel(shm::kRx, netdevOf(*transport_, l->dev));
+  auto obj = std::make_unique<RecvObj>(std::move(tenant), channel);
   obj->comm = std::move(comm);
+  if (obj->comm->pacesItself()) obj->comm->setPacing(&obj->pacing);
   *recv_comm = obj.release();
   comms_.fetch_add(1);
   return okStatus();
@@ -302,8 +349,8 @@ Status Plugin::isend(void* send_comm, void* data, size_t size, int tag, void* mh
   if (data == nullptr && size > 0) return invalidArgument("isend: NULL buffer");
   *request = nullptr;
   if (s->comm->wouldBlock()) return okStatus();
-  // Whole-message pacing; a chunk-pacing comm admits through its Admission itself.
-  if (!s->comm->pacesInChunks() && !s->tenant->admit(size, &s->pace)) {
+  // Whole-message pacing; a comm that paces itself admits through its Admissions.
+  if (!s->comm->pacesItself() && !s->tenant->admit(size, &s->pace)) {
     return okStatus();  // over budget: NCCL retries
   }
   Request* r = nullptr;
@@ -331,7 +378,7 @@ Status Plugin::irecv(void* recv_comm, int n, void** data, size_t* sizes, int* ta
       r->comm->irecv(n, data, sizes, tags, reinterpret_cast<MemRegion**>(mhandles), &req));
   if (req != nullptr) {
     req->tenant = r->tenant.get();
-    req->pace = nullptr;
+    req->pace = &r->pace;
     req->count = n;
   }
   *request = req;
@@ -373,7 +420,7 @@ Status Plugin::test(void* request, int* done, int* sizes) {
     if (sizes != nullptr) sizes[i] = bytes[i] > INT_MAX ? INT_MAX : static_cast<int>(bytes[i]);
     total += bytes[i];
   }
-  if (is_recv && tenant != nullptr) tenant->onReceived(total);
+  if (is_recv && tenant != nullptr && pace != nullptr) tenant->onReceived(total, *pace);
   return okStatus();
 }
 

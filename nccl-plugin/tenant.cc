@@ -36,7 +36,9 @@ PacerConfig pacerConfigFromParams(const PluginParams& p) {
   PacerConfig c;
   c.run_dir = p.run_dir;
   c.rate = p.rate;
+  c.rx_rate = p.rx_rate;
   c.burst = p.burst;
+  c.depth_ns = p.bucket_depth_us * 1'000;
   c.dscp = p.dscp;
   c.sl = p.sl;
   c.priority = p.priority;
@@ -50,6 +52,10 @@ PacerConfig pacerConfigFromParams(const PluginParams& p) {
 
 TenantPacer::TenantPacer(std::string tenant, PacerConfig cfg, Clock& clock)
     : tenant_(std::move(tenant)), cfg_(std::move(cfg)), clock_(clock) {
+  channels_ = {Channel{shm::kTx, ""}, Channel{shm::kRx, ""}};
+  channels_dir_[kTxChannel] = shm::kTx;
+  channels_dir_[kRxChannel] = shm::kRx;
+  for (auto& c : chan_bucket_) c.store(-1, std::memory_order_relaxed);
   useFallback();
   const int64_t now = clock_.nowNs();
   std::lock_guard<std::mutex> lock(mu_);
@@ -67,7 +73,7 @@ bool TenantPacer::governed() const { return attach::nodeIsGoverned(cfg_.run_dir)
 TenantPacer::Mode TenantPacer::mode() const {
   if (agent_.load(std::memory_order_acquire) != nullptr) return Mode::kAgent;
   if (governed_.load(std::memory_order_relaxed)) return Mode::kConservative;
-  return cfg_.rate.has_value() ? Mode::kEnvRate : Mode::kUnpaced;
+  return cfg_.rate.has_value() || cfg_.rx_rate.has_value() ? Mode::kEnvRate : Mode::kUnpaced;
 }
 
 std::string TenantPacer::attachedTenant() const {
@@ -86,11 +92,33 @@ TrafficQos TenantPacer::qos() const {
   return q;
 }
 
-std::string TenantPacer::describe() const {
+namespace {
+
+// "tx 1Gbps/125KB eth0, rx ..." for the log: every bucket of the table.
+std::string describeBuckets(const std::vector<BucketSpec>& buckets) {
+  std::string s;
+  for (const BucketSpec& b : buckets) {
+    if (b.scope == shm::kScopeNone) continue;
+    if (!s.empty()) s += ", ";
+    s += std::string(b.direction == shm::kTx ? "tx " : "rx ") +
+         (b.name.empty() ? "" : b.name + " ") + formatRate(b.rate_bytes_per_second) + " (depth " +
+         formatSize(b.depth_bytes) + ")";
+  }
+  return s.empty() ? "no buckets" : s;
+}
+
+}  // namespace
+
+std::string TenantPacer::describeLocked() const {
   const Mode m = mode();
   std::string s = "tenant " + tenant_ + ": ";
   const std::string marking =
       "dscp " + std::to_string(dscp_.load()) + ", sl " + std::to_string(sl_.load());
+  auto rateText = [&](const char* what, const std::optional<uint64_t>& r, const char* var) {
+    return r ? std::string("pacing ") + what + " at " + var + " " + formatRate(*r) + " (depth " +
+                   formatSize(bucketDepthBytes(*r, cfg_.depth_ns, cfg_.burst)) + ")"
+             : std::string(what) + " unpaced (no " + var + ")";
+  };
   switch (m) {
     case Mode::kAgent: {
       AgentBinding* a = agent_.load(std::memory_order_acquire);
@@ -100,16 +128,17 @@ std::string TenantPacer::describe() const {
             "attached as tenant " + a->view->tenant() + " through " + a->via + " (" + why_ + ")";
       }
       if (!paced_.load()) return s + where + ", unpaced by policy; " + marking;
-      return s + where + ", paced at " + formatRate(rate_.load()) + ", burst " +
-             formatSize(burst_.load()) + "; " + marking;
+      return s + where + ", paced: " + describeBuckets(params_.buckets) + "; " + marking;
     }
     case Mode::kConservative:
       return s + "governed node (" + cfg_.run_dir + " exists) but not attached (" + why_ +
              "): paced at the conservative " + formatRate(kConservativeRateBytesPerSecond) +
-             "; trying again every " + std::to_string(cfg_.recheck_ns / 1'000'000) + " ms";
+             " both ways; trying again every " + std::to_string(cfg_.recheck_ns / 1'000'000) +
+             " ms";
     case Mode::kEnvRate:
-      return s + "no agent (no " + cfg_.run_dir + "); pacing at TENANTQOS_RATE " +
-             formatRate(*cfg_.rate) + ", burst " + formatSize(cfg_.burst) + "; " + marking;
+      return s + "no agent (no " + cfg_.run_dir + "); " +
+             rateText("sends", cfg_.rate, "TENANTQOS_RATE") + ", " +
+             rateText("receives", cfg_.rx_rate, "TENANTQOS_RX_RATE") + "; " + marking;
     case Mode::kUnpaced: break;
   }
   return s + "no agent (no " + cfg_.run_dir + ") and no TENANTQOS_RATE: UNPACED (marked with " +
@@ -117,16 +146,99 @@ std::string TenantPacer::describe() const {
          std::to_string(cfg_.recheck_ns / 1'000'000) + " ms";
 }
 
+std::string TenantPacer::describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return describeLocked();
+}
+
+// Fallback buckets: 0 sends, 1 receives.
 void TenantPacer::useFallback() {
   const bool gov = governed_.load(std::memory_order_relaxed);
-  const std::optional<uint64_t> rate =
+  const std::optional<uint64_t> tx =
       gov ? std::optional<uint64_t>(kConservativeRateBytesPerSecond) : cfg_.rate;
-  rate_.store(rate.value_or(0), std::memory_order_relaxed);
-  burst_.store(cfg_.burst, std::memory_order_relaxed);
-  limit_.store(gov ? kConservativeRateBytesPerSecond : 0, std::memory_order_relaxed);
-  paced_.store(rate.has_value(), std::memory_order_relaxed);
-  dscp_.store(static_cast<int>(cfg_.dscp.value_or(0)), std::memory_order_relaxed);
-  sl_.store(static_cast<int>(cfg_.sl.value_or(0)), std::memory_order_relaxed);
+  const std::optional<uint64_t> rx =
+      gov ? std::optional<uint64_t>(kConservativeRateBytesPerSecond) : cfg_.rx_rate;
+  TenantParams p;
+  for (const auto& [dir, rate] : {std::pair{shm::kTx, tx}, std::pair{shm::kRx, rx}}) {
+    BucketSpec b;
+    b.direction = dir;
+    if (rate) {
+      b.rate_bytes_per_second = *rate;
+      b.depth_bytes = bucketDepthBytes(*rate, cfg_.depth_ns, cfg_.burst);
+      b.limit_bytes_per_second = 0;  // no policy limit: late retries may catch up
+    } else {
+      b.scope = shm::kScopeNone;  // unpaced in this direction
+    }
+    p.buckets.push_back(b);
+  }
+  p.paced = tx.has_value() || rx.has_value();
+  p.dscp = static_cast<uint32_t>(cfg_.dscp.value_or(0));
+  p.service_level = static_cast<uint32_t>(cfg_.sl.value_or(0));
+  params_ = p;
+  for (int b = 0; b < static_cast<int>(shm::kMaxBuckets); ++b) {
+    const BucketSpec* spec = b < 2 ? &p.buckets[static_cast<size_t>(b)] : nullptr;
+    hot_[b].rate.store(spec ? spec->rate_bytes_per_second : 0, std::memory_order_relaxed);
+    hot_[b].depth.store(spec ? spec->depth_bytes : 0, std::memory_order_relaxed);
+    hot_[b].limit.store(spec ? spec->limit_bytes_per_second : 0, std::memory_order_relaxed);
+  }
+  paced_.store(p.paced, std::memory_order_relaxed);
+  dscp_.store(static_cast<int>(p.dscp), std::memory_order_relaxed);
+  sl_.store(static_cast<int>(p.service_level), std::memory_order_relaxed);
+  mapChannels();
+}
+
+// mu_ held (or the constructor). A channel's bucket in params_: on the agent's table, the
+// device bucket of its direction that names its device, else an unnamed one, else the first
+// one (logged once per device); on the fallback, the direction's bucket.
+int TenantPacer::bucketFor(const Channel& c) {
+  const std::vector<BucketSpec>& t = params_.buckets;
+  if (agent_.load(std::memory_order_acquire) == nullptr) {
+    const int b = c.dir == shm::kTx ? 0 : 1;
+    return static_cast<size_t>(b) < t.size() && t[static_cast<size_t>(b)].scope != shm::kScopeNone
+               ? b
+               : -1;
+  }
+  int unnamed = -1, first = -1;
+  std::string names;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const BucketSpec& b = t[i];
+    if (b.scope != shm::kScopeDevice || b.direction != c.dir) continue;
+    if (!c.netdev.empty() && b.name == c.netdev) return static_cast<int>(i);
+    if (b.name.empty() && unnamed < 0) unnamed = static_cast<int>(i);
+    if (first < 0) first = static_cast<int>(i);
+    if (!b.name.empty()) names += (names.empty() ? "" : ", ") + b.name;
+  }
+  if (unnamed >= 0) return unnamed;
+  if (first >= 0 && !c.netdev.empty() && logged_unknown_devices_.insert(c.netdev).second) {
+    TQ_LOG(kInfo,
+           "tenant %s: device %s is not one of the agent's devices for this tenant (%s); its "
+           "traffic is paced by the buckets of %s",
+           tenant_.c_str(), c.netdev.c_str(), names.c_str(),
+           t[static_cast<size_t>(first)].name.c_str());
+  }
+  return first;
+}
+
+void TenantPacer::mapChannels() {
+  for (size_t c = 0; c < channels_.size(); ++c) {
+    chan_bucket_[c].store(bucketFor(channels_[c]), std::memory_order_relaxed);
+  }
+}
+
+int TenantPacer::channel(shm::Direction dir, const std::string& netdev) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t c = 0; c < channels_.size(); ++c) {
+    if (channels_[c].dir == dir && channels_[c].netdev == netdev) return static_cast<int>(c);
+  }
+  if (channels_.size() >= static_cast<size_t>(kMaxChannels)) {
+    return dir == shm::kTx ? kTxChannel : kRxChannel;
+  }
+  const int c = static_cast<int>(channels_.size());
+  channels_.push_back(Channel{dir, netdev});
+  channels_dir_[c] = dir;
+  chan_bucket_[c].store(bucketFor(channels_.back()), std::memory_order_relaxed);
+  num_channels_.store(c + 1, std::memory_order_release);
+  return c;
 }
 
 std::vector<std::string> TenantPacer::socketsToTry() const {
@@ -147,10 +259,8 @@ Result<std::unique_ptr<TenantPacer::AgentBinding>> TenantPacer::bind(attach::Att
 
 // mu_ held. Makes `b` the binding the hot path uses.
 void TenantPacer::install(std::unique_ptr<AgentBinding> b, bool first) {
-  std::optional<TenantParams> p;
   uint64_t seq = 0;
-  p = b->view->readParams(&seq);
-  if (p) applyParams(*p, seq);
+  const std::optional<TenantParams> p = b->view->readParams(&seq);
   if (b->view->tenant() == tenant_) why_.clear();
   if (b->view->slot() == nullptr) {
     TQ_LOG(kWarn,
@@ -162,9 +272,14 @@ void TenantPacer::install(std::unique_ptr<AgentBinding> b, bool first) {
   bindings_.push_back(std::move(b));
   AgentBinding* old = agent_.exchange(raw, std::memory_order_acq_rel);
   if (old != nullptr) old->conn.reset();  // leaves the old agent's (or tenant's) slot
+  if (p) {
+    applyParams(*p, seq);
+  } else {
+    seq_.store(0, std::memory_order_release);  // mid-update: the next admission reads again
+  }
   lost_ = false;
   if (!first) TQ_LOG(kInfo, "tenant %s: attached again", tenant_.c_str());
-  TQ_LOG(kInfo, "%s", describe().c_str());
+  TQ_LOG(kInfo, "%s", describeLocked().c_str());
 }
 
 // mu_ held. At init/connect time: bounded waits, in order of socketsToTry().
@@ -173,9 +288,9 @@ void TenantPacer::attachAtStart() {
   if (!governed_.load(std::memory_order_relaxed)) {
     useFallback();
     if (mode() == Mode::kUnpaced) {
-      TQ_LOG(kWarn, "%s", describe().c_str());
+      TQ_LOG(kWarn, "%s", describeLocked().c_str());
     } else {
-      TQ_LOG(kInfo, "%s", describe().c_str());
+      TQ_LOG(kInfo, "%s", describeLocked().c_str());
     }
     return;
   }
@@ -196,7 +311,7 @@ void TenantPacer::attachAtStart() {
   }
   why_ = why;
   useFallback();
-  TQ_LOG(kWarn, "%s", describe().c_str());
+  TQ_LOG(kWarn, "%s", describeLocked().c_str());
   logged_why_ = why_;
 }
 
@@ -228,7 +343,7 @@ void TenantPacer::stepAttach(int64_t now) {
       if (!a.ok()) {
         why_ = a.status().message();
         if (cur == nullptr && why_ != logged_why_) {
-          TQ_LOG(kWarn, "%s", describe().c_str());
+          TQ_LOG(kWarn, "%s", describeLocked().c_str());
           logged_why_ = why_;
         }
         return;
@@ -276,13 +391,26 @@ void TenantPacer::checkConnection(int64_t now) {
   }
 }
 
+// mu_ held.
 void TenantPacer::applyParams(const TenantParams& p, uint64_t seq) {
-  rate_.store(p.rate_bytes_per_second, std::memory_order_relaxed);
-  burst_.store(p.burst_bytes != 0 ? p.burst_bytes : cfg_.burst, std::memory_order_relaxed);
-  limit_.store(p.limit_bytes_per_second, std::memory_order_relaxed);
+  params_ = p;
+  for (uint32_t b = 0; b < shm::kMaxBuckets; ++b) {
+    const BucketSpec* spec =
+        b < p.buckets.size() && p.buckets[b].scope != shm::kScopeNone ? &p.buckets[b] : nullptr;
+    hot_[b].rate.store(spec ? spec->rate_bytes_per_second : 0, std::memory_order_relaxed);
+    const uint64_t depth =
+        spec && spec->depth_bytes != 0
+            ? spec->depth_bytes
+            : bucketDepthBytes(spec ? spec->rate_bytes_per_second : 0, cfg_.depth_ns, cfg_.burst);
+    hot_[b].depth.store(depth, std::memory_order_relaxed);
+    const uint64_t limit = spec && spec->limit_bytes_per_second != 0 ? spec->limit_bytes_per_second
+                                                                     : p.limit_bytes_per_second;
+    hot_[b].limit.store(limit, std::memory_order_relaxed);
+  }
   paced_.store(p.paced, std::memory_order_relaxed);
   dscp_.store(static_cast<int>(p.dscp & 63), std::memory_order_relaxed);
   sl_.store(static_cast<int>(p.service_level & 15), std::memory_order_relaxed);
+  mapChannels();
   seq_.store(seq, std::memory_order_release);  // last: a reader that sees seq sees the values
 }
 
@@ -303,27 +431,27 @@ void TenantPacer::refresh(AgentBinding* a) {
     next_check_ns_.store(0, std::memory_order_relaxed);
     return;
   }
-  if (was_paced != p->paced) TQ_LOG(kInfo, "%s", describe().c_str());
+  if (was_paced != p->paced) TQ_LOG(kInfo, "%s", describeLocked().c_str());
 }
 
-uint64_t TenantPacer::rateBytesPerSecond() const {
-  return paced_.load(std::memory_order_relaxed) ? rate_.load(std::memory_order_relaxed) : 0;
+uint64_t TenantPacer::rateBytesPerSecond(int channel) const {
+  const int b = bucketOf(channel);
+  if (!paced_.load(std::memory_order_relaxed) || b < 0) return 0;
+  return hot_[b].rate.load(std::memory_order_relaxed);
 }
 
-uint64_t TenantPacer::chunkBytes() const {
-  if (!paced_.load(std::memory_order_relaxed)) return 0;
-  const uint64_t rate = rate_.load(std::memory_order_relaxed);
-  const uint64_t burst = burst_.load(std::memory_order_relaxed);
-  const unsigned __int128 by_time =
-      static_cast<unsigned __int128>(rate) * static_cast<uint64_t>(cfg_.chunk_ns) / 1'000'000'000u;
-  uint64_t c = static_cast<uint64_t>(std::min<unsigned __int128>(by_time, burst));
+uint64_t TenantPacer::chunkBytes(int channel) const {
+  const int b = bucketOf(channel);
+  if (!paced_.load(std::memory_order_relaxed) || b < 0) return 0;
+  const BucketConfig bc = configOf(b);
+  const unsigned __int128 by_time = static_cast<unsigned __int128>(bc.rate_bytes_per_second) *
+                                    static_cast<uint64_t>(cfg_.chunk_ns) / 1'000'000'000u;
+  uint64_t c = static_cast<uint64_t>(std::min<unsigned __int128>(by_time, bc.burst_bytes));
   c -= c % kMinPaceChunk;
   return std::max(c, kMinPaceChunk);
 }
 
-bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
-  if (pending == 0) pending = bytes;
-  const int64_t now = clock_.nowNs();
+void TenantPacer::maybeRefresh(int64_t now) {
   AgentBinding* a = agent_.load(std::memory_order_acquire);
   if (a != nullptr && a->view->paramsChanged(seq_.load(std::memory_order_relaxed))) {
     refresh(a);
@@ -344,16 +472,24 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
           std::memory_order_relaxed);
     }
   }
-  a = agent_.load(std::memory_order_acquire);
-  shm::Slot* slot = slotFor(a);
-  slot->heartbeat_ns.store(static_cast<uint64_t>(now), std::memory_order_relaxed);
+}
+
+bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
+  if (pending == 0) pending = bytes;
+  const int64_t now = clock_.nowNs();
+  maybeRefresh(now);
+  AgentBinding* a = agent_.load(std::memory_order_acquire);
+  shm::SlotHeader* header = a != nullptr ? a->view->slot() : nullptr;
+  (header != nullptr ? header : &local_header_)
+      ->heartbeat_ns.store(static_cast<uint64_t>(now), std::memory_order_relaxed);
+  const int b = bucketOf(ps->channel);
+  shm::Counters* ctr = countersFor(a, blockOf(ps->channel));
 
   bool ok = true;
-  if (paced_.load(std::memory_order_relaxed)) {
-    const BucketConfig bc{rate_.load(std::memory_order_relaxed),
-                          burst_.load(std::memory_order_relaxed)};
-    std::atomic<int64_t>& bucket = a != nullptr ? a->view->bucketState() : local_bucket_;
-    std::atomic<int64_t>* floor = a != nullptr ? &a->floor : &local_floor_;
+  if (b >= 0 && paced_.load(std::memory_order_relaxed)) {
+    const BucketConfig bc = configOf(b);
+    std::atomic<int64_t>& word = wordFor(a, b);
+    std::atomic<int64_t>* floor = floorFor(a, b);
     if (ps->refused_bytes != 0 && ps->ready_at_ns != 0 && now > ps->ready_at_ns) {
       ps->lag_ns = std::max(ps->lag_ns, std::min(now - ps->ready_at_ns, cfg_.catchup_ns));
     }
@@ -361,7 +497,7 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
     if (ps->lag_ns > 0) {
       unsigned __int128 extra =
           static_cast<unsigned __int128>(ps->lag_ns) * bc.rate_bytes_per_second / 1'000'000'000u;
-      const uint64_t limit = limit_.load(std::memory_order_relaxed);
+      const uint64_t limit = hot_[b].limit.load(std::memory_order_relaxed);
       if (limit != 0) {  // never past the limit: only the headroom above the rate
         const uint64_t headroom =
             limit > bc.rate_bytes_per_second ? limit - bc.rate_bytes_per_second : 0;
@@ -371,76 +507,103 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
       }
       eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(extra, UINT64_MAX / 2));
     }
-    ok = bucketTryTake(bucket, now, bytes, eff, floor);
+    ok = bucketTryTake(word, now, bytes, eff, floor);
     if (!ok) {
       ps->lag_ns = 0;  // caught up: refused on time
-      ps->ready_at_ns = bucketReadyAt(bucket, now, bytes, bc, floor);
+      ps->ready_at_ns = bucketReadyAt(word, now, bytes, bc, floor);
     }
   }
   if (!ok) {
-    slot->throttle_events.fetch_add(1, std::memory_order_relaxed);
-    if (slot->throttled_since_ns.load(std::memory_order_relaxed) == 0) {
+    ctr->throttle_events.fetch_add(1, std::memory_order_relaxed);
+    if (ctr->throttled_since_ns.load(std::memory_order_relaxed) == 0) {
       int64_t zero = 0;
-      slot->throttled_since_ns.compare_exchange_strong(zero, now, std::memory_order_relaxed);
+      ctr->throttled_since_ns.compare_exchange_strong(zero, now, std::memory_order_relaxed);
     }
-    if (ps->refused_bytes != pending) {
-      // One backlog entry per comm: the bytes it is waiting to send now (they change as a
+    if (ps->refused_bytes != pending || ps->refused_counters != ctr) {
+      // One backlog entry per admitter: the bytes it is waiting to admit now (they change as a
       // chunked message progresses).
       release(ps);
       ps->refused_bytes = pending;
-      ps->refused_slot = slot;
-      slot->backlog_bytes.fetch_add(pending, std::memory_order_relaxed);
+      ps->refused_counters = ctr;
+      ctr->backlog_bytes.fetch_add(pending, std::memory_order_relaxed);
     }
     return false;
   }
-  if (slot->throttled_since_ns.load(std::memory_order_relaxed) != 0) {
-    const int64_t since = slot->throttled_since_ns.exchange(0, std::memory_order_relaxed);
+  if (ctr->throttled_since_ns.load(std::memory_order_relaxed) != 0) {
+    const int64_t since = ctr->throttled_since_ns.exchange(0, std::memory_order_relaxed);
     if (since != 0 && now > since) {
-      slot->throttled_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
+      ctr->throttled_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
     }
   }
   release(ps);
-  slot->tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (channels_dir_[ps->channel] == shm::kTx) {
+    ctr->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
   return true;
 }
 
-void TenantPacer::onReceived(uint64_t bytes) {
-  slotFor(agent_.load(std::memory_order_acquire))
-      ->rx_bytes.fetch_add(bytes, std::memory_order_relaxed);
+int64_t TenantPacer::readyAtNs(uint64_t bytes, const PaceState& ps) const {
+  const int64_t now = clock_.nowNs();
+  const int b = bucketOf(ps.channel);
+  if (b < 0 || !paced_.load(std::memory_order_relaxed)) return now;
+  AgentBinding* a = agent_.load(std::memory_order_acquire);
+  auto* self = const_cast<TenantPacer*>(this);
+  return bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b));
+}
+
+void TenantPacer::giveBack(uint64_t bytes, PaceState* ps) {
+  const int b = bucketOf(ps->channel);
+  if (b < 0 || bytes == 0 || !paced_.load(std::memory_order_relaxed)) return;
+  AgentBinding* a = agent_.load(std::memory_order_acquire);
+  bucketGiveBack(wordFor(a, b), clock_.nowNs(), bytes, configOf(b), floorFor(a, b));
+}
+
+void TenantPacer::onReceived(uint64_t bytes, const PaceState& ps) {
+  countersFor(agent_.load(std::memory_order_acquire), blockOf(ps.channel))
+      ->bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void TenantPacer::onSendStarted(PaceState* ps) {
-  ps->in_flight.fetch_add(1, std::memory_order_relaxed);
-  if (sends_in_flight_.fetch_add(1, std::memory_order_acq_rel) == 0) {
-    shm::Slot* slot = slotFor(agent_.load(std::memory_order_acquire));
+  if (ps->in_flight.fetch_add(1, std::memory_order_relaxed) == 0) {
+    ps->busy_index = blockOf(ps->channel);
+  }
+  const int block = ps->busy_index >= 0 ? ps->busy_index : blockOf(ps->channel);
+  if (sends_in_flight_[block].fetch_add(1, std::memory_order_acq_rel) == 0) {
+    shm::Counters* c = countersFor(agent_.load(std::memory_order_acquire), block);
     int64_t zero = 0;
-    slot->busy_since_ns.compare_exchange_strong(zero, clock_.nowNs(), std::memory_order_relaxed);
+    c->busy_since_ns.compare_exchange_strong(zero, clock_.nowNs(), std::memory_order_relaxed);
   }
 }
 
 void TenantPacer::onSendFinished(PaceState* ps, int64_t count) {
-  if (count <= 0) return;
+  if (count <= 0 || ps->busy_index < 0) return;
+  const int block = ps->busy_index;
   ps->in_flight.fetch_sub(count, std::memory_order_relaxed);
-  if (sends_in_flight_.fetch_sub(count, std::memory_order_acq_rel) == count) {
-    shm::Slot* slot = slotFor(agent_.load(std::memory_order_acquire));
-    const int64_t since = slot->busy_since_ns.exchange(0, std::memory_order_relaxed);
+  if (sends_in_flight_[block].fetch_sub(count, std::memory_order_acq_rel) == count) {
+    shm::Counters* c = countersFor(agent_.load(std::memory_order_acquire), block);
+    const int64_t since = c->busy_since_ns.exchange(0, std::memory_order_relaxed);
     const int64_t now = clock_.nowNs();
     if (since != 0 && now > since) {
-      slot->busy_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
+      c->busy_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
     }
   }
 }
 
-void TenantPacer::release(PaceState* ps) {
-  if (ps->refused_bytes == 0) return;
-  ps->refused_slot->backlog_bytes.fetch_sub(ps->refused_bytes, std::memory_order_relaxed);
-  ps->refused_bytes = 0;
-  ps->refused_slot = nullptr;
+void TenantPacer::onPeerWait(const PaceState& ps, int64_t ns) {
+  if (ns <= 0) return;
+  countersFor(agent_.load(std::memory_order_acquire), blockOf(ps.channel))
+      ->peer_wait_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
 }
 
-const shm::Slot& TenantPacer::counters() const {
-  AgentBinding* a = agent_.load(std::memory_order_acquire);
-  return a != nullptr && a->view->slot() != nullptr ? *a->view->slot() : local_slot_;
+void TenantPacer::release(PaceState* ps) {
+  if (ps->refused_bytes == 0) return;
+  ps->refused_counters->backlog_bytes.fetch_sub(ps->refused_bytes, std::memory_order_relaxed);
+  ps->refused_bytes = 0;
+  ps->refused_counters = nullptr;
+}
+
+const shm::Counters& TenantPacer::counters(int channel) const {
+  return *countersFor(agent_.load(std::memory_order_acquire), blockOf(channel));
 }
 
 // ---------------------------------------------------------------------------------------------

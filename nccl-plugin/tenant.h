@@ -8,25 +8,32 @@
 //
 // TenantPacer modes:
 //   kAgent         attached: through the tenant's socket, or else through the node-wide socket
-//                  (the default tenant). Parameters (rate, burst, DSCP, SL) come from the
+//                  (the default tenant). Parameters (rates, depths, DSCP, SL) come from the
 //                  agent's read-only memory, re-read only when its sequence number changes; the
-//                  token bucket is the tenant's, shared by its processes on the node and clamped
-//                  on every take (common/token_bucket.h); this process's slot carries its
-//                  counters.
-//   kConservative  a governed node (the run directory exists) where no socket answered: a
-//                  process-local bucket at kConservativeRateBytesPerSecond (fail closed).
-//   kEnvRate       no run directory (not a governed node), TENANTQOS_RATE set: a local bucket.
-//   kUnpaced       no run directory, no TENANTQOS_RATE: admit everything (tagged and counted).
+//                  token buckets are the tenant's, shared by its processes on the node and
+//                  clamped on every take (common/token_bucket.h); this process's slot carries
+//                  its counters.
+//   kConservative  a governed node (the run directory exists) where no socket answered:
+//                  process-local buckets at kConservativeRateBytesPerSecond, both directions
+//                  (fail closed).
+//   kEnvRate       no run directory (not a governed node), TENANTQOS_RATE or TENANTQOS_RX_RATE
+//                  set: local buckets (a direction without a rate is unpaced).
+//   kUnpaced       no run directory, neither rate: admit everything (tagged and counted).
 // Attaching happens when the pacer is created (at init/connect: bounded by kAttachTimeoutMs per
 // socket). Later, from admit() and without ever blocking (a non-blocking attempt advanced by
 // one poll per check), every TENANTQOS_SHM_RECHECK_MS: a pacer that is not attached to its own
 // tenant tries again, and an attached one checks its connection (the agent restarted: it keeps
 // the memory it has and attaches anew). Every mode change is logged once, with why.
 //
+// Buckets: the agent's table (common/shm_layout.h) has a tx and an rx bucket per device of the
+// tenant's link. A comm charges the bucket of its device and direction through its channel.
+// Without the agent the fallback has one tx and one rx bucket (rx unpaced unless
+// TENANTQOS_RX_RATE, or conservative).
+//
 // Thread-safety: admit/onReceived/release are lock-free (atomics; a try-lock guards the rare
 // re-read/attach, and a caller that loses it proceeds with the previous values) and may be
-// called from any thread. Time: CLOCK_MONOTONIC ns from the injected Clock, the same clock in
-// every process sharing a bucket.
+// called from any thread, each with its own PaceState. Time: CLOCK_MONOTONIC ns from the injected
+// Clock, the same clock in every process sharing a bucket.
 #pragma once
 
 #include <atomic>
@@ -44,6 +51,7 @@
 #include "common/clock.h"
 #include "common/shm_layout.h"
 #include "common/tenant_shm.h"
+#include "common/token_bucket.h"
 #include "nccl-plugin/params.h"
 #include "nccl-plugin/transport.h"
 
@@ -64,19 +72,24 @@ using TrafficClassLookup = std::function<std::optional<std::string>(int traffic_
 TenantChoice resolveTenant(const std::string& env_tenant, int traffic_class,
                            const TrafficClassLookup& lookup, const std::string& default_tenant);
 
-// Per-comm pacing state (owned by the send comm; touched by its caller thread only).
+// Pacing state of one admitter: a comm's isend path, or one of its transport threads that admit
+// chunks (one PaceState per thread; touched by that thread only, except in_flight).
 struct PaceState {
-  uint64_t refused_bytes = 0;         // backlog this comm contributes (its refused message)
-  shm::Slot* refused_slot = nullptr;  // the slot that backlog was added to
-  int64_t ready_at_ns = 0;            // when the refused message could first be admitted
-  int64_t lag_ns = 0;                 // how late the retry came (catch-up allowance)
-  std::atomic<int64_t> in_flight{0};  // sends handed to the transport, not yet completed
+  int channel = 0;                            // TenantPacer::channel(): which buckets it charges
+  uint64_t refused_bytes = 0;                 // backlog this admitter contributes
+  shm::Counters* refused_counters = nullptr;  // the counters that backlog was added to
+  int64_t ready_at_ns = 0;                    // when the refused bytes could first be admitted
+  int64_t lag_ns = 0;                         // how late the retry came (catch-up allowance)
+  std::atomic<int64_t> in_flight{0};          // sends handed to the transport, not completed
+  int busy_index = -1;                        // the bucket those sends keep busy
 };
 
 struct PacerConfig {
   std::string run_dir;
-  std::optional<uint64_t> rate;  // TENANTQOS_RATE
-  uint64_t burst = 256 * 1024;
+  std::optional<uint64_t> rate;                  // TENANTQOS_RATE
+  std::optional<uint64_t> rx_rate;               // TENANTQOS_RX_RATE
+  uint64_t burst = kDefaultMinBucketDepthBytes;  // smallest depth
+  int64_t depth_ns = kDefaultBucketDepthNs;      // TENANTQOS_BUCKET_DEPTH_US
   std::optional<int64_t> dscp, sl, priority;
   int64_t recheck_ns = 1'000'000'000;
   int64_t catchup_ns = 20'000'000;
@@ -93,6 +106,11 @@ PacerConfig pacerConfigFromParams(const PluginParams& p);
 class TenantPacer {
  public:
   enum class Mode { kAgent, kConservative, kEnvRate, kUnpaced };
+  // Channels 0 and 1: sending and receiving on a device the pacer was not told about (the
+  // agent's first device bucket of each direction).
+  static constexpr int kTxChannel = 0;
+  static constexpr int kRxChannel = 1;
+  static constexpr int kMaxChannels = 64;
 
   TenantPacer(std::string tenant, PacerConfig cfg, Clock& clock);
   ~TenantPacer();
@@ -106,55 +124,90 @@ class TenantPacer {
   Mode mode() const;
   // Marking for a new connection of this tenant.
   TrafficQos qos() const;
-  // One line: tenant, mode, rate, burst, dscp, file.
+  // One line: tenant, mode, rates and depths per bucket, dscp, socket.
   std::string describe() const;
 
-  // Hot path of isend: takes tokens for `bytes` (true) or refuses (false: the caller returns a
-  // NULL request and NCCL retries). Updates the slot counters. Never blocks.
+  // The channel of a connection: its direction and the network device it runs on (the
+  // transport's DeviceProperties::netdev). The agent's bucket of that device and direction
+  // applies; a device the agent does not list gets the first device bucket of the direction
+  // (said once in the log). Control path (connect/accept); the same pair gives the same channel;
+  // past kMaxChannels pairs, the direction's default channel.
+  int channel(shm::Direction dir, const std::string& netdev);
+
+  // Hot path: takes tokens for `bytes` from the bucket of ps->channel (true) or refuses (false:
+  // the caller retries later: a NULL request for NCCL, or a transport thread's wait). Updates
+  // the counters. Never blocks.
   //
-  // Late retries: a token bucket caps saved-up tokens at the burst, so a sender that comes
-  // back later than `burst / rate` after a refusal (descheduled, or napping between polls)
-  // would lose its allocation for the time it was late. When a refused message is retried
-  // after the moment it could have been admitted, the comm may take tokens from that far back
-  // too (at most cfg.catchup_ns): the bucket's cap moves back by the lateness until the sender
-  // has caught up (its next refusal). Tokens are only there if nobody used them — the bucket
-  // state is shared — so this restores the rate of a backlogged tenant without ever exceeding
-  // it; the extra burst is bounded by rate x catchup. The limit is a hard cap, the rate is not:
-  // when the agent gives a limit, the catch-up is also bounded by (limit - rate) x
-  // catchup, so the tenant stays under its limit over any window of >= catchup + burst / limit
-  // (none at all when its rate is its limit).
+  // Late retries: a token bucket caps saved-up tokens at its depth, so an admitter that comes
+  // back later than `depth / rate` after a refusal (descheduled, or napping between polls)
+  // would lose its allocation for the time it was late. When refused bytes are retried after
+  // the moment they could have been admitted, the admitter may take tokens from that far back
+  // too (at most cfg.catchup_ns): the bucket's cap moves back by the lateness until it has
+  // caught up (its next refusal). Tokens are only there if nobody used them — the bucket state
+  // is shared — so this restores the rate of a backlogged tenant without ever exceeding it; the
+  // extra is bounded by rate x catchup. The limit is a hard cap, the rate is not: when the agent
+  // gives a limit, the catch-up is also bounded by (limit - rate) x catchup, so the tenant stays
+  // under its limit over any window of >= catchup + depth / limit (none at all when its rate is
+  // its limit).
   //
-  // `pending` (0: same as `bytes`) is what a refusal adds to the slot's backlog: a transport
-  // that admits chunks passes the bytes still waiting behind this chunk, so the agent sees the
-  // real demand rather than one chunk.
+  // `pending` (0: same as `bytes`) is what a refusal adds to the backlog: an admitter of
+  // chunks passes the bytes still waiting behind this chunk, so the agent sees the real demand
+  // rather than one chunk.
   bool admit(uint64_t bytes, PaceState* ps, uint64_t pending = 0);
-  // Chunk size for transports that pace in chunks: min(burst, rate x cfg.chunk_ns), rounded
-  // down to a multiple of kMinPaceChunk and at least kMinPaceChunk; 0 when unpaced.
-  uint64_t chunkBytes() const;
-  // The current rate (bytes/s); 0 when unpaced.
-  uint64_t rateBytesPerSecond() const;
-  // A receive of `bytes` completed.
-  void onReceived(uint64_t bytes);
+  // Earliest CLOCK_MONOTONIC time (this pacer's clock) at which `bytes` could be admitted on
+  // ps->channel: now when already possible or unpaced. A transport thread sleeps until then.
+  int64_t readyAtNs(uint64_t bytes, const PaceState& ps) const;
+  // Tokens taken for bytes that did not come (a receive admitted at its posted size that
+  // carried less): back into the bucket of ps->channel.
+  void giveBack(uint64_t bytes, PaceState* ps);
+  // Chunk size for admitters of chunks: min(depth, rate x cfg.chunk_ns) of the channel's bucket,
+  // rounded down to a multiple of kMinPaceChunk and at least kMinPaceChunk; 0 when unpaced.
+  uint64_t chunkBytes(int channel = kTxChannel) const;
+  // The channel's current rate (bytes/s); 0 when unpaced.
+  uint64_t rateBytesPerSecond(int channel = kTxChannel) const;
+  // A receive of `bytes` completed on ps->channel.
+  void onReceived(uint64_t bytes, const PaceState& ps);
   // A send was handed to the transport / `count` sends completed, failed or were abandoned
-  // (comm closed). They keep the slot's busy time: how long this process had sends in flight,
-  // the agent's signal that a tenant is held back by the network rather than short of demand.
+  // (comm closed). They keep the bucket's busy time: how long this process had sends in flight
+  // there, the agent's signal that a tenant is held back by the network rather than short of
+  // demand.
   void onSendStarted(PaceState* ps);
   void onSendFinished(PaceState* ps, int64_t count = 1);
-  // A send comm closes: withdraw its backlog.
+  // Sends of ps->channel spent `ns` waiting for their receiver (a closed TCP window): busy time
+  // that is no demand at this end.
+  void onPeerWait(const PaceState& ps, int64_t ns);
+  // An admitter goes away (comm closed): withdraw its backlog.
   void release(PaceState* ps);
 
-  // For tests and diagnostics: the counters this process is writing (the agent's slot or the
-  // process-local one).
-  const shm::Slot& counters() const;
+  // For tests and diagnostics: the counters this process is writing for the channel's bucket
+  // (the agent's slot or the process-local ones).
+  const shm::Counters& counters(int channel = kTxChannel) const;
 
  private:
+  // The parameters of one bucket, copied from the agent's memory (or the fallback) for the
+  // hot path.
+  struct HotBucket {
+    std::atomic<uint64_t> rate{0};
+    std::atomic<uint64_t> depth{0};
+    std::atomic<uint64_t> limit{0};  // 0: none (fallback, env)
+  };
   struct AgentBinding {
     std::unique_ptr<TenantShmView> view;
-    Fd conn;                        // open for the life of the attachment
-    std::string via;                // the socket
-    std::atomic<int64_t> floor{0};  // latest bucket word this process wrote (token_bucket.h)
+    Fd conn;          // open for the life of the attachment
+    std::string via;  // the socket
+    // Latest bucket word this process wrote, per bucket (token_bucket.h).
+    std::atomic<int64_t> floor[shm::kMaxBuckets] = {};
   };
+  struct Channel {
+    shm::Direction dir = shm::kTx;
+    std::string netdev;  // empty: the direction's default
+  };
+  // Counter block index for "no bucket" in a direction (unpaced): after the real buckets.
+  static constexpr int kNoBucket = static_cast<int>(shm::kMaxBuckets);
+  static constexpr int kCounterBlocks = kNoBucket + 2;
+
   // mu_ held by all of these.
+  std::string describeLocked() const;
   void attachAtStart();
   void stepAttach(int64_t now);  // the non-blocking re-attach; never waits
   void checkConnection(int64_t now);
@@ -165,9 +218,36 @@ class TenantPacer {
   // Copies the agent's parameters (sequence `seq`) into the hot-path atomics.
   void applyParams(const TenantParams& p, uint64_t seq);
   void useFallback();
+  // Maps every channel to a bucket of params_ (agent) or of the fallback.
+  void mapChannels();
+  int bucketFor(const Channel& c);
   std::vector<std::string> socketsToTry() const;
-  shm::Slot* slotFor(AgentBinding* a) {
-    return a != nullptr && a->view->slot() != nullptr ? a->view->slot() : &local_slot_;
+
+  // Hot path helpers.
+  void maybeRefresh(int64_t now);
+  int bucketOf(int channel) const { return chan_bucket_[channel].load(std::memory_order_relaxed); }
+  int blockOf(int channel) const {
+    const int b = bucketOf(channel);
+    return b >= 0 ? b : kNoBucket + static_cast<int>(channels_dir_[channel]);
+  }
+  shm::Counters* countersFor(AgentBinding* a, int block) {
+    if (a != nullptr && block < kNoBucket) {
+      if (shm::Counters* c = a->view->counters(static_cast<uint32_t>(block))) return c;
+    }
+    return &local_counters_[block];
+  }
+  const shm::Counters* countersFor(AgentBinding* a, int block) const {
+    return const_cast<TenantPacer*>(this)->countersFor(a, block);
+  }
+  std::atomic<int64_t>& wordFor(AgentBinding* a, int b) {
+    return a != nullptr ? a->view->bucketWord(static_cast<uint32_t>(b)) : local_words_[b];
+  }
+  std::atomic<int64_t>* floorFor(AgentBinding* a, int b) {
+    return a != nullptr ? &a->floor[b] : &local_floors_[b];
+  }
+  BucketConfig configOf(int b) const {
+    return {hot_[b].rate.load(std::memory_order_relaxed),
+            hot_[b].depth.load(std::memory_order_relaxed)};
   }
 
   const std::string tenant_;
@@ -176,20 +256,26 @@ class TenantPacer {
 
   std::atomic<AgentBinding*> agent_{nullptr};
   std::atomic<bool> governed_{false};  // the run directory existed at the last look
-  std::atomic<uint64_t> rate_{0};
-  std::atomic<uint64_t> burst_{0};
-  std::atomic<uint64_t> limit_{0};  // bytes/s from the agent; 0: none (fallback, env)
   std::atomic<bool> paced_{false};
   std::atomic<int> dscp_{0};
   std::atomic<int> sl_{0};
   std::atomic<uint64_t> seq_{0};
   std::atomic<int64_t> next_check_ns_{0};
-  std::atomic<int64_t> local_bucket_{0};
-  std::atomic<int64_t> local_floor_{0};
-  std::atomic<int64_t> sends_in_flight_{0};  // this process, all comms of the tenant
-  shm::Slot local_slot_{};
+  HotBucket hot_[shm::kMaxBuckets];
+  std::atomic<int> chan_bucket_[kMaxChannels];      // -1: unpaced in that direction
+  shm::Direction channels_dir_[kMaxChannels] = {};  // written before the channel is handed out
+  std::atomic<int> num_channels_{2};
+  std::atomic<int64_t> local_words_[shm::kMaxBuckets] = {};
+  std::atomic<int64_t> local_floors_[shm::kMaxBuckets] = {};
+  // Sends in flight per counter block, this process, all comms of the tenant.
+  std::atomic<int64_t> sends_in_flight_[kCounterBlocks] = {};
+  shm::Counters local_counters_[kCounterBlocks] = {};
+  shm::SlotHeader local_header_{};
 
-  std::mutex mu_;  // attach / refresh; try-locked from the hot path
+  mutable std::mutex mu_;          // attach / refresh / channels; try-locked from the hot path
+  std::vector<Channel> channels_;  // index = channel
+  TenantParams params_;            // the agent's, as last applied (mu_)
+  std::set<std::string> logged_unknown_devices_;
   // Every binding ever made; never freed before the pacer (hot-path callers may hold one).
   std::vector<std::unique_ptr<AgentBinding>> bindings_;
   // The re-attach in progress (mu_): the attempt, which socket of socketsToTry(), its deadline.

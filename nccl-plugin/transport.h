@@ -19,15 +19,19 @@
 //    without disturbing the comm.
 //  * Destroying a comm with requests in flight neither hangs nor leaks.
 //
-// Pacing contract (two modes, chosen per send comm by SendComm::pacesInChunks()):
-//  * whole messages (socket): the plugin layer takes tokens for the whole message in isend and
-//    calls the transport only when they were granted; the transport never sees the pacer.
-//  * chunks (ib): the plugin layer hands the comm an Admission right after connect and takes no
-//    tokens itself. The comm cuts messages into chunks of at most Admission::chunkBytes() and
-//    admits each before putting it on the wire: the first one from isend (refused and nothing
-//    else in flight: isend returns no request, exactly as without clear-to-send), the later ones
-//    from test()/isend progress, never blocking. So a large message leaves at the tenant's
-//    rate instead of as one burst.
+// Pacing contract. The plugin layer paces each comm with its tenant's bucket of the comm's device
+// and direction (tenant.h). A comm chooses how, per direction:
+//  * whole messages (Comm::pacesItself() false; only sends): the plugin layer takes tokens for
+//    the whole message in isend and calls the transport only when they were granted; the
+//    transport never sees the pacer. Receives are then not paced.
+//  * itself (pacesItself() true): right after connect/accept the plugin layer hands the comm a
+//    Pacing (setPacing) and takes no tokens itself. The comm admits what it moves through
+//    Admission objects, at most Admission::chunkBytes() at a time, before it moves it: ib sends
+//    each chunk of a message (the first from isend: refused and nothing else in flight, isend
+//    returns no request, exactly as without clear-to-send; the rest from test()/isend
+//    progress); ib receives a clear-to-send (from irecv, else from test() progress); socket
+//    helper threads each read and write of a stripe. Never blocking NCCL's thread: a transport
+//    thread may sleep until Admission::readyAtNs().
 #pragma once
 
 #include <cstddef>
@@ -66,6 +70,9 @@ struct DeviceProperties {
   uint64_t max_p2p_bytes = 0;
   uint64_t max_coll_bytes = 0;
   int max_multi_request_size = 1;
+  // The network device the traffic leaves by (its tenant's buckets are per device): the IP
+  // interface, or a RoCE port's netdev; an InfiniBand port's device name.
+  const char* netdev = nullptr;
 };
 
 // How the traffic of one connection is marked. Decided by the SENDING side's tenant; the
@@ -95,34 +102,55 @@ class Request {
   // Plugin-layer bookkeeping, set when the request is handed out.
   TenantPacer* tenant = nullptr;
   bool is_recv = false;
-  PaceState* pace = nullptr;  // sends: the comm's pacing state (in-flight count)
+  PaceState* pace = nullptr;  // the comm's pacing state (sends: in-flight count; receives: rx)
   int count = 1;              // buffers of the irecv (n), 1 for a send
 
  protected:
   ~Request() = default;  // owned by its comm's pool
 };
 
-// Admission control of a send comm that paces in chunks (see "Pacing contract" above). The
-// plugin layer implements it over the tenant's shared token bucket (tenant.h). One per send
-// comm; called only from that comm's isend/test path (NCCL's progress thread); never blocks.
+// One admitter of a comm's traffic in one direction over the tenant's bucket (see "Pacing
+// contract"). Single-threaded: each thread that admits has its own (Pacing::newAdmission). Never
+// blocks.
 class Admission {
  public:
   virtual ~Admission() = default;
   // Takes tokens for `bytes` (true) or refuses (false: nothing taken, try again later).
-  // `pending`: bytes waiting to be admitted on this comm, these included — the demand the agent
-  // sees (backlog) while the comm is refused.
+  // `pending`: bytes waiting to be admitted by this admitter, these included — the demand the
+  // agent sees (backlog) while it is refused.
   virtual bool tryAdmit(uint64_t bytes, uint64_t pending) = 0;
-  // Largest piece one admission should cover: min(burst, rate x TENANTQOS_PACE_CHUNK_US),
-  // a multiple of 4 KiB; 0 when the tenant is unpaced (send whole messages).
+  // When `bytes` could be admitted, on the plugin's clock (CLOCK_MONOTONIC in production): a
+  // transport thread may sleep until then instead of polling.
+  virtual int64_t readyAtNs(uint64_t bytes) const = 0;
+  // Tokens taken for bytes that never came (a receive admitted at its posted size that carried
+  // less) go back to the bucket.
+  virtual void giveBack(uint64_t bytes) = 0;
+  // Sends waited `ns` for their receiver (a closed TCP window): not demand at this end.
+  virtual void peerWait(int64_t ns) = 0;
+  // Largest piece one admission should cover: min(depth, rate x TENANTQOS_PACE_CHUNK_US), a
+  // multiple of 4 KiB; 0 when unpaced (move whole messages).
   virtual uint64_t chunkBytes() const = 0;
-  // The tenant's current rate in bytes/s; 0 when unpaced. Hardware rate limiters follow it.
+  // The bucket's current rate in bytes/s; 0 when unpaced. Hardware rate limiters follow it.
   virtual uint64_t rateBytesPerSecond() const = 0;
+};
+
+// A comm's pacing in one direction, from the plugin layer: it outlives the comm.
+class Pacing {
+ public:
+  virtual ~Pacing() = default;
+  // A new admitter (its own backlog entry and catch-up state), valid as long as the Pacing.
+  // Control path, or a transport thread's start; thread-safe.
+  virtual Admission* newAdmission() = 0;
 };
 
 // What send and receive comms share: memory registration (NCCL registers buffers on either).
 class Comm {
  public:
   virtual ~Comm() = default;
+  // See "Pacing contract". When true, setPacing() is called once, before the first isend or
+  // irecv; `pacing` outlives the comm.
+  virtual bool pacesItself() const { return false; }
+  virtual void setPacing(Pacing* /*pacing*/) {}
   virtual Status regMr(void* data, size_t size, MemType type, MemRegion** out) = 0;
   // DMA-BUF registration of device memory (NCCL_PTR_DMABUF); transports without it refuse.
   virtual Status regMrDmaBuf(void* /*data*/, size_t /*size*/, uint64_t /*offset*/, int /*fd*/,
@@ -137,10 +165,6 @@ class SendComm : public Comm {
   // True when isend would hand out no request now for a transport reason (e.g. no
   // clear-to-send credit). The plugin layer then returns NULL without taking tokens.
   virtual bool wouldBlock() const { return false; }
-  // See "Pacing contract". When true, setAdmission() is called once before the first isend;
-  // `admission` outlives the comm.
-  virtual bool pacesInChunks() const { return false; }
-  virtual void setAdmission(Admission* /*admission*/) {}
   virtual Status isend(void* data, size_t size, int tag, MemRegion* mr, Request** req) = 0;
   virtual std::string describe() const = 0;
 };

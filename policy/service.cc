@@ -1,6 +1,9 @@
 #include "policy/service.h"
 
 #include <cinttypes>
+#include <cmath>
+#include <set>
+#include <string_view>
 
 #include "common/log.h"
 #include "common/text.h"
@@ -285,10 +288,20 @@ Status PolicyCore::reportUsage(NodeUsageReport report) {
                            std::to_string(report.tenants.size()) + " tenants, at most " +
                            std::to_string(kMaxTenantsPerAgent) + " (what one agent supports)");
   }
+  std::set<std::string_view> seen;
   for (const TenantUsageReport& t : report.tenants) {
     if (t.tenant.empty() || t.tenant.size() > 63 || !printableName(t.tenant)) {
       return invalidArgument("usage report from " + report.node +
                              ": a tenant name is not 1-63 printable characters");
+    }
+    if (!std::isfinite(t.throttled_seconds_total) || t.throttled_seconds_total < 0) {
+      return invalidArgument("usage report from " + report.node + ": tenant " + t.tenant +
+                             ": throttled seconds is not a finite, non-negative number");
+    }
+    // An agent reports each tenant once; a second entry would count it twice in the totals.
+    if (!seen.insert(t.tenant).second) {
+      return invalidArgument("usage report from " + report.node + ": tenant " + t.tenant +
+                             " is listed twice");
     }
   }
   if (report.errors.size() > kMaxUsageErrorsPerNode) report.errors.resize(kMaxUsageErrorsPerNode);

@@ -1,10 +1,10 @@
 // libFuzzer target for the readers of tenant-writable memory, the node trust boundary's other
-// side of the wire: what a hostile tenant can put in its shared page (the agent's checkSlot and
-// the plugin's clamped token bucket), the attach protocol's two messages and the traffic-classes
-// file. Any input must be refused or accepted within bounds — never crash, hang, overflow or
-// read out of bounds (ASan/UBSan on).
+// side of the wire: what a hostile tenant can put in its shared page (the agent's checkCounters
+// and the plugin's clamped token bucket), the attach protocol's two messages and the
+// traffic-classes file. Any input must be refused or accepted within bounds — never crash, hang,
+// overflow or read out of bounds (ASan/UBSan on).
 //
-// Properties beyond "no crash": checkSlot never counts more than its stated bounds and its
+// Properties beyond "no crash": checkCounters never counts more than its stated bounds and its
 // baseline always ends at the value read; a take from any bucket word never starts with more
 // than one burst of tokens and never leaves more than kMaxBucketDebtNs of debt; an accepted
 // attach message re-encodes to the same fields.
@@ -36,25 +36,29 @@ T take(const uint8_t*& p, size_t& n) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tq;
-  // The agent: every slot of the page, read twice (the second reading against the baseline
-  // the first one left), as collect() does each period.
+  // The agent: every counter block of the input as a page image, read twice (the second
+  // reading against the baseline the first one left), as collect() does each period.
   {
     const uint8_t* p = data;
     size_t n = size;
     const int64_t now = 1'000'000'000'000 + static_cast<int64_t>(take<uint32_t>(p, n));
     const int64_t elapsed = static_cast<int64_t>(take<uint32_t>(p, n));
     const uint64_t max_rate = take<uint64_t>(p, n);
-    for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
-      SlotBaseline base;
-      const SlotSample s = slotFromBytes(data, size, i);
-      const SlotCheck c1 = checkSlot(&base, s, now, elapsed, max_rate);
-      FUZZ_CHECK(base.tx_bytes == s.tx_bytes && base.rx_bytes == s.rx_bytes);
-      FUZZ_CHECK(c1.tx_bytes <= s.tx_bytes && c1.backlog_bytes <= (1ull << 40));
+    const size_t blocks = size / sizeof(shm::Counters) + 1;
+    for (size_t i = 0; i < blocks && i < 64; ++i) {
+      const size_t off = i * sizeof(shm::Counters);
+      CounterBaseline base;
+      const CounterSample s = countersFromBytes(data + off, off < size ? size - off : 0);
+      const CounterCheck c1 = checkCounters(&base, s, now, elapsed, max_rate);
+      FUZZ_CHECK(base.bytes == s.bytes);
+      FUZZ_CHECK(c1.bytes <= s.bytes && c1.backlog_bytes <= (1ull << 40));
       const uint64_t time_bound = static_cast<uint64_t>(elapsed) + 1'000'000'000;
-      FUZZ_CHECK(c1.throttled_ns <= time_bound && c1.busy_ns <= time_bound);
-      const SlotCheck c2 = checkSlot(&base, s, now, elapsed, max_rate);
-      FUZZ_CHECK(c2.tx_bytes == 0 && c2.rx_bytes == 0);  // nothing new: nothing counted
+      FUZZ_CHECK(c1.throttled_ns <= time_bound && c1.busy_ns <= time_bound &&
+                 c1.peer_wait_ns <= time_bound);
+      const CounterCheck c2 = checkCounters(&base, s, now, elapsed, max_rate);
+      FUZZ_CHECK(c2.bytes == 0 && c2.peer_wait_ns == 0);  // nothing new: nothing counted
     }
+    (void)countersFromPage(data, size, take<uint32_t>(p, n), take<uint32_t>(p, n));
   }
   // The plugin: the bucket word is whatever the tenant wrote.
   {
@@ -94,10 +98,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Parameters as a page image (agent-written, still read with a bounded seqlock).
   {
-    alignas(shm::Params) uint8_t buf[sizeof(shm::Params)] = {};
+    alignas(shm::ParamsPage) static uint8_t buf[sizeof(shm::ParamsPage)];
+    std::memset(buf, 0, sizeof(buf));
     std::memcpy(buf, data, size < sizeof(buf) ? size : sizeof(buf));
-    auto v = readParams(*reinterpret_cast<const shm::Params*>(buf));
-    if (v) FUZZ_CHECK(v->traffic_classes.size() <= shm::kMaxTrafficClasses);
+    auto v = readParams(*reinterpret_cast<const shm::ParamsPage*>(buf));
+    if (v) {
+      FUZZ_CHECK(v->traffic_classes.size() <= shm::kMaxTrafficClasses);
+      FUZZ_CHECK(v->buckets.size() <= shm::kMaxBuckets);
+      for (const BucketSpec& b : v->buckets) {
+        FUZZ_CHECK(b.name.size() < shm::kBucketNameBytes);
+        FUZZ_CHECK(b.scope == shm::kScopeNone ||
+                   b.index < (b.scope == shm::kScopeDevice ? shm::kMaxDeviceBuckets
+                                                           : shm::kMaxLinkBuckets));
+      }
+    }
   }
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   if (auto t = attach::lookupTrafficClass(text, size > 0 ? data[0] : 0)) {

@@ -61,7 +61,8 @@ namespace tq::plugin::ib {
 // One usable port: a plugin device of the ib transport. Owned by the transport (lives as long
 // as the process); comms keep pointers to it.
 struct IbPort {
-  std::string name;  // device name, "rxe0"
+  std::string name;    // device name, "rxe0"
+  std::string netdev;  // RoCE: the port's network device ("rxeveth0"); InfiniBand: `name`
   int port = 1;
   tqib::LinkLayer link_layer = tqib::LinkLayer::kEthernet;
   int gid_index = 0;
@@ -258,8 +259,8 @@ class IbSendComm final : public SendComm, public IbConnection {
     return mrs_.regDmabuf(data, size, offset, fd, out);
   }
   Status deregMr(MemRegion* mr) override { return mrs_.dereg(mr); }
-  bool pacesInChunks() const override { return true; }
-  void setAdmission(Admission* admission) override { admission_ = admission; }
+  bool pacesItself() const override { return true; }
+  void setPacing(Pacing* pacing) override { admission_ = pacing->newAdmission(); }
   Status isend(void* data, size_t size, int tag, MemRegion* mr, Request** req) override;
   std::string describe() const override { return "ib send comm " + IbConnection::describe(); }
 

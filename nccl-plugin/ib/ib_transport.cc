@@ -10,6 +10,7 @@
 #include "ib/hca_filter.h"
 #include "ib/sysfs.h"
 #include "nccl-plugin/handle_state.h"
+#include "nccl-plugin/ib/ib_factory.h"
 #include "nccl-plugin/oob/handshake.h"
 #include "nccl-plugin/oob/tcp.h"
 
@@ -143,6 +144,13 @@ Result<std::unique_ptr<IbTransport>> IbTransport::create(const PluginParams& p, 
   return create(ibConfigFromParams(p), clock);
 }
 
+Result<std::unique_ptr<Transport>> makeIbTransport(const PluginParams& params, Clock& clock,
+                                                   std::string* summary) {
+  TQ_ASSIGN_OR_RETURN(auto t, IbTransport::create(params, clock));
+  *summary = t->summary();
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
 Result<std::unique_ptr<IbTransport>> IbTransport::create(const IbTransportConfig& cfg,
                                                          Clock& clock) {
   auto filter = tqib::parseHcaFilter(cfg.hca);
@@ -191,6 +199,7 @@ Result<std::unique_ptr<IbTransport>> IbTransport::create(const IbTransportConfig
     }
     auto port = std::make_unique<IbPort>();
     port->name = c.device;
+    port->netdev = c.netdev.empty() ? c.device : c.netdev;
     port->port = c.port;
     port->link_layer = attr->link_layer == IBV_LINK_LAYER_INFINIBAND ? tqib::LinkLayer::kInfiniBand
                                                                      : tqib::LinkLayer::kEthernet;
@@ -259,6 +268,7 @@ Status IbTransport::properties(int dev, DeviceProperties* out) const {
   d.max_p2p_bytes = std::min<uint64_t>(kMaxP2pBytes, p.max_msg_bytes * 1024);
   d.max_coll_bytes = kMaxCollBytes;
   d.max_multi_request_size = 1;
+  d.netdev = p.netdev.c_str();
   *out = d;
   return okStatus();
 }

@@ -222,6 +222,7 @@ Status SocketTransport::properties(int dev, DeviceProperties* out) const {
   p.max_p2p_bytes = NCCL_MAX_NET_SIZE_BYTES;
   p.max_coll_bytes = 512ull << 20;  // NCCL's own socket transport value
   p.max_multi_request_size = 1;
+  p.netdev = ni.name.c_str();
   *out = p;
   return okStatus();
 }

@@ -89,8 +89,12 @@ TEST_F(PrivilegedAgentTest, AppliesV1ThenV2WithinOneSecond) {
   EXPECT_EQ(a->service_level, 1u);
   EXPECT_EQ(a->weight, 2u);
   EXPECT_EQ(a->traffic_classes, std::vector<int32_t>{1});
-  EXPECT_GT(a->rate_bytes_per_second, 0u);
-  EXPECT_LE(a->rate_bytes_per_second, 600 * kMbit / 8);
+  ASSERT_EQ(a->buckets.size(), 2u) << "tx and rx on the one device";
+  for (const BucketSpec& b : a->buckets) {
+    EXPECT_GT(b.rate_bytes_per_second, 0u);
+    EXPECT_LE(b.rate_bytes_per_second, 600 * kMbit / 8);
+    EXPECT_EQ(b.name, dev0_);
+  }
   EXPECT_TRUE(a->paced);
   EXPECT_TRUE(eventually([&] { return get("/readyz").status == 200; }, 1000));
   EXPECT_NE(get("/readyz").body.find("policy v1"), std::string::npos);
@@ -125,9 +129,9 @@ TEST_F(PrivilegedAgentTest, AppliesV1ThenV2WithinOneSecond) {
   {
     auto r = tq::testing::attachAs(attach::tenantSocketPath(run_dir_, "tenant-a"), "tenant-a");
     ASSERT_TRUE(r.ok()) << r.status().toString();
-    shm::Slot* slot = r->view->slot();
+    shm::Counters* slot = r->view->counters(0);
     ASSERT_NE(slot, nullptr);
-    slot->tx_bytes.store(123'456'789);
+    slot->bytes.store(123'456'789);
     EXPECT_TRUE(eventually(
         [&] {
           auto top = ctl({"top"});
@@ -550,9 +554,9 @@ TEST_F(PrivilegedAgentPrometheusTest, RealPrometheusScrapesAgentAndPromtoolAccep
   ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200; }, 2000));
   auto proc = tq::testing::attachAs(attach::tenantSocketPath(run_dir_, "tenant-a"), "tenant-a");
   ASSERT_TRUE(proc.ok()) << proc.status().toString();
-  shm::Slot* slot = proc->view->slot();
+  shm::Counters* slot = proc->view->counters(0);
   ASSERT_NE(slot, nullptr);
-  slot->tx_bytes.store(4242);
+  slot->bytes.store(4242);
   ASSERT_TRUE(eventually(
       [&] {
         return metric(R"(tenantqos_tc_class_bytes_total{class="1:1",device=")" + dev0_ +

@@ -29,8 +29,7 @@ class PluginPacingTest : public ::testing::Test {
     EXPECT_EQ(agent_->failure(), "");
     TenantParams p;
     p.policy_version = 1;
-    p.rate_bytes_per_second = rate;  // no limit: late retries may catch up (plugin.md)
-    p.burst_bytes = 256 * 1024;
+    p.buckets = nodeBuckets(rate, 256 * 1024);  // no limit: late retries may catch up (plugin.md)
     p.dscp = 26;
     return agent_->tenant(tenant, p, group);
   }
@@ -122,7 +121,7 @@ TEST_F(PluginPacingTest, EnvRateWithoutAgentFile) {
   const uint64_t rate = 1'000'000'000 / 8;
   ProcResult r = run(perf(3.0, "256K", "tqplg-env"), env({{"TENANTQOS_RATE", "1Gbps"}}), 60);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("pacing at TENANTQOS_RATE 1Gbps"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pacing sends at TENANTQOS_RATE 1Gbps"), std::string::npos) << r.err;
   const RateWindow win = receiverWindow(r.out, 1);
   ASSERT_GE(win.seconds, 2.0);
   const double ratio = win.rate() / static_cast<double>(rate);

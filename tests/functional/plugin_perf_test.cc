@@ -211,7 +211,7 @@ TEST(PluginPerf, ARankThatDiesFailsTheOthersAndItsSlotIsReclaimed) {
   TempDir dir;
   tq::testing::TestAgent agent(dir.path() + "/run");
   TenantParams p;
-  p.rate_bytes_per_second = 10'000'000'000ull;
+  p.buckets = nodeBuckets(10'000'000'000ull, 10'000'000);
   TenantShm* w = agent.tenant("tqplg-kill", p);
   const std::string rv = "127.0.0.1:" + std::to_string(freePort());
   auto rank = [&](int r) {

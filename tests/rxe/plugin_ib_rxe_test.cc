@@ -183,8 +183,7 @@ class PluginIbTest : public ::testing::Test {
     EXPECT_EQ(agent_->failure(), "");
     TenantParams p;
     p.policy_version = 1;
-    p.rate_bytes_per_second = rate;
-    p.burst_bytes = 256 * 1024;
+    p.buckets = nodeBuckets(rate, 256 * 1024);
     p.dscp = static_cast<uint32_t>(dscp);
     p.service_level = static_cast<uint32_t>(sl);
     p.paced = paced;

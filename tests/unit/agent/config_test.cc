@@ -49,6 +49,7 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
                   "--report-interval-ms=250",
                   "--burst",
                   "1MiB",
+                  "--bucket-depth-us=2500",
                   "--sysfs-root=/tmp/fake-sys",
                   "--qp-scan-interval-ms=200"});
   ASSERT_TRUE(c.ok()) << c.status().toString();
@@ -62,6 +63,7 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
   EXPECT_EQ(c->report_interval_ns, 250'000'000);
   EXPECT_EQ(c->tc_mode, TcMode::kNone);
   EXPECT_EQ(c->burst_bytes, 1u << 20);
+  EXPECT_EQ(c->bucket_depth_ns, 2'500'000);
   EXPECT_EQ(c->sysfs_root, "/tmp/fake-sys");
   EXPECT_EQ(c->qp_scan_interval_ns, 200'000'000);
   EXPECT_FALSE(c->node.empty());  // host name
@@ -106,6 +108,12 @@ TEST(AgentConfigTest, UsageErrors) {
       {{"--policyd", "h:1", "--device", "e=a", "--run-dir"}, "needs a value"},
       {{"--policyd", "h:1", "--device", "e=a", "--metrics", "localhost"}, "HOST:PORT"},
       {{"--policyd", "h:1", "--device", "e=a", "--burst", "10B"}, "outside"},
+      {{"--policyd", "h:1", "--device", "e=a", "--bucket-depth-us", "5"}, "10..1000000"},
+      {{"--policyd", "h:1", "--device", "e=a", "--bucket-depth-us", "1ms"}, "10..1000000"},
+      {{"--policyd", "h:1",      "--device", "e0=a",     "--device", "e1=a",     "--device",
+        "e2=a",      "--device", "e3=a",     "--device", "e4=a",     "--device", "e5=a",
+        "--device",  "e6=a",     "--device", "e7=a",     "--device", "e8=a"},
+       "more than 8 devices carry link a"},
       {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root="}, "--sysfs-root: empty path"},
       {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root"}, "needs a value"},
       {{"--cleanup=yes", "--device", "e=a"}, "no value"},

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "agent/http_server.h"
+#include "common/allocation.h"
 #include "test_util.h"
 
 namespace tq::agent {
@@ -35,6 +37,20 @@ AgentState sampleState() {
     t.guarantee_bytes_per_second = 50'000'000;
     t.limit_bytes_per_second = 100'000'000;
     t.processes = 2;
+    for (const char* dev : {"eth0", "eth1"}) {
+      for (bool rx : {false, true}) {
+        BucketStatus b;
+        b.device = dev;
+        b.receive = rx;
+        b.bytes = rx ? 300 : 700;
+        b.throttled_ns = 250'000'000;
+        b.backlog_bytes = 42;
+        b.allocated_bytes_per_second = rx ? 60'000'000 : 62'500'000;
+        b.depth_bytes = 62'500;
+        b.demand_bytes_per_second = rx ? kUnboundedDemand : 1'000'000;
+        t.buckets.push_back(b);
+      }
+    }
     s.tenants.push_back(t);
   }
   s.classes = {{"eth0", "1:1", "", 1, 2, 3, 4},
@@ -147,6 +163,35 @@ TEST(MetricsTest, NamesLabelsAndValues) {
   EXPECT_EQ(p.series.at(R"(tenantqos_reconcile_duration_seconds_bucket{le="0.0025"})"), 1);
   EXPECT_EQ(p.series.at(R"(tenantqos_reconcile_duration_seconds_bucket{le="+Inf"})"), 2);
   EXPECT_EQ(p.series.at("tenantqos_allocation_duration_seconds_count"), 1);
+  // Per bucket: device and direction labels.
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_bucket_bytes_total{device="eth1",direction="rx",node="node1",tenant="tenant-a"})"),
+      300);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_bucket_allocated_rate_bytes_per_second{device="eth0",direction="tx",node="node1",tenant="tenant-b"})"),
+      62.5e6);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_bucket_throttled_seconds_total{device="eth0",direction="rx",node="node1",tenant="tenant-c"})"),
+      0.25);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_bucket_backlog_bytes{device="eth0",direction="tx",node="node1",tenant="tenant-c"})"),
+      42);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_bucket_depth_bytes{device="eth0",direction="tx",node="node1",tenant="tenant-c"})"),
+      62500);
+  EXPECT_EQ(
+      p.series.at(
+          R"(tenantqos_bucket_demand_bytes_per_second{device="eth0",direction="tx",node="node1",tenant="tenant-c"})"),
+      1e6);
+  EXPECT_TRUE(std::isinf(p.series.at(
+      R"(tenantqos_bucket_demand_bytes_per_second{device="eth0",direction="rx",node="node1",tenant="tenant-c"})")));
+  EXPECT_EQ(p.types.at("tenantqos_bucket_bytes_total"), "counter");
+  EXPECT_EQ(p.types.at("tenantqos_bucket_backlog_bytes"), "gauge");
   EXPECT_EQ(p.types.at("tenantqos_tenant_transmit_bytes_total"), "counter");
   EXPECT_EQ(p.types.at("tenantqos_tenant_allocated_rate_bytes_per_second"), "gauge");
   EXPECT_EQ(p.types.at("tenantqos_reconcile_duration_seconds"), "histogram");

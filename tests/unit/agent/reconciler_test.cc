@@ -95,12 +95,23 @@ TEST_F(ReconcilerTest, AppliesTcTreesAndShmFiles) {
   EXPECT_EQ(a.policy_version, 1u);
   EXPECT_EQ(a.guarantee_bytes_per_second, 500'000'000u);
   EXPECT_EQ(a.limit_bytes_per_second, 750'000'000u);
-  EXPECT_EQ(a.rate_bytes_per_second, 500'000'000u) << "a new tenant starts at its guarantee";
+  // One tx and one rx bucket on its link's device (eth0), each at the guarantee to start with.
+  ASSERT_EQ(a.buckets.size(), 2u);
+  for (const BucketSpec& b : a.buckets) {
+    EXPECT_EQ(b.scope, shm::kScopeDevice);
+    EXPECT_EQ(b.name, "eth0");
+    EXPECT_EQ(b.index, 0u);
+    EXPECT_EQ(b.rate_bytes_per_second, 500'000'000u) << "a new tenant starts at its guarantee";
+    EXPECT_EQ(b.depth_bytes, 500'000u) << "1 ms at the rate";
+    EXPECT_EQ(b.guarantee_bytes_per_second, 500'000'000u);
+    EXPECT_EQ(b.limit_bytes_per_second, 750'000'000u);
+  }
+  EXPECT_EQ(a.buckets[0].direction, shm::kTx);
+  EXPECT_EQ(a.buckets[1].direction, shm::kRx);
   EXPECT_EQ(a.weight, 2u);
   EXPECT_EQ(a.dscp, 26u);
   EXPECT_EQ(a.service_level, 26u % 16);
   EXPECT_EQ(a.traffic_classes, std::vector<int32_t>{26});
-  EXPECT_EQ(a.burst_bytes, 256u * 1024);
   EXPECT_TRUE(a.paced);
   EXPECT_FALSE(a.deleted);
 }
@@ -152,7 +163,8 @@ TEST_F(ReconcilerTest, LoweredLimitClampsTheRateAtOnce) {
   VersionedPolicy v2 = samplePolicy(2);
   v2.policy.tenants[0].limit_bytes_per_second = 500'000'000;
   r->onPolicy(v2, PolicySource::kPolicyd);
-  EXPECT_LE(readParams("tenant-a").rate_bytes_per_second, 500'000'000u);
+  const TenantParams a = readParams("tenant-a");
+  for (const BucketSpec& b : a.buckets) EXPECT_LE(b.rate_bytes_per_second, 500'000'000u);
 }
 
 TEST_F(ReconcilerTest, DeletedTenantFileGoesWhenUnused) {
@@ -294,10 +306,9 @@ TEST_F(ReconcilerTest, AllocationPassHeartbeatsReclaimsAndPublishes) {
   if (pid == 0) {
     auto rd = tq::testing::attachAs(socketOf(dir_.path(), "tenant-a"), "tenant-a");
     if (!rd.ok()) _exit(1);
-    shm::Slot* s = rd->view->slot();
-    if (s == nullptr) _exit(2);
-    s->tx_bytes.store(1000);
-    s->rx_bytes.store(500);
+    if (rd->view->counters(0) == nullptr) _exit(2);
+    rd->view->counters(0)->bytes.store(1000);  // tx on eth0
+    rd->view->counters(1)->bytes.store(500);   // rx on eth0
     _exit(0);
   }
   int status = 0;
@@ -341,10 +352,12 @@ TEST_F(ReconcilerTest, AllocationRunsEveryPeriod) {
   EXPECT_LE(r->nextDueNs() - clock_.nowNs(), 10'000'000);
 }
 
-// A plugin process of `tenant` in this process (its own connection and slot).
+// A plugin process of `tenant` in this process (its own connection and slot). `slot`: its
+// counters of bucket 0 (tx on the tenant's first device); counters(b) for the others.
 struct FakeProcess {
   std::unique_ptr<tq::testing::AttachedProcess> reader;
-  shm::Slot* slot = nullptr;
+  shm::Counters* slot = nullptr;
+  shm::Counters* counters(uint32_t b) { return reader->view->counters(b); }
 };
 FakeProcess attachProcess(const std::string& run_dir, const std::string& tenant) {
   FakeProcess p;
@@ -352,7 +365,7 @@ FakeProcess attachProcess(const std::string& run_dir, const std::string& tenant)
   EXPECT_TRUE(r.ok()) << r.status().toString();
   if (!r.ok()) return p;
   p.reader = std::make_unique<tq::testing::AttachedProcess>(std::move(r).value());
-  p.slot = p.reader->view->slot();
+  p.slot = p.reader->view->counters(0);
   EXPECT_NE(p.slot, nullptr);
   return p;
 }
@@ -361,7 +374,9 @@ TEST_F(ReconcilerTest, AllocatorSplitsEachLinkByDemandGuaranteeWeightAndLimit) {
   auto r = make();
   r->onPolicy(samplePolicy(1),
               PolicySource::kPolicyd);  // fabric 1.25 GB/s: a 500/750 w2, b 250/500 w1
-  auto rate = [&](const std::string& t) { return r->tenantParams(t)->rate_bytes_per_second; };
+  auto rate = [&](const std::string& t) {
+    return r->tenantParams(t)->buckets[0].rate_bytes_per_second;
+  };
   auto period = [&](int n = 1) {
     for (int i = 0; i < n; ++i) {
       clock_.advanceNs(10'000'000);
@@ -387,7 +402,7 @@ TEST_F(ReconcilerTest, AllocatorSplitsEachLinkByDemandGuaranteeWeightAndLimit) {
   // follows its demand, its bucket stays at its guarantee, tenant-a takes the rest (limit 750).
   b.slot->throttled_since_ns.store(0);
   for (int i = 0; i < 3; ++i) {
-    b.slot->tx_bytes.fetch_add(1'000'000);
+    b.slot->bytes.fetch_add(1'000'000);
     period();
   }
   EXPECT_EQ(rate("tenant-b"), 250'000'000u);
@@ -405,6 +420,118 @@ TEST_F(ReconcilerTest, AllocatorSplitsEachLinkByDemandGuaranteeWeightAndLimit) {
   ASSERT_TRUE(attachedCount(2));
   period();
   EXPECT_EQ(rate("tenant-a"), 500'000'000u);
+}
+
+// Ingress is allocated as egress is, from the receive buckets' own counters: receives waiting
+// for tokens (throttled, backlog) are demand at this end, whatever the sends do.
+TEST_F(ReconcilerTest, IngressIsAllocatedLikeEgressFromTheReceiveBuckets) {
+  auto r = make();
+  r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  auto rate = [&](const std::string& t, uint32_t b) {
+    return r->tenantParams(t)->buckets[b].rate_bytes_per_second;
+  };
+  FakeProcess a = attachProcess(dir_.path(), "tenant-a");
+  FakeProcess b = attachProcess(dir_.path(), "tenant-b");
+  a.counters(1)->throttled_since_ns.store(clock_.nowNs());  // receives wait for tokens
+  b.counters(1)->throttled_since_ns.store(clock_.nowNs());
+  b.counters(1)->backlog_bytes.store(4 << 20);
+  for (int i = 0; i < 2; ++i) {
+    clock_.advanceNs(10'000'000);
+    r->tick();
+  }
+  EXPECT_EQ(rate("tenant-a", 1), 750'000'000u);  // guarantees, then spare 2:1 up to the limits
+  EXPECT_EQ(rate("tenant-b", 1), 437'500'000u);
+  EXPECT_EQ(rate("tenant-a", 0), 500'000'000u) << "no send demand: tx at the guarantee";
+  EXPECT_EQ(rate("tenant-b", 0), 250'000'000u);
+  AgentState st = r->buildState();
+  ASSERT_EQ(st.tenants[1].buckets.size(), 2u);
+  EXPECT_TRUE(st.tenants[1].buckets[1].receive);
+  EXPECT_EQ(st.tenants[1].buckets[1].device, "eth0");
+  EXPECT_EQ(st.tenants[1].buckets[1].backlog_bytes, 4u << 20);
+  EXPECT_EQ(st.tenants[1].buckets[1].allocated_bytes_per_second, 437'500'000u);
+  EXPECT_EQ(st.tenants[1].buckets[1].demand_bytes_per_second, kUnboundedDemand);
+  // A tenant posting huge receives (a huge backlog) gets at most its limit and takes nobody's
+  // guarantee.
+  a.counters(1)->backlog_bytes.store(uint64_t{1} << 39);
+  clock_.advanceNs(10'000'000);
+  r->tick();
+  EXPECT_EQ(rate("tenant-a", 1), 750'000'000u);
+  EXPECT_GE(rate("tenant-b", 1), 250'000'000u);
+}
+
+// Both ends stay work-conserving: tenant-a's receiver lets in 400 of the 500 MB/s its sender
+// could send (the receiver's pacing holds its TCP window closed: its sends are in flight the
+// whole time, waiting for the peer). That is no demand at the sender: the spare reaches
+// tenant-b there within two periods (20 ms). A sender held back by the network instead (busy,
+// not waiting for its peer) still takes its guarantee back.
+TEST_F(ReconcilerTest, SpareReachesOthersAtTheSenderWhenTheReceiverPaces) {
+  auto r = make();
+  VersionedPolicy v = samplePolicy(1);
+  v.policy.tenants[1].limit_bytes_per_second = 1'000'000'000;  // b could use all the spare
+  r->onPolicy(v, PolicySource::kPolicyd);
+  auto rate = [&](const std::string& t) {
+    return r->tenantParams(t)->buckets[0].rate_bytes_per_second;
+  };
+  FakeProcess a = attachProcess(dir_.path(), "tenant-a");
+  FakeProcess b = attachProcess(dir_.path(), "tenant-b");
+  b.slot->throttled_since_ns.store(clock_.nowNs());  // b is backlogged at the sender
+  clock_.advanceNs(10'000'000);
+  r->tick();
+  for (bool peer_waits : {true, false}) {
+    for (int i = 0; i < 2; ++i) {  // 20 ms
+      // a: 4 MB per 10 ms (400 MB/s, below its 500 MB/s guarantee), sends in flight all along.
+      a.slot->bytes.fetch_add(4'000'000);
+      a.slot->busy_ns.fetch_add(10'000'000);
+      if (peer_waits) a.slot->peer_wait_ns.fetch_add(10'000'000);
+      clock_.advanceNs(10'000'000);
+      r->tick();
+    }
+    if (peer_waits) {
+      // a's demand is what its receiver lets through (+5 % headroom): 420; b gets the rest of
+      // 1187.5, a's bucket stays at its guarantee.
+      EXPECT_EQ(rate("tenant-b"), 767'500'000u);
+      EXPECT_EQ(rate("tenant-a"), 500'000'000u);
+      EXPECT_EQ(r->buildState().tenants[0].buckets[0].demand_bytes_per_second, 420'000'000u);
+    } else {
+      // Starved by the network below its guarantee: a is backlogged again, spare by weight.
+      EXPECT_EQ(rate("tenant-a"), 750'000'000u);
+      EXPECT_EQ(rate("tenant-b"), 437'500'000u);
+    }
+  }
+}
+
+// Rails: each device of a link is allocated on its own. tenant-a crowds rail 0 (eth0) and takes
+// its limit there, tenant-b keeps its guarantee on rail 0 and gets its limit on rail 1 (eth2),
+// where tenant-a keeps its guarantee.
+TEST_F(ReconcilerTest, EachRailIsAllocatedOnItsOwn) {
+  ReconcilerOptions o = options();
+  o.devices = {{"eth0", "fabric"}, {"eth1", "storage"}, {"eth2", "fabric"}};
+  Reconciler r(o, &tc_, clock_, &board_);
+  r.onPolicy(samplePolicy(1), PolicySource::kPolicyd);
+  const TenantParams p = *r.tenantParams("tenant-a");
+  ASSERT_EQ(p.buckets.size(), 4u);  // tx/rx on eth0, tx/rx on eth2
+  EXPECT_EQ(p.buckets[2].name, "eth2");
+  EXPECT_EQ(p.buckets[2].index, 1u);
+  EXPECT_EQ(p.buckets[3].direction, shm::kRx);
+  auto rate = [&](const std::string& t, uint32_t b) {
+    return r.tenantParams(t)->buckets[b].rate_bytes_per_second;
+  };
+  FakeProcess a = attachProcess(dir_.path(), "tenant-a");
+  FakeProcess b = attachProcess(dir_.path(), "tenant-b");
+  a.counters(0)->throttled_since_ns.store(clock_.nowNs());  // a: backlogged on eth0
+  b.counters(0)->bytes.store(0);                            // b: a little on eth0 ...
+  b.counters(2)->throttled_since_ns.store(clock_.nowNs());  // ... backlogged on eth2
+  for (int i = 0; i < 3; ++i) {
+    b.counters(0)->bytes.fetch_add(1'000'000);  // 100 MB/s, below its guarantee
+    clock_.advanceNs(10'000'000);
+    r.tick();
+  }
+  EXPECT_EQ(rate("tenant-a", 0), 750'000'000u) << "a's limit on eth0";
+  EXPECT_EQ(rate("tenant-b", 0), 250'000'000u) << "b's guarantee on eth0 stays in its bucket";
+  EXPECT_EQ(rate("tenant-b", 2), 500'000'000u) << "b's limit on eth2, untouched by eth0";
+  EXPECT_EQ(rate("tenant-a", 2), 500'000'000u) << "a's guarantee on eth2";
+  AgentState st = r.buildState();
+  EXPECT_EQ(st.tenants[0].allocated_bytes_per_second, 1'250'000'000u) << "tx summed over rails";
 }
 
 TEST_F(ReconcilerTest, RatesArePublishedOnlyWhenTheyChange) {
@@ -472,7 +599,10 @@ TEST_F(ReconcilerTest, NodeWideSocketGivesTheDefaultTenant) {
   auto p = tq::testing::attachAs(attach::nodeSocketPath(dir_.path()), "nosuchtenant");
   ASSERT_TRUE(p.ok()) << p.status().toString();
   EXPECT_EQ(p->view->tenant(), "default");
-  EXPECT_EQ(p->view->readParams()->rate_bytes_per_second, kConservativeRateBytesPerSecond);
+  const TenantParams d = p->view->readParams().value();
+  for (const BucketSpec& b : d.buckets) {
+    EXPECT_EQ(b.rate_bytes_per_second, kConservativeRateBytesPerSecond);
+  }
   // Attached processes are published as the kernel named them (the ungoverned-QP scan checks
   // QP owners against them).
   ASSERT_TRUE(attachedCount(1));

@@ -21,8 +21,16 @@ namespace {
 TenantParams sample(uint64_t k) {
   TenantParams p;
   p.policy_version = k;
-  p.rate_bytes_per_second = k * 3;
-  p.burst_bytes = k * 5;
+  p.buckets = nodeBuckets(k * 3, k * 5, k * 11);
+  BucketSpec rail;
+  rail.index = 1;
+  rail.direction = shm::kRx;
+  rail.name = "eth" + std::to_string(k % 10);
+  rail.rate_bytes_per_second = k * 13;
+  rail.depth_bytes = k * 17;
+  rail.guarantee_bytes_per_second = k * 7;
+  rail.limit_bytes_per_second = k * 11;
+  p.buckets.push_back(rail);
   p.guarantee_bytes_per_second = k * 7;
   p.limit_bytes_per_second = k * 11;
   p.weight = static_cast<uint32_t>(k % 1000);
@@ -60,7 +68,7 @@ TEST(TenantShm, ParametersCannotBeWrittenResizedOrMappedWritable) {
   shm->publish(sample(7));
   const int fd = shm->paramsFd();
   const uint64_t evil = 1ull << 60;
-  EXPECT_LT(::pwrite(fd, &evil, sizeof(evil), 128 + 16), 0) << "write to the parameters";
+  EXPECT_LT(::pwrite(fd, &evil, sizeof(evil), 320 + 24), 0) << "write to the parameters";
   EXPECT_EQ(errno, EPERM);
   EXPECT_NE(::ftruncate(fd, 0), 0) << "truncate the parameters";
   EXPECT_NE(::ftruncate(fd, 1 << 20), 0) << "grow the parameters";
@@ -74,7 +82,7 @@ TEST(TenantShm, ParametersCannotBeWrittenResizedOrMappedWritable) {
   // Reopening through /proc gives the same sealed inode.
   const int again = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR);
   ASSERT_GE(again, 0);
-  EXPECT_LT(::pwrite(again, &evil, sizeof(evil), 128 + 16), 0);
+  EXPECT_LT(::pwrite(again, &evil, sizeof(evil), 320 + 24), 0);
   ::close(again);
   EXPECT_EQ(shm->published(), sample(7));
 }
@@ -91,7 +99,7 @@ TEST(TenantShm, SharedMemoryCannotBeResized) {
 
 TEST(TenantShm, ViewRefusesUnsealedOrShortMemory) {
   Fd plain(::memfd_create("plain", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  ASSERT_EQ(::ftruncate(plain.get(), 16384), 0);
+  ASSERT_EQ(::ftruncate(plain.get(), sizeof(shm::SharedPage)), 0);
   auto shm = TenantShm::create("tenant-a", 1).value();
   auto r = TenantShmView::map(Fd(::dup(plain.get())), Fd(::dup(shm->sharedFd())), 0);
   EXPECT_FALSE(r.ok());
@@ -102,32 +110,67 @@ TEST(TenantShm, ViewRefusesUnsealedOrShortMemory) {
 
 TEST(TenantShm, SlotsAreZeroedCountedAndDrainedOnRelease) {
   auto shm = TenantShm::create("tenant-a", 1).value();
+  shm->publish(sample(3));  // buckets 0 (tx), 1 (rx), 2 (rx, eth3)
   const PeerIdentity me{::getpid(), 0, 0};
   auto slot = shm->acquireSlot(me);
   ASSERT_TRUE(slot.has_value());
   auto v = viewOf(*shm, *slot);
   ASSERT_NE(v->slot(), nullptr);
+  ASSERT_NE(v->counters(0), nullptr);
   const int64_t t0 = 1'000'000'000'000;
   EXPECT_EQ(shm->collect(t0, 1'000'000).processes, 1u);
-  v->slot()->tx_bytes.fetch_add(5000);
-  v->slot()->backlog_bytes.store(700);
+  v->counters(0)->bytes.fetch_add(5000);
+  v->counters(0)->backlog_bytes.store(700);
+  v->counters(1)->bytes.fetch_add(300);
+  v->counters(2)->bytes.fetch_add(40);
+  v->counters(2)->backlog_bytes.store(9);  // rx backlog: receives waiting, not in the tx sum
   TenantUsage u = shm->collect(t0 + 10'000'000, 1'000'000);
   EXPECT_EQ(u.tx_bytes, 5000u);
+  EXPECT_EQ(u.rx_bytes, 340u);
   EXPECT_EQ(u.backlog_bytes, 700u);
+  ASSERT_EQ(u.buckets.size(), 3u);
+  EXPECT_EQ(u.buckets[1].bytes, 300u);
+  EXPECT_EQ(u.buckets[2].bytes, 40u);
+  EXPECT_EQ(u.buckets[2].backlog_bytes, 9u);
   ASSERT_EQ(u.slots.size(), 1u);
   EXPECT_EQ(u.slots[0].pid, ::getpid());
   EXPECT_EQ(shm->attachments().size(), 1u);
-  v->slot()->tx_bytes.fetch_add(100);
+  v->counters(0)->bytes.fetch_add(100);
   shm->releaseSlot(slot, me.pid);  // the socket closed: its last counters still count
   EXPECT_FALSE(shm->idle());
   u = shm->collect(t0 + 20'000'000, 1'000'000);
   EXPECT_EQ(u.tx_bytes, 5100u);
   EXPECT_EQ(u.processes, 0u);
   EXPECT_TRUE(shm->idle());
-  // The next process gets a zeroed slot; totals stay monotonic.
+  // The next process gets zeroed counters in every bucket; totals stay monotonic.
   auto again = shm->acquireSlot(me);
   ASSERT_TRUE(again.has_value());
+  auto v2 = viewOf(*shm, *again);
+  EXPECT_EQ(v2->counters(2)->bytes.load(), 0u);
   EXPECT_EQ(shm->collect(t0 + 30'000'000, 1'000'000).tx_bytes, 5100u);
+}
+
+// A bucket that moves to another index (the tenant's devices changed) does not make the agent
+// count what the processes wrote for the old one as new bytes, nor call it garbage.
+TEST(TenantShm, ABucketReplacedAtAnIndexStartsFromWhatIsThere) {
+  auto shm = TenantShm::create("tenant-a", 1).value();
+  TenantParams p = sample(1);
+  shm->publish(p);
+  auto slot = shm->acquireSlot({::getpid(), 0, 0});
+  auto v = viewOf(*shm, *slot);
+  const int64_t t0 = 1'000'000'000'000;
+  shm->collect(t0, 1'000'000);
+  v->counters(2)->bytes.fetch_add(1'000'000);
+  EXPECT_EQ(shm->collect(t0 + 10'000'000, 1'000'000).buckets[2].bytes, 1'000'000u);
+  p.buckets[2].name = "eth9";
+  p.buckets[2].index = 2;  // another key at index 2
+  shm->publish(p);
+  v->counters(2)->bytes.fetch_add(5);
+  TenantUsage u = shm->collect(t0 + 20'000'000, 1'000'000);
+  EXPECT_EQ(u.buckets[2].bytes, 1'000'000u) << "the new bucket starts from the values read";
+  EXPECT_EQ(u.rejected_readings, 0u);
+  v->counters(2)->bytes.fetch_add(7);
+  EXPECT_EQ(shm->collect(t0 + 30'000'000, 1'000'000).buckets[2].bytes, 1'000'007u);
 }
 
 TEST(TenantShm, AllSlotsTakenAttachesWithoutASlot) {
@@ -141,44 +184,50 @@ TEST(TenantShm, AllSlotsTakenAttachesWithoutASlot) {
   EXPECT_EQ(shm->attachments().size(), shm::kMaxSlots);
 }
 
-// Whatever a tenant writes into its slots, the agent counts only plausible increments, logs
+// Whatever a tenant writes into its counters, the agent counts only plausible increments, logs
 // once, and recovers when honest increments resume.
-TEST(CheckSlot, RefusesImplausibleValuesAndResynchronises) {
-  SlotBaseline base;
+TEST(CheckCounters, RefusesImplausibleValuesAndResynchronises) {
+  CounterBaseline base;
   const int64_t now = 1'000'000'000'000;
-  SlotSample s;
-  s.tx_bytes = 1000;
-  SlotCheck c = checkSlot(&base, s, now, 10'000'000, 125'000'000);
-  EXPECT_EQ(c.tx_bytes, 1000u);
+  CounterSample s;
+  s.bytes = 1000;
+  CounterCheck c = checkCounters(&base, s, now, 10'000'000, 125'000'000);
+  EXPECT_EQ(c.bytes, 1000u);
   EXPECT_EQ(c.problems, "");
-  s.tx_bytes = UINT64_MAX - 5;  // a jump no link carries
-  c = checkSlot(&base, s, now, 10'000'000, 125'000'000);
-  EXPECT_EQ(c.tx_bytes, 0u);
-  EXPECT_NE(c.problems.find("tx_bytes jumped"), std::string::npos) << c.problems;
-  s.tx_bytes = 10;  // backwards
-  c = checkSlot(&base, s, now, 10'000'000, 125'000'000);
+  s.bytes = UINT64_MAX - 5;  // a jump no link carries
+  c = checkCounters(&base, s, now, 10'000'000, 125'000'000);
+  EXPECT_EQ(c.bytes, 0u);
+  EXPECT_NE(c.problems.find("bytes jumped"), std::string::npos) << c.problems;
+  s.bytes = 10;  // backwards
+  c = checkCounters(&base, s, now, 10'000'000, 125'000'000);
   EXPECT_NE(c.problems.find("went backwards"), std::string::npos);
-  s.tx_bytes = 2010;  // honest again, from the new baseline
-  c = checkSlot(&base, s, now, 10'000'000, 125'000'000);
-  EXPECT_EQ(c.tx_bytes, 2000u);
+  s.bytes = 2010;  // honest again, from the new baseline
+  c = checkCounters(&base, s, now, 10'000'000, 125'000'000);
+  EXPECT_EQ(c.bytes, 2000u);
   EXPECT_EQ(c.problems, "");
   s.throttled_since_ns = now + 3'600'000'000'000;  // in the future
   s.backlog_bytes = 1ull << 50;
-  c = checkSlot(&base, s, now, 10'000'000, 125'000'000);
+  s.peer_wait_ns = 1ull << 62;  // far more waiting than time passed
+  c = checkCounters(&base, s, now, 10'000'000, 125'000'000);
   EXPECT_NE(c.problems.find("throttled_since"), std::string::npos);
   EXPECT_NE(c.problems.find("backlog_bytes"), std::string::npos);
+  EXPECT_NE(c.problems.find("peer_wait"), std::string::npos);
   EXPECT_EQ(c.backlog_bytes, 0u);
+  EXPECT_EQ(c.peer_wait_ns, 0u);
   EXPECT_FALSE(c.throttled_now);
   s.throttled_since_ns = now - 5'000'000;
   s.backlog_bytes = 4096;
-  c = checkSlot(&base, s, now, 10'000'000, 125'000'000);
+  s.peer_wait_ns += 3'000'000;
+  c = checkCounters(&base, s, now, 10'000'000, 125'000'000);
   EXPECT_TRUE(c.throttled_now);
   EXPECT_EQ(c.throttled_ns, 5'000'000u);
   EXPECT_EQ(c.backlog_bytes, 4096u);
+  EXPECT_EQ(c.peer_wait_ns, 3'000'000u);
 }
 
-TEST(CheckSlot, GarbageInTheWholePageIsCountedAsNothing) {
+TEST(CheckCounters, GarbageInTheWholePageIsCountedAsNothing) {
   auto shm = TenantShm::create("tenant-a", 1).value();
+  shm->publish(sample(2));
   auto slot = shm->acquireSlot({::getpid(), 0, 0});
   ASSERT_TRUE(slot.has_value());
   const int64_t t0 = 1'000'000'000'000;
@@ -188,19 +237,30 @@ TEST(CheckSlot, GarbageInTheWholePageIsCountedAsNothing) {
             static_cast<ssize_t>(junk.size()));
   TenantUsage u = shm->collect(t0 + 10'000'000, 125'000'000);
   EXPECT_EQ(u.tx_bytes, 0u);
+  EXPECT_EQ(u.rx_bytes, 0u);
   EXPECT_EQ(u.backlog_bytes, 0u);
-  EXPECT_EQ(u.rejected_readings, 1u);
+  EXPECT_EQ(u.rejected_readings, 3u) << "one per bucket";
 }
 
 TEST(ReadParams, GivesUpOnASeqlockThatNeverSettles) {
-  shm::Params p{};
+  auto page = std::make_unique<shm::ParamsPage>();
+  shm::Params& p = page->params;
   p.seq.store(3);  // odd forever (what a writer stuck mid-update would leave)
-  EXPECT_FALSE(readParams(p).has_value());
+  EXPECT_FALSE(readParams(*page).has_value());
   p.seq.store(4);
   p.num_traffic_classes.store(1000);  // out of range: clamped to the array
-  auto v = readParams(p);
+  p.num_buckets.store(1000);
+  page->buckets[0].key.store(shm::bucketKey(shm::kScopeDevice, 200, shm::kRx));  // index >= 8
+  page->buckets[1].key.store(0xff);                                              // no scope
+  page->buckets[2].key.store(shm::bucketKey(shm::kScopeFabricLink, 3, shm::kTx));
+  auto v = readParams(*page);
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->traffic_classes.size(), shm::kMaxTrafficClasses);
+  ASSERT_EQ(v->buckets.size(), shm::kMaxBuckets);
+  EXPECT_EQ(v->buckets[0].scope, shm::kScopeNone);
+  EXPECT_EQ(v->buckets[1].scope, shm::kScopeNone);
+  EXPECT_EQ(v->buckets[2].scope, shm::kScopeFabricLink);
+  EXPECT_EQ(v->buckets[2].index, 3u);
 }
 
 TEST(ReadParams, NeverTornUnderConcurrentPublishes) {

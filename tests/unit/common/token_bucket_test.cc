@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <random>
 #include <thread>
@@ -132,6 +133,54 @@ TEST(TokenBucket, OneMessageCostsAtMostTheDebtBound) {
   EXPECT_LE(state.load(), now + kMaxBucketDebtNs);
   EXPECT_FALSE(bucketTryTake(state, now + kMaxBucketDebtNs - kSec, 1, cfg));
   EXPECT_TRUE(bucketTryTake(state, now + kMaxBucketDebtNs + kSec, 1, cfg));
+}
+
+// The depth is time at the bucket's rate, never below the floor; over any window T the bucket
+// then admits at most rate x (T + depth time) for admissions within the depth.
+TEST(TokenBucket, DepthIsTimeAtTheRateAboveAFloor) {
+  EXPECT_EQ(bucketDepthBytes(75'000'000, 1'000'000, 4096), 75'000u);  // 600 Mbit/s, 1 ms
+  EXPECT_EQ(bucketDepthBytes(1'000'000, 1'000'000, 4096), 4096u);     // the floor
+  EXPECT_EQ(bucketDepthBytes(UINT64_MAX, 1'000'000'000'000, 0), UINT64_MAX) << "saturates";
+  const uint64_t rate = 75'000'000;
+  const BucketConfig cfg{rate, bucketDepthBytes(rate, kDefaultBucketDepthNs, 4096)};
+  std::atomic<int64_t> state{0};
+  int64_t now = 100 * kSec;
+  uint64_t worst = 0;
+  std::vector<uint64_t> per_ms;  // admitted per ms, 8 KiB chunks offered every 10 us
+  for (int ms = 0; ms < 2000; ++ms) {
+    uint64_t got = 0;
+    for (int i = 0; i < 100; ++i, now += 10'000) {
+      if (ms % 500 > 200 && bucketTryTake(state, now, 8192, cfg)) got += 8192;  // on/off
+    }
+    per_ms.push_back(got);
+  }
+  for (size_t start = 0; start + 100 <= per_ms.size(); ++start) {
+    uint64_t w = 0;
+    for (size_t i = start; i < start + 100; ++i) w += per_ms[i];
+    worst = std::max(worst, w);
+  }
+  const double conformance = static_cast<double>(worst) / (rate * 0.1);
+  EXPECT_LE(conformance, 1.01 + 8192.0 / (rate * 0.1)) << "rate x (100 ms + 1 ms) + a chunk";
+  EXPECT_GE(conformance, 0.99);
+}
+
+TEST(TokenBucket, GivingBackReturnsUnusedTokensUpToTheDepth) {
+  const BucketConfig cfg{1'000'000, 10'000};  // 1 byte per us, 10 ms deep
+  std::atomic<int64_t> state{0};
+  std::atomic<int64_t> floor{0};
+  const int64_t now = 100 * kSec;
+  ASSERT_TRUE(bucketTryTake(state, now, 10'000, cfg, &floor));
+  EXPECT_FALSE(bucketTryTake(state, now, 3'000, cfg, &floor));
+  bucketGiveBack(state, now, 3'000, cfg, &floor);  // 3000 of the 10000 were not used
+  EXPECT_TRUE(bucketTryTake(state, now, 3'000, cfg, &floor)) << "the floor moved back too";
+  EXPECT_FALSE(bucketTryTake(state, now, 1, cfg, &floor));
+  // A full bucket takes nothing back; a garbage word is left for the next take to repair.
+  const int64_t later = now + kSec;
+  bucketGiveBack(state, later, 1'000'000, cfg, &floor);
+  EXPECT_EQ(bucketAvailable(state, later, cfg, &floor), 10'000);
+  state.store(later + 2 * kMaxBucketDebtNs);
+  bucketGiveBack(state, later, 1'000, cfg, &floor);
+  EXPECT_EQ(state.load(), later + 2 * kMaxBucketDebtNs);
 }
 
 }  // namespace

@@ -23,7 +23,9 @@ TEST(PluginParams, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(p->default_tenant, "default");
   EXPECT_EQ(p->run_dir, "/run/tenantqos");
   EXPECT_FALSE(p->rate.has_value());
-  EXPECT_EQ(p->burst, 256u * 1024);
+  EXPECT_EQ(p->burst, 4096u);
+  EXPECT_EQ(p->bucket_depth_us, 1000);
+  EXPECT_FALSE(p->rx_rate.has_value());
   EXPECT_FALSE(p->dscp.has_value());
   EXPECT_FALSE(p->priority.has_value());
   EXPECT_EQ(p->nsocks, 4);
@@ -35,6 +37,8 @@ TEST(PluginParams, DefaultsWhenNothingIsSet) {
 TEST(PluginParams, ParsesEveryType) {
   auto p = loadParams(envOf({{"TENANTQOS_TENANT", "team-a"},
                              {"TENANTQOS_RATE", "10Gbps"},
+                             {"TENANTQOS_RX_RATE", "1Gbps"},
+                             {"TENANTQOS_BUCKET_DEPTH_US", "250"},
                              {"TENANTQOS_BURST", "1MiB"},
                              {"TENANTQOS_DSCP", "26"},
                              {"TENANTQOS_SL", "3"},
@@ -45,6 +49,8 @@ TEST(PluginParams, ParsesEveryType) {
   ASSERT_TRUE(p.ok()) << p.status().toString();
   EXPECT_EQ(p->tenant, "team-a");
   EXPECT_EQ(*p->rate, 1'250'000'000u);
+  EXPECT_EQ(*p->rx_rate, 125'000'000u);
+  EXPECT_EQ(p->bucket_depth_us, 250);
   EXPECT_EQ(p->burst, 1u << 20);
   EXPECT_EQ(*p->dscp, 26);
   EXPECT_EQ(*p->sl, 3);
@@ -72,6 +78,12 @@ TEST(PluginParams, ErrorsNameTheVariableAndValue) {
                {"TENANTQOS_NSOCKS", "17"},
                {"TENANTQOS_RATE", "fast"},
                {"TENANTQOS_BURST", "-5"},
+               // Issue 23 item 13: zero is out of range like every other bad value (a zero
+               // rate never admits a byte; a zero burst cuts ib messages into empty pieces).
+               {"TENANTQOS_RATE", "0"},
+               {"TENANTQOS_RATE", "0Gbps"},
+               {"TENANTQOS_BURST", "0"},
+               {"TENANTQOS_BURST", "100"},
                {"TENANTQOS_SOCKET_INLINE", "8MiB"},
                {"TENANTQOS_HANDSHAKE_TIMEOUT_MS", "1"}};
   for (const Case& c : cases) {

@@ -74,8 +74,7 @@ class PluginTest : public ::testing::Test {
     if (!agent_) agent_ = std::make_unique<tq::testing::TestAgent>(dir_);
     TenantParams p;
     p.policy_version = 1;
-    p.rate_bytes_per_second = rate;
-    p.burst_bytes = burst;
+    p.buckets = nodeBuckets(rate, burst);
     p.dscp = dscp;
     p.service_level = sl;
     p.traffic_classes = {tc};
@@ -257,15 +256,15 @@ TEST_F(PluginTest, StaleAndForeignPointersAreRejected) {
   ASSERT_TRUE(plugin_->finalize(*c).ok());
 }
 
-// A transport whose send comm paces in chunks (like ib): the plugin layer must hand it the
-// tenant's Admission and take no tokens itself; tokens, counters and backlog then follow what
+// A transport whose send comm paces itself (like ib): the plugin layer must hand it the
+// tenant's Pacing and take no tokens itself; tokens, counters and backlog then follow what
 // the comm admits.
 class ChunkingSendComm final : public SendComm {
  public:
   Status regMr(void*, size_t, MemType, MemRegion**) override { return okStatus(); }
   Status deregMr(MemRegion*) override { return okStatus(); }
-  bool pacesInChunks() const override { return true; }
-  void setAdmission(Admission* a) override { admission = a; }
+  bool pacesItself() const override { return true; }
+  void setPacing(Pacing* p) override { admission = p->newAdmission(); }
   Status isend(void* /*data*/, size_t /*size*/, int /*tag*/, MemRegion* /*mr*/,
                Request** req) override {
     ++isends;

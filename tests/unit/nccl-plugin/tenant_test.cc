@@ -51,8 +51,7 @@ class TenantPacerTest : public ::testing::Test {
     EXPECT_EQ(agent_->failure(), "");
     TenantParams p;
     p.policy_version = 1;
-    p.rate_bytes_per_second = rate;
-    p.burst_bytes = burst;
+    p.buckets = nodeBuckets(rate, burst);
     p.dscp = dscp;
     p.service_level = 3;
     p.traffic_classes = {5};
@@ -97,14 +96,14 @@ TEST_F(TenantPacerTest, ChunkSizeFollowsRateAndBurst) {
   EXPECT_EQ(p.chunkBytes(), 12288u);  // 12500 B per ms, rounded down to 4 KiB
   TenantParams q;
   q.policy_version = 2;
-  q.rate_bytes_per_second = 10'000'000'000ull;  // 80 Gbit/s: 10 MB per ms, capped by the burst
-  q.burst_bytes = 256 * 1024;
+  // 80 Gbit/s: 10 MB per ms, capped by the depth
+  q.buckets = nodeBuckets(10'000'000'000ull, 256 * 1024);
   w->publish(q);
   PaceState ps;
   (void)p.admit(1, &ps);  // the hot path notices the new parameters
   EXPECT_EQ(p.chunkBytes(), 256u * 1024);
   q.policy_version = 3;
-  q.rate_bytes_per_second = 1000;  // far below one page per ms: at least one page
+  q.buckets = nodeBuckets(1000, 256 * 1024);  // far below one page per ms: at least one page
   w->publish(q);
   (void)p.admit(1, &ps);
   EXPECT_EQ(p.chunkBytes(), kMinPaceChunk);
@@ -130,7 +129,7 @@ TEST_F(TenantPacerTest, UnpacedWithoutFileAndRateSaysSoOnce) {
   EXPECT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);
   PaceState ps;
   for (int i = 0; i < 100; ++i) EXPECT_TRUE(p.admit(1 << 20, &ps));
-  EXPECT_EQ(p.counters().tx_bytes.load(), 100u << 20);
+  EXPECT_EQ(p.counters().bytes.load(), 100u << 20);
   int unpaced_lines = 0;
   for (const auto& l : lines()) unpaced_lines += l.find("UNPACED") != std::string::npos ? 1 : 0;
   EXPECT_EQ(unpaced_lines, 1);
@@ -160,7 +159,7 @@ TEST_F(TenantPacerTest, EnvRateBucketAdmitsBurstThenRate) {
   EXPECT_EQ(p.counters().backlog_bytes.load(), 0u);
   EXPECT_EQ(p.counters().throttled_since_ns.load(), 0);
   EXPECT_EQ(p.counters().throttled_ns.load(), static_cast<uint64_t>(10 * kMs));
-  EXPECT_EQ(p.counters().tx_bytes.load(), 110'000u);
+  EXPECT_EQ(p.counters().bytes.load(), 110'000u);
 }
 
 TEST_F(TenantPacerTest, LongRunRateHoldsForMessagesLargerThanTheBurst) {
@@ -250,10 +249,114 @@ TEST_F(TenantPacerTest, AgentFileGivesParametersBucketAndSlot) {
   EXPECT_EQ(u.tx_bytes, 50'000u);
   EXPECT_EQ(u.backlog_bytes, 1'000u);
   EXPECT_EQ(u.throttled_processes, 1u);
-  p.onReceived(777);
+  PaceState rx;
+  rx.channel = TenantPacer::kRxChannel;
+  p.onReceived(777, rx);
   EXPECT_EQ(usage(w, clock_.nowNs()).rx_bytes, 777u);
   p.release(&ps);
   EXPECT_EQ(usage(w, clock_.nowNs()).backlog_bytes, 0u);
+}
+
+// Rails: each connection charges the bucket of its device and direction; a device the agent
+// does not list gets the first device's buckets.
+TEST_F(TenantPacerTest, BucketsFollowTheConnectionsDeviceAndDirection) {
+  auto w = agent("team-r", 1'000'000, 10'000);
+  TenantParams q = w->published();
+  q.policy_version = 2;
+  q.buckets.clear();
+  const std::pair<const char*, uint64_t> rails[] = {{"eth0", 1'000'000}, {"eth1", 2'000'000}};
+  for (uint32_t i = 0; i < 2; ++i) {
+    for (shm::Direction d : {shm::kTx, shm::kRx}) {
+      BucketSpec b;
+      b.index = i;
+      b.direction = d;
+      b.name = rails[i].first;
+      b.rate_bytes_per_second = rails[i].second * (d == shm::kRx ? 3 : 1);
+      b.depth_bytes = 10'000;
+      q.buckets.push_back(b);
+    }
+  }
+  w->publish(q);
+  TenantPacer p("team-r", config(), clock_);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  const int tx0 = p.channel(shm::kTx, "eth0");
+  const int tx1 = p.channel(shm::kTx, "eth1");
+  const int rx1 = p.channel(shm::kRx, "eth1");
+  const int other = p.channel(shm::kTx, "lo");
+  EXPECT_EQ(p.channel(shm::kTx, "eth1"), tx1) << "the same pair, the same channel";
+  EXPECT_EQ(p.rateBytesPerSecond(tx0), 1'000'000u);
+  EXPECT_EQ(p.rateBytesPerSecond(tx1), 2'000'000u);
+  EXPECT_EQ(p.rateBytesPerSecond(rx1), 6'000'000u);
+  EXPECT_EQ(p.rateBytesPerSecond(other), 1'000'000u) << "an unknown device: the first device's";
+  bool said = false;
+  for (const auto& l : lines()) said |= l.find("device lo is not one of") != std::string::npos;
+  EXPECT_TRUE(said);
+  // Draining eth1's tx bucket leaves eth0's and eth1's rx bucket alone.
+  PaceState s1, s0, r1;
+  s1.channel = tx1;
+  s0.channel = tx0;
+  r1.channel = rx1;
+  EXPECT_TRUE(p.admit(10'000, &s1));
+  EXPECT_FALSE(p.admit(10'000, &s1));
+  EXPECT_TRUE(p.admit(10'000, &s0));
+  EXPECT_TRUE(p.admit(10'000, &r1));
+  TenantUsage u = usage(w, clock_.nowNs());
+  ASSERT_EQ(u.buckets.size(), 4u);
+  EXPECT_EQ(u.buckets[0].bytes, 10'000u);  // tx eth0
+  EXPECT_EQ(u.buckets[2].bytes, 10'000u);  // tx eth1
+  EXPECT_EQ(u.buckets[2].backlog_bytes, 10'000u);
+  EXPECT_EQ(u.buckets[3].bytes, 0u) << "rx counts what arrives, not what is admitted";
+  p.onReceived(4'000, r1);
+  EXPECT_EQ(usage(w, clock_.nowNs()).buckets[3].bytes, 4'000u);
+}
+
+// A receive admitted at its posted size that carried less gives the rest back.
+TEST_F(TenantPacerTest, ReceivesGiveBackWhatDidNotCome) {
+  agent("team-g", 1'000'000, 10'000);
+  TenantPacer p("team-g", config(), clock_);
+  PaceState rx;
+  rx.channel = p.channel(shm::kRx, "eth0");
+  EXPECT_TRUE(p.admit(10'000, &rx));
+  EXPECT_FALSE(p.admit(4'000, &rx));
+  p.giveBack(6'000, &rx);  // only 4000 of the 10000 arrived
+  EXPECT_TRUE(p.admit(4'000, &rx));
+  EXPECT_FALSE(p.admit(4'000, &rx));
+  // Giving back never fills past the depth (a fresh admitter: no catch-up of late retries).
+  clock_.advanceNs(1000 * kMs);
+  PaceState rx2;
+  rx2.channel = rx.channel;
+  p.giveBack(1'000'000, &rx2);
+  EXPECT_TRUE(p.admit(10'000, &rx2));
+  EXPECT_FALSE(p.admit(1, &rx2));
+  EXPECT_GT(p.readyAtNs(5'000, rx2), clock_.nowNs());
+}
+
+TEST_F(TenantPacerTest, WithoutAnAgentRxRatePacesReceivesOnly) {
+  PacerConfig c = config();
+  c.rx_rate = 1'000'000;
+  c.burst = 20'000;
+  TenantPacer p("team-x", c, clock_);
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kEnvRate);
+  EXPECT_EQ(p.rateBytesPerSecond(TenantPacer::kTxChannel), 0u) << "sends unpaced";
+  EXPECT_EQ(p.rateBytesPerSecond(TenantPacer::kRxChannel), 1'000'000u);
+  PaceState tx, rx;
+  rx.channel = TenantPacer::kRxChannel;
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(p.admit(1 << 20, &tx));
+  EXPECT_TRUE(p.admit(20'000, &rx));
+  EXPECT_FALSE(p.admit(20'000, &rx));
+  EXPECT_EQ(p.readyAtNs(20'000, rx), clock_.nowNs() + 20 * kMs);
+}
+
+TEST_F(TenantPacerTest, PeerWaitIsCountedOnTheSendersBucket) {
+  auto w = agent("team-w", 1'000'000'000);
+  TenantPacer p("team-w", config(), clock_);
+  PaceState ps;
+  ps.channel = p.channel(shm::kTx, "eth0");
+  p.onPeerWait(ps, 7 * kMs);
+  p.onPeerWait(ps, -5);  // nothing
+  TenantUsage u = usage(w, clock_.nowNs());
+  EXPECT_EQ(u.buckets[0].peer_wait_ns, static_cast<uint64_t>(7 * kMs));
+  EXPECT_EQ(u.buckets[1].peer_wait_ns, 0u);
 }
 
 TEST_F(TenantPacerTest, BusyTimeCoversSendsInFlightAcrossComms) {
@@ -266,17 +369,18 @@ TEST_F(TenantPacerTest, BusyTimeCoversSendsInFlightAcrossComms) {
   p.onSendStarted(&c2);
   p.onSendFinished(&c1);  // c2 still in flight: busy goes on
   clock_.advanceNs(2 * kMs);
-  EXPECT_EQ(usage(w, clock_.nowNs()).busy_ns, static_cast<uint64_t>(5 * kMs));  // open interval
+  EXPECT_EQ(usage(w, clock_.nowNs()).buckets[0].busy_ns,
+            static_cast<uint64_t>(5 * kMs));  // open interval
   p.onSendFinished(&c2);
   clock_.advanceNs(10 * kMs);  // idle: not busy
-  EXPECT_EQ(usage(w, clock_.nowNs()).busy_ns, static_cast<uint64_t>(5 * kMs));
+  EXPECT_EQ(usage(w, clock_.nowNs()).buckets[0].busy_ns, static_cast<uint64_t>(5 * kMs));
   // A comm closed with sends in flight gives them back.
   p.onSendStarted(&c1);
   p.onSendStarted(&c1);
   clock_.advanceNs(1 * kMs);
   p.onSendFinished(&c1, c1.in_flight.load());
   clock_.advanceNs(1 * kMs);
-  EXPECT_EQ(usage(w, clock_.nowNs()).busy_ns, static_cast<uint64_t>(6 * kMs));
+  EXPECT_EQ(usage(w, clock_.nowNs()).buckets[0].busy_ns, static_cast<uint64_t>(6 * kMs));
 }
 
 TEST_F(TenantPacerTest, NewAgentParametersApplyOnTheNextIsend) {
@@ -286,8 +390,7 @@ TEST_F(TenantPacerTest, NewAgentParametersApplyOnTheNextIsend) {
   EXPECT_TRUE(p.admit(1'000, &ps));
   EXPECT_FALSE(p.admit(1'000'000, &ps));
   TenantParams np = w->published();
-  np.rate_bytes_per_second = 1'000'000'000;
-  np.burst_bytes = 1'000'000;
+  np.buckets = nodeBuckets(1'000'000'000, 1'000'000);
   np.policy_version = 2;
   w->publish(np);
   clock_.advanceNs(2 * kMs);  // 2 MB at the new rate, capped at the new 1 MB burst

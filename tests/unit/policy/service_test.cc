@@ -1,7 +1,9 @@
 #include "policy/service.h"
 
 #include <gtest/gtest.h>
+
 #include <stdlib.h>
+#include <cmath>
 
 #include <atomic>
 
@@ -215,6 +217,43 @@ TEST_F(CoreTest, Usage) {
   EXPECT_EQ(u.totals[0].transmit_bytes_total, 50u);
   EXPECT_EQ(core_.reportUsage(NodeUsageReport{}).code(), StatusCode::kInvalidArgument);
   EXPECT_NE(metrics_.serialize().find("tenantqos_policyd_usage_nodes 2"), std::string::npos);
+}
+
+// Issue 23 item 12: one agent's figures can neither wrap the cluster totals nor count a tenant
+// twice.
+TEST_F(CoreTest, UsageTotalsSaturateAndATenantIsReportedOncePerNode) {
+  NodeUsageReport hostile{"node1", 1, 1, {}, {}};
+  hostile.tenants.push_back({"tenant-a", UINT64_MAX - 4, UINT64_MAX - 4, UINT64_MAX - 4,
+                             UINT64_MAX - 4, UINT64_MAX - 4, UINT64_MAX - 4, 1e300,
+                             UINT32_MAX - 1});
+  NodeUsageReport honest{"node2", 1, 1, {}, {}};
+  honest.tenants.push_back(
+      {"tenant-a", 5'000'000'000'000, 5'000'000'000'000, 1000, 1000, 1000, 1000, 1e300, 3});
+  ASSERT_TRUE(core_.reportUsage(hostile).ok());
+  ASSERT_TRUE(core_.reportUsage(honest).ok());
+  ClusterUsage u = core_.usage();
+  ASSERT_EQ(u.totals.size(), 1u);
+  const TenantUsageReport& t = u.totals[0];
+  // Before: 5 TB + (2^64 - 5) wrapped to 4999999999995.
+  EXPECT_EQ(t.transmit_bytes_total, UINT64_MAX);
+  EXPECT_EQ(t.receive_bytes_total, UINT64_MAX);
+  EXPECT_EQ(t.transmit_rate_bytes_per_second, UINT64_MAX);
+  EXPECT_EQ(t.allocated_rate_bytes_per_second, UINT64_MAX);
+  EXPECT_EQ(t.guarantee_bytes_per_second, UINT64_MAX);
+  EXPECT_EQ(t.limit_bytes_per_second, UINT64_MAX);
+  EXPECT_EQ(t.processes, UINT32_MAX);
+  EXPECT_TRUE(std::isfinite(t.throttled_seconds_total));
+
+  NodeUsageReport twice{"node3", 1, 1, {}, {}};
+  twice.tenants.push_back({"tenant-b", 1, 1, 1, 1, 1, 1, 0, 1});
+  twice.tenants.push_back({"tenant-b", 1, 1, 1, 1, 1, 1, 0, 1});
+  const Status dup = core_.reportUsage(twice);
+  EXPECT_EQ(dup.code(), StatusCode::kInvalidArgument) << dup.toString();
+  EXPECT_NE(dup.message().find("tenant-b"), std::string::npos) << dup.message();
+  EXPECT_EQ(core_.usage().nodes.size(), 2u);  // node3 was not kept
+  twice.tenants.pop_back();
+  twice.tenants[0].throttled_seconds_total = std::nan("");
+  EXPECT_EQ(core_.reportUsage(twice).code(), StatusCode::kInvalidArgument);
 }
 
 NodeUsageReport nodeWithTenants(const std::string& node, size_t tenants) {

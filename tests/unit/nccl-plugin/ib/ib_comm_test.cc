@@ -244,11 +244,28 @@ class FakeAdmission final : public Admission {
     tokens -= bytes;
     return true;
   }
+  int64_t readyAtNs(uint64_t) const override { return 0; }
+  void giveBack(uint64_t bytes) override {
+    tokens += bytes;
+    given_back += bytes;
+  }
+  void peerWait(int64_t) override {}
   uint64_t chunkBytes() const override { return chunk; }
   uint64_t rateBytesPerSecond() const override { return 0; }
   uint64_t tokens = 0;
   uint64_t chunk = 4096;
   uint64_t last_pending = 0;
+  uint64_t given_back = 0;
+};
+
+// Hands out one FakeAdmission (the ib comms admit from NCCL's thread only).
+class FakePacing final : public Pacing {
+ public:
+  explicit FakePacing(FakeAdmission* a) : a_(a) {}
+  Admission* newAdmission() override { return a_; }
+
+ private:
+  FakeAdmission* a_;
 };
 
 class IbCommFakeTest : public ::testing::Test {
@@ -407,7 +424,8 @@ TEST_F(IbCommFakeTest, MultiRecvMatchesSendsByTag) {
 TEST_F(IbCommFakeTest, ChunksArePostedOnlyAsTheBucketAdmitsThem) {
   ASSERT_NO_FATAL_FAILURE(connect(1));
   FakeAdmission adm;
-  send_->setAdmission(&adm);
+  FakePacing pacing(&adm);
+  send_->setPacing(&pacing);
   std::vector<std::vector<uint8_t>> bufs = {std::vector<uint8_t>(32768)};
   Request* r = irecv(bufs, {0});
   ASSERT_NE(r, nullptr);
