@@ -1,12 +1,13 @@
-// The agent's command line: a plain AgentConfig plus its parser. Pure (no I/O besides
-// gethostname for the --node default; the TLS files are read by Agent::start), so every flag
-// rule is unit-tested.
+// The agent's command line: a plain AgentConfig plus its flag table (common/flags.h), which
+// parses, writes --help and the table of docs/agent.md. Pure (no I/O besides gethostname for the
+// --node default; the TLS files are read by Agent::start), so every flag rule is unit-tested.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/flags.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "rpc/tls.h"
@@ -59,9 +60,12 @@ struct AgentConfig {
 // usage text and exits 2). --help sets `help` and skips the required-flag checks.
 Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv);
 
-std::string agentUsage();
+// The agent's flags in `table`, bound to `config` (whose values are the defaults shown).
+void addAgentFlags(FlagTable& table, AgentConfig* config);
 
-// "host:port" -> {host, port}; IPv6 hosts in brackets ("[::1]:0"). Port 0..65535.
-Result<std::pair<std::string, int>> splitHostPort(const std::string& text);
+// --help: the synopsis, the flags of addAgentFlags, the exit codes.
+std::string agentUsage();
+// The flag table of docs/agent.md.
+std::string agentFlagsMarkdown();
 
 }  // namespace tq::agent

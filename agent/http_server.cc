@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "agent/config.h"
+#include "common/endpoints.h"
 #include "common/fd.h"
 #include "common/log.h"
 
@@ -59,16 +59,14 @@ int HttpServer::dispatch(mg_connection* conn, void* cbdata) {
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host_port,
                                                       std::map<std::string, Handler> routes) {
-  TQ_ASSIGN_OR_RETURN(auto hp, splitHostPort(host_port));
+  TQ_ASSIGN_OR_RETURN(HostPort hp, parseHostPort(host_port));
   static std::once_flag once;
   std::call_once(once, [] { mg_init_library(0); });
 
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->routes_ = std::move(routes);
-  server->host_ = hp.first;
-  const std::string listen = hp.first.find(':') != std::string::npos
-                                 ? "[" + hp.first + "]:" + std::to_string(hp.second)
-                                 : hp.first + ":" + std::to_string(hp.second);
+  server->host_ = hp.host;
+  const std::string listen = hp.toString();
   // clang-format off
   const char* options[] = {"listening_ports", listen.c_str(),
                            "num_threads", "2",

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/endpoints.h"
 #include "common/text.h"
 #include "nccl-plugin/perf/report.h"
 
@@ -110,7 +111,13 @@ Result<double> Rank::maxOverRanks(double v) {
 Status Rank::setup(Fd listen) {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
-  if (!listen.valid()) TQ_RETURN_IF_ERROR(parseHostPort(o_.rendezvous, &host, &port));
+  if (!listen.valid()) {
+    Result<HostPort> hp = parseHostPort(o_.rendezvous);
+    if (!hp.ok()) return hp.status().withContext("--rendezvous");
+    if (hp->port == 0) return invalidArgument("--rendezvous " + o_.rendezvous + ": port 0");
+    host = hp->host;
+    port = hp->port;
+  }
   const int64_t timeout_ns = static_cast<int64_t>(o_.timeout_s * 1e9);
   TQ_ASSIGN_OR_RETURN(rv_,
                       Rendezvous::create(rank_, n_, host, port, std::move(listen), timeout_ns));
