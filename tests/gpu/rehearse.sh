@@ -19,8 +19,9 @@
 #     stand-in torch that sees no GPU: exit 77 with the reason, summary lines that say so,
 #     device-check.sh exits 77; bad arguments to the torch test exit 2;
 #  4. given the full build's plugin_abi_test, the plugin-only (socket-only) plugin through its C
-#     ABI as NCCL drives it (transfers, two processes, the lifecycle, v10), and
-#     TENANTQOS_TRANSPORT=ib failing init with the reason;
+#     ABI as NCCL drives it (transfers, two processes, the lifecycle, v10), its paced and
+#     unpaced tenant lines as torch_allreduce.py recognizes them, and TENANTQOS_TRANSPORT=ib
+#     failing init with the reason;
 #  5. the time bound: with TQ_CHECK_TOTAL_S=12 the build is stopped and the summary says it did
 #     not finish; with 4 no stage has time and each says so; both exit 1;
 #  6. $OUT holds at most 8 files, none over 16 MiB.
@@ -123,7 +124,8 @@ for h in grpcpp/grpcpp.h google/protobuf/message.h yaml-cpp/yaml.h libnl3/netlin
 done
 echo '#include <vector>
 #include <pthread.h>
-#include <linux/netlink.h>' | c++ -E -x c++ - >/dev/null || FAIL "the toolchain's own headers are gone"
+#include <linux/netlink.h>' | c++ -E -x c++ - >/dev/null ||
+  FAIL "the toolchain's own headers are gone"
 if pkg-config --exists grpc++ 2>/dev/null || pkg-config --exists yaml-cpp 2>/dev/null; then
   FAIL "pkg-config still finds grpc++ or yaml-cpp"
 fi
@@ -243,12 +245,23 @@ if [[ -n $abi_test ]]; then
     TENANTQOS_TRANSPORT=auto "$abi_test" "$so" $c >"$work/abi.log" 2>&1 ||
       FAIL "plugin_abi_test $c on the plugin-only plugin: $(tail -3 "$work/abi.log")"
   done
+  # What torch_allreduce.py expects of the plugin's log line, against the real plugin's.
+  for mode in paced unpaced; do
+    rate=2Gbps
+    [[ $mode == unpaced ]] && rate=""
+    TENANTQOS_TENANT=tenant-a TENANTQOS_RATE=$rate "$abi_test" "$so" transfers \
+      >"$work/abi.log" 2>&1
+    python3 "$here/torch_allreduce.py" --check-plugin-log "$work/abi.log" tenant-a $mode ||
+      FAIL "torch_allreduce.py does not recognize the plugin's $mode tenant line in:" \
+        "$(grep 'tenant tenant-a' "$work/abi.log")"
+  done
   if TENANTQOS_TRANSPORT=ib "$abi_test" "$so" init_devices >"$work/abi.log" 2>&1 ||
     ! grep -q 'TENANTQOS_TRANSPORT=ib: this plugin was built without its ib transport' \
       "$work/abi.log"; then
     FAIL "TENANTQOS_TRANSPORT=ib on the socket-only plugin: $(tail -3 "$work/abi.log")"
   fi
-  ((fail)) || ok "the plugin-only plugin through plugin_abi_test; TENANTQOS_TRANSPORT=ib refused"
+  ((fail)) || ok "the plugin-only plugin through plugin_abi_test; its tenant lines as" \
+    "torch_allreduce.py expects them; TENANTQOS_TRANSPORT=ib refused"
 fi
 
 # ---- 5. the time bound ------------------------------------------------------------------------

@@ -19,8 +19,8 @@ TENANTQOS_RATE once per process):
               rate.
 
 Every rank's NCCL log must say "Using network tenantqos" and carry the plugin's NET/tenantqos
-line for its tenant and pacing ("tenant tenant-a: ... UNPACED" / "... pacing at TENANTQOS_RATE":
-no agent runs here, each process paces at its own TENANTQOS_RATE).
+line for its tenant and pacing ("tenant tenant-a: no agent ... UNPACED" / "... pacing sends at
+TENANTQOS_RATE": no agent runs here, each process paces at its own TENANTQOS_RATE).
 The unpaced bus bandwidth must be at least twice the rate, or pacing could not be told apart.
 
 Output: progress lines on stderr, then ONE JSON line of figures on stdout.
@@ -205,7 +205,7 @@ class Runner:
         return base
 
     def run_phase(self, phase, pairs):
-        """pairs: [(pair, tenant, rate text or None)]. Returns ({pair: [rank results]}, failures)."""
+        """pairs: [(pair, tenant, rate text or None)] -> ({pair: [rank results]}, failures)."""
         log(f"phase {phase}: " + ", ".join(
             f"pair {p} as {t} {'at ' + r if r else 'unpaced'}" for p, t, r in pairs))
         go = os.path.join(self.log_dir, f"{phase}.go")
@@ -242,12 +242,9 @@ class Runner:
             if "Using network tenantqos" not in nccl_log:
                 failures.append(f'{where}: NCCL\'s log {base}.nccl.log does not say "Using '
                                 f'network tenantqos"')
-            # The plugin's own account of the tenant (nccl-plugin/tenant.cc describe()).
-            pacing = "UNPACED" if rate is None else "pacing at TENANTQOS_RATE"
-            if not any("NET/tenantqos" in line and f"tenant {tenant}: " in line and
-                       pacing in line for line in nccl_log.splitlines()):
-                failures.append(f'{where}: no NET/tenantqos line "tenant {tenant}: ... '
-                                f'{pacing}" in {base}.nccl.log')
+            if not plugin_line(nccl_log, tenant, rate is not None):
+                want = plugin_line_regex(tenant, rate is not None)
+                failures.append(f"{where}: no line /{want}/ in {base}.nccl.log")
             try:
                 with open(base + ".json") as f:
                     res = json.load(f)
@@ -257,6 +254,18 @@ class Runner:
             failures += [f"{where}: {e}" for e in res["errors"]]
             results[p].append(res)
         return results, failures
+
+
+def plugin_line_regex(tenant, paced):
+    """The plugin's account of a tenant in NCCL's log (nccl-plugin/tenant.cc describeLocked(),
+    no agent): paced at TENANTQOS_RATE, or UNPACED. rehearse.sh holds it to the real plugin's
+    output (--check-plugin-log), so a changed wording fails in CI, not on the GPU."""
+    mode = "pacing sends at TENANTQOS_RATE " if paced else "and no TENANTQOS_RATE: UNPACED"
+    return rf"NET/tenantqos.* tenant {re.escape(tenant)}: no agent .*{mode}"
+
+
+def plugin_line(log_text, tenant, paced):
+    return re.search(plugin_line_regex(tenant, paced), log_text) is not None
 
 
 def read(path):
@@ -382,4 +391,6 @@ def launcher_main(argv):
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
         sys.exit(rank_main(sys.argv[1:]))
+    if len(sys.argv) == 5 and sys.argv[1] == "--check-plugin-log":  # FILE TENANT paced|unpaced
+        sys.exit(0 if plugin_line(read(sys.argv[2]), sys.argv[3], sys.argv[4] == "paced") else 1)
     sys.exit(launcher_main(sys.argv[1:]))
