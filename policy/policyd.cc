@@ -236,11 +236,12 @@ void addPolicydFlags(FlagTable& t, PolicydOptions* o) {
   t.nonEmpty("--etcd-prefix", "PREFIX", &o->etcd.prefix,
              "key prefix in etcd; two clusters of policyd may share an etcd with different "
              "prefixes");
-  t.nonEmpty("--etcd-ca", "FILE", &o->etcd.ca_file,
+  t.nonEmpty("--etcd-ca", "FILE", &o->etcd.tls.ca_file,
              "TLS to etcd: the CA bundle that signed etcd's server certificate");
-  t.nonEmpty("--etcd-cert", "FILE", &o->etcd.cert_file,
+  t.nonEmpty("--etcd-cert", "FILE", &o->etcd.tls.cert_file,
              "TLS client certificate for etcd's --client-cert-auth (with --etcd-key)");
-  t.nonEmpty("--etcd-key", "FILE", &o->etcd.key_file, "its key");
+  t.nonEmpty("--etcd-key", "FILE", &o->etcd.tls.key_file,
+             "its key (the three files are re-read every 2 s: a rotation needs no restart)");
   t.integer("--etcd-wait", "SECONDS", &o->etcd_wait, 0, 3600,
             "at start, an etcd that does not answer (no quorum yet, a leader election) is tried "
             "again once a second for this long, each failure logged; 0 tries once");

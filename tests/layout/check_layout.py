@@ -24,7 +24,7 @@ ALLOWED = {
     "tc": {"common"},
     "ib": {"common"},
     "proto": {"common", "tenantqos"},
-    "rpc": {"common"},
+    "rpc": {"common", "proto", "tenantqos"},
     "nccl-plugin": {"common", "ib"},
     "policy": {"common", "ib", "proto", "rpc", "tenantqos", "etcd"},
     "agent": {"common", "tc", "ib", "proto", "rpc", "tenantqos"},
