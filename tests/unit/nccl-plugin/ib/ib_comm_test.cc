@@ -244,7 +244,7 @@ class FakeAdmission final : public Admission {
     tokens -= bytes;
     return true;
   }
-  int64_t readyAtNs(uint64_t) const override { return 0; }
+  int64_t waitNs(uint64_t) const override { return 0; }
   void giveBack(uint64_t bytes) override {
     tokens += bytes;
     given_back += bytes;
