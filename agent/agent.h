@@ -4,7 +4,7 @@
 //
 // Threads: tq-reconcile (owns all enforcement state), tq-watch (gRPC stream, persists
 // snapshots), tq-report (ReportUsage), tq-qpscan (RDMA QPs of processes not attached to the
-// agent), civetweb workers (/metrics, /healthz, /readyz, reading the StateBoard only).
+// agent), tq-http (/metrics, /healthz, /readyz, reading the StateBoard only).
 #pragma once
 
 #include <memory>

@@ -1,13 +1,15 @@
-// The agent's command line: a plain AgentConfig plus its parser. Pure (no I/O besides
-// gethostname for the --node default; the TLS files are read by Agent::start), so every flag
-// rule is unit-tested.
+// The agent's command line: a plain AgentConfig plus its flag table (common/flags.h), which
+// parses, writes --help and the table of docs/agent.md. Pure (no I/O besides gethostname for the
+// --node default; the TLS files are read by Agent::start), so every flag rule is unit-tested.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/flags.h"
 #include "common/log.h"
+#include "common/node_contract.h"
 #include "common/status.h"
 #include "rpc/tls.h"
 
@@ -36,7 +38,7 @@ struct AgentConfig {
   rpc::TlsConfig tls;  // mutual TLS to policyd (checked when the agent starts)
   std::string node;    // this node's name (default: the host name)
   std::vector<DeviceMapping> devices;
-  std::string run_dir = "/run/tenantqos";
+  std::string run_dir = kDefaultRunDir;
   std::string state_dir = "/var/lib/tenantqos";
   std::string metrics_address = "127.0.0.1:9464";  // HOST:PORT; port 0 picks a free port
   std::string metrics_port_file;                   // if set, the bound port is written here
@@ -59,9 +61,12 @@ struct AgentConfig {
 // usage text and exits 2). --help sets `help` and skips the required-flag checks.
 Result<AgentConfig> parseAgentArgs(int argc, const char* const* argv);
 
-std::string agentUsage();
+// The agent's flags in `table`, bound to `config` (whose values are the defaults shown).
+void addAgentFlags(FlagTable& table, AgentConfig* config);
 
-// "host:port" -> {host, port}; IPv6 hosts in brackets ("[::1]:0"). Port 0..65535.
-Result<std::pair<std::string, int>> splitHostPort(const std::string& text);
+// --help: the synopsis, the flags of addAgentFlags, the exit codes.
+std::string agentUsage();
+// The flag table of docs/agent.md.
+std::string agentFlagsMarkdown();
 
 }  // namespace tq::agent

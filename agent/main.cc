@@ -1,10 +1,10 @@
 // tenantqos-agent: the node agent. Parses flags, blocks SIGTERM/SIGINT in every thread and
-// waits for them on the main thread, then stops the Agent (leaving enforcement in place).
-#include <signal.h>
-
+// waits for them on the main thread (common/daemon.h), then stops the Agent (leaving
+// enforcement in place).
 #include <cstdio>
 
 #include "agent/agent.h"
+#include "common/daemon.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/policy.h"
@@ -13,8 +13,7 @@ int main(int argc, char** argv) {
   using namespace tq::agent;
   auto config = parseAgentArgs(argc, argv);
   if (!config.ok()) {
-    std::fprintf(stderr, "tenantqos-agent: %s\n\n%s", config.status().message().c_str(),
-                 agentUsage().c_str());
+    std::fputs(tq::usageErrorText("tenantqos-agent", config.status()).c_str(), stderr);
     return 2;
   }
   if (config->help) {
@@ -36,13 +35,7 @@ int main(int argc, char** argv) {
     TQ_LOG(kWarn, "%s", fds.status().message().c_str());
   }
 
-  // Block the stop signals before any thread starts so only sigwait() below sees them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const tq::StopSignals signals;  // before any thread starts
 
   auto kernel_tc = makeKernelTcApplier(config->state_dir);
   if (!kernel_tc.ok()) {
@@ -57,15 +50,6 @@ int main(int argc, char** argv) {
   }
 
   Agent agent(*config, std::move(tc));
-  tq::Status s = agent.start();
-  if (!s.ok()) {
-    TQ_LOG(kError, "start: %s", s.message().c_str());
-    agent.stop();
-    return 1;
-  }
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  TQ_LOG(kInfo, "%s received; stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  agent.stop();
-  return 0;
+  return tq::serveUntilStopped(
+      "tenantqos-agent", signals, [&] { return agent.start(); }, [&] { agent.stop(); });
 }

@@ -3,6 +3,12 @@
 # target and no protobuf-config.cmake, so protoc's plugin is found with find_program and
 # Protobuf through CMake's FindProtobuf module.
 find_package(Threads REQUIRED)
+if(TQ_PLUGIN_ONLY)
+  # The plugin alone: nothing but the compiler's own. Without the verbs headers the plugin is
+  # built without its ib transport (nccl-plugin/ib/ib_factory.h), socket only.
+  find_path(TQ_IBVERBS_INCLUDE_DIR infiniband/verbs.h)
+  return()
+endif()
 find_package(PkgConfig REQUIRED)
 find_package(GTest REQUIRED)
 
@@ -21,11 +27,3 @@ find_package(prometheus-cpp CONFIG REQUIRED)
 if(TQ_BUILD_BENCH)
   find_package(benchmark REQUIRED)
 endif()
-# civetweb (HTTP for the agent's /metrics, /healthz, /readyz). Debian's civetweb CMake config
-# imports /usr/bin/civetweb from the separate `civetweb` package and fails without it, so the
-# libraries are found directly.
-find_library(TQ_CIVETWEB_LIB civetweb REQUIRED)
-find_path(TQ_CIVETWEB_INCLUDE civetweb.h REQUIRED)
-add_library(tq_civetweb INTERFACE)
-target_link_libraries(tq_civetweb INTERFACE ${TQ_CIVETWEB_LIB})
-target_include_directories(tq_civetweb INTERFACE ${TQ_CIVETWEB_INCLUDE})

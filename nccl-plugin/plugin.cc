@@ -5,7 +5,7 @@
 
 #include "common/attach_protocol.h"
 #include "common/tenant_shm.h"
-#include "nccl-plugin/ib/ib_transport.h"
+#include "nccl-plugin/ib/ib_factory.h"
 #include "nccl-plugin/socket/socket_transport.h"
 
 namespace tq::plugin {
@@ -175,11 +175,12 @@ Result<std::unique_ptr<Transport>> makeTransport(const PluginParams& params, Clo
     TQ_ASSIGN_OR_RETURN(auto t, socket::SocketTransport::create(params, clock));
     return std::unique_ptr<Transport>(std::move(t));
   }
-  auto ibt = ib::IbTransport::create(params, clock);
+  std::string summary;
+  auto ibt = ib::makeIbTransport(params, clock, &summary);
   if (ibt.ok()) {
     *why = (params.transport == "ib" ? "TENANTQOS_TRANSPORT=ib" : "auto: active RDMA ports") +
-           std::string(" ") + (*ibt)->summary();
-    return std::unique_ptr<Transport>(std::move(ibt).value());
+           std::string(" ") + summary;
+    return std::move(ibt).value();
   }
   if (params.transport == "ib") return ibt.status().withContext("TENANTQOS_TRANSPORT=ib");
   // auto: no usable RDMA port is the normal case on hosts without RDMA; anything else (a port

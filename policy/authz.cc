@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/endpoints.h"
+
 namespace tq::policy {
 namespace {
 
@@ -34,10 +36,10 @@ Caller makeCaller(const rpc::PeerIdentity& id, bool insecure, std::string_view p
   Caller c;
   c.insecure = insecure;
   if (insecure) {
-    // "ipv4:127.0.0.1:5555" -> "127.0.0.1"; "ipv6:[::1]:5555" -> "[::1]".
-    std::string_view host = peer.substr(std::min(peer.find(':') + 1, peer.size()));
-    host = host.substr(0, host.rfind(':'));
-    c.identity = "insecure:" + std::string(host);
+    // gRPC's peer "ipv4:127.0.0.1:5555" -> "127.0.0.1"; "ipv6:[::1]:5555" -> "[::1]".
+    const std::string_view address = peer.substr(std::min(peer.find(':') + 1, peer.size()));
+    Result<HostPort> hp = parseHostPort(address);
+    c.identity = "insecure:" + (hp.ok() ? hp->urlHost() : std::string(address));
     return c;
   }
   c.authenticated = id.authenticated;

@@ -5,15 +5,16 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
-#include <signal.h>
 
 #include <cinttypes>
 #include <cstring>
 #include <iostream>
 #include <thread>
 
+#include "common/daemon.h"
 #include "common/endpoints.h"
 #include "common/file_util.h"
+#include "common/flags.h"
 #include "common/log.h"
 #include "policy/audit_log.h"
 #include "policy/grpc_service.h"
@@ -23,10 +24,10 @@
 namespace tq::policy {
 namespace {
 
-// "HOST:PORT" -> host part ("[::1]:7400" -> "[::1]").
+// "HOST:PORT" -> host part ("[::1]:7400" -> "[::1]"); the flags were checked.
 std::string hostOf(const std::string& listen) {
-  size_t colon = listen.rfind(':');
-  return colon == std::string::npos ? listen : listen.substr(0, colon);
+  Result<HostPort> hp = parseHostPort(listen);
+  return hp.ok() ? hp->urlHost() : listen;
 }
 
 }  // namespace
@@ -63,7 +64,8 @@ namespace {
 // boots together: an unavailable etcd is tried again, once a second, for up to `wait`. Real
 // time, like the gRPC deadlines inside each attempt.
 Result<std::unique_ptr<PolicyStore>> openEtcdStoreWaiting(const EtcdStoreOptions& etcd,
-                                                          std::chrono::seconds wait) {
+                                                          int64_t wait_s) {
+  const std::chrono::seconds wait(wait_s);
   const auto give_up = std::chrono::steady_clock::now() + wait;
   for (int attempt = 1;; ++attempt) {
     Result<std::unique_ptr<PolicyStore>> store = openEtcdStore(etcd);
@@ -196,205 +198,124 @@ Policyd::~Policyd() { shutdown(); }
 
 namespace {
 
-constexpr const char* kUsage =
-    R"(Usage: tenantqos-policyd [flags]
+constexpr const char* kUsageHead =
+    R"(Usage: tenantqos-policyd (--tls-ca FILE --tls-cert FILE --tls-key FILE | --insecure) [flags]
 
 The tenantqos policy service: stores versioned tenant policies durably and streams them to
 node agents (gRPC tenantqos.v1.PolicyService, plus grpc.health.v1 and server reflection).
 
-Flags:
-  --listen HOST:PORT     gRPC address (default 127.0.0.1:7400; port 0 picks a free port;
-                         use 0.0.0.0:7400 to serve agents on other nodes)
-  --store file|etcd      where the policy history lives (default file: --data-dir; etcd:
-                         shared by every replica pointed at the same etcd and prefix)
-  --data-dir DIR         where policy versions are stored (default /var/lib/tenantqos/policyd)
-  --etcd-endpoints A,B,C etcd client URLs as HOST:PORT (--store etcd)
-  --etcd-prefix PREFIX   key prefix in etcd (default /tenantqos/)
-  --etcd-ca FILE         TLS to etcd: CA bundle that signed etcd's server certificate
-  --etcd-cert FILE       TLS client certificate for etcd (with --etcd-key; etcd
-  --etcd-key FILE        --client-cert-auth)
-  --etcd-wait SECONDS    at start, keep trying an unavailable etcd (no quorum yet, an
-                         election) for this long before giving up (default 30; 0: once)
-  --retain-versions N    keep the newest N versions, remove older ones after each apply
-                         (default 100; N >= 1)
-  --serve-newest-intact  when the newest stored record is corrupt, serve the newest intact
-                         version (reported by the health service tenantqos.v1.PolicyStore and
-                         tenantqos_policyd_store_newest_corrupt_version) instead of refusing
-                         to start
-  --port-file FILE       write the bound gRPC port to FILE (atomically) once listening
-  --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics (default: off)
-  --audit-log FILE       append-only JSON-lines audit log (default DATA_DIR/audit.jsonl)
-  --usage-expiry SECONDS drop a node's usage after this long without a report (default 30)
-  --max-streams-per-identity N
-                         open watch streams one client identity may hold (default 16)
-  --log-level LEVEL      error, warn, info (default), debug or trace
-  -h, --help             show this help
+Mutual TLS: clients must present a certificate signed by --tls-ca; its subject CN is the
+caller's identity and its O values its groups: tenantqos:admins (every method),
+tenantqos:viewers (get, history, top), tenantqos:agents (watch; report usage for the node named
+by the CN). With --insecure every caller is "insecure:HOST" with every role.
 
-Mutual TLS (required unless --insecure): clients must present a certificate signed by --tls-ca;
-its subject CN is the caller's identity and its O values its groups: tenantqos:admins (every
-method), tenantqos:viewers (get, history, top), tenantqos:agents (watch; report usage for the
-node named by the CN). With --insecure every caller is "insecure:HOST" with every role.
-%TLS%
+Flags:
+)";
+
+constexpr const char* kUsageTail = R"(
 The bound address is logged as "listening on HOST:PORT". SIGTERM or SIGINT shut down cleanly
 (watch streams end with UNAVAILABLE, in-flight calls finish) and the exit code is 0.
 Exit codes: 0 clean shutdown, 1 startup failed, 2 usage error.
 )";
 
-struct FlagParser {
-  int argc;
-  char** argv;
-  int i = 1;
-  std::string error;
-
-  // Matches "--name value" or "--name=value" at argv[i]; advances past it.
-  bool take(const char* name, std::string* value) {
-    std::string a = argv[i];
-    std::string n = name;
-    if (a == n) {
-      if (i + 1 >= argc) {
-        error = n + " needs a value";
-        return true;
-      }
-      *value = argv[i + 1];
-      i += 2;
-      return true;
-    }
-    if (a.rfind(n + "=", 0) == 0) {
-      *value = a.substr(n.size() + 1);
-      ++i;
-      return true;
-    }
-    return false;
-  }
-};
-
 }  // namespace
 
+void addPolicydFlags(FlagTable& t, PolicydOptions* o) {
+  rpc::addTlsFlags(t, &o->tls, "every client's certificate",
+                   "its SAN must name the address clients dial");
+  t.hostPort("--listen", &o->listen,
+             "gRPC address (port 0 picks a free port; 0.0.0.0:7400 serves agents on other nodes)");
+  t.choice("--store", &o->store_backend, {"file", "etcd"},
+           "where the policy history lives: file = --data-dir on this machine (one policyd); etcd "
+           "= an etcd cluster shared by every replica pointed at the same etcd and prefix");
+  t.nonEmpty("--data-dir", "DIR", &o->data_dir,
+             "where policy versions are stored with --store file (created if missing), and the "
+             "default place of the audit log");
+  t.hostPortList("--etcd-endpoints", &o->etcd.endpoints, "etcd client addresses (--store etcd)")
+      .requiredWhen("with --store etcd");
+  t.nonEmpty("--etcd-prefix", "PREFIX", &o->etcd.prefix,
+             "key prefix in etcd; two clusters of policyd may share an etcd with different "
+             "prefixes");
+  t.nonEmpty("--etcd-ca", "FILE", &o->etcd.ca_file,
+             "TLS to etcd: the CA bundle that signed etcd's server certificate");
+  t.nonEmpty("--etcd-cert", "FILE", &o->etcd.cert_file,
+             "TLS client certificate for etcd's --client-cert-auth (with --etcd-key)");
+  t.nonEmpty("--etcd-key", "FILE", &o->etcd.key_file, "its key");
+  t.integer("--etcd-wait", "SECONDS", &o->etcd_wait, 0, 3600,
+            "at start, an etcd that does not answer (no quorum yet, a leader election) is tried "
+            "again once a second for this long, each failure logged; 0 tries once");
+  t.integer("--retain-versions", "N", &o->store.retain_versions, 1, 1'000'000'000,
+            "keep the newest N versions; older records are removed after each apply");
+  t.toggle("--serve-newest-intact", &o->serve_newest_intact,
+           "when the newest stored record is corrupt, serve the newest intact version (reported "
+           "by the health service tenantqos.v1.PolicyStore and "
+           "tenantqos_policyd_store_newest_corrupt_version) instead of refusing to start");
+  t.text("--audit-log", "FILE", &o->audit_log,
+         "append-only JSON-lines audit log, one line per stored version")
+      .defaultText("DATA_DIR/audit.jsonl");
+  t.seconds("--usage-expiry", &o->core.usage_expiry_ns, 1, 86400,
+            "a node that has not reported usage for this long is dropped from top");
+  t.integer("--max-streams-per-identity", "N", &o->grpc.max_streams_per_identity, 1, 1'000'000,
+            "open WatchPolicy streams one certificate identity may hold (an agent needs one); "
+            "more get RESOURCE_EXHAUSTED");
+  t.text("--port-file", "FILE", &o->port_file,
+         "once listening, write the bound gRPC port to FILE (atomically)");
+  t.hostPort("--metrics", &o->metrics_listen,
+             "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one; 7401 is "
+             "the suggested fixed port)")
+      .defaultText("off");
+  t.logLevel("--log-level", &o->log_level, "error, warn, info, debug or trace");
+}
+
+Result<PolicydArgs> parsePolicydArgs(int argc, const char* const* argv) {
+  PolicydArgs a;
+  FlagTable t("tenantqos-policyd");
+  addPolicydFlags(t, &a.options);
+  TQ_ASSIGN_OR_RETURN(FlagTable::Parsed parsed, t.parse(argc, argv));
+  a.help = parsed.help;
+  if (a.help) return a;
+  const PolicydOptions& o = a.options;
+  if (o.store_backend == "etcd" && o.etcd.endpoints.empty()) {
+    return invalidArgument("--store etcd needs --etcd-endpoints HOST:PORT[,HOST:PORT...]");
+  }
+  return a;
+}
+
+std::string policydUsage() {
+  return kUsageHead + flagDocs("tenantqos-policyd", addPolicydFlags).usage + kUsageTail;
+}
+
+std::string policydFlagsMarkdown() {
+  return flagDocs("tenantqos-policyd", addPolicydFlags).markdown;
+}
+
 int policydMain(int argc, char** argv) {
-  PolicydOptions opt;
-  std::string level = "info";
-  FlagParser p{argc, argv};
-  while (p.i < argc && p.error.empty()) {
-    std::string a = argv[p.i];
-    if (a == "-h" || a == "--help") {
-      std::string usage = kUsage;
-      usage.replace(usage.find("%TLS%"), 5, rpc::kTlsFlagsHelp);
-      std::cout << usage;
-      return 0;
-    }
-    if (a == "--serve-newest-intact") {
-      opt.serve_newest_intact = true;
-      ++p.i;
-      continue;
-    }
-    std::string retain, endpoints;
-    if (p.take("--etcd-endpoints", &endpoints)) {
-      auto list = splitEndpointList(endpoints, "--etcd-endpoints");
-      if (!list.ok()) p.error = list.status().message();
-      if (list.ok()) opt.etcd.endpoints = *list;
-      continue;
-    }
-    std::string wait;
-    if (p.take("--etcd-wait", &wait)) {
-      char* end = nullptr;
-      const long n = std::strtol(wait.c_str(), &end, 10);
-      if (wait.empty() || *end != '\0' || n < 0 || n > 3600) {
-        p.error = "--etcd-wait wants seconds in [0, 3600], got \"" + wait + "\"";
-      }
-      opt.etcd_wait = std::chrono::seconds(n);
-      continue;
-    }
-    if (p.take("--retain-versions", &retain)) {
-      char* end = nullptr;
-      errno = 0;
-      unsigned long long n = std::strtoull(retain.c_str(), &end, 10);
-      if (retain.empty() || *end != '\0' || errno != 0 || n == 0 || retain[0] == '-') {
-        p.error = "--retain-versions wants a whole number >= 1, got \"" + retain + "\"";
-      }
-      opt.store.retain_versions = n;
-      continue;
-    }
-    std::string v;
-    if (p.take("--listen", &opt.listen) || p.take("--data-dir", &opt.data_dir) ||
-        p.take("--port-file", &opt.port_file) || p.take("--metrics", &opt.metrics_listen) ||
-        p.take("--log-level", &level) || p.take("--store", &opt.store_backend) ||
-        p.take("--etcd-prefix", &opt.etcd.prefix) || p.take("--etcd-ca", &opt.etcd.ca_file) ||
-        p.take("--etcd-cert", &opt.etcd.cert_file) || p.take("--etcd-key", &opt.etcd.key_file) ||
-        p.take("--audit-log", &opt.audit_log)) {
-      continue;
-    }
-    if (a == "--insecure") {
-      opt.tls.insecure = true;
-      ++p.i;
-      continue;
-    }
-    if (const std::string f = a.substr(0, a.find('='));
-        f == "--tls-ca" || f == "--tls-cert" || f == "--tls-key") {
-      if (p.take(f.c_str(), &v)) rpc::setTlsFlag(&opt.tls, f, v);
-      continue;
-    }
-    if (p.take("--usage-expiry", &v)) {
-      char* end = nullptr;
-      const double s = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(s >= 1 && s <= 86400)) {
-        p.error = "--usage-expiry wants seconds in [1, 86400], got \"" + v + "\"";
-      }
-      opt.core.usage_expiry_ns = static_cast<int64_t>(s * 1e9);
-      continue;
-    }
-    if (p.take("--max-streams-per-identity", &v)) {
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 1000000) {
-        p.error = "--max-streams-per-identity wants 1..1000000, got \"" + v + "\"";
-      }
-      opt.grpc.max_streams_per_identity = static_cast<size_t>(n);
-      continue;
-    }
-    p.error = "unknown argument \"" + a + "\"";
-  }
-  if (p.error.empty() && opt.listen.find(':') == std::string::npos) {
-    p.error = "--listen wants HOST:PORT, got \"" + opt.listen + "\"";
-  }
-  if (p.error.empty() && opt.store_backend != "file" && opt.store_backend != "etcd") {
-    p.error = "--store wants file or etcd, got \"" + opt.store_backend + "\"";
-  }
-  if (p.error.empty() && opt.store_backend == "etcd" && opt.etcd.endpoints.empty()) {
-    p.error = "--store etcd needs --etcd-endpoints HOST:PORT[,HOST:PORT...]";
-  }
-  auto lvl = parseLogLevel(level);
-  if (p.error.empty() && !lvl.ok()) p.error = lvl.status().message();
-  if (!p.error.empty()) {
-    std::cerr << "tenantqos-policyd: " << p.error << "\n(see tenantqos-policyd --help)\n";
+  Result<PolicydArgs> args = parsePolicydArgs(argc, argv);
+  if (!args.ok()) {
+    std::cerr << usageErrorText("tenantqos-policyd", args.status());
     return 2;
   }
-  setLogLevel(*lvl);
-
-  // Block the shutdown signals before any thread exists, so every gRPC thread inherits the
-  // mask and this thread alone receives them through sigwait.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  if (args->help) {
+    std::cout << policydUsage();
+    return 0;
+  }
+  const PolicydOptions& opt = args->options;
+  setLogLevel(opt.log_level);
+  const StopSignals signals;  // before any thread exists
   // Every watching agent holds a connection (a file descriptor): use the hard limit.
   if (auto fds = raiseOpenFileLimit(); !fds.ok()) {
     TQ_LOG(kWarn, "%s", fds.status().message().c_str());
   }
-
-  auto d = Policyd::start(opt);
-  if (!d.ok()) {
-    TQ_LOG(kError, "tenantqos-policyd cannot start: %s", d.status().message().c_str());
-    return 1;
-  }
-  int sig = 0;
-  while (sigwait(&sigs, &sig) != 0) {
-  }
-  TQ_LOG(kInfo, "received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  (*d)->shutdown();
-  TQ_LOG(kInfo, "tenantqos-policyd stopped");
-  return 0;
+  std::unique_ptr<Policyd> d;
+  return serveUntilStopped(
+      "tenantqos-policyd", signals,
+      [&]() -> Status {
+        TQ_ASSIGN_OR_RETURN(d, Policyd::start(opt));
+        return okStatus();
+      },
+      [&] {
+        if (d) d->shutdown();
+      });
 }
 
 }  // namespace tq::policy

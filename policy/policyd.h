@@ -17,6 +17,8 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/flags.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "policy/etcd_store.h"
 #include "policy/file_store.h"
@@ -51,7 +53,7 @@ struct PolicydOptions {
   std::string store_backend = "file";  // "file" (data_dir) or "etcd"
   FileStoreOptions store;              // file store; its retain_versions applies to every backend
   EtcdStoreOptions etcd;               // --store etcd
-  std::chrono::seconds etcd_wait{30};  // --etcd-wait: how long start-up retries an unavailable etcd
+  int64_t etcd_wait = 30;  // --etcd-wait seconds: how long start-up retries an unavailable etcd
   // Serve the newest intact version when the newest record is corrupt, instead of refusing to
   // start (--serve-newest-intact).
   bool serve_newest_intact = false;
@@ -59,6 +61,7 @@ struct PolicydOptions {
   std::string audit_log;    // the JSON-lines audit log; "" = DATA_DIR/audit.jsonl
   CoreOptions core;         // usage expiry and bounds
   GrpcServiceOptions grpc;  // streams per identity (grpc.insecure follows tls.insecure)
+  LogLevel log_level = LogLevel::kInfo;
 };
 
 // The gRPC health service name that reports the store: NOT_SERVING while policyd serves an
@@ -105,9 +108,20 @@ class Policyd {
   bool stopped_ = false;
 };
 
+// The command line: every flag in one table (common/flags.h), which also writes --help and the
+// flag table of docs/cli.md.
+struct PolicydArgs {
+  PolicydOptions options;
+  bool help = false;
+};
+void addPolicydFlags(FlagTable& table, PolicydOptions* options);
+Result<PolicydArgs> parsePolicydArgs(int argc, const char* const* argv);  // usage errors only
+std::string policydUsage();
+std::string policydFlagsMarkdown();
+
 // The process: parses flags (see docs/cli.md), blocks SIGTERM/SIGINT and waits for one, shuts
-// down cleanly. Returns the exit code: 0 after a clean shutdown, 1 when startup fails, 2 for a
-// usage error.
+// down cleanly (common/daemon.h). Returns the exit code: 0 after a clean shutdown, 1 when
+// startup fails, 2 for a usage error.
 int policydMain(int argc, char** argv);
 
 }  // namespace tq::policy

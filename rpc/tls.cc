@@ -77,6 +77,26 @@ std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> watcher(cons
 
 }  // namespace
 
+void addTlsFlags(FlagTable& table, TlsConfig* c, std::string_view peer, std::string_view cert) {
+  table
+      .nonEmpty("--tls-ca", "FILE", &c->ca_file,
+                "mutual TLS: the PEM CA bundle that " + std::string(peer) + " must chain to")
+      .requiredWhen("unless --insecure");
+  table
+      .nonEmpty("--tls-cert", "FILE", &c->cert_file,
+                "this process's PEM certificate (chain): " + std::string(cert))
+      .requiredWhen("unless --insecure");
+  table
+      .nonEmpty("--tls-key", "FILE", &c->key_file,
+                "its PEM private key. The three files are re-read every " +
+                    std::to_string(kTlsReloadSeconds) +
+                    " s: a rotation takes effect for new connections without a restart")
+      .requiredWhen("unless --insecure");
+  table.toggle("--insecure", &c->insecure,
+               "plaintext gRPC without authentication instead of mutual TLS (logs a warning; a "
+               "loopback sandbox only)");
+}
+
 bool setTlsFlag(TlsConfig* config, std::string_view flag, const std::string& value) {
   if (flag == "--tls-ca") {
     config->ca_file = value;

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/flags.h"
 #include "common/status.h"
 
 namespace grpc {
@@ -39,17 +40,13 @@ struct TlsConfig {
   bool insecure = false;  // --insecure: plaintext, no authentication
 };
 
-// The flags' help text (one place for the three programs' --help).
-inline constexpr const char* kTlsFlagsHelp =
-    "  --tls-ca FILE          PEM CA bundle that the peer's certificate must chain to\n"
-    "  --tls-cert FILE        PEM certificate (chain) this process presents\n"
-    "  --tls-key FILE         PEM private key of --tls-cert\n"
-    "                         (the three files are re-read every 2 s: rotation needs no restart)\n"
-    "  --insecure             plaintext without authentication instead of mutual TLS (logs a\n"
-    "                         warning; development on loopback only)\n";
+// --tls-ca, --tls-cert, --tls-key and --insecure in a program's flag table, bound to `config`
+// (one wording for every program). `peer` names the certificate --tls-ca checks ("every
+// client's certificate"); `cert` says what this process's certificate must hold.
+void addTlsFlags(FlagTable& table, TlsConfig* config, std::string_view peer, std::string_view cert);
 
 // Sets the field named by `flag` ("--tls-ca", "--tls-cert", "--tls-key"; "--insecure" takes
-// no value and ignores `value`). False if `flag` is none of them.
+// no value and ignores `value`). False if `flag` is none of them. (tenantqosctl's parser.)
 bool setTlsFlag(TlsConfig* config, std::string_view flag, const std::string& value);
 
 // kInvalidArgument unless either all three files or `insecure` is given (not both), each file

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/clock.h"
+#include "common/endpoints.h"
 #include "common/log.h"
 
 namespace tq::webhook {
@@ -132,17 +133,11 @@ std::string lower(std::string s) {
 }  // namespace
 
 Result<std::unique_ptr<TlsServer>> TlsServer::start(Options options, Handler handler) {
-  std::string host, port;
   const std::string& l = options.listen;
-  if (!l.empty() && l.front() == '[' && l.find("]:") != std::string::npos) {
-    host = l.substr(1, l.find("]:") - 1);
-    port = l.substr(l.find("]:") + 2);
-  } else if (l.rfind(':') != std::string::npos && l.rfind(':') > 0) {
-    host = l.substr(0, l.rfind(':'));
-    port = l.substr(l.rfind(':') + 1);
-  } else {
-    return invalidArgument("--listen \"" + l + "\" is not HOST:PORT");
-  }
+  Result<HostPort> listen = parseHostPort(l);
+  if (!listen.ok()) return listen.status().withContext("--listen");
+  const std::string host = listen->host;
+  const std::string port = std::to_string(listen->port);
   std::unique_ptr<TlsServer> s(new TlsServer());
   s->options_ = std::move(options);
   s->handler_ = std::move(handler);
@@ -154,7 +149,7 @@ Result<std::unique_ptr<TlsServer>> TlsServer::start(Options options, Handler han
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+  int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
   if (rc != 0) return invalidArgument("--listen " + l + ": " + gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, &freeaddrinfo);
   s->listen_fd_ = Fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));

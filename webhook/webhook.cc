@@ -6,13 +6,14 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
-#include <signal.h>
 
 #include <charconv>
 #include <chrono>
 #include <iostream>
 
+#include "common/daemon.h"
 #include "common/file_util.h"
+#include "common/flags.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"  // isDns1123Label
 #include "proto/convert.h"
@@ -22,7 +23,7 @@
 namespace tq::webhook {
 namespace {
 
-constexpr const char* kHelp =
+constexpr const char* kUsageHead =
     R"(Usage: tenantqos-webhook --tls-cert FILE --tls-key FILE --policyd HOST:PORT
                          (--insecure | --tls-ca FILE [--policyd-cert FILE --policyd-key FILE])
                          [--listen HOST:PORT] [recipe flags]
@@ -34,40 +35,12 @@ its namespace in a tenant's namespaces; in a namespace of --queue-namespaces, it
 (annotation scheduling.volcano.sh/queue-name) in a tenant's volcanoQueues; else the policy's
 default tenant. A queue annotation naming another tenant than that is refused.
 
-  --listen HOST:PORT        HTTPS address (default 0.0.0.0:8443)
-  --tls-cert FILE           the webhook's serving certificate (PEM, chain allowed); re-read
-  --tls-key FILE            its private key (PEM)         when the files change
-  --policyd HOST:PORT       tenantqos-policyd, whose policy the webhook follows (WatchPolicy)
-  --insecure                plaintext to policyd
-  --tls-ca FILE             TLS to policyd, verified with this CA bundle (PEM)
-  --policyd-cert FILE       client certificate for policyd (PEM; with --policyd-key)
-  --policyd-key FILE        its private key
-Recipe (docs/deploy.md; defaults in brackets):
-  --plugin-image REF        image with the plugin [registry.example.com/tenantqos/tenantqos:0.1.0]
-  --run-dir DIR             the agents' --run-dir [/run/tenantqos]
-  --group GID|none          supplemental group of pods whose tenant has no numeric
-                            unixGroup (a numeric unixGroup is used instead); never one
-                            that is a tenant's unixGroup (such pods are refused) [none]
-  --queue-namespaces NS,... namespaces of no tenant where a pod's Volcano queue picks its
-                            tenant (Volcano jobs of several tenants in one namespace) [none]
-  --default-ld-library-path PATHS
-                            after the plugin's directory when a container sets no
-                            LD_LIBRARY_PATH [/usr/local/nvidia/lib64:/usr/local/cuda/lib64]
-  --request-timeout-ms N    a connection's whole exchange, TLS handshake to response
-                            (default 10000, 100..60000)
-  --port-file FILE          write the bound port there once listening (for --listen HOST:0)
-  -h, --help                this help
-Exit codes: 0 after SIGTERM/SIGINT, 1 cannot start, 2 usage error.
+Flags (the recipe's are described in docs/deploy.md):
 )";
 
-Result<uint32_t> parseGid(const std::string& v) {
-  uint32_t g = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), g);
-  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
-    return invalidArgument("--group: \"" + v + "\" is not a group id or \"none\"");
-  }
-  return g;
-}
+constexpr const char* kUsageTail = R"(
+Exit codes: 0 after SIGTERM/SIGINT, 1 cannot start, 2 usage error.
+)";
 
 struct Metrics {
   prometheus::Registry registry;
@@ -92,86 +65,98 @@ struct Metrics {
 
 }  // namespace
 
-Result<WebhookConfig> parseWebhookArgs(const std::vector<std::string>& args) {
-  WebhookConfig c;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i], value;
-    bool inline_value = false;
-    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-      inline_value = true;
-    }
-    auto need = [&]() -> Result<std::string> {
-      if (inline_value) return value;
-      if (i + 1 >= args.size()) return invalidArgument(arg + " needs a value");
-      return args[++i];
-    };
-    std::string* target = nullptr;
-    if (arg == "--listen") target = &c.listen;
-    if (arg == "--tls-cert") target = &c.tls_cert;
-    if (arg == "--tls-key") target = &c.tls_key;
-    if (arg == "--policyd") target = &c.policyd;
-    if (arg == "--tls-ca") target = &c.tls_ca;
-    if (arg == "--policyd-cert") target = &c.policyd_cert;
-    if (arg == "--policyd-key") target = &c.policyd_key;
-    if (arg == "--plugin-image") target = &c.recipe.image;
-    if (arg == "--run-dir") target = &c.recipe.run_dir;
-    if (arg == "--default-ld-library-path") target = &c.recipe.default_ld_library_path;
-    if (arg == "--port-file") target = &c.port_file;
-    if (target != nullptr) {
-      TQ_ASSIGN_OR_RETURN(*target, need());
-    } else if (arg == "--group") {
-      TQ_ASSIGN_OR_RETURN(std::string v, need());
-      if (v == "none") {
-        c.recipe.group.reset();
-      } else {
-        TQ_ASSIGN_OR_RETURN(c.recipe.group, parseGid(v));
-      }
-    } else if (arg == "--queue-namespaces") {
-      TQ_ASSIGN_OR_RETURN(std::string v, need());
-      c.recipe.queue_namespaces.clear();
-      for (size_t at = 0; at <= v.size();) {
-        const size_t comma = std::min(v.find(',', at), v.size());
-        const std::string ns = v.substr(at, comma - at);
-        if (!isDns1123Label(ns)) {
-          return invalidArgument("--queue-namespaces: \"" + ns +
-                                 "\" is not a namespace name (a DNS-1123 label)");
-        }
-        c.recipe.queue_namespaces.push_back(ns);
-        at = comma + 1;
-      }
-    } else if (arg == "--request-timeout-ms") {
-      TQ_ASSIGN_OR_RETURN(std::string v, need());
-      int ms = 0;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
-      if (v.empty() || ec != std::errc() || end != v.data() + v.size() || ms < 100 || ms > 60'000) {
-        return invalidArgument("--request-timeout-ms: \"" + v + "\" is not 100..60000");
-      }
-      c.request_timeout_ms = ms;
-    } else if (arg == "--insecure" && !inline_value) {
-      c.insecure = true;
-    } else {
-      return invalidArgument("unknown argument " + args[i]);
-    }
-  }
-  if (c.tls_cert.empty() || c.tls_key.empty()) {
-    return invalidArgument(
-        "--tls-cert and --tls-key are required (the API server calls over "
-        "HTTPS only)");
-  }
-  if (c.policyd.empty()) return invalidArgument("--policyd HOST:PORT is required");
+void addWebhookFlags(FlagTable& t, WebhookConfig* c) {
+  t.hostPort("--listen", &c->listen, "HTTPS address");
+  t.nonEmpty("--tls-cert", "FILE", &c->tls_cert,
+             "the webhook's serving certificate (PEM, chain allowed); re-read when the files "
+             "change")
+      .mandatory();
+  t.nonEmpty("--tls-key", "FILE", &c->tls_key, "its private key (PEM)").mandatory();
+  t.hostPort("--policyd", &c->policyd,
+             "tenantqos-policyd, whose policy the webhook follows (WatchPolicy)")
+      .mandatory();
+  t.toggle("--insecure", &c->insecure, "plaintext to policyd");
+  t.nonEmpty("--tls-ca", "FILE", &c->tls_ca, "TLS to policyd, verified with this CA bundle (PEM)")
+      .requiredWhen("unless --insecure");
+  t.nonEmpty("--policyd-cert", "FILE", &c->policyd_cert,
+             "client certificate for policyd (PEM; with --policyd-key; --tls-cert is the serving "
+             "certificate)");
+  t.nonEmpty("--policyd-key", "FILE", &c->policyd_key, "its private key");
+  t.nonEmpty("--plugin-image", "REF", &c->recipe.image, "the image with the plugin");
+  t.add("--run-dir", "DIR", "the agents' --run-dir (an absolute path)",
+        [c](std::string_view v) -> Status {
+          std::string dir(v);
+          if (dir.empty() || dir.front() != '/') return invalidArgument("not an absolute path");
+          while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+          c->recipe.run_dir = std::move(dir);
+          return okStatus();
+        })
+      .defaultValue(c->recipe.run_dir);
+  t.add("--group", "GID|none",
+        "supplemental group of pods whose tenant has no numeric unixGroup (a numeric unixGroup "
+        "is used instead); never one that is a tenant's unixGroup (such pods are refused)",
+        [c](std::string_view v) -> Status {
+          if (v == "none") {
+            c->recipe.group.reset();
+            return okStatus();
+          }
+          uint32_t g = 0;
+          auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), g);
+          if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
+            return invalidArgument("\"" + std::string(v) + "\" is not a group id or \"none\"");
+          }
+          c->recipe.group = g;
+          return okStatus();
+        })
+      .defaultValue(c->recipe.group ? std::to_string(*c->recipe.group) : "none");
+  t.add("--queue-namespaces", "NS,...",
+        "namespaces of no tenant where a pod's Volcano queue picks its tenant (Volcano jobs of "
+        "several tenants in one namespace)",
+        [c](std::string_view v) -> Status {
+          c->recipe.queue_namespaces.clear();
+          for (size_t at = 0; at <= v.size();) {
+            const size_t comma = std::min(v.find(',', at), v.size());
+            const std::string ns(v.substr(at, comma - at));
+            if (!isDns1123Label(ns)) {
+              return invalidArgument("\"" + ns + "\" is not a namespace name (a DNS-1123 label)");
+            }
+            c->recipe.queue_namespaces.push_back(ns);
+            at = comma + 1;
+          }
+          return okStatus();
+        })
+      .defaultText("none");
+  t.text("--default-ld-library-path", "PATHS", &c->recipe.default_ld_library_path,
+         "after the plugin's directory when a container sets no LD_LIBRARY_PATH");
+  t.integer("--request-timeout-ms", "MS", &c->request_timeout_ms, 100, 60'000,
+            "a connection's whole exchange, TLS handshake to response");
+  t.text("--port-file", "FILE", &c->port_file,
+         "write the bound port there once listening (for --listen HOST:0)");
+}
+
+Result<WebhookArgs> parseWebhookArgs(const std::vector<std::string>& args) {
+  WebhookArgs a;
+  FlagTable t("tenantqos-webhook");
+  addWebhookFlags(t, &a.config);
+  TQ_ASSIGN_OR_RETURN(FlagTable::Parsed parsed, t.parse(args));
+  a.help = parsed.help;
+  if (a.help) return a;
+  const WebhookConfig& c = a.config;
   if (c.insecure == !c.tls_ca.empty()) {
     return invalidArgument("choose --insecure (plaintext to policyd) or --tls-ca FILE");
   }
   if (c.policyd_cert.empty() != c.policyd_key.empty() || (c.insecure && !c.policyd_cert.empty())) {
     return invalidArgument("--policyd-cert and --policyd-key go together, with --tls-ca");
   }
-  if (c.recipe.run_dir.empty() || c.recipe.run_dir.front() != '/') {
-    return invalidArgument("--run-dir must be an absolute path");
-  }
-  while (c.recipe.run_dir.size() > 1 && c.recipe.run_dir.back() == '/') c.recipe.run_dir.pop_back();
-  return c;
+  return a;
+}
+
+std::string webhookUsage() {
+  return kUsageHead + flagDocs("tenantqos-webhook", addWebhookFlags).usage + kUsageTail;
+}
+
+std::string webhookFlagsMarkdown() {
+  return flagDocs("tenantqos-webhook", addWebhookFlags).markdown;
 }
 
 Result<std::shared_ptr<grpc::Channel>> makePolicydChannel(const WebhookConfig& config) {
@@ -254,26 +239,17 @@ void PolicyFollower::run() {
 }
 
 int webhookMain(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (const std::string& a : args) {
-    if (a == "-h" || a == "--help") {
-      std::cout << kHelp;
-      return 0;
-    }
-  }
-  auto config = parseWebhookArgs(args);
-  if (!config.ok()) {
-    std::cerr << "tenantqos-webhook: " << config.status().message() << "\n" << kHelp;
+  auto args = parseWebhookArgs(std::vector<std::string>(argv + 1, argv + argc));
+  if (!args.ok()) {
+    std::cerr << usageErrorText("tenantqos-webhook", args.status());
     return 2;
   }
-  ::signal(SIGPIPE, SIG_IGN);  // a peer closing mid-response must not end the process
-  // SIGTERM/SIGINT are taken by sigwait below: blocked before any thread starts, so that every
-  // thread inherits the mask and none is ended by them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  if (args->help) {
+    std::cout << webhookUsage();
+    return 0;
+  }
+  const WebhookConfig* config = &args->config;
+  const StopSignals signals;  // before any thread starts
   auto channel = makePolicydChannel(*config);
   if (!channel.ok()) {
     std::cerr << "tenantqos-webhook: policyd credentials: " << channel.status().message() << "\n";
@@ -329,9 +305,8 @@ int webhookMain(int argc, char** argv) {
   }
   TQ_LOG(kInfo, "webhook: serving https on %s (port %d), policy from %s", options.listen.c_str(),
          (*server)->port(), config->policyd.c_str());
-  int sig = 0;
-  sigwait(&set, &sig);
-  TQ_LOG(kInfo, "webhook: signal %d, stopping", sig);
+  const int sig = signals.wait();
+  TQ_LOG(kInfo, "tenantqos-webhook: %s received, stopping", std::string(signalName(sig)).c_str());
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/flags.h"
 #include "common/policy.h"
 #include "common/status.h"
 #include "webhook/admission.h"
@@ -45,8 +46,17 @@ struct WebhookConfig {
   std::string port_file;  // written with the bound port once listening (tests use --listen :0)
 };
 
+// The command line: every flag in one table (common/flags.h), which also writes --help and the
+// flag table of docs/deploy.md.
+struct WebhookArgs {
+  WebhookConfig config;
+  bool help = false;
+};
+void addWebhookFlags(FlagTable& table, WebhookConfig* config);
 // Parses argv (without the program name). Usage errors name the flag.
-Result<WebhookConfig> parseWebhookArgs(const std::vector<std::string>& args);
+Result<WebhookArgs> parseWebhookArgs(const std::vector<std::string>& args);
+std::string webhookUsage();
+std::string webhookFlagsMarkdown();
 
 // The latest policy from policyd, on its own thread. Thread-safety: current() and connected()
 // from any thread.

@@ -10,6 +10,7 @@
 #include "ib/hca_filter.h"
 #include "ib/sysfs.h"
 #include "nccl-plugin/handle_state.h"
+#include "nccl-plugin/ib/ib_factory.h"
 #include "nccl-plugin/oob/handshake.h"
 #include "nccl-plugin/oob/tcp.h"
 
@@ -141,6 +142,13 @@ IbTransportConfig ibConfigFromParams(const PluginParams& p) {
 
 Result<std::unique_ptr<IbTransport>> IbTransport::create(const PluginParams& p, Clock& clock) {
   return create(ibConfigFromParams(p), clock);
+}
+
+Result<std::unique_ptr<Transport>> makeIbTransport(const PluginParams& params, Clock& clock,
+                                                   std::string* summary) {
+  TQ_ASSIGN_OR_RETURN(auto t, IbTransport::create(params, clock));
+  *summary = t->summary();
+  return std::unique_ptr<Transport>(std::move(t));
 }
 
 Result<std::unique_ptr<IbTransport>> IbTransport::create(const IbTransportConfig& cfg,

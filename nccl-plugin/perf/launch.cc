@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/daemon.h"
 #include "common/text.h"
 #include "nccl-plugin/perf/rank.h"
 #include "nccl-plugin/perf/report.h"
@@ -67,6 +68,9 @@ int runLocal(Options o) {
   }
   o.rendezvous = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
   std::fflush(stdout);
+  // SIGTERM/SIGINT stop the ranks too (the launcher's clean stop); each rank gets the default
+  // dispositions back.
+  const StopSignals signals;
   std::vector<pid_t> kids;
   for (int r = 0; r < o.local; ++r) {
     const pid_t pid = ::fork();
@@ -77,6 +81,7 @@ int runLocal(Options o) {
     }
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed launcher takes its ranks along
+      StopSignals::restoreInChild();
       if (r != 0) lfd.reset();
       std::_Exit(runRank(o, r, std::move(lfd)));
     }
@@ -112,7 +117,15 @@ int runLocal(Options o) {
       }
       kill_at = nowNs() + 60'000'000'000;
     }
-    ::usleep(10'000);
+    if (const int sig = signals.waitFor(10'000'000); sig != 0) {
+      std::fprintf(stderr, "tenantqos-perf: %s received, stopping the ranks\n",
+                   std::string(signalName(sig)).c_str());
+      for (pid_t k : kids) {
+        if (k > 0) ::kill(k, SIGTERM);
+      }
+      ++failed;                           // the run did not finish
+      kill_at = nowNs() + 5'000'000'000;  // then SIGKILL
+    }
   }
   return failed == 0 ? 0 : 1;
 }

@@ -1,57 +1,186 @@
 #include "nccl-plugin/perf/options.h"
 
-#include <algorithm>
+#include <charconv>
 #include <cstdlib>
+#include <limits>
 
+#include "common/flags.h"
 #include "common/units.h"
 
 namespace tq::perf {
 
-const char kUsage[] =
-    "usage: tenantqos-perf sendrecv|allreduce|pingpong [options]\n"
-    "ranks:\n"
-    "  --local N                 fork N ranks on this host (rendezvous on 127.0.0.1)\n"
-    "  --rank R --nranks N --rendezvous HOST:PORT   one rank of a multi-process run;\n"
-    "                            rank 0 listens on HOST:PORT\n"
-    "plugin:\n"
-    "  --plugin NAME|PATH        default $NCCL_NET_PLUGIN, else tenantqos\n"
-    "                            (libnccl-net-NAME.so, also searched in <bindir>/../lib)\n"
-    "  --abi 10|11               force an ABI version (default: v11, else v10)\n"
-    "  --dev D                   plugin device (default 0)\n"
-    "  --trafficclass N          communicator trafficClass (init config in v11, connect in v10)\n"
-    "  --tenant NAME             sets TENANTQOS_TENANT\n"
-    "  --env NAME=VALUE          sets an environment variable in every rank (repeatable)\n"
-    "  --rank-env R:NAME=VALUE   sets it in rank R only (repeatable)\n"
-    "sizes and iterations (nccl-tests style; K/M/G = KiB/MiB/GiB):\n"
-    "  -b, --minbytes SIZE       default 8\n"
-    "  -e, --maxbytes SIZE       default 64M\n"
-    "  -f, --stepfactor N        default 2\n"
-    "  -n, --iters N             default 20 (pingpong 1000)\n"
-    "  -w, --warmup N            default 5 (pingpong 100)\n"
-    "  --window N                messages in flight per peer, sendrecv (default 8)\n"
-    "  --unidirectional          sendrecv: even ranks send to rank+1 only\n"
-    "streaming:\n"
-    "  --duration SEC            sendrecv: stream messages of --size for SEC seconds;\n"
-    "                            allreduce: back-to-back allreduces of --size for SEC seconds,\n"
-    "                            each ring step pipelined in --chunk pieces (like NCCL)\n"
-    "  --size SIZE               message (sendrecv) or buffer (allreduce) size (default 4M)\n"
-    "  --chunk SIZE              allreduce pipeline chunk (default 512K); --window in flight\n"
-    "  --on-off ON_MS:OFF_MS[:PHASE_MS]\n"
-    "                            allreduce: start new allreduces only during the first ON_MS of\n"
-    "                            every ON_MS+OFF_MS cycle (a tenant going idle and back); cycles\n"
-    "                            from the start, or with PHASE_MS on the wall clock: on from\n"
-    "                            PHASE_MS past every multiple of the cycle (jobs in phase)\n"
-    "  --compute-ms MS           allreduce: a training step: after each complete allreduce, MS\n"
-    "                            without traffic before the next; prints one \"iteration\" line\n"
-    "                            (JSON) per complete allreduce\n"
-    "  --report-interval MS      print per-interval throughput lines (with --duration)\n"
-    "checks and output:\n"
-    "  --check / --no-check      verify received data (default on: one message per size)\n"
-    "  --check-all               verify every message\n"
-    "  --timeout SEC             fail after SEC without progress (default 30)\n"
-    "  --poll spin|yield|sleep   idle strategy (default sleep: after 16 idle polls, naps\n"
-    "                            adapting between 50 us and 1 ms; pingpong: spin)\n"
-    "  --json                    one JSON object per line\n";
+namespace {
+
+constexpr const char* kUsageHead =
+    "usage: tenantqos-perf sendrecv|allreduce|alltoall|incast|pingpong [flags]\n"
+    "\n"
+    "Modes: sendrecv (rank r sends to r+1, receives from r-1, nccl-tests sendrecv), allreduce\n"
+    "(ring reduce-scatter + all-gather of floats, verified), alltoall (every rank sends\n"
+    "SIZE/nranks to every other rank, MoE dispatch/combine, one connection per pair), incast\n"
+    "(ranks 1..n-1 each send SIZE to rank 0, many-to-one), pingpong (round-trip latency).\n"
+    "\n"
+    "Ranks: --local N forks N ranks on this host (rendezvous on 127.0.0.1), or --rank R "
+    "--nranks N\n"
+    "--rendezvous HOST:PORT runs one rank of a multi-process run (rank 0 listens on HOST:PORT).\n"
+    "Sizes take K/M/G (KiB/MiB/GiB), nccl-tests style.\n"
+    "\n"
+    "Flags:\n";
+
+Status setBytes(std::string_view v, uint64_t* out) {
+  TQ_ASSIGN_OR_RETURN(*out, parseBytes(std::string(v)));
+  return okStatus();
+}
+
+// ON_MS:OFF_MS[:PHASE_MS]
+Status setOnOff(std::string_view text, Options* o) {
+  const std::string v(text);
+  long f[3] = {0, 0, -1};
+  size_t n = 0;
+  const char* p = v.c_str();
+  bool ok = false;  // true once a number ended the text
+  while (n < 3) {
+    char* e = nullptr;
+    f[n++] = std::strtol(p, &e, 10);
+    if (e == p || (*e != '\0' && *e != ':')) break;
+    if (*e == '\0') {
+      ok = true;
+      break;
+    }
+    p = e + 1;
+  }
+  ok = ok && n >= 2;
+  if (!ok || f[0] <= 0 || f[1] < 0 || (n == 3 && f[2] < 0)) {
+    return invalidArgument(v + ": expected ON_MS:OFF_MS[:PHASE_MS], ON_MS > 0, PHASE_MS >= 0");
+  }
+  o->on_ms = f[0];
+  o->off_ms = f[1];
+  o->phase_ms = n == 3 ? f[2] : -1;
+  return okStatus();
+}
+
+Status setNonNegative(std::string_view text, double* out) {
+  const std::string v(text);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= 0)) return invalidArgument(v + ": not a number >= 0");
+  *out = x;
+  return okStatus();
+}
+
+void addPerfFlags(FlagTable& t, Options* o) {
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  t.integer("--local", "N", &o->local, 1, 1024, "fork N ranks on this host").defaultValue("");
+  t.integer("--rank", "R", &o->rank, 0, 1023, "this process's rank (with --nranks, --rendezvous)")
+      .defaultValue("");
+  t.integer("--nranks", "N", &o->nranks, 1, 1024, "ranks of the run").defaultValue("");
+  t.hostPort("--rendezvous", &o->rendezvous, "where rank 0 listens and the others connect");
+  t.nonEmpty("--plugin", "NAME|PATH", &o->plugin,
+             "the plugin (libnccl-net-NAME.so, also searched in <bindir>/../lib)")
+      .defaultText("$NCCL_NET_PLUGIN, else tenantqos");
+  t.integer("--abi", "10|11", &o->abi, 10, 11, "force an ABI version").defaultText("v11, else v10");
+  t.integer("--dev", "D", &o->dev, 0, 1023, "plugin device");
+  t.integer("--trafficclass", "N", &o->traffic_class, 0, kMaxInt,
+            "communicator trafficClass (init config in v11, connect in v10)")
+      .defaultValue("");
+  t.add("--tenant", "NAME", "sets TENANTQOS_TENANT in every rank", [o](std::string_view v) {
+    o->env.push_back("TENANTQOS_TENANT=" + std::string(v));
+    return okStatus();
+  });
+  t.add("--env", "NAME=VALUE", "sets an environment variable in every rank (repeatable)",
+        [o](std::string_view v) -> Status {
+          if (v.find('=') == std::string_view::npos) return invalidArgument("expected NAME=VALUE");
+          o->env.emplace_back(v);
+          return okStatus();
+        })
+      .repeated();
+  t.add("--rank-env", "R:NAME=VALUE", "sets it in rank R only (repeatable)",
+        [o](std::string_view v) -> Status {
+          const size_t colon = v.find(':');
+          int r = -1;
+          auto [end, ec] = std::from_chars(v.data(), v.data() + colon, r);
+          if (colon == std::string_view::npos || ec != std::errc() || end != v.data() + colon ||
+              r < 0 || v.find('=', colon) == std::string_view::npos) {
+            return invalidArgument(std::string(v) + ": expected R:NAME=VALUE");
+          }
+          o->rank_env.emplace_back(r, std::string(v.substr(colon + 1)));
+          return okStatus();
+        })
+      .repeated();
+  t.add("--minbytes", "SIZE", "smallest message of a sweep",
+        [o](std::string_view v) {
+          o->sizes_set = true;
+          return setBytes(v, &o->min_bytes);
+        })
+      .alias("-b")
+      .defaultValue("8");
+  t.add("--maxbytes", "SIZE", "largest message of a sweep",
+        [o](std::string_view v) {
+          o->sizes_set = true;
+          return setBytes(v, &o->max_bytes);
+        })
+      .alias("-e")
+      .defaultText("64M (pingpong 64K)");
+  t.integer("--stepfactor", "N", &o->step_factor, 2, 1024, "size multiplier of a sweep")
+      .alias("-f");
+  t.integer("--iters", "N", &o->iters, 1, kMaxInt, "timed iterations per size")
+      .alias("-n")
+      .defaultText("20 (pingpong 1000)");
+  t.integer("--warmup", "N", &o->warmup, 0, kMaxInt, "untimed iterations per size")
+      .alias("-w")
+      .defaultText("5 (pingpong 100)");
+  t.integer("--window", "N", &o->window, 1, 32,
+            "messages in flight per connection (at most NCCL_NET_MAX_REQUESTS)");
+  t.toggle("--unidirectional", &o->unidirectional, "sendrecv: even ranks send to rank+1 only");
+  t.add("--duration", "SEC",
+        "sendrecv: stream messages of --size for SEC seconds; allreduce, alltoall, incast: "
+        "back-to-back iterations of --size for SEC seconds, each transfer pipelined in --chunk "
+        "pieces (like NCCL)",
+        [o](std::string_view v) { return setNonNegative(v, &o->duration_s); });
+  t.add("--size", "SIZE",
+        "message (sendrecv), buffer (allreduce, alltoall) or per-sender (incast) size with "
+        "--duration",
+        [o](std::string_view v) { return setBytes(v, &o->size); })
+      .defaultValue("4M");
+  t.add("--chunk", "SIZE",
+        "allreduce, alltoall, incast: pipeline chunk, 4 B..1 GiB; --window of them in flight",
+        [o](std::string_view v) { return setBytes(v, &o->chunk); })
+      .defaultValue("512K");
+  t.add("--on-off", "ON_MS:OFF_MS[:PHASE_MS]",
+        "allreduce, alltoall, incast: start new iterations only during the first ON_MS of every "
+        "ON_MS+OFF_MS "
+        "cycle (a tenant going idle and back); cycles from the start, or with PHASE_MS on the "
+        "wall clock: on from PHASE_MS past every multiple of the cycle (jobs in phase)",
+        [o](std::string_view v) { return setOnOff(v, o); });
+  t.integer("--compute-ms", "MS", &o->compute_ms, 0, 86'400'000,
+            "allreduce, alltoall, incast: a training step: after each complete iteration, MS "
+            "without traffic before the next; prints one \"iteration\" line (JSON) per complete "
+            "iteration");
+  t.integer("--report-interval", "MS", &o->report_ms, 1, 86'400'000,
+            "print per-interval throughput lines (with --duration)")
+      .defaultValue("");
+  t.toggle("--check", &o->check, "verify received data, one message per size");
+  t.toggle("--no-check", &o->check, "do not verify received data", false);
+  t.add("--check-all", "", "verify every message", [o](std::string_view) {
+    o->check = o->check_all = true;
+    return okStatus();
+  });
+  t.add("--timeout", "SEC", "fail after SEC without progress", [o](std::string_view v) {
+     return setNonNegative(v, &o->timeout_s);
+   }).defaultValue("30");
+  t.toggle("--json", &o->json, "one JSON object per line");
+  t.choice<PollMode>(
+       "--poll", &o->poll,
+       {{"spin", PollMode::kSpin}, {"yield", PollMode::kYield}, {"sleep", PollMode::kSleep}},
+       "idle strategy: sleep naps adapting between 50 us and 1 ms after 16 idle "
+       "polls")
+      .defaultText("sleep (pingpong spin)");
+}
+
+}  // namespace
+
+std::string usage() { return kUsageHead + flagDocs("tenantqos-perf", addPerfFlags).usage; }
+
+std::string flagsMarkdown() { return flagDocs("tenantqos-perf", addPerfFlags).markdown; }
 
 Result<uint64_t> parseBytes(const std::string& text) {
   if (!text.empty()) {
@@ -70,157 +199,23 @@ Result<uint64_t> parseBytes(const std::string& text) {
 
 Result<Options> parseArgs(int argc, char** argv) {
   Options o;
-  if (argc < 2) return invalidArgument("missing mode");
-  o.mode = argv[1];
-  if (o.mode == "-h" || o.mode == "--help") return invalidArgument("");
-  if (o.mode != "sendrecv" && o.mode != "allreduce" && o.mode != "pingpong") {
-    return invalidArgument("unknown mode \"" + o.mode + "\"");
-  }
   const char* env_plugin = std::getenv("NCCL_NET_PLUGIN");
   o.plugin = env_plugin != nullptr && env_plugin[0] != '\0' ? env_plugin : "tenantqos";
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> Result<std::string> {
-      if (i + 1 >= argc) return invalidArgument(a + " needs a value");
-      return std::string(argv[++i]);
-    };
-    auto nextInt = [&]() -> Result<long> {
-      TQ_ASSIGN_OR_RETURN(std::string v, next());
-      char* end = nullptr;
-      const long x = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0') return invalidArgument(a + " " + v + ": not an integer");
-      return x;
-    };
-    auto nextBytes = [&]() -> Result<uint64_t> {
-      TQ_ASSIGN_OR_RETURN(std::string v, next());
-      return parseBytes(v);
-    };
-    auto nextDouble = [&]() -> Result<double> {
-      TQ_ASSIGN_OR_RETURN(std::string v, next());
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(x >= 0))
-        return invalidArgument(a + " " + v + ": not a number");
-      return x;
-    };
-    if (a == "--local") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.local = static_cast<int>(v);
-    } else if (a == "--rank") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.rank = static_cast<int>(v);
-    } else if (a == "--nranks") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.nranks = static_cast<int>(v);
-    } else if (a == "--rendezvous") {
-      TQ_ASSIGN_OR_RETURN(o.rendezvous, next());
-    } else if (a == "--plugin") {
-      TQ_ASSIGN_OR_RETURN(o.plugin, next());
-    } else if (a == "--abi") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.abi = static_cast<int>(v);
-    } else if (a == "--dev") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.dev = static_cast<int>(v);
-    } else if (a == "--trafficclass") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.traffic_class = static_cast<int>(v);
-    } else if (a == "--tenant") {
-      TQ_ASSIGN_OR_RETURN(std::string v, next());
-      o.env.push_back("TENANTQOS_TENANT=" + v);
-    } else if (a == "--env") {
-      TQ_ASSIGN_OR_RETURN(std::string v, next());
-      o.env.push_back(v);
-    } else if (a == "--rank-env") {
-      TQ_ASSIGN_OR_RETURN(std::string v, next());
-      const size_t colon = v.find(':');
-      if (colon == std::string::npos)
-        return invalidArgument("--rank-env " + v + ": expected R:NAME=VALUE");
-      o.rank_env.emplace_back(std::atoi(v.substr(0, colon).c_str()), v.substr(colon + 1));
-    } else if (a == "-b" || a == "--minbytes") {
-      TQ_ASSIGN_OR_RETURN(o.min_bytes, nextBytes());
-      o.sizes_set = true;
-    } else if (a == "-e" || a == "--maxbytes") {
-      TQ_ASSIGN_OR_RETURN(o.max_bytes, nextBytes());
-      o.sizes_set = true;
-    } else if (a == "-f" || a == "--stepfactor") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.step_factor = static_cast<uint64_t>(std::max(1L, v));
-    } else if (a == "-n" || a == "--iters") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.iters = static_cast<int>(v);
-    } else if (a == "-w" || a == "--warmup") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.warmup = static_cast<int>(v);
-    } else if (a == "--window") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.window = static_cast<int>(v);
-    } else if (a == "--unidirectional") {
-      o.unidirectional = true;
-    } else if (a == "--duration") {
-      TQ_ASSIGN_OR_RETURN(o.duration_s, nextDouble());
-    } else if (a == "--size") {
-      TQ_ASSIGN_OR_RETURN(o.size, nextBytes());
-    } else if (a == "--chunk") {
-      TQ_ASSIGN_OR_RETURN(o.chunk, nextBytes());
-    } else if (a == "--on-off") {
-      TQ_ASSIGN_OR_RETURN(std::string v, next());
-      // ON_MS:OFF_MS[:PHASE_MS]
-      long f[3] = {0, 0, -1};
-      size_t n = 0;
-      const char* p = v.c_str();
-      bool ok = false;  // true once a number ended the text
-      while (n < 3) {
-        char* e = nullptr;
-        f[n++] = std::strtol(p, &e, 10);
-        if (e == p || (*e != '\0' && *e != ':')) break;
-        if (*e == '\0') {
-          ok = true;
-          break;
-        }
-        p = e + 1;
-      }
-      ok = ok && n >= 2;
-      o.on_ms = f[0];
-      o.off_ms = f[1];
-      o.phase_ms = n == 3 ? f[2] : -1;
-      if (!ok || o.on_ms <= 0 || o.off_ms < 0 || (n == 3 && f[2] < 0)) {
-        return invalidArgument("--on-off " + v +
-                               ": expected ON_MS:OFF_MS[:PHASE_MS], ON_MS > 0, PHASE_MS >= 0");
-      }
-    } else if (a == "--compute-ms") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.compute_ms = v;
-    } else if (a == "--report-interval") {
-      TQ_ASSIGN_OR_RETURN(long v, nextInt());
-      o.report_ms = v;
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--no-check") {
-      o.check = false;
-    } else if (a == "--check-all") {
-      o.check = o.check_all = true;
-    } else if (a == "--timeout") {
-      TQ_ASSIGN_OR_RETURN(o.timeout_s, nextDouble());
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--poll") {
-      TQ_ASSIGN_OR_RETURN(std::string v, next());
-      if (v == "spin")
-        o.poll = PollMode::kSpin;
-      else if (v == "yield")
-        o.poll = PollMode::kYield;
-      else if (v == "sleep")
-        o.poll = PollMode::kSleep;
-      else
-        return invalidArgument("--poll " + v + ": expected spin, yield or sleep");
-      o.poll_set = true;
-    } else if (a == "-h" || a == "--help") {
-      return invalidArgument("");
-    } else {
-      return invalidArgument("unknown option " + a);
-    }
+  FlagTable t("tenantqos-perf");
+  t.positionals(1);  // the mode
+  addPerfFlags(t, &o);
+  TQ_ASSIGN_OR_RETURN(FlagTable::Parsed parsed, t.parse(argc, argv));
+  if (parsed.help) {
+    o.help = true;
+    return o;
   }
+  if (parsed.positional.empty()) return invalidArgument("missing mode");
+  o.mode = parsed.positional.front();
+  if (o.mode != "sendrecv" && o.mode != "allreduce" && o.mode != "alltoall" && o.mode != "incast" &&
+      o.mode != "pingpong") {
+    return invalidArgument("unknown mode \"" + o.mode + "\"");
+  }
+  o.poll_set = parsed.has("--poll");
   // Bandwidth modes sleep briefly when idle (spinning steals CPU from the plugin's helper
   // threads on small machines); the latency mode spins.
   if (!o.poll_set) o.poll = o.mode == "pingpong" ? PollMode::kSpin : PollMode::kSleep;
@@ -242,20 +237,19 @@ Result<Options> parseArgs(int argc, char** argv) {
   if (o.mode == "sendrecv" && o.unidirectional && o.nranks % 2 != 0) {
     return invalidArgument("--unidirectional needs an even number of ranks");
   }
-  if (o.mode == "sendrecv" && o.nranks < 2)
-    return invalidArgument("sendrecv needs at least 2 ranks");
+  if ((o.mode == "sendrecv" || o.mode == "alltoall" || o.mode == "incast") && o.nranks < 2)
+    return invalidArgument(o.mode + " needs at least 2 ranks");
   if (o.min_bytes > o.max_bytes) return invalidArgument("--minbytes above --maxbytes");
-  if (o.window < 1 || o.window > 32)
-    return invalidArgument("--window must be 1..32 (NCCL_NET_MAX_REQUESTS)");
   if (o.report_ms > 0 && o.duration_s <= 0)
     return invalidArgument("--report-interval needs --duration");
   if (o.duration_s > 0 && o.mode == "pingpong") {
-    return invalidArgument("--duration applies to sendrecv and allreduce");
+    return invalidArgument("--duration applies to sendrecv, allreduce, alltoall and incast");
   }
-  if ((o.on_ms > 0 || o.compute_ms != 0) && (o.mode != "allreduce" || o.duration_s <= 0)) {
-    return invalidArgument("--on-off and --compute-ms apply to allreduce --duration");
+  if ((o.on_ms > 0 || o.compute_ms != 0) &&
+      (o.mode == "sendrecv" || o.mode == "pingpong" || o.duration_s <= 0)) {
+    return invalidArgument(
+        "--on-off and --compute-ms apply to allreduce, alltoall and incast with --duration");
   }
-  if (o.compute_ms < 0) return invalidArgument("--compute-ms must be >= 0");
   if (o.chunk < 4 || o.chunk > (1ull << 30)) return invalidArgument("--chunk must be 4 B..1 GiB");
   return o;
 }

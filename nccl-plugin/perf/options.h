@@ -1,5 +1,5 @@
-// tenantqos-perf's command line: the options of one run, parsed and checked before any rank
-// starts. parseArgs returns invalidArgument with an empty message for --help.
+// tenantqos-perf's command line: the options of one run, parsed (one flag table,
+// common/flags.h) and checked before any rank starts.
 #pragma once
 
 #include <cstdint>
@@ -49,10 +49,12 @@ struct Options {
   bool poll_set = false;
   std::vector<std::string> env;
   std::vector<std::pair<int, std::string>> rank_env;
+  bool help = false;  // -h/--help: nothing else was read
 };
 
-// The --help text (printed after a parse error too).
-extern const char kUsage[];
+// The --help text, and the flag table of docs/plugin.md.
+std::string usage();
+std::string flagsMarkdown();
 
 // SIZE with an optional K/M/G suffix (KiB/MiB/GiB), nccl-tests style.
 Result<uint64_t> parseBytes(const std::string& text);

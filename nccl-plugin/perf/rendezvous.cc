@@ -54,23 +54,6 @@ Result<AddrinfoPtr> resolve(const std::string& host, uint16_t port) {
 
 }  // namespace
 
-Status parseHostPort(const std::string& text, std::string* host, uint16_t* port) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    return invalidArgument("--rendezvous " + text + ": expected HOST:PORT");
-  }
-  *host = text.substr(0, colon);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  char* end = nullptr;
-  const long p = std::strtol(text.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || p <= 0 || p > 65535)
-    return invalidArgument("--rendezvous " + text + ": bad port");
-  *port = static_cast<uint16_t>(p);
-  return okStatus();
-}
-
 Result<std::unique_ptr<Rendezvous>> Rendezvous::create(int rank, int nranks,
                                                        const std::string& host, uint16_t port,
                                                        Fd listen, int64_t timeout_ns) {

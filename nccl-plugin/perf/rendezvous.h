@@ -45,7 +45,4 @@ class Rendezvous {
   std::vector<Fd> peers_;  // rank 0: one per rank (index 0 unused); others: [0] = rank 0
 };
 
-// "host:port" -> parts. Accepts "[v6]:port".
-Status parseHostPort(const std::string& text, std::string* host, uint16_t* port);
-
 }  // namespace tq::perf

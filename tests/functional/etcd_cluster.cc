@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "common/endpoints.h"
 #include "common/fd.h"
 #include "etcd/rpc.grpc.pb.h"
 
@@ -161,7 +162,9 @@ int64_t EtcdCluster::txnsServed(int member) const {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(std::atoi(ep.substr(ep.rfind(':') + 1).c_str())));
+  Result<HostPort> hp = parseHostPort(ep);
+  if (!hp.ok()) return -1;
+  a.sin_port = htons(hp->port);
   timeval tv{5, 0};
   setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;

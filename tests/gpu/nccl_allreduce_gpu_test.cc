@@ -17,12 +17,15 @@
 // them through the net plugin and not P2P/SHM. Two or more GPUs: one each (still two "hosts").
 // No GPU visible: exit 77 (ctest: Skipped) with the reason.
 //
+// NCCL's P2P and SHM transports are off as well (NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1).
+// NCCL's logs go to TQ_GPU_LOG_DIR (created if missing), else a new /tmp/tq-gpu-test.* directory.
 // Defaults the caller may override: TENANTQOS_TRANSPORT=socket, TENANTQOS_SOCKET_IFNAME=lo,
 // NCCL_SOCKET_IFNAME=lo. Every wait is bounded (kRankTimeoutSec).
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -235,6 +238,8 @@ std::string runPhase(const std::string& self, const std::string& plugin, const s
       setenv("NCCL_NET_PLUGIN", "tenantqos", 1);
       setenv("NCCL_NET", "tenantqos", 1);
       setenv("NCCL_HOSTID", ("tq-gpu-test-host-" + std::to_string(rank)).c_str(), 1);
+      setenv("NCCL_P2P_DISABLE", "1", 1);
+      setenv("NCCL_SHM_DISABLE", "1", 1);
       setenv("NCCL_DEBUG", "INFO", 1);
       setenv("NCCL_DEBUG_SUBSYS", "INIT,NET,ENV", 1);
       setenv("NCCL_DEBUG_FILE", logPath(dir, ph, rank).c_str(), 1);
@@ -306,12 +311,21 @@ int launcherMain(const std::string& self, const std::string& plugin) {
   int version = 0;
   ncclGetVersion(&version);
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);  // the bootstrap root runs here
-  char tmpl[] = "/tmp/tq-gpu-test.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) {
-    std::fprintf(stderr, "FAIL: mkdtemp: %s\n", std::strerror(errno));
-    return 1;
+  std::string dir;
+  if (const char* d = std::getenv("TQ_GPU_LOG_DIR"); d != nullptr && *d != '\0') {
+    dir = d;
+    if (mkdir(d, 0755) != 0 && errno != EEXIST) {
+      std::fprintf(stderr, "FAIL: mkdir %s (TQ_GPU_LOG_DIR): %s\n", d, std::strerror(errno));
+      return 1;
+    }
+  } else {
+    char tmpl[] = "/tmp/tq-gpu-test.XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      std::fprintf(stderr, "FAIL: mkdtemp /tmp/tq-gpu-test.XXXXXX: %s\n", std::strerror(errno));
+      return 1;
+    }
+    dir = tmpl;
   }
-  const std::string dir = tmpl;
   const char* rate = std::getenv("TQ_GPU_RATE");
   const Phase phases[] = {{"lifecycle", 2, ""}, {"rate", 1, rate != nullptr ? rate : kDefaultRate}};
   if (rateBytesPerSecond(phases[1].rate.c_str()) <= 0) {

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "tests/support/docs_table.h"
+
 namespace tq::agent {
 namespace {
 
@@ -101,22 +103,27 @@ TEST(AgentConfigTest, UsageErrors) {
       {{"--policyd", "nohostport", "--device", "e=a"}, "HOST:PORT"},
       {{"--policyd", "h:99999", "--device", "e=a"}, "port"},
       {{"--policyd", "h:1", "--device", "e=a", "--period-ms", "0"}, "outside"},
-      {{"--policyd", "h:1", "--device", "e=a", "--period-ms", "ten"}, "milliseconds"},
+      {{"--policyd", "h:1", "--device", "e=a", "--period-ms", "ten"},
+       "--period-ms: \"ten\" is not a whole number"},
       {{"--policyd", "h:1", "--device", "e=a", "--tc-mode", "cake"}, "htb or none"},
       {{"--policyd", "h:1", "--device", "e=a", "--log-level", "loud"}, "log level"},
-      {{"--policyd", "h:1", "--device", "e=a", "--frobnicate"}, "unknown argument"},
+      {{"--policyd", "h:1", "--device", "e=a", "--frobnicate"}, "unknown flag \"--frobnicate\""},
       {{"--policyd", "h:1", "--device", "e=a", "--run-dir"}, "needs a value"},
       {{"--policyd", "h:1", "--device", "e=a", "--metrics", "localhost"}, "HOST:PORT"},
       {{"--policyd", "h:1", "--device", "e=a", "--burst", "10B"}, "outside"},
-      {{"--policyd", "h:1", "--device", "e=a", "--bucket-depth-us", "5"}, "10..1000000"},
-      {{"--policyd", "h:1", "--device", "e=a", "--bucket-depth-us", "1ms"}, "10..1000000"},
+      {{"--policyd", "h:1", "--device", "e=a", "--bucket-depth-us", "5"}, "[10, 1000000]"},
+      {{"--policyd", "h:1", "--device", "e=a", "--bucket-depth-us", "1ms"}, "not a whole number"},
       {{"--policyd", "h:1",      "--device", "e0=a",     "--device", "e1=a",     "--device",
         "e2=a",      "--device", "e3=a",     "--device", "e4=a",     "--device", "e5=a",
         "--device",  "e6=a",     "--device", "e7=a",     "--device", "e8=a"},
        "more than 8 devices carry link a"},
-      {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root="}, "--sysfs-root: empty path"},
+      {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root="}, "--sysfs-root: empty value"},
       {{"--policyd", "h:1", "--device", "e=a", "--sysfs-root"}, "needs a value"},
       {{"--cleanup=yes", "--device", "e=a"}, "no value"},
+      {{"--policyd", "h:1", "--policyd", "h:2", "--device", "e=a"}, "--policyd given twice"},
+      {{"--policyd", "h:1,", "--device", "e=a"}, "--policyd: "},
+      {{"--policyd", "h:1", "--device", "e=a", "--default-tenant", "Bad_Name"}, "DNS-1123"},
+      {{"--policyd", "h:1", "--device", "e=a", "stray"}, "unexpected argument \"stray\""},
       {{"--policyd", "h:1", "--device", "e=a", "--qp-scan-interval-ms", "50"}, "below 100"},
   };
   for (const Case& c : cases) {
@@ -127,18 +134,36 @@ TEST(AgentConfigTest, UsageErrors) {
   }
 }
 
-TEST(AgentConfigTest, SplitHostPort) {
-  auto a = splitHostPort("127.0.0.1:0");
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->first, "127.0.0.1");
-  EXPECT_EQ(a->second, 0);
-  auto b = splitHostPort("[::1]:9464");
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->first, "::1");
-  EXPECT_EQ(b->second, 9464);
-  EXPECT_FALSE(splitHostPort(":80").ok());
-  EXPECT_FALSE(splitHostPort("[::1]80").ok());
-  EXPECT_FALSE(splitHostPort("h:-1").ok());
+TEST(AgentConfigTest, TlsFlags) {
+  auto c = parse({"--policyd", "h:1", "--device", "e=a", "--tls-ca", "ca.pem", "--tls-cert=c.pem",
+                  "--tls-key", "k.pem"});
+  ASSERT_TRUE(c.ok()) << c.status().toString();
+  EXPECT_EQ(c->tls.ca_file, "ca.pem");
+  EXPECT_EQ(c->tls.cert_file, "c.pem");
+  EXPECT_EQ(c->tls.key_file, "k.pem");
+  EXPECT_FALSE(c->tls.insecure);
+  c = parse({"--policyd", "h:1", "--device", "e=a", "--insecure"});
+  ASSERT_TRUE(c.ok()) << c.status().toString();
+  EXPECT_TRUE(c->tls.insecure);
+}
+
+TEST(AgentConfigTest, PolicydReplicas) {
+  auto c = parse({"--policyd", "a:1, [::1]:2,b:3", "--device", "e=a"});
+  ASSERT_TRUE(c.ok()) << c.status().toString();
+  EXPECT_EQ(c->policyd, "a:1, [::1]:2,b:3");
+  EXPECT_EQ(c->policyd_endpoints, (std::vector<std::string>{"a:1", "[::1]:2", "b:3"}));
+}
+
+// The help text and docs/agent.md's table come from the flag table the parser uses.
+TEST(AgentConfigTest, HelpAndDocsFromTheTable) {
+  const std::string usage = agentUsage();
+  for (const char* flag : {"--policyd", "--tls-ca", "--device", "--burst", "--cleanup"}) {
+    EXPECT_NE(usage.find(flag), std::string::npos) << flag;
+  }
+  EXPECT_NE(usage.find("(1..10000; default 10)"), std::string::npos) << usage;  // --period-ms
+  EXPECT_NE(usage.find("(1500B..4GiB; default 4KiB)"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(10..1000000; default 1000)"), std::string::npos) << usage;
+  EXPECT_EQ(testing::docsBlockMismatch("docs/agent.md", "addAgentFlags", agentFlagsMarkdown()), "");
 }
 
 TEST(AgentConfigTest, HelpWins) {

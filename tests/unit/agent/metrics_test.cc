@@ -4,15 +4,21 @@
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "agent/http_server.h"
 #include "common/allocation.h"
+#include "common/fd.h"
 #include "test_util.h"
 
 namespace tq::agent {
@@ -319,8 +325,7 @@ TEST_F(HttpServerTest, ServesRoutesOnPortZero) {
   EXPECT_EQ(httpGet(port, "/metrics").status, 0) << "still listening after destruction";
 }
 
-// civetweb alone notices mg_stop() only between 2 s polls; the agent exits on SIGTERM in tens
-// of milliseconds because the server wakes its own listener.
+// The agent exits on SIGTERM in tens of milliseconds: the destructor wakes the server's poll.
 TEST_F(HttpServerTest, StopsPromptly) {
   for (int i = 0; i < 3; ++i) {
     auto server = HttpServer::start("127.0.0.1:0", {});
@@ -329,6 +334,78 @@ TEST_F(HttpServerTest, StopsPromptly) {
     server->reset();
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
   }
+}
+
+// A connected TCP socket to 127.0.0.1:port that has sent `prefix` (a request not yet complete).
+Fd slowClient(int port, const std::string& prefix) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (!fd.valid() || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    return Fd();
+  }
+  if (!prefix.empty()) (void)::send(fd.get(), prefix.data(), prefix.size(), MSG_NOSIGNAL);
+  return fd;
+}
+
+// True once the server closed `fd` (EOF or reset), polling up to `ms`.
+bool closedWithin(const Fd& fd, int ms) {
+  pollfd p{fd.get(), POLLIN, 0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::poll(&p, 1, 20) == 1) {
+      char c;
+      const ssize_t n = ::recv(fd.get(), &c, 1, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN)) return true;
+    }
+  }
+  return false;
+}
+
+// Issue 23 item 11: slow clients (one unprivileged uid can open them on the node) held every
+// civetweb worker for the 10 s request timeout, so kubelet probes (3 s timeout) failed and a
+// healthy agent would be restarted in a loop. Before: 0 of 18 probes answered with 32 slow
+// clients. After: every probe is answered.
+TEST_F(HttpServerTest, HealthAnswersWhileSlowClientsHoldConnections) {
+  std::map<std::string, HttpServer::Handler> routes;
+  routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
+  auto server = HttpServer::start("127.0.0.1:0", routes);
+  ASSERT_TRUE(server.ok()) << server.status().toString();
+  const int port = (*server)->port();
+  std::vector<Fd> slow;
+  for (int i = 0; i < 32; ++i) {
+    slow.push_back(slowClient(port, i % 2 ? "GET /healthz HTTP/1.1\r\nHost: x\r\n" : ""));
+    ASSERT_TRUE(slow.back().valid());
+  }
+  std::atomic<int> answered{0};
+  std::vector<std::thread> probes;
+  for (int i = 0; i < 18; ++i) {
+    probes.emplace_back([&] {
+      if (httpGet(port, "/healthz", /*timeout_s=*/3).status == 200) ++answered;
+    });
+  }
+  for (auto& t : probes) t.join();
+  EXPECT_EQ(answered.load(), 18) << "kubelet-like probes answered under 32 slow clients";
+}
+
+TEST_F(HttpServerTest, SlowRequestsAreCutAndConnectionsPerPeerBounded) {
+  HttpServer::Options o;
+  o.request_timeout_ms = 300;
+  o.max_connections_per_peer = 8;
+  auto server = HttpServer::start("127.0.0.1:0", {}, o);
+  ASSERT_TRUE(server.ok()) << server.status().toString();
+  const int port = (*server)->port();
+  std::vector<Fd> held;
+  for (int i = 0; i < 20; ++i) held.push_back(slowClient(port, "GET / HTTP/1.1\r\n"));
+  // Beyond 8 from one peer, the oldest unfinished ones make room at once.
+  for (int i = 0; i < 12; ++i) EXPECT_TRUE(closedWithin(held[i], 1000)) << i;
+  // The others are cut at the request timeout, not kept for ever.
+  for (int i = 12; i < 20; ++i) EXPECT_TRUE(closedWithin(held[i], 3000)) << i;
+  // An oversized request head is refused, not buffered.
+  Fd big = slowClient(port, "GET /" + std::string(64 * 1024, 'a'));
+  EXPECT_TRUE(closedWithin(big, 1000));
 }
 
 }  // namespace

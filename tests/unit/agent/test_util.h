@@ -43,11 +43,12 @@ struct HttpResult {
 };
 
 // GET http://127.0.0.1:port/path with a 5 s bound; HTTP/1.0 so the server closes after the reply.
-inline HttpResult httpGet(int port, const std::string& path) {
+// `timeout_s`: for each send and receive (a kubelet probe's timeoutSeconds).
+inline HttpResult httpGet(int port, const std::string& path, int timeout_s = 5) {
   HttpResult out;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return out;
-  timeval tv{5, 0};
+  timeval tv{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in sa{};
