@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/clock.h"
@@ -67,7 +69,57 @@ std::vector<gid_t> peerGroups(int fd) {
   return groups;
 }
 
+// One directory on the way to the run directory (lstat'ed `st`): see checkTrustedRunDir.
+Status checkTrustedComponent(const std::string& path, const struct stat& st, bool last) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid != 0 && st.st_uid != me) {
+    return failedPrecondition(path + " is owned by uid " + std::to_string(st.st_uid) +
+                              ", neither root nor the agent: whoever owns it can replace the "
+                              "tenant sockets under it");
+  }
+  if (S_ISLNK(st.st_mode)) return okStatus();  // its target is checked on the real path
+  if (!S_ISDIR(st.st_mode)) return failedPrecondition(path + " is not a directory");
+  const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  // A sticky directory (/tmp) lets others write but not rename or remove what they do not
+  // own, so the next component, checked in turn, cannot be swapped. The run directory itself
+  // must not be writable by anyone else at all.
+  if (others_write && (last || (st.st_mode & S_ISVTX) == 0)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return failedPrecondition(path + " (mode " + mode + ") is writable by " +
+                              ((st.st_mode & S_IWOTH) ? "every user" : "its group") +
+                              ": others could replace the tenant sockets under it");
+  }
+  return okStatus();
+}
+
 }  // namespace
+
+Status checkTrustedRunDir(const std::string& run_dir) {
+  std::vector<std::string> paths = {run_dir};
+  if (char* real = ::realpath(run_dir.c_str(), nullptr)) {
+    paths.emplace_back(real);
+    std::free(real);
+  } else {
+    return errnoStatus("resolve the run directory " + run_dir);
+  }
+  for (const std::string& path : paths) {
+    if (path.empty() || path[0] != '/') {
+      return invalidArgument("run directory " + path + ": not an absolute path");
+    }
+    for (size_t end = 0; end != std::string::npos;) {
+      end = path.find('/', end + 1);
+      const std::string prefix = end == std::string::npos ? path : path.substr(0, end);
+      const bool root = prefix.empty();
+      struct stat st {};
+      if (::lstat(root ? "/" : prefix.c_str(), &st) != 0) return errnoStatus("lstat " + prefix);
+      TQ_RETURN_IF_ERROR(
+          checkTrustedComponent(root ? "/" : prefix, st, end == std::string::npos)
+              .withContext("run directory " + run_dir + " is not the agent's alone"));
+    }
+  }
+  return okStatus();
+}
 
 Result<gid_t> resolveUnixGroup(const std::string& group) {
   gid_t gid = 0;
@@ -87,6 +139,7 @@ Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options) {
   s->wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->wake_fd_.valid()) return errnoStatus("eventfd");
   TQ_RETURN_IF_ERROR(makeDirs(s->options_.run_dir, 0755));
+  TQ_RETURN_IF_ERROR(checkTrustedRunDir(s->options_.run_dir));
   const std::string path = attach::nodeSocketPath(s->options_.run_dir);
   TQ_ASSIGN_OR_RETURN(Fd fd, s->listenAt(path, 0666, kAnyGroup));
   auto l = std::make_shared<Listener>();

@@ -35,6 +35,12 @@ namespace tq::agent {
 // A policy's unixGroup (a numeric gid or a group name) on this node.
 Result<gid_t> resolveUnixGroup(const std::string& group);
 
+// kFailedPrecondition unless `run_dir` and every directory above it (as written and after
+// resolving symlinks) is owned by root or the agent's uid and writable by no one else (a
+// parent may be writable by others when sticky, as /tmp is). Whoever could rename an entry on
+// that path could swap tenants/ and answer on a tenant's socket.
+Status checkTrustedRunDir(const std::string& run_dir);
+
 class AttachServer {
  public:
   struct Options {
@@ -42,7 +48,8 @@ class AttachServer {
     uint32_t max_connections_per_socket = 128;   // beyond: refused at once, logged
     int64_t request_timeout_ns = 1'000'000'000;  // a peer that sends no request is closed
   };
-  // Creates <run_dir>/agent.sock (0666) and starts the thread. Processes that connect to it
+  // Creates <run_dir>/agent.sock (0666) and starts the thread; refuses a run directory that is
+  // not the agent's alone (checkTrustedRunDir). Processes that connect to it
   // before serveDefault() are refused ("no policy yet").
   static Result<std::unique_ptr<AttachServer>> start(Options options);
   ~AttachServer();  // stops the thread, closes every connection, removes the sockets
