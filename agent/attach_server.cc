@@ -69,6 +69,14 @@ std::vector<gid_t> peerGroups(int fd) {
   return groups;
 }
 
+// The executable `pid` runs now (device and inode of /proc/PID/exe's target); nullopt when it
+// cannot be told (the process is gone, or /proc hides it).
+std::optional<std::pair<dev_t, ino_t>> imageOf(pid_t pid) {
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid) + "/exe").c_str(), &st) != 0) return std::nullopt;
+  return std::pair{st.st_dev, st.st_ino};
+}
+
 // One directory on the way to the run directory (lstat'ed `st`): see checkTrustedRunDir.
 Status checkTrustedComponent(const std::string& path, const struct stat& st, bool last) {
   const uid_t me = ::geteuid();
@@ -245,15 +253,21 @@ void AttachServer::serveDefault(std::shared_ptr<TenantShm> shm) {
 std::vector<Attachment> AttachServer::attachments() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Attachment> out;
+  bool gone = false;
   for (const auto& c : conns_) {
-    if (c->attached) {
-      out.push_back({c->shm->tenant(), c->slot.value_or(shm::kMaxSlots), c->peer});
+    if (!c->attached || c->image_gone) continue;
+    if (c->image && imageOf(c->peer.pid) != c->image) {
+      c->image_gone = true;  // the attach thread closes it
+      gone = true;
+      continue;
     }
+    out.push_back({c->shm->tenant(), c->slot.value_or(shm::kMaxSlots), c->peer});
   }
+  if (gone) wake();
   return out;
 }
 
-void AttachServer::wake() {
+void AttachServer::wake() const {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
 }
@@ -314,6 +328,15 @@ void AttachServer::run() {
                  "sent no complete request in " +
                      std::to_string(options_.request_timeout_ns / 1'000'000) + " ms; closed");
         done.push_back(c);
+      }
+    }
+    for (const auto& c : conns_) {
+      if (c->image_gone && std::find(done.begin(), done.end(), c.get()) == done.end()) {
+        logLimited(*c, now, true,
+                   "exec'd another program since it attached (/proc/" +
+                       std::to_string(c->peer.pid) +
+                       "/exe changed): no longer governed, attachment closed");
+        done.push_back(c.get());
       }
     }
     for (Conn* c : done) close(c);
@@ -413,6 +436,7 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
     return false;
   }
   c->attached = true;
+  c->image = imageOf(c->peer.pid);
   const std::string& wanted = req->wanted_tenant;
   const std::string slot =
       c->slot ? "slot " + std::to_string(*c->slot)

@@ -68,7 +68,9 @@ class AttachServer {
   void serveDefault(std::shared_ptr<TenantShm> shm);
 
   // Every attached process, its pid in the agent's pid namespace (thread-safe; the reconciler
-  // publishes them so the ungoverned-QP scan tells governed from ungoverned processes).
+  // publishes them so the ungoverned-QP scan tells governed from ungoverned processes). Checked
+  // on every call: a process that exec'd another program since it attached (its
+  // /proc/PID/exe is another file) is left out, and its connection is closed (slot released).
   std::vector<Attachment> attachments() const;
 
  private:
@@ -95,6 +97,10 @@ class AttachServer {
     uint8_t buf[attach::kRequestBytes] = {};
     size_t got = 0;
     uint64_t extra_bytes = 0;  // sent after the request
+    // The program the process ran when it attached (/proc/PID/exe's device and inode): an
+    // attachment belongs to that image; one that exec'd another program is not governed.
+    std::optional<std::pair<dev_t, ino_t>> image;
+    bool image_gone = false;  // seen by attachments(); the thread closes the connection
   };
 
   explicit AttachServer(Options options) : options_(std::move(options)) {}
@@ -109,7 +115,7 @@ class AttachServer {
   void logLimited(const Conn& c, int64_t now, bool warn, const std::string& what);
   void close(Conn* c);
   std::string who(const Conn& c) const;
-  void wake();
+  void wake() const;
 
   const Options options_;
   Fd wake_fd_;  // eventfd

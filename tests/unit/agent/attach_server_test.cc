@@ -3,13 +3,21 @@
 // ownership cases need root (chown to another uid) and are skipped without it.
 #include "agent/attach_server.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
+
+#include "common/attach_protocol.h"
+#include "common/tenant_shm.h"
 
 namespace tq::agent {
 namespace {
@@ -74,6 +82,75 @@ TEST_F(AttachServerTest, RefusesARunDirectoryThatIsNotItsAlone) {
   ASSERT_EQ(::chmod(tmp_.c_str(), 0755), 0);
   auto ok = startAt(tmp_ + "/fresh/run");
   EXPECT_TRUE(ok.ok()) << ok.status().toString();
+}
+
+// Issue 23 item 8. Before: a process that attached and then exec'd another program (keeping
+// the connection open) stayed listed as attached, so the ungoverned-QP view counted the new
+// program as governed.
+TEST_F(AttachServerTest, AnAttachmentEndsWhenTheProcessExecsAnotherProgram) {
+  // The child is forked before the server's thread exists; it attaches when told to.
+  int go[2], attached[2], exec_now[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(attached), 0);
+  ASSERT_EQ(::pipe(exec_now), 0);
+  const std::string run_dir = tmp_ + "/run";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    char c;
+    if (::read(go[0], &c, 1) != 1) ::_exit(1);
+    auto a = attach::attachWithin(attach::nodeSocketPath(run_dir), "", 2000);
+    if (!a.ok()) ::_exit(2);
+    // Keep the connection across exec: the hostile case (the plugin's socket is CLOEXEC).
+    if (::fcntl(a->conn.get(), F_SETFD, 0) != 0) ::_exit(3);
+    (void)::write(attached[1], "a", 1);
+    if (::read(exec_now[0], &c, 1) != 1) ::_exit(4);
+    ::execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    ::_exit(5);
+  }
+  ASSERT_GT(child, 0);
+  auto server = startAt(run_dir);
+  ASSERT_TRUE(server.ok()) << server.status().toString();
+  auto shm = TenantShm::create("default", 0);
+  ASSERT_TRUE(shm.ok());
+  (*server)->serveDefault(*shm);
+  auto listed = [&] {
+    for (const Attachment& a : (*server)->attachments()) {
+      if (a.peer.pid == child) return true;
+    }
+    return false;
+  };
+  auto eventually = [](auto pred, int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  };
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  char c;
+  ASSERT_EQ(::read(attached[0], &c, 1), 1);
+  EXPECT_TRUE(eventually(listed, 2000)) << "the attached child is listed";
+  const std::string before =
+      std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe");
+  ASSERT_EQ(::write(exec_now[1], "e", 1), 1);
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::error_code ec;
+        return std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe", ec) !=
+               before;
+      },
+      2000));
+  EXPECT_TRUE(eventually([&] { return !listed(); }, 2000))
+      << "still counted as attached (governed) after exec of /bin/sleep";
+  // And the agent let go of it: the slot is free again.
+  EXPECT_TRUE(eventually([&] { return (*shm)->attachments().empty(); }, 2000));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  for (int* p : {go, attached, exec_now}) {
+    ::close(p[0]);
+    ::close(p[1]);
+  }
 }
 
 }  // namespace
