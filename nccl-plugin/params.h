@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "common/node_contract.h"  // the names the webhook writes into pods
 #include "common/status.h"
 
 namespace tq::plugin {
@@ -32,13 +33,13 @@ enum class ParamType {
 // For sizes and rates a max of 0 means no upper bound; the min always holds.
 // Optional types are unset unless the variable is set; the meaning says what unset does.
 #define TQ_PLUGIN_PARAMS(X)                                                                        \
-  X(tenant, "TENANTQOS_TENANT", std::string, kString, "", 0, 0,                                    \
+  X(tenant, kTenantEnv, std::string, kString, "", 0, 0,                                            \
     "Tenant whose agent socket every communicator of this process tries first (e.g. set from a "   \
     "pod label), before the communicator's trafficClass. Only a choice: a tenant whose socket "    \
     "the process cannot reach gives it the default tenant.")                                       \
   X(default_tenant, "TENANTQOS_DEFAULT_TENANT", std::string, kString, "default", 0, 0,             \
     "Tenant of communicators that neither TENANTQOS_TENANT nor a trafficClass mapping names.")     \
-  X(run_dir, "TENANTQOS_RUN_DIR", std::string, kString, "/run/tenantqos", 0, 0,                    \
+  X(run_dir, kRunDirEnv, std::string, kString, kDefaultRunDir, 0, 0,                               \
     "The agent's run directory: tenants/<tenant>/agent.sock per tenant, agent.sock node-wide. "    \
     "If it exists the node is governed: a process that cannot attach is paced at the default "     \
     "tenant's or a conservative 100 Mbit/s rate, never unpaced.")                                  \

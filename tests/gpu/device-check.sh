@@ -175,7 +175,8 @@ fi
 stage build 240 "$out/build.log"
 gpu_tests=$(cat "$work/gpu-tests.txt" 2>/dev/null)
 if ((stage_rc == 0)); then
-  note "stage build: PASS (${stage_s} s): plugin $(stat -c %s "$so") bytes; GPU test: ${gpu_tests:-?}"
+  note "stage build: PASS (${stage_s} s): plugin $(stat -c %s "$so") bytes;" \
+    "GPU test: ${gpu_tests:-?}"
 elif ((stage_rc < 124)); then
   note "stage build: FAIL (exit $stage_rc, ${stage_s} s): last lines of build.log:"
   while IFS= read -r l; do note "  $l"; done < <(grep -v '^\s*$' "$out/build.log" | tail -8)

@@ -124,7 +124,8 @@ for h in grpcpp/grpcpp.h google/protobuf/message.h yaml-cpp/yaml.h libnl3/netlin
 done
 echo '#include <vector>
 #include <pthread.h>
-#include <linux/netlink.h>' | c++ -E -x c++ - >/dev/null || FAIL "the toolchain's own headers are gone"
+#include <linux/netlink.h>' | c++ -E -x c++ - >/dev/null ||
+  FAIL "the toolchain's own headers are gone"
 if pkg-config --exists grpc++ 2>/dev/null || pkg-config --exists yaml-cpp 2>/dev/null; then
   FAIL "pkg-config still finds grpc++ or yaml-cpp"
 fi

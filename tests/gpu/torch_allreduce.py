@@ -205,7 +205,7 @@ class Runner:
         return base
 
     def run_phase(self, phase, pairs):
-        """pairs: [(pair, tenant, rate text or None)]. Returns ({pair: [rank results]}, failures)."""
+        """pairs: [(pair, tenant, rate text or None)] -> ({pair: [rank results]}, failures)."""
         log(f"phase {phase}: " + ", ".join(
             f"pair {p} as {t} {'at ' + r if r else 'unpaced'}" for p, t, r in pairs))
         go = os.path.join(self.log_dir, f"{phase}.go")
