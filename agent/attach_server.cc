@@ -255,9 +255,12 @@ std::vector<Attachment> AttachServer::attachments() const {
   std::vector<Attachment> out;
   bool gone = false;
   for (const auto& c : conns_) {
-    if (!c->attached || c->image_gone) continue;
+    if (!c->attached) continue;
     if (c->image && imageOf(c->peer.pid) != c->image) {
-      c->image_gone = true;  // the attach thread closes it
+      // Detached now (the slot is free for the next caller's view), closed by the thread.
+      c->shm->releaseSlot(c->slot, c->peer.pid);
+      c->attached = false;
+      c->image_gone = true;
       gone = true;
       continue;
     }
@@ -321,6 +324,7 @@ void AttachServer::run() {
     for (size_t i = 0; i < polled_conns.size(); ++i) {
       Conn* c = polled_conns[i];
       const short ev = fds[1 + polled_listeners.size() + i].revents;
+      if (c->image_gone) continue;  // closed below
       if (ev != 0) {
         if (!onReadable(c, now)) done.push_back(c);
       } else if (!c->attached && now >= c->deadline_ns) {
