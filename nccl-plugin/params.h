@@ -117,10 +117,11 @@ enum class ParamType {
     "TENANTQOS_IB_RETRY_CNT it bounds how long a lost peer takes to fail a transfer.")             \
   X(ib_retry_cnt, "TENANTQOS_IB_RETRY_CNT", int64_t, kInt, "7", 0, 7,                              \
     "RC QP transport retries before a work request fails.")                                        \
-  X(pace_chunk_us, "TENANTQOS_PACE_CHUNK_US", int64_t, kInt, "1000", 10, 1000000,                  \
-    "Transports pace large messages in chunks of at most rate x this (and at most the bucket "     \
-    "depth), each admitted by the bucket on its own, so the rate holds at millisecond scales, "    \
-    "not only on average: ib sends, socket reads and writes of striped messages.")                 \
+  X(pace_chunk_us, "TENANTQOS_PACE_CHUNK_US", int64_t, kInt, "250", 10, 1000000,                   \
+    "Transports pace large messages in chunks of at most rate x this (and at most half the "       \
+    "bucket depth), each admitted by the bucket on its own, so the rate holds at millisecond "     \
+    "scales, not only on average, and a chunk finds room in the bucket even when its admitter "    \
+    "comes back late: ib sends, socket reads and writes.")                                         \
   X(handshake_timeout_ms, "TENANTQOS_HANDSHAKE_TIMEOUT_MS", int64_t, kMillis, "30000", 10,         \
     86400000,                                                                                      \
     "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "   \
