@@ -45,6 +45,7 @@ PacerConfig pacerConfigFromParams(const PluginParams& p) {
   c.recheck_ns = p.shm_recheck_ms * 1'000'000;
   c.catchup_ns = p.catchup_ms * 1'000'000;
   c.chunk_ns = p.pace_chunk_us * 1'000;
+  c.agent_uid = static_cast<uid_t>(p.agent_uid);
   return c;
 }
 
@@ -296,7 +297,7 @@ void TenantPacer::attachAtStart() {
   }
   std::string why;
   for (const std::string& path : socketsToTry()) {
-    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs);
+    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs, cfg_.agent_uid);
     Status failed = got.status();
     if (got.ok()) {
       auto b = bind(std::move(got).value(), path);
@@ -332,14 +333,14 @@ void TenantPacer::stepAttach(int64_t now) {
   const std::vector<std::string> paths = socketsToTry();
   if (!attempt_) {
     attempt_index_ = 0;
-    auto a = attach::Attempt::start(paths[0], tenant_);
+    auto a = attach::Attempt::start(paths[0], tenant_, cfg_.agent_uid);
     if (!a.ok()) {
       // Not our tenant's socket (missing, no permission): the node-wide one, unless already
       // attached there and nothing was lost.
       AgentBinding* cur = agent_.load(std::memory_order_acquire);
       if (cur != nullptr && !lost_) return;
       attempt_index_ = 1;
-      a = attach::Attempt::start(paths[1], tenant_);
+      a = attach::Attempt::start(paths[1], tenant_, cfg_.agent_uid);
       if (!a.ok()) {
         why_ = a.status().message();
         if (cur == nullptr && why_ != logged_why_) {

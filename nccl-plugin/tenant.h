@@ -94,6 +94,7 @@ struct PacerConfig {
   int64_t recheck_ns = 1'000'000'000;
   int64_t catchup_ns = 20'000'000;
   int64_t chunk_ns = 250'000;  // TENANTQOS_PACE_CHUNK_US: time one paced chunk covers
+  uid_t agent_uid = 0;         // TENANTQOS_AGENT_UID: besides root, who may answer
 };
 
 // How long attaching through one socket may take when a pacer is created.
