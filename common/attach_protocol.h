@@ -21,6 +21,8 @@
 // names, bounded waits; the parsers are fuzzed (common_shm_fuzz).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -91,10 +93,15 @@ struct Attached {
 // One attempt at attaching through one socket, driven without ever blocking: start() connects
 // (non-blocking; a Unix socket connects at once or fails) and sends the request; poll() checks
 // for the reply, waiting at most `timeout_ms` (0: not at all).
+//
+// Who answers is checked before anything it sends is trusted: the socket's listener must be uid
+// 0 or `agent_uid` (SO_PEERCRED), else kPermissionDenied. A run directory whose sockets someone
+// else could replace would otherwise hand this process that someone's memfds and rates.
 class Attempt {
  public:
   static Result<std::unique_ptr<Attempt>> start(const std::string& socket_path,
-                                                const std::string& wanted_tenant);
+                                                const std::string& wanted_tenant,
+                                                uid_t agent_uid = 0);
   // nullopt: no complete reply yet. An error: refused (the reply's reason), closed, garbage.
   Result<std::optional<Attached>> poll(int timeout_ms);
   const std::string& path() const { return path_; }
@@ -110,6 +117,6 @@ class Attempt {
 
 // start() then poll() until a reply or `timeout_ms` (at init/connect time only: it waits).
 Result<Attached> attachWithin(const std::string& socket_path, const std::string& wanted_tenant,
-                              int timeout_ms);
+                              int timeout_ms, uid_t agent_uid = 0);
 
 }  // namespace tq::attach

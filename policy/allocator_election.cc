@@ -29,6 +29,9 @@ namespace {
 
 namespace pb = etcdserverpb;
 
+// The deadline of one lease grant or keepalive attempt.
+constexpr int64_t kAttemptNs = 500'000'000;
+
 // ---------------------------------------------------------------------------------------------
 
 class SoleElection final : public AllocatorElection {
@@ -144,9 +147,11 @@ class EtcdElection final : public AllocatorElection {
     return s;
   }
 
-  Result<pb::LeaseGrantResponse> grant(int64_t until_ns) {
+  Result<pb::LeaseGrantResponse> grant() {
     grpc::ClientContext ctx;
-    setDeadline(&ctx, until_ns);
+    // Short: a member without a leader would hold the call to the request timeout, while the
+    // next endpoint may answer at once.
+    setDeadline(&ctx, clock_.nowNs() + kAttemptNs);
     pb::LeaseGrantRequest req;
     req.set_ttl(o_.ttl_s);
     pb::LeaseGrantResponse resp;
@@ -159,23 +164,28 @@ class EtcdElection final : public AllocatorElection {
     return resp;
   }
 
+  // Best effort, on each endpoint in turn until one answers: a lease that is not revoked
+  // expires after its TTL anyway, but a standby takes over at once when it is.
   void revoke(int64_t lease) {
-    grpc::ClientContext ctx;
-    setDeadline(&ctx, 0);
-    pb::LeaseRevokeRequest req;
-    req.set_id(lease);
-    pb::LeaseRevokeResponse resp;
-    grpc::Status st = pb::Lease::NewStub(channel())->LeaseRevoke(&ctx, req, &resp);
-    if (!st.ok() && st.error_code() != grpc::StatusCode::NOT_FOUND) {
+    for (size_t attempt = 0; attempt < channels_.size(); ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      pb::LeaseRevokeRequest req;
+      req.set_id(lease);
+      pb::LeaseRevokeResponse resp;
+      grpc::Status st = pb::Lease::NewStub(channel())->LeaseRevoke(&ctx, req, &resp);
+      if (st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) return;
       TQ_LOG(kDebug, "allocator election: revoke lease %" PRIx64 " on %s: %s",
              static_cast<uint64_t>(lease), target().c_str(), st.error_message().c_str());
+      failover();
     }
   }
 
-  // One keepalive: the TTL etcd answered (<= 0: the lease is gone), or an error.
+  // One keepalive: the TTL etcd answered (<= 0: the lease is gone), or an error. Each attempt
+  // is short, so that several endpoints can be tried before the lease deadline.
   Result<int64_t> keepAlive(int64_t lease, int64_t until_ns) {
     grpc::ClientContext ctx;
-    setDeadline(&ctx, until_ns);
+    setDeadline(&ctx, std::min(until_ns, clock_.nowNs() + kAttemptNs));
     {
       std::lock_guard<std::mutex> lock(ctx_mu_);
       if (worker_.stopRequested()) return unavailable("stopping");
@@ -235,7 +245,7 @@ class EtcdElection final : public AllocatorElection {
   // Campaigns once: true when this replica now holds the key (term_ set, active).
   bool campaign() {
     const int64_t sent = clock_.nowNs();
-    Result<pb::LeaseGrantResponse> g = grant(0);
+    Result<pb::LeaseGrantResponse> g = grant();
     if (!g.ok()) {
       logProblem(g.status().message());
       return false;
