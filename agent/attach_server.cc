@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/clock.h"
@@ -67,7 +69,65 @@ std::vector<gid_t> peerGroups(int fd) {
   return groups;
 }
 
+// The executable `pid` runs now (device and inode of /proc/PID/exe's target); nullopt when it
+// cannot be told (the process is gone, or /proc hides it).
+std::optional<std::pair<dev_t, ino_t>> imageOf(pid_t pid) {
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid) + "/exe").c_str(), &st) != 0) return std::nullopt;
+  return std::pair{st.st_dev, st.st_ino};
+}
+
+// One directory on the way to the run directory (lstat'ed `st`): see checkTrustedRunDir.
+Status checkTrustedComponent(const std::string& path, const struct stat& st, bool last) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid != 0 && st.st_uid != me) {
+    return failedPrecondition(path + " is owned by uid " + std::to_string(st.st_uid) +
+                              ", neither root nor the agent: whoever owns it can replace the "
+                              "tenant sockets under it");
+  }
+  if (S_ISLNK(st.st_mode)) return okStatus();  // its target is checked on the real path
+  if (!S_ISDIR(st.st_mode)) return failedPrecondition(path + " is not a directory");
+  const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  // A sticky directory (/tmp) lets others write but not rename or remove what they do not
+  // own, so the next component, checked in turn, cannot be swapped. The run directory itself
+  // must not be writable by anyone else at all.
+  if (others_write && (last || (st.st_mode & S_ISVTX) == 0)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return failedPrecondition(path + " (mode " + mode + ") is writable by " +
+                              ((st.st_mode & S_IWOTH) ? "every user" : "its group") +
+                              ": others could replace the tenant sockets under it");
+  }
+  return okStatus();
+}
+
 }  // namespace
+
+Status checkTrustedRunDir(const std::string& run_dir) {
+  std::vector<std::string> paths = {run_dir};
+  if (char* real = ::realpath(run_dir.c_str(), nullptr)) {
+    paths.emplace_back(real);
+    std::free(real);
+  } else {
+    return errnoStatus("resolve the run directory " + run_dir);
+  }
+  for (const std::string& path : paths) {
+    if (path.empty() || path[0] != '/') {
+      return invalidArgument("run directory " + path + ": not an absolute path");
+    }
+    for (size_t end = 0; end != std::string::npos;) {
+      end = path.find('/', end + 1);
+      const std::string prefix = end == std::string::npos ? path : path.substr(0, end);
+      const bool root = prefix.empty();
+      struct stat st {};
+      if (::lstat(root ? "/" : prefix.c_str(), &st) != 0) return errnoStatus("lstat " + prefix);
+      TQ_RETURN_IF_ERROR(
+          checkTrustedComponent(root ? "/" : prefix, st, end == std::string::npos)
+              .withContext("run directory " + run_dir + " is not the agent's alone"));
+    }
+  }
+  return okStatus();
+}
 
 Result<gid_t> resolveUnixGroup(const std::string& group) {
   gid_t gid = 0;
@@ -87,6 +147,7 @@ Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options) {
   s->wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->wake_fd_.valid()) return errnoStatus("eventfd");
   TQ_RETURN_IF_ERROR(makeDirs(s->options_.run_dir, 0755));
+  TQ_RETURN_IF_ERROR(checkTrustedRunDir(s->options_.run_dir));
   const std::string path = attach::nodeSocketPath(s->options_.run_dir);
   TQ_ASSIGN_OR_RETURN(Fd fd, s->listenAt(path, 0666, kAnyGroup));
   auto l = std::make_shared<Listener>();
@@ -144,7 +205,7 @@ Status AttachServer::serve(const std::string& tenant, std::shared_ptr<TenantShm>
   }
   const std::string dir = attach::tenantDir(options_.run_dir, tenant);
   const gid_t gid = group.value_or(kAnyGroup);  // no group: 0700/0600, root alone
-  TQ_RETURN_IF_ERROR(ownDir(options_.run_dir + "/tenants", kAnyGroup, 0755));
+  TQ_RETURN_IF_ERROR(ownDir(attach::tenantsDir(options_.run_dir), kAnyGroup, 0755));
   // The directory closes first (0700), the socket is made, then the group may enter.
   TQ_RETURN_IF_ERROR(ownDir(dir, gid, 0700));
   const std::string path = attach::tenantSocketPath(options_.run_dir, tenant);
@@ -192,15 +253,24 @@ void AttachServer::serveDefault(std::shared_ptr<DefaultTenant> tenant) {
 std::vector<Attachment> AttachServer::attachments() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Attachment> out;
+  bool gone = false;
   for (const auto& c : conns_) {
-    if (c->attached) {
-      out.push_back({c->shm->tenant(), c->slot.value_or(shm::kMaxSlots), c->peer});
+    if (!c->attached) continue;
+    if (c->image && imageOf(c->peer.pid) != c->image) {
+      // Detached now (the slot is free for the next caller's view), closed by the thread.
+      c->shm->releaseSlot(c->slot, c->peer.pid);
+      c->attached = false;
+      c->image_gone = true;
+      gone = true;
+      continue;
     }
+    out.push_back({c->shm->tenant(), c->slot.value_or(shm::kMaxSlots), c->peer});
   }
+  if (gone) wake();
   return out;
 }
 
-void AttachServer::wake() {
+void AttachServer::wake() const {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
 }
@@ -254,7 +324,7 @@ void AttachServer::run() {
     for (size_t i = 0; i < polled_conns.size(); ++i) {
       Conn* c = polled_conns[i];
       const short ev = fds[1 + polled_listeners.size() + i].revents;
-      if (c->evicted) continue;  // closed below
+      if (c->evicted || c->image_gone) continue;  // closed below
       if (ev != 0) {
         if (!onReadable(c, now)) done.push_back(c);
       } else if (!c->attached && now >= c->deadline_ns) {
@@ -264,8 +334,17 @@ void AttachServer::run() {
         done.push_back(c);
       }
     }
-    for (auto& c : conns_) {
-      if (c->evicted) done.push_back(c.get());
+    for (const auto& c : conns_) {
+      if (std::find(done.begin(), done.end(), c.get()) != done.end()) continue;
+      if (c->evicted) {
+        done.push_back(c.get());
+      } else if (c->image_gone) {
+        logLimited(*c, now, true,
+                   "exec'd another program since it attached (/proc/" +
+                       std::to_string(c->peer.pid) +
+                       "/exe changed): no longer governed, attachment closed");
+        done.push_back(c.get());
+      }
     }
     for (Conn* c : done) close(c);
   }
@@ -448,6 +527,7 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
   }
   c->attached = true;
   c->attached_ns = now;
+  c->image = imageOf(c->peer.pid);
   const std::string& wanted = req->wanted_tenant;
   const std::string slot =
       c->slot ? "slot " + std::to_string(*c->slot)

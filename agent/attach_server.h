@@ -45,6 +45,12 @@ namespace tq::agent {
 // A policy's unixGroup (a numeric gid or a group name) on this node.
 Result<gid_t> resolveUnixGroup(const std::string& group);
 
+// kFailedPrecondition unless `run_dir` and every directory above it (as written and after
+// resolving symlinks) is owned by root or the agent's uid and writable by no one else (a
+// parent may be writable by others when sticky, as /tmp is). Whoever could rename an entry on
+// that path could swap tenants/ and answer on a tenant's socket.
+Status checkTrustedRunDir(const std::string& run_dir);
+
 class AttachServer {
  public:
   struct Options {
@@ -53,7 +59,8 @@ class AttachServer {
     uint32_t max_connections_per_uid = 64;       // node-wide socket, one uid (= its slots)
     int64_t request_timeout_ns = 1'000'000'000;  // a peer that sends no request is closed
   };
-  // Creates <run_dir>/agent.sock (0666) and starts the thread. Processes that connect to it
+  // Creates <run_dir>/agent.sock (0666) and starts the thread; refuses a run directory that is
+  // not the agent's alone (checkTrustedRunDir). Processes that connect to it
   // before serveDefault() are refused ("no policy yet").
   static Result<std::unique_ptr<AttachServer>> start(Options options);
   ~AttachServer();  // stops the thread, closes every connection, removes the sockets
@@ -72,7 +79,9 @@ class AttachServer {
   void serveDefault(std::shared_ptr<DefaultTenant> tenant);
 
   // Every attached process, its pid in the agent's pid namespace (thread-safe; the reconciler
-  // publishes them so the ungoverned-QP scan tells governed from ungoverned processes).
+  // publishes them so the ungoverned-QP scan tells governed from ungoverned processes). Checked
+  // on every call: a process that exec'd another program since it attached (its
+  // /proc/PID/exe is another file) is left out, and its connection is closed (slot released).
   std::vector<Attachment> attachments() const;
 
  private:
@@ -103,6 +112,10 @@ class AttachServer {
     uint8_t buf[attach::kRequestBytes] = {};
     size_t got = 0;
     uint64_t extra_bytes = 0;  // sent after the request
+    // The program the process ran when it attached (/proc/PID/exe's device and inode): an
+    // attachment belongs to that image; one that exec'd another program is not governed.
+    std::optional<std::pair<dev_t, ino_t>> image;
+    bool image_gone = false;  // seen by attachments(); the thread closes the connection
   };
 
   explicit AttachServer(Options options) : options_(std::move(options)) {}
@@ -123,7 +136,7 @@ class AttachServer {
   void logLimited(const Conn& c, int64_t now, bool warn, const std::string& what);
   void close(Conn* c);
   std::string who(const Conn& c) const;
-  void wake();
+  void wake() const;
 
   const Options options_;
   Fd wake_fd_;  // eventfd

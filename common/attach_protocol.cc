@@ -113,15 +113,6 @@ Result<Reply> parseReply(const uint8_t* data, size_t size) {
   return r;
 }
 
-std::string tenantDir(const std::string& run_dir, const std::string& tenant) {
-  return run_dir + "/tenants/" + tenant;
-}
-std::string tenantSocketPath(const std::string& run_dir, const std::string& tenant) {
-  return tenantDir(run_dir, tenant) + "/agent.sock";
-}
-std::string nodeSocketPath(const std::string& run_dir) { return run_dir + "/agent.sock"; }
-std::string trafficClassesPath(const std::string& run_dir) { return run_dir + "/traffic-classes"; }
-
 bool nodeIsGoverned(const std::string& run_dir) {
   struct stat st {};
   if (::stat(run_dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
@@ -218,7 +209,7 @@ Result<size_t> recvWithFds(int sock, uint8_t* buf, size_t size, std::vector<Fd>*
 // ---------------------------------------------------------------------------------------------
 
 Result<std::unique_ptr<Attempt>> Attempt::start(const std::string& socket_path,
-                                                const std::string& wanted_tenant) {
+                                                const std::string& wanted_tenant, uid_t agent_uid) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof(addr.sun_path)) {
@@ -230,6 +221,17 @@ Result<std::unique_ptr<Attempt>> Attempt::start(const std::string& socket_path,
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     // EAGAIN: the agent's backlog is full; like any other failure, try again later.
     return errnoStatus("connect to " + socket_path);
+  }
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+    return errnoStatus("SO_PEERCRED of " + socket_path);
+  }
+  if (peer.uid != 0 && peer.uid != agent_uid) {
+    return permissionDenied(socket_path + " is answered by pid " + std::to_string(peer.pid) +
+                            " as uid " + std::to_string(peer.uid) + ", not the agent (uid 0" +
+                            (agent_uid != 0 ? " or " + std::to_string(agent_uid) : "") +
+                            ", TENANTQOS_AGENT_UID): not trusted");
   }
   Status sent = sendWithFds(fd.get(), encodeRequest({wanted_tenant}), {});
   // kUnavailable (EPIPE, ECONNRESET): the agent answered without reading (kReplyNotHeld) and
@@ -272,8 +274,8 @@ Result<std::optional<Attached>> Attempt::poll(int timeout_ms) {
 }
 
 Result<Attached> attachWithin(const std::string& socket_path, const std::string& wanted_tenant,
-                              int timeout_ms) {
-  TQ_ASSIGN_OR_RETURN(auto attempt, Attempt::start(socket_path, wanted_tenant));
+                              int timeout_ms, uid_t agent_uid) {
+  TQ_ASSIGN_OR_RETURN(auto attempt, Attempt::start(socket_path, wanted_tenant, agent_uid));
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   const int64_t deadline_ms = ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000 + timeout_ms;

@@ -1,6 +1,6 @@
 // How a process attaches to its tenant on a node: the agent <-> plugin socket protocol.
 //
-// Paths under the run directory (default /run/tenantqos):
+// Paths under the run directory (common/node_contract.h, default /run/tenantqos):
 //   tenants/<tenant>/agent.sock  one per tenant; the directory is root-owned, group = the
 //                                tenant's Unix group (policy `unixGroup`), mode 0750 (0700 and
 //                                group root without one), so what the kernel lets a process
@@ -24,6 +24,8 @@
 // names, bounded waits; the parsers are fuzzed (common_shm_fuzz).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,6 +33,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/node_contract.h"
 
 #include "common/fd.h"
 #include "common/status.h"
@@ -65,10 +69,6 @@ Result<Request> parseRequest(const uint8_t* data, size_t size);
 std::string encodeReply(const Reply& r);
 Result<Reply> parseReply(const uint8_t* data, size_t size);
 
-std::string tenantSocketPath(const std::string& run_dir, const std::string& tenant);
-std::string tenantDir(const std::string& run_dir, const std::string& tenant);
-std::string nodeSocketPath(const std::string& run_dir);
-std::string trafficClassesPath(const std::string& run_dir);
 // A node is governed (an agent runs or ran there) unless its run directory certainly does not
 // exist (ENOENT, ENOTDIR): one this process may not look into (EACCES) is a governed node it is
 // not trusted on, so the process fails closed.
@@ -104,10 +104,15 @@ struct Attached {
 // (non-blocking; a Unix socket connects at once or fails) and sends the request; poll() checks
 // for the reply, waiting at most `timeout_ms` (0: not at all). An agent that answers and closes
 // before reading the request (kReplyNotHeld) is fine: the reply is read all the same.
+//
+// Who answers is checked before anything it sends is trusted: the socket's listener must be uid
+// 0 or `agent_uid` (SO_PEERCRED), else kPermissionDenied. A run directory whose sockets someone
+// else could replace would otherwise hand this process that someone's memfds and rates.
 class Attempt {
  public:
   static Result<std::unique_ptr<Attempt>> start(const std::string& socket_path,
-                                                const std::string& wanted_tenant);
+                                                const std::string& wanted_tenant,
+                                                uid_t agent_uid = 0);
   // nullopt: no complete reply yet. An error: refused (the reply's reason), closed, garbage.
   Result<std::optional<Attached>> poll(int timeout_ms);
   const std::string& path() const { return path_; }
@@ -123,6 +128,6 @@ class Attempt {
 
 // start() then poll() until a reply or `timeout_ms` (at init/connect time only: it waits).
 Result<Attached> attachWithin(const std::string& socket_path, const std::string& wanted_tenant,
-                              int timeout_ms);
+                              int timeout_ms, uid_t agent_uid = 0);
 
 }  // namespace tq::attach

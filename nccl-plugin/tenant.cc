@@ -46,6 +46,7 @@ PacerConfig pacerConfigFromParams(const PluginParams& p) {
   c.recheck_ns = p.shm_recheck_ms * 1'000'000;
   c.catchup_ns = p.catchup_ms * 1'000'000;
   c.chunk_ns = p.pace_chunk_us * 1'000;
+  c.agent_uid = static_cast<uid_t>(p.agent_uid);
   return c;
 }
 
@@ -310,7 +311,7 @@ void TenantPacer::attachAtStart() {
   }
   std::string why;
   for (const std::string& path : socketsToTry()) {
-    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs);
+    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs, cfg_.agent_uid);
     Status failed = got.status();
     if (got.ok()) {
       auto b = bind(std::move(got).value(), path);
@@ -346,14 +347,14 @@ void TenantPacer::stepAttach(int64_t now) {
   const std::vector<std::string> paths = socketsToTry();
   if (!attempt_) {
     attempt_index_ = 0;
-    auto a = attach::Attempt::start(paths[0], tenant_);
+    auto a = attach::Attempt::start(paths[0], tenant_, cfg_.agent_uid);
     if (!a.ok()) {
       // Not our tenant's socket (missing, no permission): the node-wide one, unless already
       // attached there and nothing was lost.
       AgentBinding* cur = agent_.load(std::memory_order_acquire);
       if (cur != nullptr && !lost_ && cur->held) return;
       attempt_index_ = 1;
-      a = attach::Attempt::start(paths[1], tenant_);
+      a = attach::Attempt::start(paths[1], tenant_, cfg_.agent_uid);
       if (!a.ok()) {
         why_ = a.status().message();
         if (cur == nullptr && why_ != logged_why_) {
@@ -466,7 +467,9 @@ uint64_t TenantPacer::chunkBytes(int channel) const {
   const BucketConfig bc = configOf(b);
   const unsigned __int128 by_time = static_cast<unsigned __int128>(bc.rate_bytes_per_second) *
                                     static_cast<uint64_t>(cfg_.chunk_ns) / 1'000'000'000u;
-  uint64_t c = static_cast<uint64_t>(std::min<unsigned __int128>(by_time, bc.burst_bytes));
+  // At most half the depth: a chunk then fits a bucket that is not full, so an admitter that
+  // comes back late (descheduled) loses nothing until the bucket overflows.
+  uint64_t c = static_cast<uint64_t>(std::min<unsigned __int128>(by_time, bc.burst_bytes / 2));
   c -= c % kMinPaceChunk;
   return std::max(c, kMinPaceChunk);
 }
@@ -562,13 +565,13 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
   return true;
 }
 
-int64_t TenantPacer::readyAtNs(uint64_t bytes, const PaceState& ps) const {
-  const int64_t now = clock_.nowNs();
+int64_t TenantPacer::waitNs(uint64_t bytes, const PaceState& ps) const {
   const int b = bucketOf(ps.channel);
-  if (b < 0 || !paced_.load(std::memory_order_relaxed)) return now;
+  if (b < 0 || !paced_.load(std::memory_order_relaxed)) return 0;
+  const int64_t now = clock_.nowNs();
   AgentBinding* a = agent_.load(std::memory_order_acquire);
   auto* self = const_cast<TenantPacer*>(this);
-  return bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b));
+  return bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b)) - now;
 }
 
 void TenantPacer::giveBack(uint64_t bytes, PaceState* ps) {

@@ -148,7 +148,10 @@ Status Rank::runAllReduceStream() {
       }
       TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, dst, chunk_f * sizeof(float), 0, mh, &r),
                              format("receive from rank %d", recv_from_));
-      if (r == nullptr) break;
+      if (r == nullptr) {  // the plugin asks to retry (its receive side is paced)
+        paced = true;
+        break;
+      }
       ++r_posted;
       progress = true;
     }
@@ -202,7 +205,7 @@ Status Rank::runAllReduceStream() {
       ++s_posted;
       progress = true;
     }
-    TQ_RETURN_IF_ERROR(reapSends(sreq, s_posted, &s_done, &tx, &progress));
+    TQ_RETURN_IF_ERROR(reapSends(send_to_, sreq, s_posted, &s_done, &tx, &progress));
     // An iteration is complete when all its receives (the result) and sends are done.
     while ((complete_iters + 1) * tpi <= std::min(r_done, s_done) &&
            (complete_iters + 1) * tpi <= std::min(s_limit, r_limit)) {
@@ -222,8 +225,8 @@ Status Rank::runAllReduceStream() {
                         rank_, it, realClock().wallNs()));
       }
     }
-    TQ_RETURN_IF_ERROR(
-        stepEndMarker(stopping && s_done == s_posted, sendbuf, m_send, &marker, &progress, &paced));
+    TQ_RETURN_IF_ERROR(stepEndMarker(send_, stopping && s_done == s_posted, sendbuf, m_send,
+                                     &marker, &progress, &paced));
     TQ_RETURN_IF_ERROR(idle(progress, paced));
   }
   const int64_t stop = nowNs();

@@ -6,6 +6,9 @@
 //   tenantqos-perf allreduce [options]   ring reduce-scatter + all-gather over the plugin on
 //                                        host float buffers, result verified; nccl-tests' algbw
 //                                        and busbw = algbw * 2(n-1)/n
+//   tenantqos-perf alltoall  [options]   every rank sends --size/n to every other rank (MoE
+//                                        dispatch/combine), one connection per pair
+//   tenantqos-perf incast    [options]   ranks 1..n-1 each send --size to rank 0 (many-to-one)
 //   tenantqos-perf pingpong  [options]   round-trip latency between 2 ranks over message sizes
 //
 // Ranks are processes: --rank R --nranks N --rendezvous HOST:PORT (rank 0 listens there), or

@@ -12,7 +12,12 @@ namespace tq::perf {
 namespace {
 
 constexpr const char* kUsageHead =
-    "usage: tenantqos-perf sendrecv|allreduce|pingpong [flags]\n"
+    "usage: tenantqos-perf sendrecv|allreduce|alltoall|incast|pingpong [flags]\n"
+    "\n"
+    "Modes: sendrecv (rank r sends to r+1, receives from r-1, nccl-tests sendrecv), allreduce\n"
+    "(ring reduce-scatter + all-gather of floats, verified), alltoall (every rank sends\n"
+    "SIZE/nranks to every other rank, MoE dispatch/combine, one connection per pair), incast\n"
+    "(ranks 1..n-1 each send SIZE to rank 0, many-to-one), pingpong (round-trip latency).\n"
     "\n"
     "Ranks: --local N forks N ranks on this host (rendezvous on 127.0.0.1), or --rank R "
     "--nranks N\n"
@@ -124,27 +129,32 @@ void addPerfFlags(FlagTable& t, Options* o) {
       .alias("-w")
       .defaultText("5 (pingpong 100)");
   t.integer("--window", "N", &o->window, 1, 32,
-            "messages in flight per peer (at most NCCL_NET_MAX_REQUESTS)");
+            "messages in flight per connection (at most NCCL_NET_MAX_REQUESTS)");
   t.toggle("--unidirectional", &o->unidirectional, "sendrecv: even ranks send to rank+1 only");
   t.add("--duration", "SEC",
-        "sendrecv: stream messages of --size for SEC seconds; allreduce: back-to-back "
-        "allreduces of --size for SEC seconds, each ring step pipelined in --chunk pieces (like "
-        "NCCL)",
+        "sendrecv: stream messages of --size for SEC seconds; allreduce, alltoall, incast: "
+        "back-to-back iterations of --size for SEC seconds, each transfer pipelined in --chunk "
+        "pieces (like NCCL)",
         [o](std::string_view v) { return setNonNegative(v, &o->duration_s); });
-  t.add("--size", "SIZE", "message (sendrecv) or buffer (allreduce) size with --duration",
+  t.add("--size", "SIZE",
+        "message (sendrecv), buffer (allreduce, alltoall) or per-sender (incast) size with "
+        "--duration",
         [o](std::string_view v) { return setBytes(v, &o->size); })
       .defaultValue("4M");
-  t.add("--chunk", "SIZE", "allreduce pipeline chunk, 4 B..1 GiB; --window of them in flight",
+  t.add("--chunk", "SIZE",
+        "allreduce, alltoall, incast: pipeline chunk, 4 B..1 GiB; --window of them in flight",
         [o](std::string_view v) { return setBytes(v, &o->chunk); })
       .defaultValue("512K");
   t.add("--on-off", "ON_MS:OFF_MS[:PHASE_MS]",
-        "allreduce: start new allreduces only during the first ON_MS of every ON_MS+OFF_MS "
+        "allreduce, alltoall, incast: start new iterations only during the first ON_MS of every "
+        "ON_MS+OFF_MS "
         "cycle (a tenant going idle and back); cycles from the start, or with PHASE_MS on the "
         "wall clock: on from PHASE_MS past every multiple of the cycle (jobs in phase)",
         [o](std::string_view v) { return setOnOff(v, o); });
   t.integer("--compute-ms", "MS", &o->compute_ms, 0, 86'400'000,
-            "allreduce: a training step: after each complete allreduce, MS without traffic "
-            "before the next; prints one \"iteration\" line (JSON) per complete allreduce");
+            "allreduce, alltoall, incast: a training step: after each complete iteration, MS "
+            "without traffic before the next; prints one \"iteration\" line (JSON) per complete "
+            "iteration");
   t.integer("--report-interval", "MS", &o->report_ms, 1, 86'400'000,
             "print per-interval throughput lines (with --duration)")
       .defaultValue("");
@@ -201,7 +211,8 @@ Result<Options> parseArgs(int argc, char** argv) {
   }
   if (parsed.positional.empty()) return invalidArgument("missing mode");
   o.mode = parsed.positional.front();
-  if (o.mode != "sendrecv" && o.mode != "allreduce" && o.mode != "pingpong") {
+  if (o.mode != "sendrecv" && o.mode != "allreduce" && o.mode != "alltoall" && o.mode != "incast" &&
+      o.mode != "pingpong") {
     return invalidArgument("unknown mode \"" + o.mode + "\"");
   }
   o.poll_set = parsed.has("--poll");
@@ -226,16 +237,18 @@ Result<Options> parseArgs(int argc, char** argv) {
   if (o.mode == "sendrecv" && o.unidirectional && o.nranks % 2 != 0) {
     return invalidArgument("--unidirectional needs an even number of ranks");
   }
-  if (o.mode == "sendrecv" && o.nranks < 2)
-    return invalidArgument("sendrecv needs at least 2 ranks");
+  if ((o.mode == "sendrecv" || o.mode == "alltoall" || o.mode == "incast") && o.nranks < 2)
+    return invalidArgument(o.mode + " needs at least 2 ranks");
   if (o.min_bytes > o.max_bytes) return invalidArgument("--minbytes above --maxbytes");
   if (o.report_ms > 0 && o.duration_s <= 0)
     return invalidArgument("--report-interval needs --duration");
   if (o.duration_s > 0 && o.mode == "pingpong") {
-    return invalidArgument("--duration applies to sendrecv and allreduce");
+    return invalidArgument("--duration applies to sendrecv, allreduce, alltoall and incast");
   }
-  if ((o.on_ms > 0 || o.compute_ms != 0) && (o.mode != "allreduce" || o.duration_s <= 0)) {
-    return invalidArgument("--on-off and --compute-ms apply to allreduce --duration");
+  if ((o.on_ms > 0 || o.compute_ms != 0) &&
+      (o.mode == "sendrecv" || o.mode == "pingpong" || o.duration_s <= 0)) {
+    return invalidArgument(
+        "--on-off and --compute-ms apply to allreduce, alltoall and incast with --duration");
   }
   if (o.chunk < 4 || o.chunk > (1ull << 30)) return invalidArgument("--chunk must be 4 B..1 GiB");
   return o;

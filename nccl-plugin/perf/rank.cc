@@ -67,13 +67,13 @@ Status Rank::idle(bool progressed, bool paced) {
   return okStatus();
 }
 
-Status Rank::reapSends(std::vector<void*>& reqs, uint64_t posted, uint64_t* done, uint64_t* tx,
-                       bool* progress) {
+Status Rank::reapSends(int peer, std::vector<void*>& reqs, uint64_t posted, uint64_t* done,
+                       uint64_t* tx, bool* progress) {
   while (*done < posted) {
     bool complete = false;
     int got = -1;
     TQ_RETURN_IF_ERROR_CTX(net_->test(reqs[*done % reqs.size()], &complete, &got),
-                           format("send to rank %d", send_to_));
+                           format("send to rank %d", peer));
     if (!complete) break;
     *tx += static_cast<uint64_t>(std::max(got, 0));
     ++*done;
@@ -148,39 +148,78 @@ Status Rank::setup(Fd listen) {
       send_to_ = rank_ + 1;
     else
       recv_from_ = rank_ - 1;
+  } else if (o_.mode == "alltoall") {
+    for (int p = 1; p < n_; ++p) {  // from the next rank on, so no peer is everyone's first
+      sends_.push_back(Conn{(rank_ + p) % n_});
+      recvs_.push_back(Conn{(rank_ - p + n_) % n_});
+    }
+  } else if (o_.mode == "incast") {
+    if (rank_ == 0) {
+      for (int p = 1; p < n_; ++p) recvs_.push_back(Conn{p});
+    } else {
+      sends_.push_back(Conn{0});
+    }
   } else if (n_ > 1) {
     send_to_ = (rank_ + 1) % n_;
     recv_from_ = (rank_ - 1 + n_) % n_;
   }
-  return connectPeers();
+  if (send_to_ >= 0) sends_.push_back(Conn{send_to_});
+  if (recv_from_ >= 0) recvs_.push_back(Conn{recv_from_});
+  TQ_RETURN_IF_ERROR(connectPeers());
+  if (send_to_ >= 0) send_ = sends_[0].comm;
+  if (recv_from_ >= 0) recv_ = recvs_[0].comm;
+  return okStatus();
 }
 
 Status Rank::connectPeers() {
-  NetHandle mine{};
-  if (recv_from_ >= 0) TQ_RETURN_IF_ERROR(net_->listen(o_.dev, &mine, &listen_));
-  const std::string blob = recv_from_ >= 0 ? std::string(mine.bytes, sizeof mine.bytes) : "";
+  // Published blob: per receive connection, the sending peer's rank (4 bytes) and the handle.
+  constexpr size_t kRecord = sizeof(int32_t) + sizeof(NetHandle::bytes);
+  std::string blob;
+  for (Conn& c : recvs_) {
+    NetHandle mine{};
+    TQ_RETURN_IF_ERROR_CTX(net_->listen(o_.dev, &mine, &c.listen),
+                           format("listen for rank %d", c.peer));
+    const int32_t peer = c.peer;
+    blob.append(reinterpret_cast<const char*>(&peer), sizeof peer);
+    blob.append(mine.bytes, sizeof mine.bytes);
+  }
   TQ_ASSIGN_OR_RETURN(auto all, rv_->allGather(blob));
-  NetHandle peer{};
-  if (send_to_ >= 0) {
-    if (all[send_to_].size() != sizeof peer.bytes) {
-      return internalError(format("rank %d published no listen handle", send_to_));
+  std::vector<NetHandle> handles(sends_.size());
+  for (size_t k = 0; k < sends_.size(); ++k) {
+    const std::string& theirs = all[static_cast<size_t>(sends_[k].peer)];
+    bool found = false;
+    for (size_t off = 0; off + kRecord <= theirs.size() && !found; off += kRecord) {
+      int32_t to = -1;
+      std::memcpy(&to, theirs.data() + off, sizeof to);
+      if (to != rank_) continue;
+      std::memcpy(handles[k].bytes, theirs.data() + off + sizeof to, sizeof handles[k].bytes);
+      found = true;
     }
-    std::memcpy(peer.bytes, all[send_to_].data(), sizeof peer.bytes);
+    if (!found) {
+      return internalError(
+          format("rank %d published no listen handle for rank %d", sends_[k].peer, rank_));
+    }
   }
   last_progress_ = nowNs();
   // Connect and accept polled alternately: blocking in either would deadlock the ring.
-  while ((send_to_ >= 0 && send_ == nullptr) || (recv_from_ >= 0 && recv_ == nullptr)) {
-    bool progress = false;
-    if (send_to_ >= 0 && send_ == nullptr) {
-      TQ_RETURN_IF_ERROR_CTX(net_->connect(o_.dev, &peer, &send_),
-                             format("connect to rank %d", send_to_));
-      progress |= send_ != nullptr;
+  for (;;) {
+    bool progress = false, pending = false;
+    for (size_t k = 0; k < sends_.size(); ++k) {
+      Conn& c = sends_[k];
+      if (c.comm != nullptr) continue;
+      TQ_RETURN_IF_ERROR_CTX(net_->connect(o_.dev, &handles[k], &c.comm),
+                             format("connect to rank %d", c.peer));
+      progress |= c.comm != nullptr;
+      pending |= c.comm == nullptr;
     }
-    if (recv_from_ >= 0 && recv_ == nullptr) {
-      TQ_RETURN_IF_ERROR_CTX(net_->accept(listen_, &recv_),
-                             format("accept from rank %d", recv_from_));
-      progress |= recv_ != nullptr;
+    for (Conn& c : recvs_) {
+      if (c.comm != nullptr) continue;
+      TQ_RETURN_IF_ERROR_CTX(net_->accept(c.listen, &c.comm),
+                             format("accept from rank %d", c.peer));
+      progress |= c.comm != nullptr;
+      pending |= c.comm == nullptr;
     }
+    if (!pending) break;
     TQ_RETURN_IF_ERROR_CTX(idle(progress), "connecting");
   }
   return rv_->barrier();
@@ -223,10 +262,10 @@ Status Rank::waitAll(std::vector<void*>& reqs) {
   }
 }
 
-Status Rank::stepEndMarker(bool ready, void* buf, void* mh, EndMarker* m, bool* progress,
-                           bool* paced) {
+Status Rank::stepEndMarker(void* comm, bool ready, void* buf, void* mh, EndMarker* m,
+                           bool* progress, bool* paced) {
   if (ready && !m->sent) {
-    TQ_RETURN_IF_ERROR(net_->isend(send_, buf, 0, rank_, mh, &m->req));
+    TQ_RETURN_IF_ERROR(net_->isend(comm, buf, 0, rank_, mh, &m->req));
     if (m->req == nullptr) {
       *paced = true;
       return okStatus();
@@ -248,6 +287,7 @@ Status Rank::stepEndMarker(bool ready, void* buf, void* mh, EndMarker* m, bool* 
 Status Rank::run(Fd listen) {
   TQ_RETURN_IF_ERROR(setup(std::move(listen)));
   if (o_.mode == "allreduce") return o_.duration_s > 0 ? runAllReduceStream() : runAllReduce();
+  if (o_.mode == "alltoall" || o_.mode == "incast") return runExchange();
   if (o_.mode == "pingpong") return runPingPong();
   if (o_.duration_s > 0) return runSendRecvDuration();
   return runSendRecvSweep();

@@ -26,7 +26,10 @@ Status Rank::sendRecvIterations(uint64_t size, int count, uint8_t* sbuf, void* s
       TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, rbufs[static_cast<size_t>(rposted % w)], size, 0,
                                          rmrs[static_cast<size_t>(rposted % w)], &r),
                              format("receive from rank %d", recv_from_));
-      if (r == nullptr) break;
+      if (r == nullptr) {  // the plugin asks to retry (its receive side is paced)
+        paced = true;
+        break;
+      }
       ++rposted;
       progress = true;
     }
@@ -176,7 +179,10 @@ Status Rank::runSendRecvDuration() {
       TQ_RETURN_IF_ERROR_CTX(net_->irecv(recv_, rbufs[rposted % static_cast<uint64_t>(w)], size, 0,
                                          rmrs[rposted % static_cast<uint64_t>(w)], &r),
                              format("receive from rank %d", recv_from_));
-      if (r == nullptr) break;
+      if (r == nullptr) {  // the plugin asks to retry (its receive side is paced)
+        paced = true;
+        break;
+      }
       ++rposted;
       progress = true;
     }
@@ -213,9 +219,9 @@ Status Rank::runSendRecvDuration() {
         ++sposted;
         progress = true;
       }
-      TQ_RETURN_IF_ERROR(reapSends(sreq, sposted, &sdone, &tx, &progress));
-      TQ_RETURN_IF_ERROR(
-          stepEndMarker(now >= end && sdone == sposted, sbuf, smr, &marker, &progress, &paced));
+      TQ_RETURN_IF_ERROR(reapSends(send_to_, sreq, sposted, &sdone, &tx, &progress));
+      TQ_RETURN_IF_ERROR(stepEndMarker(send_, now >= end && sdone == sposted, sbuf, smr, &marker,
+                                       &progress, &paced));
     }
     TQ_RETURN_IF_ERROR(idle(progress, paced));
   }

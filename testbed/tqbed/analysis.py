@@ -2,12 +2,14 @@
 
   attainment   = delivered / min(guarantee, demand) per window; tenants are backlogged in the
                  contended scenarios, so demand is unbounded and this is delivered / guarantee
-  conformance  = delivered / limit per window (<= 1.01 is the target)
+  conformance  = delivered / limit, and sent / limit, per window (<= 1.01 is the target)
   utilisation  = bytes the emulated link carried / (link rate x time), from the switch port's
                  counters (wire bytes: headers included)
 
-"Delivered" is the payload a rank received per window: on a two-node ring, what the
-predecessor's node sent that tenant over its uplink. Each rank gives one direction."""
+"Delivered" is the payload a tenant received per window at one receiving node (one NIC),
+counted by that node's kernel; "sent" the payload a node's NIC put on the wire for it, counted
+as it entered the switch (meter.py). A tenant's figures pool the windows of all its receiving
+nodes; its cap conformance is the worst of both ends."""
 import math
 
 
@@ -105,17 +107,20 @@ def first_time(series, t_from, predicate, horizon_s, min_window_s=0.0, at_start=
     return None
 
 
-def busy_mask(series_by_tenant, width_s, t0, t1, link_bps, threshold=0.9):
-    """Per node (series index), per fixed window: True when all tenants together received at
-    least threshold x link_bps there. A window below it is one in which the link itself went
-    partly idle — every tenant short at once, which no allocation causes (on this 2-core host:
-    ranks not scheduled) — as opposed to a tenant being starved by the others."""
-    per_node = None
-    for series_list in series_by_tenant:
-        binned = [rebin(s, width_s, t0, t1) for s in series_list]
-        per_node = binned if per_node is None else [
-            [a + b for a, b in zip(x, y)] for x, y in zip(per_node, binned)]
-    return [[v >= threshold * link_bps for v in node] for node in (per_node or [])]
+def busy_mask(series_at, width_s, t0, t1, link_bps, threshold=0.9):
+    """Per receiving end (a key of series_at: {end: [every tenant's series received there]}),
+    per fixed window: True when all tenants together received at least threshold x link_bps
+    there. A window below it is one in which the link itself went partly idle — every tenant
+    short at once, which no allocation causes (on this 2-core host: ranks not scheduled) — as
+    opposed to a tenant being starved by the others."""
+    out = {}
+    for end, series_list in series_at.items():
+        total = None
+        for s in series_list:
+            b = rebin(s, width_s, t0, t1)
+            total = b if total is None else [x + y for x, y in zip(total, b)]
+        out[end] = [v >= threshold * link_bps for v in (total or [])]
+    return out
 
 
 def attainment_masked(series_list, guarantee_bps, width_s, t0, t1, mask):
@@ -170,22 +175,24 @@ def iteration_times(ends_per_rank, t0, t1):
     return out
 
 
-def utilization_over_demand(per_tenant, link_bps, width_s, t0, t1, wire):
-    """Link utilisation over the windows in which demand exceeded the link.
+def utilization_over_demand(per_end, link_bps, width_s, t0, t1, wire):
+    """Utilisation of the links into the receiving ends over the windows in which demand
+    exceeded them.
 
-    per_tenant: [(series_list, active_mask, demand_bps)]: one entry per tenant, with its series
-    per node, the windows it had demand in (on_windows), and what it may use (min(limit, link)).
-    A window counts when the active tenants' demands sum above link_bps; its utilisation is the
-    payload the node received, as wire bits (wire(payload_bps)), over link_bps. Mean over those
-    windows of every node; None if there were none (demand never exceeded the link)."""
+    per_end: {receiving end: [(series, active_mask, demand_bps)]}: one entry per tenant that
+    receives there, with what it received there, the windows it had demand in (on_windows),
+    and what it may take there (min(limit, link): a limit holds per node and direction). A
+    window counts at an end when its active tenants' demands sum above link_bps; its
+    utilisation is the payload received there, as wire bits (wire(payload_bps)), over link_bps.
+    Mean over those windows of every end; None if there were none (demand never exceeded a
+    link)."""
     n = int(math.floor((t1 - t0) / width_s + 1e-9))
-    demand = [sum(d for _, m, d in per_tenant if m[k]) for k in range(n)]
     vals = []
-    nodes = len(per_tenant[0][0]) if per_tenant else 0
-    for node in range(nodes):
+    for entries in per_end.values():
+        demand = [sum(d for _, m, d in entries if m[k]) for k in range(n)]
         total = [0.0] * n
-        for series_list, _, _ in per_tenant:
-            for k, r in enumerate(rebin(series_list[node], width_s, t0, t1)):
+        for series, _, _ in entries:
+            for k, r in enumerate(rebin(series, width_s, t0, t1)):
                 total[k] += r
         vals += [wire(total[k]) / link_bps for k in range(n) if demand[k] > link_bps * 1.0001]
     return sum(vals) / len(vals) if vals else None

@@ -107,9 +107,11 @@ class ControlPlane:
         return f"http://{self.topo.node_addr(i)}:9464/metrics"
 
     def agent_args(self, i, mode):
+        # Every NIC of the node carries the policy's link (rails: one device per rail).
+        devices = [a for dev in self.topo.node_devs()
+                   for a in ("--device", f"{dev}={self.link_name}")]
         return ["--policyd", self.policyd_addr, "--node", f"node{i}"] + \
-            self.tls_flags(f"agent-node{i}") + [
-                "--device", f"{self.topo.node_dev}={self.link_name}",
+            self.tls_flags(f"agent-node{i}") + devices + [
                 "--run-dir", self.node_run_dir(i), "--state-dir", self.node_state_dir(i)]
 
     def start_agents(self, mode, expect_version):

@@ -11,9 +11,9 @@ import time
 from .cluster import Binaries, ControlPlane
 from .procs import ProcSet
 from . import report
-from .scenarios import (MODES, WORKLOADS, Runner, demo_tenants, many_tenants, policy_yaml, say,
-                        tenants_from_json, write_plot)
-from .topology import HOST_ADDR, Topology, rate_to_bits
+from .scenarios import (BENCH_WORKLOADS, MODES, WORKLOADS, Runner, demo_tenants, many_tenants,
+                        policy_yaml, say, tenants_from_json, write_plot)
+from .topology import HOST_ADDR, MAX_NODES, Topology, buffer_to_bytes, rate_to_bits
 
 
 def load_policy(args, bins, link_bits):
@@ -45,10 +45,18 @@ def load_policy(args, bins, link_bits):
     return link_bits, headroom, tenants
 
 
-def pick(text, known, what):
-    """A comma-separated subset of `known` (in known's order); all of them for None."""
+def describe(topo):
+    rails = f", {topo.rails} rails (a switch each)" if topo.rails > 1 else ""
+    return (f"{topo.nodes} nodes behind a switch{rails}, emulated link {topo.link_bits / 1e9:g} "
+            f"Gbit/s per node, switch ports of {topo.buffer_bytes / 1e3:g} KB "
+            f"({topo.buffer_bytes * 8 / topo.link_bits * 1e3:.1f} ms at the link rate)")
+
+
+def pick(text, known, what, default=None):
+    """A comma-separated subset of `known` (in known's order); `default` (else all of them) for
+    None."""
     if not text:
-        return list(known)
+        return list(default or known)
     wanted = [w.strip() for w in text.split(",") if w.strip()]
     unknown = [w for w in wanted if w not in known]
     if unknown:
@@ -57,12 +65,42 @@ def pick(text, known, what):
     return [k for k in known if k in wanted]
 
 
+def make_topology(args, link_bps, nodes, rails=1):
+    try:
+        buf = buffer_to_bytes(args.port_buffer, link_bps) if args.port_buffer else None
+        return Topology(prefix=args.prefix, nodes=nodes, link_bits=int(link_bps),
+                        buffer_bytes=buf, rails=max(rails, args.rails))
+    except ValueError as e:
+        raise SystemExit(f"tenantqos-testbed: {e}")
+
+
 def run(args, bench):
     bins = Binaries(args.build_dir)
     bins.check()
     link_bits = rate_to_bits(args.link_rate) if args.link_rate else 1_000_000_000
     link_bps, headroom, tenants = load_policy(args, bins, link_bits)
-    topo = Topology(prefix=args.prefix, nodes=2, link_bits=int(link_bps))
+    modes = pick(args.modes, MODES, "modes")
+    workloads = pick(args.workloads, WORKLOADS, "workloads",
+                     BENCH_WORKLOADS if bench else ("backlogged", "onoff"))
+    many = many_tenants(link_bps)
+    try:
+        scenarios = (report.bench_scenarios(tenants, link_bps, args.quick, modes, workloads)
+                     if bench else
+                     report.demo_scenarios(tenants, link_bps, args.duration, modes, workloads))
+    except ValueError as e:
+        raise SystemExit(f"tenantqos-testbed: {e}")
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        unknown = [w for w in wanted if w not in {s.name for s in scenarios}]
+        if unknown:
+            raise SystemExit("tenantqos-testbed: --only: unknown scenario(s) " +
+                             ", ".join(unknown) + "; known: " +
+                             ", ".join(s.name for s in scenarios))
+        scenarios = [s for s in scenarios if s.name in wanted]
+    # The ring workloads run over --nodes; the placed ones need their nodes (4).
+    topo = make_topology(args, link_bps,
+                         max([args.nodes] + [s.nodes_used(args.nodes) for s in scenarios]),
+                         max([1] + [s.rails_used() for s in scenarios]))
     left = topo.leftovers()
     if left:
         raise SystemExit("tenantqos-testbed: a previous run left these behind: " + ", ".join(left) +
@@ -76,29 +114,14 @@ def run(args, bench):
     t_begin = time.time()
     results, reaction = [], {}
     try:
-        say(f"tenantqos testbed: 2 nodes behind a switch, emulated link {link_bps / 1e9:g} Gbit/s "
-            f"per node, namespaces {topo.prefix}-*; logs in {workdir}")
+        say(f"tenantqos testbed: {describe(topo)}, namespaces {topo.prefix}-*; logs in {workdir}")
         topo.create()
         say(f"policyd at {cp.start_policyd()} (mutual TLS, a throwaway CA and certificates in "
             f"{cp.pki}); agents' metrics (while they run): " +
-            ", ".join(cp.metrics_url(i) for i in (1, 2)) + f" (reachable from this host via "
-            f"{HOST_ADDR})")
-        modes = pick(args.modes, MODES, "modes")
-        workloads = pick(args.workloads, WORKLOADS if bench else ("backlogged", "onoff"),
-                         "workloads")
-        many = many_tenants(link_bps)
+            ", ".join(cp.metrics_url(i) for i in range(1, topo.nodes + 1)) +
+            f" (reachable from this host via {HOST_ADDR})")
         runner = Runner(topo, bins, procs, cp, workdir, link_bps, headroom, tenants,
-                        extra_tenants=many if "many" in workloads else ())
-        scenarios = (report.bench_scenarios(tenants, link_bps, args.quick, modes, workloads)
-                     if bench else
-                     report.demo_scenarios(tenants, link_bps, args.duration, modes, workloads))
-        if args.only:
-            wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-            unknown = [w for w in wanted if w not in {s.name for s in scenarios}]
-            if unknown:
-                raise RuntimeError("--only: unknown scenario(s) " + ", ".join(unknown) +
-                                   "; known: " + ", ".join(s.name for s in scenarios))
-            scenarios = [s for s in scenarios if s.name in wanted]
+                        extra_tenants=many if "many" in workloads else (), ring_nodes=args.nodes)
         for i, sc in enumerate(scenarios, 1):
             results.append(runner.run(sc, i, len(scenarios)))
         if bench:
@@ -108,13 +131,18 @@ def run(args, bench):
                 reaction = runner.reaction(idle[0].name, sleeper,
                                            [t.name for t in tenants if t.name != sleeper])
         report.print_table(results, link_bps, modes, workloads,
-                           lambda w: many if w == "many" else tenants)
+                           lambda w: many if w == "many" else
+                           (report.placed_tenants_of(w, tenants) or tenants),
+                           lambda w: report.placement_text(w, tenants) if w in report.PLACED
+                           else None)
         png = write_plot(runner, report.plot_grid(modes, workloads),
                          os.path.join(out_dir, "throughput.png"), workdir)
         if png:
             say(f"\nplot: {png} (a panel per mode and workload)")
         missed = report.check_targets(results, reaction) if bench else 0
-        doc = {"link_bps": link_bps, "scenarios": results, "reaction_ms": reaction}
+        doc = {"link_bps": link_bps, "nodes": topo.nodes, "rails": topo.rails,
+               "port_buffer_bytes": topo.buffer_bytes, "scenarios": results,
+               "reaction_ms": reaction}
         json_path = args.json or os.path.join(out_dir, "results.json")
         with open(json_path, "w") as f:
             json.dump(doc, f, indent=2)
@@ -141,7 +169,7 @@ def up(args):
     bins.check()
     link_bits = rate_to_bits(args.link_rate) if args.link_rate else 1_000_000_000
     link_bps, headroom, tenants = load_policy(args, bins, link_bits)
-    topo = Topology(prefix=args.prefix, nodes=2, link_bits=int(link_bps))
+    topo = make_topology(args, link_bps, args.nodes)
     if topo.leftovers():
         raise SystemExit(f"leftovers from a previous run; run: {sys.argv[0]} cleanup")
     os.makedirs(os.path.abspath(args.out), exist_ok=True)
@@ -153,10 +181,11 @@ def up(args):
         cp.start_policyd()
         v = cp.apply_policy(policy_yaml(link_bps, tenants, headroom), "up")
         cp.start_agents(args.mode, v)
-        say(f"up: policyd {cp.policyd_addr} (run tenantqosctl with `ip netns exec {topo.switch}` "
-            f"and TENANTQOS_TLS_CA={cp.pki}/ca.crt TENANTQOS_TLS_CERT={cp.pki}/admin.crt "
-            f"TENANTQOS_TLS_KEY={cp.pki}/admin.key),"
-            f" agents ({args.mode} mode) metrics " + ", ".join(cp.metrics_url(i) for i in (1, 2)))
+        say(f"up: {describe(topo)}; policyd {cp.policyd_addr} (run tenantqosctl with `ip netns "
+            f"exec {topo.switch}` and TENANTQOS_TLS_CA={cp.pki}/ca.crt TENANTQOS_TLS_CERT="
+            f"{cp.pki}/admin.crt TENANTQOS_TLS_KEY={cp.pki}/admin.key),"
+            f" agents ({args.mode} mode) metrics " +
+            ", ".join(cp.metrics_url(i) for i in range(1, topo.nodes + 1)))
         say(f"run ranks with: ip netns exec {topo.node_ns(1)} env TENANTQOS_RUN_DIR="
             f"{cp.node_run_dir(1)} ...   Ctrl-C to tear down")
         while True:
@@ -171,8 +200,9 @@ def up(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="tenantqos-testbed",
-                                description="An emulated 2-node cluster in network namespaces: "
-                                            "tenants' allreduces with and without tenantqos.")
+                                description="An emulated cluster (2 to 8 nodes) in network "
+                                            "namespaces: tenants' collectives with and without "
+                                            "tenantqos.")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp):
@@ -185,12 +215,22 @@ def main(argv=None):
         sp.add_argument("--prefix", default="tqbed", help="name prefix of namespaces (default tqbed)")
         sp.add_argument("--out", default="testbed-results", help="results and logs directory")
         sp.add_argument("--period-ms", type=int, default=10, help="agents' allocation period")
+        sp.add_argument("--nodes", type=int, default=2,
+                        help=f"nodes of the ring workloads, 2..{MAX_NODES} (default 2; the "
+                             "incast, alltoall and asymmetric workloads place their tenants on "
+                             "nodes 1-4 and add nodes as needed)")
+        sp.add_argument("--rails", type=int, default=1, choices=[1, 2],
+                        help="NICs per node, each on its own switch (rail-optimised); tenants "
+                             "use rail 0 unless a workload says otherwise (default 1)")
+        sp.add_argument("--port-buffer", default=None,
+                        help="every emulated switch port's buffer: a time at the link rate or a "
+                             "size, e.g. 2ms, 500us, 256KiB (default 4ms: 500 KB at 1 Gbit/s)")
         sp.add_argument("--only", help="comma-separated scenario names to run (default: all)")
         sp.add_argument("--modes", help="comma-separated enforcement modes (default: all of "
                                         + ", ".join(MODES) + ")")
-        sp.add_argument("--workloads", help="comma-separated workloads (demo default: "
-                                            "backlogged,onoff; bench: " + ",".join(WORKLOADS) +
-                                            ")")
+        sp.add_argument("--workloads", help="comma-separated workloads of " +
+                        ",".join(WORKLOADS) + " (demo default: backlogged,onoff; bench: all "
+                        "but rails, which adds a second rail)")
 
     d = sub.add_parser("demo", help="the main job: the table of standalone / contended runs, "
                                     "backlogged and on/off, every mode")
@@ -200,7 +240,8 @@ def main(argv=None):
     b = sub.add_parser("bench", help="bench/isolation: all scenarios, targets, JSON")
     common(b)
     b.add_argument("--quick", action="store_true",
-                   help="shorter scenarios (about 10 minutes on 2 cores; the full bench about 18)")
+                   help="shorter scenarios (about 13 minutes on 2 cores; the full bench about "
+                        "25)")
     b.add_argument("--json", help="write the results JSON here")
     b.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
     u = sub.add_parser("up", help="create the cluster and keep it until Ctrl-C")
@@ -210,6 +251,8 @@ def main(argv=None):
     c.add_argument("--prefix", default="tqbed")
     args = p.parse_args(argv)
 
+    if args.cmd != "cleanup" and not 2 <= args.nodes <= MAX_NODES:
+        p.error(f"--nodes: 2..{MAX_NODES}")
     if os.geteuid() != 0:
         raise SystemExit("tenantqos-testbed: needs root (network namespaces, tc)")
 

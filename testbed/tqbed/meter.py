@@ -1,16 +1,22 @@
-"""Delivered traffic per tenant, measured by the receiving kernel, independent of the programs.
+"""Traffic per tenant at both ends of every link, counted by the kernel, independent of the
+programs under test.
 
-Each node namespace gets an nftables table with one counting rule per tenant DSCP on the input
-hook (packets delivered to local sockets, i.e. after the link). A persistent `nft -j -i` per node
-answers "list table" every tick, so a sample costs a pipe round trip, not a fork. Payload is
-estimated as IP bytes - 52 x packets (IPv4 20 B + TCP 32 B with timestamps), which matches what
+  received  each node namespace gets an nftables table with one counting rule per (tenant DSCP,
+            NIC) on the input hook: packets delivered to local sockets, i.e. after the link
+  sent      the fabric namespace gets a bridge table with one counting rule per (tenant DSCP,
+            switch port) on the bridge's prerouting hook: what each node's NIC put on the
+            wire, as it enters the switch (after the node's own tc, before any switch queue)
+
+A persistent `nft -j -i` per namespace answers "list table" every tick, so a sample costs a pipe
+round trip, not a fork. Payload is estimated as IP bytes - 52 x packets (IPv4 20 B + TCP 32 B
+with timestamps; a GSO/GRO packet is counted once with one set of headers), which matches what
 the plugin paces. The tenants' ranks carry their DSCP in every mode (in the no-tenantqos mode
 through TENANTQOS_DSCP, which marks without pacing).
 
-Timing: each node's counters carry their own timestamp, the midpoint of that node's request and
-answer (the kernel reads the counters in between), so a late answer from one node or a meter
-thread that was not scheduled does not move the other node's window edges. Sample intervals are
-only approximately the tick; analysis.tenant_figures re-bins them into fixed windows.
+Timing: each namespace's counters carry their own timestamp, the midpoint of that request and
+its answer (the kernel reads the counters in between), so a late answer from one namespace or a
+meter thread that was not scheduled does not move the others' window edges. Sample intervals
+are only approximately the tick; analysis.rebin re-bins them into fixed windows.
 """
 import json
 import subprocess
@@ -19,6 +25,11 @@ import time
 
 TABLE = "tqbedmeter"
 HEADER_BYTES = 52
+SWITCH = "switch"  # the key of the fabric namespace's samples
+
+
+def _comment(tenant, node, rail):
+    return f"{tenant}|{node}|{rail}"
 
 
 class DscpMeter:
@@ -26,14 +37,18 @@ class DscpMeter:
         self.topo = topo
         self.dscp = dict(dscp_by_tenant)
         self.interval_s = interval_s
-        self.samples = []  # {node: (wall time s, {tenant: (bytes, packets)})} per tick
+        # Per tick: {namespace key: (wall time s, {(tenant, node, rail): (bytes, packets)})}
+        self.samples = []
         self._procs = {}
         self._stop = threading.Event()
         self._thread = None
         self.error = None
 
-    def _nft(self, node, *args):
-        subprocess.run(["ip", "netns", "exec", self.topo.node_ns(node), "nft"] + list(args),
+    def _netns(self, key):
+        return self.topo.switch if key == SWITCH else self.topo.node_ns(key)
+
+    def _nft(self, key, *args):
+        subprocess.run(["ip", "netns", "exec", self._netns(key), "nft"] + list(args),
                        check=True, capture_output=True, text=True, timeout=10)
 
     def start(self):
@@ -41,21 +56,32 @@ class DscpMeter:
             self._nft(i, "add", "table", "inet", TABLE)
             self._nft(i, "add", "chain", "inet", TABLE, "in",
                       "{ type filter hook input priority 0; policy accept; }")
+            for r, dev in enumerate(self.topo.node_devs()):
+                for tenant, dscp in self.dscp.items():
+                    self._nft(i, "add", "rule", "inet", TABLE, "in", "iifname", dev, "ip", "dscp",
+                              str(dscp), "counter", "comment", f'"{_comment(tenant, i, r)}"')
+        self._nft(SWITCH, "add", "table", "bridge", TABLE)
+        self._nft(SWITCH, "add", "chain", "bridge", TABLE, "pre",
+                  "{ type filter hook prerouting priority 0; policy accept; }")
+        for link in self.topo.links.values():
             for tenant, dscp in self.dscp.items():
-                self._nft(i, "add", "rule", "inet", TABLE, "in", "ip", "dscp", str(dscp),
-                          "counter", "comment", f'"{tenant}"')
-            self._procs[i] = subprocess.Popen(
-                ["ip", "netns", "exec", self.topo.node_ns(i), "nft", "-j", "-i"],
+                self._nft(SWITCH, "add", "rule", "bridge", TABLE, "pre", "iifname", link.port.dev,
+                          "ip", "dscp", str(dscp), "counter", "comment",
+                          f'"{_comment(tenant, link.node, link.rail)}"')
+        for key in list(range(1, self.topo.nodes + 1)) + [SWITCH]:
+            self._procs[key] = subprocess.Popen(
+                ["ip", "netns", "exec", self._netns(key), "nft", "-j", "-i"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 text=True, bufsize=1)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _read(self, node):
-        """(wall time of the counters, {tenant: (bytes, packets)})."""
-        p = self._procs[node]
+    def _read(self, key):
+        """(wall time of the counters, {(tenant, node, rail): (bytes, packets)})."""
+        p = self._procs[key]
+        family = "bridge" if key == SWITCH else "inet"
         t_ask = time.time()
-        p.stdin.write(f"list table inet {TABLE}\n")
+        p.stdin.write(f"list table {family} {TABLE}\n")
         p.stdin.flush()
         line = p.stdout.readline()
         t_got = time.time()
@@ -64,16 +90,18 @@ class DscpMeter:
             rule = obj.get("rule")
             if not rule or "comment" not in rule:
                 continue
+            tenant, node, rail = rule["comment"].rsplit("|", 2)
             for e in rule.get("expr", []):
                 if "counter" in e:
-                    out[rule["comment"]] = (e["counter"]["bytes"], e["counter"]["packets"])
+                    out[(tenant, int(node), int(rail))] = (e["counter"]["bytes"],
+                                                           e["counter"]["packets"])
         return ((t_ask + t_got) / 2, out)
 
     def _run(self):
         next_t = time.monotonic()
         try:
             while not self._stop.is_set():
-                self.samples.append({i: self._read(i) for i in self._procs})
+                self.samples.append({k: self._read(k) for k in self._procs})
                 next_t += self.interval_s
                 delay = next_t - time.monotonic()
                 if delay > 0:
@@ -97,16 +125,17 @@ class DscpMeter:
         for i in range(1, self.topo.nodes + 1):
             subprocess.run(["ip", "netns", "exec", self.topo.node_ns(i), "nft", "delete", "table",
                             "inet", TABLE], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "exec", self.topo.switch, "nft", "delete", "table",
+                        "bridge", TABLE], capture_output=True, timeout=10)
 
-    def series(self, tenant, node):
-        """[(window end, window length, payload bits/s)] the tenant received on `node`."""
+    def _series(self, key, counter):
         out = []
         prev = None
         for sample in self.samples:
-            if node not in sample:
+            if key not in sample:
                 continue
-            t, counters = sample[node]
-            cur = counters.get(tenant)
+            t, counters = sample[key]
+            cur = counters.get(counter)
             if cur is None:
                 continue
             if prev is not None and t > prev[0]:
@@ -115,3 +144,12 @@ class DscpMeter:
                 out.append((t, t - prev[0], max(0, db - HEADER_BYTES * dp) * 8 / (t - prev[0])))
             prev = (t, cur)
         return out
+
+    def series(self, tenant, node, rail=0):
+        """[(window end, window length, payload bits/s)] the tenant received on `node`'s NIC
+        `rail`."""
+        return self._series(node, (tenant, node, rail))
+
+    def sent_series(self, tenant, node, rail=0):
+        """... that `node`'s NIC `rail` sent for the tenant (counted as it entered the switch)."""
+        return self._series(SWITCH, (tenant, node, rail))

@@ -2,9 +2,11 @@
 tc on the same link (docs/testbed.md, "Peer modes"). In every peer mode no agent runs and the
 plugin is unpaced (as in `none`); only tc separates tenants:
 
-  caps      per-tenant egress cap at its limit on each node's uplink (the Kubernetes CNI
-            bandwidth plugin / Cilium Bandwidth Manager): rate = ceil = limit, no guarantee,
-            no sharing logic
+  caps      per-tenant cap at its limit on each node's NIC, both ways (the Kubernetes CNI
+            bandwidth plugin's egress and ingress rates; Cilium Bandwidth Manager has the egress
+            half): egress on the NIC, ingress on an ifb the NIC's received traffic is redirected
+            to (as the CNI plugin does), i.e. after the switch port: rate = ceil = limit, no
+            guarantee, no sharing logic
   priority  the NCCL_IB_SL recipe: strict priority by the tenants' order at the switch egress,
             no pacing. This kernel has no prio/ets qdisc: HTB classes keyed on DSCP, each with a
             minimal rate, ceil = link, HTB prio in the tenants' order (strict in borrowing)
@@ -52,9 +54,10 @@ def priority_order(tenants):
 
 
 def plan(mode, tenants, link_bps):
-    """(where, [PeerClass]) for a peer mode: where is "node" (each node's uplink egress, the
-    sender) or "switch" (the switch port towards each node, the shared link's egress queue).
-    The link class 1:1 (rate = ceil = link) is the parent of every class listed."""
+    """(where, [PeerClass]) for a peer mode: where is "node" (each node's NIC, both ways: its
+    egress, and its ingress after the switch port) or "switch" (every switch port towards a
+    node, the shared link's egress queue). The link class 1:1 (rate = ceil = link) is the parent
+    of every class listed."""
     floor = MIN_RATE_FRACTION * link_bps
     if mode == "caps":
         # Unmatched traffic is not capped (the uplink is faster than the fabric link's share).
@@ -114,8 +117,21 @@ class PeerUnavailable(RuntimeError):
     """A peer mode cannot be built on this kernel (a qdisc, class or filter refused)."""
 
 
-def tc_commands(dev, link_bps, peer_classes, queue_packets):
-    """The tc command lines (argv lists, without `ip netns exec`) that build a mode's tree."""
+WHERE_TEXT = {"node": "node NIC egress and ingress", "switch": "switch port egress"}
+HOST_QUEUE_PACKETS = 1000  # a node NIC's class queue: a host qdisc's default txqueuelen
+
+
+def host_fifo(dev):
+    """The FIFO of a class on a node's NIC or its ingress ifb (caps): a host's packet queue,
+    as a host qdisc has (it is not a switch buffer)."""
+    return lambda parent, handle: ["tc", "qdisc", "add", "dev", dev, "parent", parent, "handle",
+                                   handle, "pfifo", "limit", str(HOST_QUEUE_PACKETS)]
+
+
+def tc_commands(dev, link_bps, peer_classes, fifo):
+    """The tc command lines (argv lists, without `ip netns exec`) that build a mode's tree;
+    fifo(parent, handle) gives each class's queue (a switch port's byte-bounded FIFO,
+    topology.Port.fifo, or host_fifo)."""
     burst = str(max(int(link_bps) // 8 // 1000, 3028))  # 1 ms at line rate, as the link
     cmds = [["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default",
              f"{DEFAULT_MINOR:x}"],
@@ -128,8 +144,7 @@ def tc_commands(dev, link_bps, peer_classes, queue_packets):
         cmds.append(["tc", "class", "add", "dev", dev, "parent", "1:1", "classid",
                      f"1:{c.minor:x}", "htb", "rate", f"{c.rate}bit", "ceil", f"{c.ceil}bit",
                      "burst", rb, "cburst", cb, "prio", str(c.prio), "quantum", str(c.quantum)])
-        cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", f"1:{c.minor:x}", "handle",
-                     f"{c.minor:x}:", "pfifo", "limit", str(queue_packets)])
+        cmds.append(fifo(f"1:{c.minor:x}", f"{c.minor:x}:"))
     for dscp, minor in filters(peer_classes):
         cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio",
                      "1", "u32", "match", "ip", "dsfield", f"{dscp << 2:#x}", "0xfc", "flowid",
@@ -138,18 +153,34 @@ def tc_commands(dev, link_bps, peer_classes, queue_packets):
 
 
 def install(topo, mode, tenants, run):
-    """Builds `mode`'s tree on the devices its model puts it on; raises PeerUnavailable with tc's
-    reason if the kernel refuses a part of it (what was built is removed again by the caller,
-    with Topology.restore_links()). `run(argv, netns=..., check=...)` runs one command and
-    raises RuntimeError when it fails and check is true."""
+    """Builds `mode`'s tree on the devices its model puts it on (every node NIC, every switch
+    port of the topology, or both); raises PeerUnavailable with tc's reason if the kernel
+    refuses a part of it (what was built is removed again by the caller, with
+    Topology.restore_links()). `run(argv, netns=..., check=...)` runs one command and raises
+    RuntimeError when it fails and check is true."""
     where, pcs = plan(mode, tenants, topo.link_bits)
-    for i in range(1, topo.nodes + 1):
-        if where == "node":
-            netns, dev = topo.node_ns(i), topo.node_dev
-        else:
-            netns, dev = topo.switch, topo.switch_port(i)
+    targets = []  # (netns, dev, fifo)
+    if where == "node":
+        for l in topo.links.values():
+            ifb = l.ingress_ifb
+            targets += [(l.node_ns, l.dev, host_fifo(l.dev)), (l.node_ns, ifb, host_fifo(ifb))]
+            # Received traffic goes through the ifb's tree before the node's stack.
+            for argv in (["ip", "link", "add", ifb, "type", "ifb"],
+                         ["ip", "link", "set", ifb, "up"],
+                         ["tc", "qdisc", "add", "dev", l.dev, "handle", "ffff:", "ingress"],
+                         ["tc", "filter", "add", "dev", l.dev, "parent", "ffff:", "protocol", "all",
+                          "u32", "match", "u32", "0", "0", "action", "mirred", "egress",
+                          "redirect", "dev", ifb]):
+                try:
+                    run(argv, netns=l.node_ns)
+                except RuntimeError as e:
+                    raise PeerUnavailable(f"{mode}: {' '.join(argv)} refused in {l.node_ns}: "
+                                          f"{str(e).splitlines()[-1]}") from None
+    else:
+        targets += [(p.netns, p.dev, p.fifo) for p in topo.ports()]
+    for netns, dev, fifo in targets:
         run(["tc", "qdisc", "del", "dev", dev, "root"], netns=netns, check=False)
-        for argv in tc_commands(dev, topo.link_bits, pcs, topo.queue_packets):
+        for argv in tc_commands(dev, topo.link_bits, pcs, fifo):
             try:
                 run(argv, netns=netns)
             except RuntimeError as e:
@@ -161,7 +192,7 @@ def install(topo, mode, tenants, run):
 def describe(mode, tenants, link_bps):
     """One line per class, for the run's log."""
     where, pcs = plan(mode, tenants, link_bps)
-    lines = [f"{mode} ({where} egress):"]
+    lines = [f"{mode} ({WHERE_TEXT[where]} egress):"]
     for c in classes(pcs):
         names = [p.label for p in pcs if p.minor == c.minor]
         lines.append(f"  1:{c.minor:x} {'/'.join(names)}: rate {c.rate / 1e6:.1f} ceil "

@@ -3,15 +3,83 @@
 Scenario names: `standalone-<tenant>` (alone, no tenantqos: the "% of alone" baseline),
 `standalone-capped-<tenant>` (alone, tenantqos RDMA-like, limit = guarantee), `contended-<mode>`
 (the backlogged workload, today's names), `<workload>-<mode>` for the others (`onoff-caps`,
-`many-tenantqos-tcp`, `training-weights`, ...), `training-alone-<tenant>` (the training shape
-alone, capped at its guarantee) and `idle-wake-tenantqos-rdma`.
+`many-tenantqos-tcp`, `training-weights`, `incast-none`, ...), `training-alone-<tenant>` (the
+training shape alone, capped at its guarantee), `idle-wake-tenantqos-rdma` and
+`incast-wake-<tenantqos mode>`.
 """
 from . import analysis
 from .scenarios import Scenario, many_tenants, say
+from .workload import Placement
 
 ONOFF = "300:700"  # ms on : ms off, the on/off workload's cycle
 TRAINING_SIZE = "8M"  # allreduce per training iteration
 TRAINING_COMPUTE_MS = (150, 250, 200)  # per guaranteed tenant, in order (desynchronised)
+
+
+# The workloads that place each tenant on its own nodes (issue 20): (pattern, nodes) of the
+# first guaranteed tenant ("tenant-a") and of the noisy one, so that each receiving node's
+# ingress is fed by senders whose agents never see each other's tenants.
+PLACED = {
+    # tenant-a node1 -> node3; noisy node2 -> node3 and node4 -> node3 (the incast's first node
+    # is the receiver).
+    "incast": (("incast", (3, 1)), ("incast", (3, 2, 4))),
+    # tenant-a all-to-all over nodes 1-3, noisy over nodes 2-4 (MoE dispatch / combine).
+    "alltoall": (("alltoall", (1, 2, 3)), ("alltoall", (2, 3, 4))),
+    # tenant-a's ring over nodes 1-2, noisy's over 2-3-4: node 2's ingress is fed by tenant-a
+    # from node 1 and noisy from node 4, node 3's and node 4's by noisy alone.
+    "asymmetric": (("allreduce", (1, 2)), ("allreduce", (2, 3, 4))),
+}
+INCAST_WAKE = "1500:1000:0"  # tenant-a's on/off in the ingress reaction scenario (as idle-wake)
+
+
+def placed_tenants(tenants):
+    """(tenant-a, noisy) of the placed workloads: the first guaranteed tenant and the first
+    without a guarantee (else the last other tenant)."""
+    guaranteed = [t for t in tenants if t.guarantee_bps > 0]
+    if not guaranteed or len(tenants) < 2:
+        raise ValueError("the incast, alltoall and asymmetric workloads need a guaranteed tenant "
+                         "and another one in the policy")
+    a = guaranteed[0]
+    rest = [t for t in tenants if t is not a]
+    noisy = next((t for t in rest if t.guarantee_bps <= 0), rest[-1])
+    return a, noisy
+
+
+def rails_tenants(tenants):
+    """(tenant-a, noisy, tenant-b) of the rails workload: tenant-b is the second guaranteed
+    tenant."""
+    a, noisy = placed_tenants(tenants)
+    b = next((t for t in tenants if t.guarantee_bps > 0 and t is not a), None)
+    if b is None:
+        raise ValueError("the rails workload needs two guaranteed tenants in the policy")
+    return a, noisy, b
+
+
+def placed_tenants_of(workload, tenants):
+    if workload == "rails":
+        a, noisy, b = rails_tenants(tenants)
+        return [a, b, noisy]
+    return list(placed_tenants(tenants)) if workload in PLACED else None
+
+
+def placement_text(workload, tenants):
+    if workload == "rails":
+        a, noisy, b = rails_tenants(tenants)
+        return (f"{a.name} and {noisy.name} ring 1-2 rail 0, {b.name} ring 1-2 rail 1; figures "
+                "per rail")
+    a, noisy = placed_tenants(tenants)
+    return ", ".join(f"{t.name} {Placement(p, n).describe()}"
+                     for t, (p, n) in zip((a, noisy), PLACED[workload]))
+
+
+def placed_scenario(name, workload, mode, tenants, seconds, on_off=None, report_ms=100):
+    a, noisy = placed_tenants(tenants)
+    kind = "incast" if workload == "incast-wake" else workload
+    placement = {t.name: Placement(p, n) for t, (p, n) in zip((a, noisy), PLACED[kind])}
+    # The issue's policy: the two tenants alone (tenant-b would only hold a static share).
+    return Scenario(name, mode, [a.name, noisy.name], seconds, workload=workload,
+                    policy=[a.name, noisy.name], placement=placement, on_off=on_off,
+                    report_ms=report_ms)
 
 
 def scenario_name(workload, mode):
@@ -56,6 +124,18 @@ def workload_scenario(workload, mode, tenants, link_bps, seconds):
     if workload == "training":
         return Scenario(name, mode, names, seconds, workload="training",
                         compute_ms=training_compute(tenants), size=TRAINING_SIZE)
+    if workload in PLACED:
+        return placed_scenario(name, workload, mode, tenants, seconds)
+    if workload == "rails":
+        # Two NICs per node, one switch each: noisy crowds rail 0 next to tenant-a; tenant-b
+        # has rail 1 to itself. Per-(tenant, device) allocation keeps tenant-a's guarantee on
+        # rail 0 and gives tenant-b rail 1 whatever noisy does.
+        a, noisy, b = rails_tenants(tenants)
+        placement = {a.name: Placement("allreduce", (1, 2), rail=0),
+                     noisy.name: Placement("allreduce", (1, 2), rail=0),
+                     b.name: Placement("allreduce", (1, 2), rail=1)}
+        return Scenario(name, mode, [a.name, b.name, noisy.name], seconds, workload="rails",
+                        placement=placement)
     raise ValueError(f"unknown workload {workload!r}")
 
 
@@ -64,9 +144,12 @@ def standalone(tenants, seconds):
             for t in tenants]
 
 
+RING_WORKLOADS = ("backlogged", "onoff", "many", "training")  # their "% of alone" baselines
+
+
 def demo_scenarios(tenants, link_bps, seconds, modes, workloads):
     alone = max(4.0, seconds * 0.6)
-    out = standalone(tenants, alone)
+    out = standalone(tenants, alone) if any(w in RING_WORKLOADS for w in workloads) else []
     for w in workloads:
         out += [workload_scenario(w, m, tenants, link_bps, seconds) for m in modes]
     return out
@@ -75,9 +158,11 @@ def demo_scenarios(tenants, link_bps, seconds, modes, workloads):
 def bench_scenarios(tenants, link_bps, quick, modes, workloads):
     alone, contended, idle = (6, 10, 10) if quick else (10, 20, 20)
     guaranteed = [t for t in tenants if t.guarantee_bps > 0]
-    out = standalone(tenants, alone)
-    out += [Scenario(f"standalone-capped-{t.name}", "tenantqos-rdma", [t.name], alone,
-                     capped=t.name, workload="standalone") for t in guaranteed]
+    out = []
+    if any(w in RING_WORKLOADS for w in workloads):
+        out += standalone(tenants, alone)
+        out += [Scenario(f"standalone-capped-{t.name}", "tenantqos-rdma", [t.name], alone,
+                         capped=t.name, workload="standalone") for t in guaranteed]
     if "many" in workloads:
         many = many_tenants(link_bps)
         out += standalone(many, alone)
@@ -89,10 +174,17 @@ def bench_scenarios(tenants, link_bps, quick, modes, workloads):
     for w in workloads:
         out += [workload_scenario(w, m, tenants, link_bps,
                                   contended * (1.5 if w == "training" else 1)) for m in modes]
-    if guaranteed and "tenantqos-rdma" in modes:
+    ring = any(w in RING_WORKLOADS for w in workloads)
+    if guaranteed and "tenantqos-rdma" in modes and ring:
         out.append(Scenario("idle-wake-tenantqos-rdma", "tenantqos-rdma",
                             [t.name for t in tenants], idle, report_ms=10, workload="idle-wake",
                             on_off={guaranteed[0].name: "1500:1000:0"}))
+    if "incast" in workloads:
+        # Ingress reaction: tenant-a's incast wakes into noisy's (its receiver's guarantee).
+        a, _ = placed_tenants(tenants)
+        out += [placed_scenario(f"incast-wake-{m}", "incast-wake", m, tenants, idle,
+                                on_off={a.name: INCAST_WAKE}, report_ms=10)
+                for m in ("tenantqos-rdma", "tenantqos-tcp") if m in modes]
     return out
 
 
@@ -120,8 +212,10 @@ def cell(e, alone_bps, training, link_bps):
     return f"{e['busbw_bps'] / 1e9:.3f} {pct} {att} {conf}"
 
 
-def print_table(results, link_bps, modes, workloads, tenants_of):
-    """One block per workload: one row per tenant, a column group per mode."""
+def print_table(results, link_bps, modes, workloads, tenants_of, placement_of=lambda w: None):
+    """One block per workload: one row per tenant, a column group per mode. Placed workloads
+    (their tenants on their own nodes): figures at the receiving nodes, no "% of alone" (the
+    baseline is a two-node ring)."""
     r = {x["name"]: x for x in results}
     width = 27
     say("")
@@ -134,13 +228,15 @@ def print_table(results, link_bps, modes, workloads, tenants_of):
         shown = [m for m in modes if scenario_name(w, m) in r]
         if not shown:
             continue
+        placed = placement_of(w)
         say(f"\n[{w}]" + ("  (on/off tenants send 30 % of the time: % of alone is of a "
-                           "tenant running throughout)" if w == "onoff" else ""))
+                           "tenant running throughout)" if w == "onoff" else "") +
+            (f"  ({placed}; figures at the receiving nodes)" if placed else ""))
         head = f"{'tenant':<9} {'g/l Gbit/s':>11} |" + "".join(f" {m:^{width}} |" for m in shown)
         say(head)
         say("-" * len(head))
         for t in tenants_of(w):
-            alone = r.get(f"standalone-{t.name}")
+            alone = None if placed else r.get(f"standalone-{t.name}")
             alone_bps = alone["tenants"][0]["busbw_bps"] if alone and alone["tenants"] else None
             row = f"{t.name:<9} {t.guarantee_bps / 1e9:5.3f}/{t.limit_bps / 1e9:5.3f} |"
             for m in shown:
@@ -164,10 +260,28 @@ def print_table(results, link_bps, modes, workloads, tenants_of):
 
 # Targets ------------------------------------------------------------------------------------
 
+def reaction_targets(line, tag, sc, where=""):
+    """The reaction targets of an on/off or wake scenario (<= 20 ms p50); `where`: at the
+    sleeper's receiver (the ingress reaction)."""
+    for tenant, rx in sorted(sc.get("reaction_ms", {}).items()):
+        if "idle_to_others_p50" in rx:
+            line(rx["idle_to_others_p50"] <= 20,
+                 f"{tag}: others{where} use {tenant}'s idle share in "
+                 f"{rx['idle_to_others_p50']:.1f} ms p50 (<= 20 ms)")
+        if "wake_to_guarantee_p50" in rx:
+            line(rx["wake_to_guarantee_p50"] <= 20,
+                 f"{tag}: {tenant} waking has its guarantee{where} in "
+                 f"{rx['wake_to_guarantee_p50']:.1f} ms p50 (<= 20 ms, {rx.get('cycles', 0)} "
+                 "cycles)")
+
+
+TARGET_WORKLOADS = RING_WORKLOADS + tuple(PLACED) + ("rails",)
+
+
 def check_targets(results, reaction):
-    """Prints issue 16's targets for tenantqos (both modes) in every workload as PASS/MISS lines
-    and, for every other mode, the properties it violated (or that it violated none); returns
-    the number of tenantqos targets missed."""
+    """Prints issues 16's and 20's targets for tenantqos (both modes) in every workload as
+    PASS/MISS lines and, for every other mode, the properties it violated (or that it violated
+    none); returns the number of tenantqos targets missed."""
     missed = 0
 
     def line(ok, text):
@@ -176,14 +290,18 @@ def check_targets(results, reaction):
         say(f"  [{'PASS' if ok else 'MISS'}] {text}")
 
     say("")
-    say("Targets (issue 16), with tenantqos (attainment over busy windows):")
+    say("Targets (issues 16, 20), with tenantqos (attainment over busy windows at the receiving "
+        "nodes; cap conformance at either end):")
     r = {x["name"]: x for x in results}
     for sc in results:
         mode = sc.get("mode", "")
         if not mode.startswith("tenantqos") or sc.get("workload") not in (
-                "backlogged", "onoff", "many", "training") or sc.get("skipped"):
+                TARGET_WORKLOADS + ("incast-wake",)) or sc.get("skipped"):
             continue
         tag = f"{sc['workload']}/{mode}"
+        if sc["workload"] == "incast-wake":  # the ingress reaction alone
+            reaction_targets(line, tag, sc, " at its receiver")
+            continue
         for e in sc["tenants"]:
             if e["guarantee_bps"] <= 0:
                 continue
@@ -210,10 +328,12 @@ def check_targets(results, reaction):
         if worst:
             line(worst["cap_conformance_max"] <= analysis.CAP_MAX,
                  f"{tag}: cap conformance max {worst['cap_conformance_max']:.3f} "
-                 f"({worst['name']}, <= {analysis.CAP_MAX})")
+                 f"({worst['name']}; received {_fmt(worst.get('cap_conformance_rx_max'), '{:.3f}')}"
+                 f", sent {_fmt(worst.get('cap_conformance_tx_max'), '{:.3f}')}; "
+                 f"<= {analysis.CAP_MAX})")
         if sc.get("utilization_over_demand") is not None:
             line(sc["utilization_over_demand"] >= analysis.UTILIZATION_MIN,
-                 f"{tag}: link utilisation while demand exceeded the link "
+                 f"{tag}: receiving links' utilisation while demand exceeded them "
                  f"{sc['utilization_over_demand']:.3f} (>= {analysis.UTILIZATION_MIN})")
         if sc["workload"] == "backlogged":
             for e in sc["tenants"]:
@@ -225,15 +345,7 @@ def check_targets(results, reaction):
                     ratio = e["busbw_bps"] / base
                     line(ratio >= 0.97, f"{tag}: {e['name']} busbw contended / alone capped at "
                          f"its guarantee = {ratio:.3f} (>= 0.97)")
-        for tenant, rx in sorted(sc.get("reaction_ms", {}).items()):
-            if "idle_to_others_p50" in rx:
-                line(rx["idle_to_others_p50"] <= 20,
-                     f"{tag}: others use {tenant}'s idle share in "
-                     f"{rx['idle_to_others_p50']:.1f} ms p50 (<= 20 ms)")
-            if "wake_to_guarantee_p50" in rx:
-                line(rx["wake_to_guarantee_p50"] <= 20,
-                     f"{tag}: {tenant} waking has its guarantee in "
-                     f"{rx['wake_to_guarantee_p50']:.1f} ms p50 (<= 20 ms)")
+        reaction_targets(line, tag, sc)
     for key, label in (("idle_to_others_p50", "others reflect an idle tenant"),
                        ("wake_to_guarantee_p50", "a waking tenant has its guarantee")):
         if key in reaction:
@@ -244,7 +356,7 @@ def check_targets(results, reaction):
     say("What the other modes violate (the same targets):")
     for sc in results:
         if sc.get("mode", "").startswith("tenantqos") or sc.get("workload") not in (
-                "backlogged", "onoff", "many", "training"):
+                TARGET_WORKLOADS):
             continue
         tag = f"{sc['workload']}/{sc['mode']}"
         if sc.get("skipped"):

@@ -18,14 +18,19 @@ import time
 from . import analysis, peers
 from .meter import DscpMeter
 from .procs import run as run_cmd
-from .workload import TenantJob
+from .workload import Placement, TenantJob
 
 WARMUP_S = 2.0   # after the last rank's first report: slow start, the allocator settling on all tenants
 TAIL_S = 0.3     # before the first rank stops (--duration after its start) or its last full report
 WINDOW_S = 0.1   # the figures' windows (attainment, conformance), whatever the meter's tick
 
 MODES = ("none",) + peers.PEER_MODES + ("tenantqos-rdma", "tenantqos-tcp")
-WORKLOADS = ("backlogged", "onoff", "many", "training")
+# The first four run every tenant's ring over the same nodes (--nodes, default 2); the others
+# place each tenant on its own nodes (report.py, PLACED) and need 4.
+WORKLOADS = ("backlogged", "onoff", "many", "training", "incast", "alltoall", "asymmetric",
+             "rails")
+# What the bench runs without --workloads: `rails` (two NICs per node) is asked for by name.
+BENCH_WORKLOADS = WORKLOADS[:-1]
 MODE_TEXT = {
     "none": "no tenantqos (plugin unpaced, FIFO link)",
     "caps": "per-tenant egress caps at the limit (CNI bandwidth / Cilium model)",
@@ -100,7 +105,8 @@ def tenants_from_json(doc):
 
 class Scenario:
     def __init__(self, name, mode, tenants, duration, report_ms=100, capped=None, on_off=None,
-                 workload="backlogged", policy=None, compute_ms=None, size="32M"):
+                 workload="backlogged", policy=None, compute_ms=None, size="32M",
+                 placement=None):
         self.name = name
         self.mode = mode          # one of MODES
         self.tenants = tenants    # names of the tenants that run
@@ -111,7 +117,15 @@ class Scenario:
         self.workload = workload  # one of WORKLOADS, or "standalone" / "idle-wake"
         self.policy = policy      # names of the policy's tenants (None: the runner's default)
         self.compute_ms = compute_ms or {}  # {tenant: compute phase per training iteration}
-        self.size = size          # allreduce size per iteration (tenantqos-perf --size)
+        self.size = size          # size per iteration (tenantqos-perf --size)
+        # {tenant: Placement}; a tenant not named runs a ring over the runner's nodes.
+        self.placement = placement or {}
+
+    def nodes_used(self, default_nodes):
+        return max([default_nodes] + [max(p.nodes) for p in self.placement.values()])
+
+    def rails_used(self):
+        return 1 + max([p.rail for p in self.placement.values()] + [0])
 
 
 def say(msg):
@@ -122,7 +136,7 @@ class Runner:
     """Runs scenarios on a created topology with a started policyd."""
 
     def __init__(self, topo, bins, procs, control, workdir, link_bps, headroom, tenants,
-                 extra_tenants=()):
+                 extra_tenants=(), ring_nodes=2):
         self.topo = topo
         self.bins = bins
         self.procs = procs
@@ -134,7 +148,9 @@ class Runner:
         self.order = [t.name for t in tenants]  # the default policy
         self.applied = None      # (policy text) last applied
         self.version = 0
-        self.samples = {}        # scenario -> {tenant: [series per rank]} for plots
+        self.ring_nodes = ring_nodes  # nodes of a tenant without a placement (its ring)
+        self.samples = {}        # scenario -> {plot label: (tenant, series)}
+        self.received = {}       # scenario -> {tenant: [series per receiving node]}
         self.peer_built = False  # a peer mode's tc is on the links
         self.iteration_alone = {}  # tenant -> training iteration p99 (s) alone, capped
 
@@ -170,9 +186,15 @@ class Runner:
         return self.cp.node_run_dir
 
     # One scenario ------------------------------------------------------------------------
+    def placement(self, sc, tenant):
+        return sc.placement.get(tenant) or Placement("allreduce",
+                                                     range(1, self.ring_nodes + 1))
+
     def run(self, sc, index, total):
-        say(f"[{index}/{total}] {sc.name}: {', '.join(sc.tenants)} | {MODE_TEXT[sc.mode]} | "
-            f"{sc.duration:.0f} s")
+        placed = "".join(f" [{n}: {sc.placement[n].describe()}]" for n in sc.tenants
+                         if n in sc.placement)
+        say(f"[{index}/{total}] {sc.name}: {', '.join(sc.tenants)}{placed} | "
+            f"{MODE_TEXT[sc.mode]} | {sc.duration:.0f} s")
         try:
             run_dir_of = self._enforce(sc)
         except peers.PeerUnavailable as e:
@@ -188,7 +210,7 @@ class Runner:
             res = self._run_jobs(sc, index, run_dir_of, meter)
         finally:
             meter.stop()
-        if sc.workload == "onoff":
+        if sc.workload in ("onoff", "incast-wake"):
             res["reaction_ms"] = {s: self.reaction(sc.name, s, [n for n in sc.tenants if n != s])
                                   for s in sc.on_off}
         return res
@@ -197,12 +219,14 @@ class Runner:
         jobs = []
         for k, name in enumerate(sc.tenants):
             t = self.tenants[name]
-            job = TenantJob(name, index * 10 + k, nsocks=t.nsocks, size=sc.size,
-                            on_off=sc.on_off.get(name), dscp=t.dscp,
+            job = TenantJob(name, index * 10 + k, self.placement(sc, name), nsocks=t.nsocks,
+                            size=sc.size, on_off=sc.on_off.get(name), dscp=t.dscp,
                             compute_ms=sc.compute_ms.get(name))
             job.start(self.topo, self.bins, self.procs, self.workdir, sc.name, sc.duration,
                       sc.report_ms, run_dir_of)
             jobs.append(job)
+        # The links into the receiving nodes: where the tenants contend.
+        ends = sorted({(n, j.placement.rail) for j in jobs for n in j.placement.receivers()})
         t_start = time.time()
         # Link counters: from when every rank is past setup (~1 s) plus the warm-up.
         t0 = t_start + 1.0 + WARMUP_S
@@ -223,9 +247,9 @@ class Runner:
                 raise RuntimeError(f"scenario {sc.name}: an agent exited; see "
                                    f"{self.workdir}/agent-node*.log")
             if port0 is None and now >= t0:
-                port0 = (time.time(), [self.topo.port_stats(i) for i in (1, 2)])
+                port0 = (time.time(), {e: self.topo.port_stats(*e) for e in ends})
             if port1 is None and now >= t1:
-                port1 = (time.time(), [self.topo.port_stats(i) for i in (1, 2)])
+                port1 = (time.time(), {e: self.topo.port_stats(*e) for e in ends})
             if all(job.done() for job in jobs):
                 break
             if now > deadline:
@@ -246,78 +270,119 @@ class Runner:
                     firsts.append(full[0][0] - full[0][1])
                     lasts.append(full[-1][0])
         if firsts:
-            # Ends: a rank stops starting allreduces --duration after its start, then drains
+            # Ends: a rank stops starting iterations --duration after its start, then drains
             # (reports go on, with less and less traffic) — so the span ends at the first
             # tenant's stop, not at the last report.
             t0 = max(firsts) + WARMUP_S
             t1 = min(min(lasts), min(firsts) + sc.duration) - TAIL_S
-        return self._measure(sc, jobs, t0, t1, port0, port1, meter)
+        return self._measure(sc, jobs, ends, t0, t1, port0, port1, meter)
 
     def _live_rate(self, job):
+        """What the job's receiving ranks receive, mean per rank (Gbit/s)."""
+        pl = job.placement
+        ranks = [r for r, n in enumerate(pl.nodes) if n in pl.receivers()]
         total = 0.0
-        for r in range(len(job.ranks)):
+        for r in ranks:
             s = analysis.rate_series(job.records(r))
             if s:
                 total += s[-1][2]
-        return total / max(1, len(job.ranks)) / 1e9
+        return total / max(1, len(ranks)) / 1e9
 
-    def _measure(self, sc, jobs, t0, t1, port0, port1, meter):
+    def _measure(self, sc, jobs, ends, t0, t1, port0, port1, meter):
         res = {"name": sc.name, "workload": sc.workload, "mode": sc.mode, "skipped": None,
                "link_bps": self.link_bps, "tenants": []}
         if port0 and port1 and port1[0] > port0[0]:
             span = port1[0] - port0[0]
-            utils = [(b1[0] - b0[0]) * 8 / (self.link_bps * span)
-                     for b0, b1 in zip(port0[1], port1[1])]
+            utils = [(port1[1][e][0] - port0[1][e][0]) * 8 / (self.link_bps * span) for e in ends]
             res["link_utilization"] = sum(utils) / len(utils)
-            res["link_drops"] = sum(b1[2] - b0[2] for b0, b1 in zip(port0[1], port1[1]))
+            res["link_drops"] = sum(port1[1][e][2] - port0[1][e][2] for e in ends)
         else:
             res["link_utilization"] = None
         self.samples[sc.name] = {}
+        self.received[sc.name] = {}
         width = WINDOW_S
         # Windows on the wall clock's 100 ms grid: an on/off schedule's edges are window edges.
         t0 = analysis.align_up(t0, width)
-        all_series = {job.tenant: [meter.series(job.tenant, node)
-                                   for node in range(1, self.topo.nodes + 1)] for job in jobs}
-        # Windows in which the link carried >= 90 % of its rate in payload (diagnostic, below).
-        mask = analysis.busy_mask(list(all_series.values()), width, t0, t1, self.link_bps)
-        busy = [sum(m) for m in mask]
-        res["busy_windows"] = sum(busy)
-        res["windows_per_node"] = len(mask[0]) if mask else 0
-        demand = []
+        # What each tenant received at each of its receiving nodes, and sent from each sender.
+        rx = {j.tenant: {(n, j.placement.rail): meter.series(j.tenant, n, j.placement.rail)
+                         for n in j.placement.receivers()} for j in jobs}
+        tx = {j.tenant: {(n, j.placement.rail): meter.sent_series(j.tenant, n, j.placement.rail)
+                         for n in j.placement.senders()} for j in jobs}
+        # Windows in which a receiving node's link carried >= 90 % of its rate in payload.
+        mask = analysis.busy_mask({e: [rx[t][e] for t in rx if e in rx[t]] for e in ends},
+                                  width, t0, t1, self.link_bps)
+        res["busy_windows"] = sum(sum(m) for m in mask.values())
+        res["windows_per_node"] = len(next(iter(mask.values()))) if mask else 0
+        per_end = {e: [] for e in ends}
+        several = any(len(j.placement.receivers()) > 1 for j in jobs if j.tenant in sc.placement)
         for job in jobs:
             spec = self.tenants[job.tenant]
             limit = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
-            # Delivered payload per receiving node, counted by the kernel (meter.py); one
-            # series per direction of the ring.
-            series = all_series[job.tenant]
-            self.samples[sc.name][job.tenant] = series
+            rx_ends, tx_ends = list(rx[job.tenant]), list(tx[job.tenant])
+            series = [rx[job.tenant][e] for e in rx_ends]
+            sent = [tx[job.tenant][e] for e in tx_ends]
+            self.received[sc.name][job.tenant] = series
+            for e, s in zip(rx_ends, series):
+                label = f"{job.tenant}@node{e[0]}" if several else job.tenant
+                if several or e == rx_ends[0]:
+                    self.samples[sc.name][label] = (job.tenant, s)
             with open(os.path.join(self.workdir, f"series-{sc.name}-{job.tenant}.json"), "w") as f:
-                json.dump({"t0": t0, "t1": t1, "series": series}, f)
+                json.dump({"t0": t0, "t1": t1,
+                           "received": {f"node{n}/eth{r}": s
+                                        for (n, r), s in rx[job.tenant].items()},
+                           "sent": {f"node{n}/eth{r}": s for (n, r), s in tx[job.tenant].items()}},
+                          f)
             # The windows with demand: always (backlogged), the on phases (on/off), none known
             # (training: compute phases come and go with the iteration times).
             training = job.tenant in sc.compute_ms
             active = ([False] * res["windows_per_node"] if training else
                       analysis.on_windows(sc.on_off.get(job.tenant), width, t0, t1))
-            demand.append((series, active, min(limit, self.link_bps)))
+            for e, s in zip(rx_ends, series):
+                per_end[e].append((s, active, min(limit, self.link_bps)))
             fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1,
                                           width_s=width)
+            fig_tx = analysis.tenant_figures(sent, spec.guarantee_bps, limit, t0, t1,
+                                             width_s=width)
             p50, p1 = analysis.attainment_masked(series, spec.guarantee_bps, width, t0, t1,
                                                  [active] * len(series))
-            p50_busy, p1_busy = analysis.attainment_masked(
-                series, spec.guarantee_bps, width, t0, t1,
-                [[a and b for a, b in zip(active, m)] for m in mask])
+            busy_masks = [[a and b for a, b in zip(active, mask[e])] for e in rx_ends]
+            p50_busy, p1_busy = analysis.attainment_masked(series, spec.guarantee_bps, width,
+                                                           t0, t1, busy_masks)
             summ = job.summary(0) or {}
             if summ.get("wrong", 0):
-                raise RuntimeError(f"{sc.name}: {job.tenant}'s allreduce results were wrong")
-            entry = {"name": job.tenant, "busbw_bps": summ.get("busbw_GBps", 0) * 8e9,
+                raise RuntimeError(f"{sc.name}: {job.tenant}'s {job.placement.pattern} results "
+                                   "were wrong")
+            caps = [c for c in (fig["cap_conformance_max"], fig_tx["cap_conformance_max"])
+                    if c is not None]
+            nodes = []
+            for e, s, m in zip(rx_ends, series, busy_masks):
+                f1 = analysis.tenant_figures([s], spec.guarantee_bps, limit, t0, t1, width_s=width)
+                b50, b1 = analysis.attainment_masked([s], spec.guarantee_bps, width, t0, t1, [m])
+                nodes.append({"node": e[0], "rail": e[1], "direction": "rx",
+                              "mean_bps": f1["mean_bps"], "attainment_p50_link_busy": b50,
+                              "attainment_p1_link_busy": b1,
+                              "cap_conformance_max": f1["cap_conformance_max"]})
+            for e, s in zip(tx_ends, sent):
+                f1 = analysis.tenant_figures([s], spec.guarantee_bps, limit, t0, t1, width_s=width)
+                nodes.append({"node": e[0], "rail": e[1], "direction": "tx",
+                              "mean_bps": f1["mean_bps"],
+                              "cap_conformance_max": f1["cap_conformance_max"]})
+            entry = {"name": job.tenant, "placement": job.placement.describe(),
+                     "busbw_bps": summ.get("busbw_GBps", 0) * 8e9,
                      "guarantee_bps": spec.guarantee_bps, "limit_bps": limit,
                      "mean_bps": fig["mean_bps"], "windows": fig["windows"],
-                     # Over the windows with demand (all of them when backlogged).
+                     # Over the windows with demand (all of them when backlogged), at every
+                     # receiving node.
                      "attainment_p50": p50, "attainment_p1": p1,
-                     # ... of which the link as a whole was busy (the targets' figure).
+                     # ... of which the receiving node's link as a whole was busy (the targets'
+                     # figure).
                      "attainment_p50_link_busy": p50_busy,
                      "attainment_p1_link_busy": p1_busy,
-                     "cap_conformance_max": fig["cap_conformance_max"]}
+                     # The worst window at either end (received at a node, sent from one).
+                     "cap_conformance_max": max(caps) if caps else None,
+                     "cap_conformance_rx_max": fig["cap_conformance_max"],
+                     "cap_conformance_tx_max": fig_tx["cap_conformance_max"],
+                     "nodes": nodes}
             if training:
                 its = analysis.iteration_times(
                     [job.iteration_ends(r) for r in range(len(job.ranks))], t0, t1)
@@ -331,7 +396,7 @@ class Runner:
         # The data frames that carried the payload (ACKs, which use the port too, left out:
         # receivers coalesce them, a lower bound).
         res["utilization_over_demand"] = analysis.utilization_over_demand(
-            demand, self.link_bps, width, t0, t1,
+            per_end, self.link_bps, width, t0, t1,
             lambda p: peers.wire_rate(p, segments_per_ack=0))
         res["violations"] = analysis.violations(res)
         for e in res["tenants"]:
@@ -355,12 +420,13 @@ class Runner:
         rate reaches 90 % of what they get while it sleeps (until the next tenant goes idle or
         wakes); wake_to_guarantee: from its first sending window after a pause until it
         receives >= 95 % of its guarantee (guaranteed sleepers only)."""
-        samples = self.samples.get(sc_name, {})
+        samples = self.received.get(sc_name, {})
         if sleeper not in samples:
             return {}
         spec = self.tenants[sleeper]
         g = spec.guarantee_bps
-        # The sleeper's rank 0 receive series: what node 2 sends it (rank 1's uplink).
+        # What the sleeper receives at its first receiving node (two-node ring: node 1, from
+        # node 2; incast: the node it converges on), and the others there.
         sleeper_rx = samples[sleeper][0]
         others_rx = [samples[o][0] for o in others if o in samples]
         active = 0.05 * g if g > 0 else 1e6
@@ -455,25 +521,30 @@ def write_plot(runner, grid, png_path, workdir):
 
 def _plot_panel(runner, name, workdir):
     files = []
-    for tenant, series in runner.samples[name].items():
-        if not series or not series[0]:
+    for label, (tenant, series) in runner.samples[name].items():
+        if not series:
             continue
-        t0 = series[0][0][0] - series[0][0][1]
-        path = os.path.join(workdir, f"plot-{name}-{tenant}.dat")
+        t0 = series[0][0] - series[0][1]
+        path = os.path.join(workdir, f"plot-{name}-{label.replace('@', '-')}.dat")
         with open(path, "w") as f:
             # 100 ms windows whatever the meter's tick (10 ms ticks are unreadable at this size).
-            for k, r in enumerate(analysis.rebin(series[0], WINDOW_S, t0, series[0][-1][0])):
+            for k, r in enumerate(analysis.rebin(series, WINDOW_S, t0, series[-1][0])):
                 f.write(f"{(k + 1) * WINDOW_S:.3f} {r / 1e9:.4f}\n")
-        files.append((tenant, path))
+        files.append((label, tenant, path))
     plots = []
-    many = len(files) > 4  # eight tenants: no guarantee/limit lines, they would hide the data
-    for i, (tenant, path) in enumerate(files):
+    # Eight tenants: no guarantee/limit lines, they would hide the data.
+    many = len({tenant for _, tenant, _ in files}) > 4
+    lines_drawn = set()
+    for i, (label, tenant, path) in enumerate(files):
         spec = runner.tenants[tenant]
-        plots.append(f"'{path}' using 1:2 with lines lw 2 lc {i + 1} title '{tenant}'")
-        if spec.guarantee_bps > 0 and not many:
+        plots.append(f"'{path}' using 1:2 with lines lw 2 lc {i + 1} title '{label}'")
+        if tenant in lines_drawn or many:
+            continue
+        lines_drawn.add(tenant)
+        if spec.guarantee_bps > 0:
             plots.append(f"{spec.guarantee_bps / 1e9:.4f} with lines dt 2 lc {i + 1} "
                          f"title '{tenant} guarantee'")
-        if spec.limit_bps < runner.link_bps and not many:
+        if spec.limit_bps < runner.link_bps:
             plots.append(f"{spec.limit_bps / 1e9:.4f} with lines dt 3 lc {i + 1} "
                          f"title '{tenant} limit'")
     return [f"set title '{name}'", "set xlabel 's'", "plot " + ", ".join(plots)]

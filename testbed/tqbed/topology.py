@@ -1,12 +1,34 @@
-"""The emulated cluster: namespaces, veths, bridge, and the switch-side link-rate emulation."""
+"""The emulated cluster: node namespaces cabled to switches, and the switches' emulated ports.
+
+Objects, so that a switch hierarchy is an extension rather than a rewrite:
+
+  Port      a switch's egress queue towards one cable end: an HTB class at the link rate
+            feeding a byte-bounded FIFO (the switch's buffer for that port). Peer modes
+            (peers.py) replace the FIFO by their classes, each with a FIFO of the same bound.
+  Switch    a Linux bridge in the fabric namespace (`<prefix>-switch`). All switches live in
+            that one namespace (with tenantqos-policyd), so cabling two of them is a veth pair
+            whose ends are both there.
+  NodeLink  a node's NIC (`eth<rail>` in the node's namespace) cabled to a port of a switch;
+            the port towards the node is emulated (the node's side is not: see docs/testbed.md,
+            "Limits of the emulation").
+
+Today's shape: one switch per rail (rail-optimised: rail r of every node on switch r), nodes
+1..N on each. A leaf/spine fabric adds switches and inter-switch cables with a Port at each end
+(the same Port class), and chooses each node's switch; nothing else here assumes one switch.
+"""
 import os
 import re
 
 from .procs import run
 
-SUBNET = "10.213.0"        # only ever used inside the namespaces this module creates
+SUBNET = "10.213.0"        # only ever used inside the namespaces this module creates (rail 0)
 SWITCH_ADDR = f"{SUBNET}.254"
 HOST_ADDR = f"{SUBNET}.253"  # root-namespace port, so the host can reach the agents' /metrics
+MAX_NODES = 8
+MAX_RAILS = 2
+# The emulated ports' buffer, as time at the link rate (docs/testbed.md, "Link emulation").
+DEFAULT_BUFFER_S = 0.004
+RTO_MIN = "5ms"  # the nodes' TCP minimum RTO on the fabric's routes (see _cable)
 
 
 def rate_to_bits(text):
@@ -18,30 +40,161 @@ def rate_to_bits(text):
     return int(float(m.group(1)) * mult)
 
 
-class Topology:
-    """`nodes` namespaces joined through one switch namespace; link rate emulated per port."""
+def buffer_to_bytes(text, link_bits):
+    """A port buffer: a time at the link rate ('2ms', '500us') or a size ('256KiB', '300KB',
+    '250000') -> bytes (at least two full-size frames)."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*(ms|us|s|b|kb|kib|mb|mib)?\s*", text.lower())
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"invalid port buffer {text!r} (examples: 2ms, 500us, 256KiB, 300KB)")
+    v, unit = float(m.group(1)), m.group(2) or "b"
+    if unit in ("s", "ms", "us"):
+        seconds = v * {"s": 1, "ms": 1e-3, "us": 1e-6}[unit]
+        out = int(link_bits / 8 * seconds)
+    else:
+        out = int(v * {"b": 1, "kb": 1e3, "kib": 1024, "mb": 1e6, "mib": 1 << 20}[unit])
+    return max(out, 2 * 1514)
 
-    def __init__(self, prefix="tqbed", nodes=2, link_bits=1_000_000_000, queue_packets=1000):
+
+class Port:
+    """A switch egress port: `dev` in namespace `netns`, an HTB class 1:1 at `rate_bits`
+    (rate = ceil, 1 ms burst: the serialisation of the link) feeding a bfifo of `buffer_bytes`.
+
+    bfifo counts bytes, so a veth/bridge GSO segment of 64 KB takes 64 KB of the buffer as it
+    would on a switch (a 1000-packet pfifo held up to ~64 MB of them)."""
+
+    def __init__(self, netns, dev, rate_bits, buffer_bytes, label):
+        self.netns = netns
+        self.dev = dev
+        self.rate_bits = int(rate_bits)
+        self.buffer_bytes = int(buffer_bytes)
+        self.label = label  # for messages: "switch0 port towards node3"
+
+    def burst(self, rate_bits=None):
+        """1 ms at the rate (>= 2 frames), so the shaper holds its rate at high speeds."""
+        return max(int(rate_bits or self.rate_bits) // 8 // 1000, 3028)
+
+    def fifo(self, parent, handle):
+        """The tc command adding this port's FIFO under class `parent`."""
+        return ["tc", "qdisc", "add", "dev", self.dev, "parent", parent, "handle", handle,
+                "bfifo", "limit", str(self.buffer_bytes)]
+
+    def build(self):
+        rate, burst = f"{self.rate_bits}bit", str(self.burst())
+        run(["tc", "qdisc", "add", "dev", self.dev, "root", "handle", "1:", "htb", "default",
+             "1"], netns=self.netns)
+        run(["tc", "class", "add", "dev", self.dev, "parent", "1:", "classid", "1:1", "htb",
+             "rate", rate, "ceil", rate, "burst", burst, "cburst", burst], netns=self.netns)
+        run(self.fifo("1:1", "10:"), netns=self.netns)
+
+    def reset(self):
+        """Back to the plain port (after a peer mode replaced its tree)."""
+        run(["tc", "qdisc", "del", "dev", self.dev, "root"], netns=self.netns, check=False)
+        self.build()
+
+    def stats(self):
+        """(bytes, packets, drops) the port sent: bytes and packets of the link class 1:1, drops
+        of every class (a peer mode's leaves).
+
+        Parses `tc -s class show` text: iproute2 6.1 prints classes as text even with -j."""
+        r = run(["tc", "-s", "class", "show", "dev", self.dev], netns=self.netns)
+        cur = None
+        link = None
+        drops = 0
+        for line in r.stdout.splitlines():
+            if line.startswith("class "):
+                cur = line.split()[2]
+            m = re.match(r"\s*Sent (\d+) bytes (\d+) pkt \(dropped (\d+)", line)
+            if m:
+                drops += int(m.group(3))
+                if cur == "1:1":
+                    link = (int(m.group(1)), int(m.group(2)))
+        if link is None:
+            raise RuntimeError(f"no class 1:1 on {self.dev} in {self.netns} ({self.label})")
+        return link[0], link[1], drops
+
+
+class Switch:
+    """A bridge in the fabric namespace, with its emulated ports."""
+
+    def __init__(self, netns, index):
+        self.netns = netns
+        self.index = index
+        self.bridge = f"br{index}"
+        self.ports = []
+
+    def create(self):
+        run(["ip", "-n", self.netns, "link", "add", self.bridge, "type", "bridge"])
+        run(["ip", "-n", self.netns, "link", "set", self.bridge, "up"])
+
+    def attach(self, dev):
+        run(["ip", "-n", self.netns, "link", "set", dev, "master", self.bridge])
+        run(["ip", "-n", self.netns, "link", "set", dev, "up"])
+
+
+class NodeLink:
+    """Node `node`'s NIC eth<rail> cabled to `switch`; `port` is the switch's port towards it."""
+
+    def __init__(self, node, rail, node_ns, switch, port):
+        self.node = node
+        self.rail = rail
+        self.node_ns = node_ns
+        self.dev = f"eth{rail}"
+        self.switch = switch
+        self.port = port
+        self.addr = f"10.213.{rail}.{node}"
+        self.ingress_ifb = f"ifb{rail}"  # where a peer mode shapes what the NIC received
+
+
+class Topology:
+    """`nodes` namespaces with `rails` NICs each; rail r of every node on switch r."""
+
+    def __init__(self, prefix="tqbed", nodes=2, link_bits=1_000_000_000, buffer_bytes=None,
+                 rails=1):
         if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", prefix):
             raise ValueError("prefix: 1-8 lowercase letters/digits, starting with a letter")
+        if not 2 <= nodes <= MAX_NODES:
+            raise ValueError(f"nodes: 2..{MAX_NODES}")
+        if not 1 <= rails <= MAX_RAILS:
+            raise ValueError(f"rails: 1..{MAX_RAILS}")
         self.prefix = prefix
         self.nodes = nodes
+        self.rails = rails
         self.link_bits = link_bits
-        self.queue_packets = queue_packets
-        self.switch = f"{prefix}-switch"
+        self.buffer_bytes = (buffer_bytes if buffer_bytes is not None
+                             else buffer_to_bytes(f"{DEFAULT_BUFFER_S}s", link_bits))
+        self.switch = f"{prefix}-switch"  # the fabric namespace: every switch, and policyd
+        self.switches = [Switch(self.switch, r) for r in range(rails)]
+        self.links = {}  # (node, rail) -> NodeLink
+        for i in range(1, nodes + 1):
+            for r in range(rails):
+                sw = self.switches[r]
+                port = Port(self.switch, self.switch_port(i, r), link_bits, self.buffer_bytes,
+                            f"switch{r} port towards node{i}")
+                sw.ports.append(port)
+                self.links[(i, r)] = NodeLink(i, r, self.node_ns(i), sw, port)
         self.created = False
 
     # Names -------------------------------------------------------------------------------
     def node_ns(self, i):
         return f"{self.prefix}-node{i}"
 
-    def node_addr(self, i):
-        return f"{SUBNET}.{i}"
+    def node_addr(self, i, rail=0):
+        return f"10.213.{rail}.{i}"
 
-    def switch_port(self, i):
-        return f"{self.prefix}p{i}"  # <= 15 chars
+    def switch_port(self, i, rail=0):
+        return f"{self.prefix}p{i}" + (f"r{rail}" if rail else "")  # <= 15 chars
 
-    node_dev = "eth0"  # the node's uplink inside its namespace
+    node_dev = "eth0"  # the node's rail-0 NIC inside its namespace
+
+    def node_devs(self):
+        return [f"eth{r}" for r in range(self.rails)]
+
+    def link(self, node, rail=0):
+        return self.links[(node, rail)]
+
+    def ports(self):
+        """Every emulated port, of every switch."""
+        return [p for sw in self.switches for p in sw.ports]
 
     @property
     def host_port(self):
@@ -110,76 +263,55 @@ class Topology:
         sw = self.switch
         run(["ip", "netns", "add", sw])
         run(["ip", "-n", sw, "link", "set", "lo", "up"])
-        run(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
-        run(["ip", "-n", sw, "link", "set", "br0", "up"])
-        run(["ip", "-n", sw, "addr", "add", f"{SWITCH_ADDR}/24", "dev", "br0"])
+        for s in self.switches:
+            s.create()
+        run(["ip", "-n", sw, "addr", "add", f"{SWITCH_ADDR}/24", "dev", self.switches[0].bridge])
         for i in range(1, self.nodes + 1):
-            ns, port = self.node_ns(i), self.switch_port(i)
+            ns = self.node_ns(i)
             run(["ip", "netns", "add", ns])
             run(["ip", "-n", ns, "link", "set", "lo", "up"])
             # A rank that pauses between allreduces keeps its congestion window, as training
             # clusters tune it and as RDMA does (no slow start at all): with the default (1),
-            # every wake-up restarts from 10 segments behind a full FIFO (~12 ms RTT), which
-            # the reaction figures would charge to the allocator.
+            # every wake-up restarts from 10 segments behind a full FIFO, which the reaction
+            # figures would charge to the allocator.
             run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
                  "net.ipv4.tcp_slow_start_after_idle=0"])
-            run(["ip", "link", "add", port, "netns", sw, "type", "veth", "peer", "name",
-                 self.node_dev, "netns", ns])
-            run(["ip", "-n", sw, "link", "set", port, "master", "br0"])
-            run(["ip", "-n", sw, "link", "set", port, "up"])
-            run(["ip", "-n", ns, "addr", "add", f"{self.node_addr(i)}/24", "dev", self.node_dev])
-            run(["ip", "-n", ns, "link", "set", self.node_dev, "up"])
-            self._emulate_link(port)
+            for r in range(self.rails):  # eth0 first: the plugin numbers devices in that order
+                self._cable(self.links[(i, r)])
         # A port from the root namespace so people can curl the agents' /metrics.
         run(["ip", "link", "add", self.host_port, "type", "veth", "peer", "name", "hostp",
              "netns", sw])
-        run(["ip", "-n", sw, "link", "set", "hostp", "master", "br0"])
-        run(["ip", "-n", sw, "link", "set", "hostp", "up"])
+        self.switches[0].attach("hostp")
         run(["ip", "addr", "add", f"{HOST_ADDR}/24", "dev", self.host_port])
         run(["ip", "link", "set", self.host_port, "up"])
 
-    def _emulate_link(self, port):
-        """Switch port towards a node: HTB class at the link rate feeding a bounded FIFO.
-
-        Every frame to the node passes one FIFO at line rate, like a switch egress queue, so
-        without tenantqos tenants share it by whoever pushes hardest."""
-        sw, rate = self.switch, f"{self.link_bits}bit"
-        # Burst: 1 ms at line rate (>= 2 frames), so the shaper holds its rate at high speeds.
-        burst = max(self.link_bits // 8 // 1000, 3028)
-        run(["tc", "qdisc", "add", "dev", port, "root", "handle", "1:", "htb", "default", "1"],
-            netns=sw)
-        run(["tc", "class", "add", "dev", port, "parent", "1:", "classid", "1:1", "htb",
-             "rate", rate, "ceil", rate, "burst", str(burst), "cburst", str(burst)], netns=sw)
-        run(["tc", "qdisc", "add", "dev", port, "parent", "1:1", "handle", "10:", "pfifo",
-             "limit", str(self.queue_packets)], netns=sw)
+    def _cable(self, link):
+        """A veth pair from the node's NIC to its switch, and the switch's emulated port."""
+        run(["ip", "link", "add", link.port.dev, "netns", self.switch, "type", "veth", "peer",
+             "name", link.dev, "netns", link.node_ns])
+        link.switch.attach(link.port.dev)
+        run(["ip", "-n", link.node_ns, "addr", "add", f"{link.addr}/24", "dev", link.dev])
+        run(["ip", "-n", link.node_ns, "link", "set", link.dev, "up"])
+        # TCP's minimum retransmission timeout on the fabric, as data-centre TCP is tuned
+        # (Linux's default 200 ms is meant for the WAN): with a shallow switch buffer a lost
+        # tail would otherwise stall a flow for 200 ms, which the figures would charge to the
+        # isolation mode rather than to the buffer.
+        run(["ip", "-n", link.node_ns, "route", "replace", f"10.213.{link.rail}.0/24", "dev",
+             link.dev, "src", link.addr, "rto_min", RTO_MIN])
+        link.port.build()
 
     def restore_links(self):
-        """Back to the plain emulated link after a peer mode (peers.py): the switch ports' trees
-        rebuilt, the nodes' uplinks without a root qdisc of ours."""
-        for i in range(1, self.nodes + 1):
-            run(["tc", "qdisc", "del", "dev", self.switch_port(i), "root"], netns=self.switch,
+        """Back to the plain emulated links after a peer mode (peers.py): every switch port's
+        tree rebuilt, the nodes' NICs without a root or ingress qdisc (or ifb) of ours."""
+        for port in self.ports():
+            port.reset()
+        for link in self.links.values():
+            run(["tc", "qdisc", "del", "dev", link.dev, "root"], netns=link.node_ns, check=False)
+            # caps' ingress half: the ingress qdisc and the ifb it redirected to.
+            run(["tc", "qdisc", "del", "dev", link.dev, "ingress"], netns=link.node_ns,
                 check=False)
-            self._emulate_link(self.switch_port(i))
-            run(["tc", "qdisc", "del", "dev", self.node_dev, "root"], netns=self.node_ns(i),
-                check=False)
+            run(["ip", "link", "del", link.ingress_ifb], netns=link.node_ns, check=False)
 
-    def port_stats(self, i):
-        """(bytes, packets, drops) sent by the switch towards node i (the emulated link): bytes
-        and packets of the link class 1:1, drops of every class (a peer mode's leaves).
-
-        Parses `tc -s class show` text: iproute2 6.1 prints classes as text even with -j."""
-        r = run(["tc", "-s", "class", "show", "dev", self.switch_port(i)], netns=self.switch)
-        cur = None
-        link = None
-        drops = 0
-        for line in r.stdout.splitlines():
-            if line.startswith("class "):
-                cur = line.split()[2]
-            m = re.match(r"\s*Sent (\d+) bytes (\d+) pkt \(dropped (\d+)", line)
-            if m:
-                drops += int(m.group(3))
-                if cur == "1:1":
-                    link = (int(m.group(1)), int(m.group(2)))
-        if link is None:
-            raise RuntimeError(f"no class 1:1 on {self.switch_port(i)} in {self.switch}")
-        return link[0], link[1], drops
+    def port_stats(self, i, rail=0):
+        """(bytes, packets, drops) sent by the switch towards node i on `rail`."""
+        return self.links[(i, rail)].port.stats()

@@ -1,34 +1,69 @@
-"""Tenants' training traffic: `tenantqos-perf allreduce` ranks (one per node) through the
-plugin, exactly as NCCL would drive it, streaming for a fixed duration."""
+"""Tenants' training traffic: `tenantqos-perf` ranks through the plugin, exactly as NCCL would
+drive it, streaming for a fixed duration, placed on the nodes a workload chooses."""
 import json
 import os
 
 RENDEZVOUS_PORT_BASE = 29500
+PATTERNS = ("allreduce", "alltoall", "incast")
+
+
+class Placement:
+    """Where and how a tenant's job runs: `pattern` (a tenantqos-perf mode: a ring allreduce,
+    an all-to-all, or an incast into the first node) with rank r on node nodes[r], over NIC
+    `rail` of every node."""
+
+    def __init__(self, pattern, nodes, rail=0):
+        if pattern not in PATTERNS:
+            raise ValueError(f"unknown pattern {pattern!r} (known: {', '.join(PATTERNS)})")
+        if len(nodes) < 2 or len(set(nodes)) != len(nodes):
+            raise ValueError(f"{pattern} on nodes {nodes}: needs at least 2 distinct nodes")
+        self.pattern = pattern
+        self.nodes = list(nodes)
+        self.rail = rail
+
+    def receivers(self):
+        """The nodes at which the tenant receives (its traffic's destinations)."""
+        return self.nodes[:1] if self.pattern == "incast" else list(self.nodes)
+
+    def senders(self):
+        return self.nodes[1:] if self.pattern == "incast" else list(self.nodes)
+
+    def describe(self):
+        arrow = {"allreduce": "ring", "alltoall": "all-to-all", "incast": "incast"}[self.pattern]
+        nodes = "-".join(str(n) for n in self.nodes)
+        if self.pattern == "incast":
+            nodes = ",".join(str(n) for n in self.nodes[1:]) + f"->{self.nodes[0]}"
+        return f"{arrow} {nodes}" + (f" rail {self.rail}" if self.rail else "")
 
 
 class TenantJob:
-    """One tenant's job: an allreduce ring with one rank per node."""
+    """One tenant's job: one rank per node of its placement."""
 
-    def __init__(self, tenant, index, nsocks=4, size="32M", chunk="128K", window=24,
+    def __init__(self, tenant, index, placement, nsocks=4, size="32M", chunk="128K", window=24,
                  on_off=None, dscp=0, compute_ms=None):
         self.tenant = tenant
         self.index = index          # distinct rendezvous port per job
+        self.placement = placement
         self.nsocks = nsocks
         self.size = size
         self.chunk = chunk
         self.window = window
         self.on_off = on_off        # "ON_MS:OFF_MS[:PHASE_MS]" or None
-        self.compute_ms = compute_ms  # training: compute phase after each allreduce, or None
+        self.compute_ms = compute_ms  # training: compute phase after each iteration, or None
         self.dscp = dscp            # marked even without an agent (TENANTQOS_DSCP), for the meter
         self.ranks = []             # Proc per rank
 
     def start(self, topo, bins, procs, workdir, scenario, duration, report_ms, run_dir_of):
-        n = topo.nodes
+        pl = self.placement
+        n = len(pl.nodes)
         port = RENDEZVOUS_PORT_BASE + self.index
-        for r in range(n):
-            node = r + 1
-            argv = [bins.perf, "allreduce", "--rank", str(r), "--nranks", str(n),
-                    "--rendezvous", f"{topo.node_addr(1)}:{port}", "--plugin", bins.plugin,
+        # The plugin's devices are the node's NICs in order (eth0 = device 0, ...), as a GPU
+        # node's NICs; the job uses its rail's.
+        ifnames = "=" + ",".join(topo.node_devs())
+        for r, node in enumerate(pl.nodes):
+            argv = [bins.perf, pl.pattern, "--rank", str(r), "--nranks", str(n),
+                    "--rendezvous", f"{topo.node_addr(pl.nodes[0], pl.rail)}:{port}",
+                    "--plugin", bins.plugin, "--dev", str(pl.rail),
                     "--duration", str(duration), "--size", self.size, "--chunk", self.chunk,
                     "--window", str(self.window), "--report-interval", str(report_ms),
                     "--json", "--timeout", "20"]
@@ -39,7 +74,7 @@ class TenantJob:
             env = {
                 "TENANTQOS_TENANT": self.tenant,
                 "TENANTQOS_RUN_DIR": run_dir_of(node),
-                "TENANTQOS_SOCKET_IFNAME": "=" + topo.node_dev,
+                "TENANTQOS_SOCKET_IFNAME": ifnames,
                 "TENANTQOS_NSOCKS": str(self.nsocks),
                 "TENANTQOS_DSCP": str(self.dscp),
             }

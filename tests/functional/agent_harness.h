@@ -45,6 +45,33 @@ inline bool eventually(const std::function<bool()>& pred, int timeout_ms) {
   return pred();
 }
 
+// A file's text ("" when it cannot be read: a log that is not there yet).
+inline std::string readTextFile(const std::string& path) {
+  auto r = readFile(path);
+  return r.ok() ? *r : "";
+}
+
+inline std::vector<std::string> withArgs(std::vector<std::string> argv,
+                                         const std::vector<std::string>& more) {
+  argv.insert(argv.end(), more.begin(), more.end());
+  return argv;
+}
+
+// The port a process wrote to `path` (its --*-port-file), waited for up to 10 s or until the
+// process exits; fails the test naming the file and showing `log` when none comes.
+inline int waitForPortFile(const std::string& path, Subprocess* proc, const std::string& log) {
+  int port = 0;
+  eventually(
+      [&] {
+        const std::string t = readTextFile(path);
+        if (!t.empty()) port = std::atoi(t.c_str());
+        return port > 0 || !proc->running();
+      },
+      10'000);
+  EXPECT_GT(port, 0) << "no port file " << path << "; log:\n" << readTextFile(log);
+  return port;
+}
+
 // One HTB class as tc(8) prints it ("class htb 1:10 parent 1:1 prio 0 rate 400Mbit ceil ...").
 // iproute2 6.1 prints HTB classes as text even with -j, so the text is parsed.
 struct TcClass {

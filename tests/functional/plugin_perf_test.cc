@@ -121,6 +121,66 @@ TEST(PluginPerf, TrainingStepsPrintOneIterationLineEachComputeApart) {
   for (const auto& l : jsonLines(r.out, "summary")) EXPECT_EQ(jsonNumber(l, "wrong"), 0) << l;
 }
 
+TEST(PluginPerf, AllToAllSweepOverFourRanksVerifiesEveryByte) {
+  TempDir dir;
+  // One connection per ordered pair (12), blocks of size/4 cut in 64 KiB chunks: the last
+  // chunk of a block arrives smaller than the receive posted (as NCCL posts its slots).
+  ProcResult r = run(perf({"alltoall", "--local", "4", "-b", "4K", "-e", "1M", "-f", "16", "-n",
+                           "3", "-w", "1", "--chunk", "48K", "--check-all", "--json"}),
+                     baseEnv(dir.path() + "/run"), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const auto results = jsonLines(r.out, "result");
+  ASSERT_EQ(results.size(), 3u) << r.out;  // 4K, 64K, 1M
+  for (const auto& l : results) {
+    EXPECT_EQ(jsonNumber(l, "wrong").value_or(-1), 0) << l;
+    const double alg = jsonNumber(l, "algbw_GBps").value_or(0);
+    EXPECT_GT(alg, 0) << l;
+    EXPECT_NEAR(jsonNumber(l, "busbw_GBps").value_or(0), alg * 3 / 4, 1e-3 + alg * 1e-3) << l;
+  }
+}
+
+TEST(PluginPerf, StreamingAllToAllAndIncastEndCleanlyWithEveryByteChecked) {
+  TempDir dir;
+  // alltoall: each of 3 ranks streams to both others; ranks stop on their own clocks and the
+  // end markers of every connection drain the rest.
+  ProcResult r = run(perf({"alltoall", "--local", "3", "--duration", "1", "--size", "768K",
+                           "--chunk", "64K", "--window", "4", "--report-interval", "200",
+                           "--on-off", "300:100", "--check-all", "--json"}),
+                     baseEnv(dir.path() + "/run"), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  auto summaries = jsonLines(r.out, "summary");
+  ASSERT_EQ(summaries.size(), 3u) << r.out;
+  for (const auto& l : summaries) {
+    EXPECT_EQ(jsonNumber(l, "wrong").value_or(-1), 0) << l;
+    EXPECT_GT(jsonNumber(l, "iterations").value_or(0), 1) << l;
+    EXPECT_GT(jsonNumber(l, "tx_bytes").value_or(0), 0) << l;
+    EXPECT_GT(jsonNumber(l, "rx_bytes").value_or(0), 0) << l;
+  }
+  // incast: ranks 1..3 into rank 0, which receives what the three send; the senders receive
+  // nothing.
+  r = run(perf({"incast", "--local", "4", "--duration", "1", "--size", "256K", "--chunk", "64K",
+                "--report-interval", "200", "--check-all", "--json"}),
+          baseEnv(dir.path() + "/run"), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  summaries = jsonLines(r.out, "summary");
+  ASSERT_EQ(summaries.size(), 4u) << r.out;
+  double sent = 0, received = 0;
+  for (const auto& l : summaries) {
+    EXPECT_EQ(jsonNumber(l, "wrong").value_or(-1), 0) << l;
+    if (jsonNumber(l, "rank").value_or(-1) == 0) {
+      received = jsonNumber(l, "rx_bytes").value_or(0);
+      EXPECT_EQ(jsonNumber(l, "tx_bytes").value_or(-1), 0) << l;
+      EXPECT_EQ(jsonNumber(l, "size").value_or(0), 3 * 256 * 1024) << l;  // per iteration
+      EXPECT_GT(jsonNumber(l, "iterations").value_or(0), 1) << l;
+    } else {
+      sent += jsonNumber(l, "tx_bytes").value_or(0);
+      EXPECT_EQ(jsonNumber(l, "rx_bytes").value_or(-1), 0) << l;
+    }
+  }
+  EXPECT_GT(received, 0);
+  EXPECT_EQ(received, sent);  // everything sent arrived (completed sends, drained receives)
+}
+
 TEST(PluginPerf, BadOptionsAreRejected) {
   ProcResult r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--window", "33"}, {}, 10);
   EXPECT_EQ(r.exit_code, 2);
@@ -133,6 +193,11 @@ TEST(PluginPerf, BadOptionsAreRejected) {
   r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--compute-ms", "5"}, {}, 10);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--compute-ms"), std::string::npos) << r.err;
+  r = run({TQ_PERF_BIN, "incast", "--local", "1"}, {}, 10);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("incast needs at least 2 ranks"), std::string::npos) << r.err;
+  r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--duration", "1", "--on-off", "5:5"}, {}, 10);
+  EXPECT_EQ(r.exit_code, 2);
   r = run({TQ_PERF_BIN, "pingpong", "--local", "3"}, {}, 10);
   EXPECT_EQ(r.exit_code, 2);
   r = run({TQ_PERF_BIN, "sendrecv", "--local", "2", "--plugin", "/nonexistent/tqplg.so"}, {}, 30);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Functional tests of the isolation testbed (testbed/tenantqos-testbed): a short real run,
-bad input rejected before anything starts, a dying rank reported and cleaned up, leftovers
-refused. Needs root; every run uses the prefix `tqtb` and the test checks nothing is left.
+"""Functional tests of the isolation testbed (testbed/tenantqos-testbed): a short real run, a
+four-node incast measured at both ends, two rails, bad input rejected before anything starts, a
+dying rank reported and cleaned up, leftovers refused. Needs root; every run uses the prefix
+`tqtb` and the test checks nothing is left.
 
 Usage: testbed_test.py --build-dir DIR --source-dir DIR
 """
@@ -22,6 +23,11 @@ PREFIX = "tqtb"
 def testbed(*args, timeout=240, **kw):
     cmd = [os.path.join(ARGS.source_dir, "testbed", "tenantqos-testbed")] + list(args)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def results(out):
+    with open(os.path.join(out, "results.json")) as f:
+        return json.load(f)
 
 
 def leftovers():
@@ -48,7 +54,7 @@ class TestbedTest(unittest.TestCase):
                     "contended-none,contended-priority,contended-tenantqos-rdma")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("contended-tenantqos-rdma", r.stdout)
-        doc = json.load(open(os.path.join(self.out, "results.json")))
+        doc = results(self.out)
         sc = {s["name"]: s for s in doc["scenarios"]}
         rdma = {t["name"]: t for t in sc["contended-tenantqos-rdma"]["tenants"]}
         for name in ("tenant-a", "tenant-b"):
@@ -72,6 +78,55 @@ class TestbedTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(self.out, "throughput.png")))
         self.assertEqual(leftovers(), [])
 
+    def test_four_nodes_incast_measured_at_both_ends_with_peers_at_every_switch_port(self):
+        # The placed workload adds nodes 3 and 4 (a 2-node demo otherwise); static's classes on
+        # every switch port towards a node, the tenants' figures at their receiving node.
+        r = testbed("demo", *self.common(), "--duration", "6", "--workloads", "incast",
+                    "--modes", "none,static,tenantqos-rdma", "--port-buffer", "500KB")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("4 nodes behind a switch", r.stdout)
+        self.assertIn("[incast]  (tenant-a incast 1->3, noisy incast 2,4->3", r.stdout)
+        doc = results(self.out)
+        self.assertEqual((doc["nodes"], doc["rails"], doc["port_buffer_bytes"]), (4, 1, 500000))
+        sc = {s["name"]: s for s in doc["scenarios"]}
+        self.assertEqual(set(sc), {"incast-none", "incast-static", "incast-tenantqos-rdma"})
+        for name, s in sc.items():
+            self.assertIsNone(s["skipped"], name)
+            t = {x["name"]: x for x in s["tenants"]}
+            self.assertEqual(set(t), {"tenant-a", "noisy"})  # the issue's two tenants
+            ends = {(n["direction"], n["node"]) for n in t["tenant-a"]["nodes"]}
+            self.assertEqual(ends, {("rx", 3), ("tx", 1)}, name)
+            ends = {(n["direction"], n["node"]) for n in t["noisy"]["nodes"]}
+            self.assertEqual(ends, {("rx", 3), ("tx", 2), ("tx", 4)}, name)
+            rx3 = sum(n["mean_bps"] for x in t.values() for n in x["nodes"]
+                      if n["direction"] == "rx")
+            # One 1 Gbit/s link into node 3 carries both tenants.
+            self.assertGreater(rx3, 0.6e9, name)
+            self.assertLess(rx3, 1.0e9, name)
+            self.assertIsNotNone(t["tenant-a"]["cap_conformance_tx_max"], name)
+            self.assertIsNotNone(t["tenant-a"]["cap_conformance_rx_max"], name)
+        # Static shares at the switch port towards node 3: tenant-a holds about its guarantee
+        # (lenient: a shared CI machine), and noisy is held to what is left.
+        st = {x["name"]: x for x in sc["incast-static"]["tenants"]}
+        self.assertGreater(st["tenant-a"]["mean_bps"], 0.8 * st["tenant-a"]["guarantee_bps"], st)
+        self.assertLess(st["noisy"]["mean_bps"], 0.65e9, st)
+        self.assertEqual(leftovers(), [])
+
+    def test_two_rails_carry_a_tenant_each_on_their_own_switch(self):
+        r = testbed("demo", *self.common(), "--duration", "5", "--workloads", "rails",
+                    "--modes", "none")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("2 rails (a switch each)", r.stdout)
+        doc = results(self.out)
+        self.assertEqual((doc["nodes"], doc["rails"]), (2, 2))
+        t = {x["name"]: x for x in doc["scenarios"][0]["tenants"]}
+        for name, rail in (("tenant-a", 0), ("noisy", 0), ("tenant-b", 1)):
+            self.assertEqual({n["rail"] for n in t[name]["nodes"]}, {rail}, name)
+        # tenant-b has rail 1 to itself: its ring runs at the link's rate there, whatever
+        # tenant-a and noisy do on rail 0 (lenient: a shared CI machine).
+        self.assertGreater(t["tenant-b"]["mean_bps"], 0.5e9, t["tenant-b"])
+        self.assertEqual(leftovers(), [])
+
     def test_policy_exceeding_the_link_is_rejected_before_anything_starts(self):
         bad = os.path.join(self.out, "bad.yaml")
         with open(bad, "w") as f:
@@ -90,6 +145,14 @@ class TestbedTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("exceed the emulated link", r.stderr + r.stdout)
         self.assertEqual(leftovers(), [])
+        # Topology options out of range.
+        for args, message in ((["--nodes", "9"], "--nodes: 2..8"),
+                              (["--port-buffer", "lots"], "invalid port buffer 'lots'"),
+                              (["--workloads", "incast,bogus"], "unknown bogus")):
+            r = testbed("demo", *self.common(), *args)
+            self.assertNotEqual(r.returncode, 0, args)
+            self.assertIn(message, r.stderr + r.stdout, args)
+            self.assertEqual(leftovers(), [], args)
 
     def test_dying_rank_is_reported_and_everything_is_cleaned_up(self):
         p = subprocess.Popen(

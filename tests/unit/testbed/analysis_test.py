@@ -1,6 +1,7 @@
 """Unit tests of the testbed's figures of merit (testbed/tqbed/analysis.py), its peer modes'
-plans (peers.py) and its report (report.py): pure functions over synthetic series and results,
-no namespaces, no processes.
+plans (peers.py), its report and scenario lists (report.py), placements (workload.py) and
+topology arithmetic (topology.py): pure functions over synthetic series and results, no
+namespaces, no processes.
 
   analysis_test.py --source-dir DIR [unittest args]
 """
@@ -11,7 +12,7 @@ import math
 import sys
 import unittest
 
-analysis = peers = report = None
+analysis = peers = report = topology = workload = None
 
 
 def steady(rate_bps, t0, t1, edges):
@@ -80,21 +81,32 @@ class BusyMaskTest(unittest.TestCase):
         # Window 5: everybody stalls (the host did not schedule the ranks).
         a[4] = (a[4][0], 0.1, 0.1e9)
         b[4] = (b[4][0], 0.1, 0.05e9)
-        mask = analysis.busy_mask([[a], [b]], 0.1, 0.0, 1.0, link)
-        self.assertEqual(mask, [[k != 4 for k in range(10)]])
+        mask = analysis.busy_mask({(2, 0): [a, b]}, 0.1, 0.0, 1.0, link)
+        self.assertEqual(mask, {(2, 0): [k != 4 for k in range(10)]})
         fig = analysis.tenant_figures([b], 0.2e9, 0.4e9, 0.0, 1.0, width_s=0.1)
         self.assertLess(fig["attainment_p1"], 0.5)
         self.assertAlmostEqual(
-            analysis.attainment_masked([b], 0.2e9, 0.1, 0.0, 1.0, mask)[1], 1.75)
+            analysis.attainment_masked([b], 0.2e9, 0.1, 0.0, 1.0, [mask[(2, 0)]])[1], 1.75)
 
     def test_a_starved_tenant_on_a_busy_link_still_counts(self):
         edges = [0.1 * k for k in range(1, 11)]
         a = steady(0.85e9, 0.0, 1.0, edges)
         b = steady(0.1e9, 0.0, 1.0, edges)  # half its guarantee while the link is full
-        mask = analysis.busy_mask([[a], [b]], 0.1, 0.0, 1.0, 1e9)
-        self.assertTrue(all(mask[0]))
+        mask = analysis.busy_mask({1: [a, b]}, 0.1, 0.0, 1.0, 1e9)
+        self.assertTrue(all(mask[1]))
         self.assertAlmostEqual(
-            analysis.attainment_masked([b], 0.2e9, 0.1, 0.0, 1.0, mask)[1], 0.5)
+            analysis.attainment_masked([b], 0.2e9, 0.1, 0.0, 1.0, [mask[1]])[1], 0.5)
+
+    def test_each_receiving_node_is_busy_on_its_own(self):
+        # Incast into node 3: its link is full; node 1 receives one tenant at 0.6: never busy.
+        edges = [0.1 * k for k in range(1, 11)]
+        a3, n3 = steady(0.3e9, 0.0, 1.0, edges), steady(0.65e9, 0.0, 1.0, edges)
+        a1 = steady(0.6e9, 0.0, 1.0, edges)
+        mask = analysis.busy_mask({3: [a3, n3], 1: [a1]}, 0.1, 0.0, 1.0, 1e9)
+        self.assertEqual((all(mask[3]), any(mask[1])), (True, False))
+        # tenant-a's figure pools its receiving nodes' busy windows: node 3's alone here.
+        self.assertAlmostEqual(analysis.attainment_masked([a1, a3], 0.4e9, 0.1, 0.0, 1.0,
+                                                          [mask[1], mask[3]])[0], 0.75)
 
     def test_no_guarantee_has_no_attainment(self):
         self.assertEqual(analysis.attainment_masked([[]], 0, 0.1, 0.0, 1.0, [[True]]),
@@ -128,11 +140,16 @@ class OnOffTest(unittest.TestCase):
             n[k] = (n[k][0], 0.1, 0.0)
         always = [True] * 10
         on = analysis.on_windows("300:700:0", 0.1, 0.0, 1.0)
-        u = analysis.utilization_over_demand([([a], always, 0.6e9), ([n], on, 1e9)], 1e9, 0.1,
+        u = analysis.utilization_over_demand({2: [(a, always, 0.6e9), (n, on, 1e9)]}, 1e9, 0.1,
                                              0.0, 1.0, lambda p: p)
         self.assertAlmostEqual(u, 0.95)  # the 3 windows with noisy on; not a's 0.6 alone
-        self.assertIsNone(analysis.utilization_over_demand([([a], always, 0.6e9)], 1e9, 0.1, 0.0,
-                                                           1.0, lambda p: p))
+        self.assertIsNone(analysis.utilization_over_demand({2: [(a, always, 0.6e9)]}, 1e9, 0.1,
+                                                           0.0, 1.0, lambda p: p))
+        # Per receiving node: a's other node, where it is alone at 0.6, never counts.
+        u = analysis.utilization_over_demand(
+            {2: [(a, always, 0.6e9), (n, on, 1e9)], 1: [(a, always, 0.6e9)]}, 1e9, 0.1, 0.0,
+            1.0, lambda p: p)
+        self.assertAlmostEqual(u, 0.95)
 
 
 class TrainingTest(unittest.TestCase):
@@ -193,7 +210,7 @@ class PeersTest(unittest.TestCase):
         by = lambda pcs: {c.label: c for c in pcs}
         where, caps = peers.plan("caps", DEMO, 1e9)
         c = by(caps)
-        self.assertEqual(where, "node")
+        self.assertEqual(where, "node")  # the NIC, both ways
         self.assertEqual(c["tenant-a"].rate, c["tenant-a"].ceil)
         self.assertEqual(c["tenant-a"].rate, int(peers.wire_rate(6e8)))
         self.assertEqual(c["noisy"].ceil, 1e9)  # a cap at the link caps nothing
@@ -221,24 +238,107 @@ class PeersTest(unittest.TestCase):
         self.assertLessEqual(sum(x.rate for x in weights), 1e9)
         self.assertTrue(all(x.ceil == 1e9 for x in weights))
 
+    def topo(self, nodes=4, rails=1):
+        """A Topology's objects without creating anything."""
+        return topology.Topology(prefix="tqx", nodes=nodes, link_bits=int(1e9),
+                                 buffer_bytes=500_000, rails=rails)
+
     def test_a_mode_the_kernel_refuses_is_unavailable_with_the_reason(self):
-        class Topo:
-            nodes, link_bits, queue_packets, switch, node_dev = 2, int(1e9), 1000, "sw", "eth0"
-
-            def switch_port(self, i):
-                return f"p{i}"
-
-            def node_ns(self, i):
-                return f"n{i}"
-
         def run(argv, netns=None, check=True):
             if check and "htb" in argv and argv[2] == "add" and argv[1] == "qdisc":
                 raise RuntimeError("command failed (2)\nError: Specified qdisc kind is unknown.")
 
         with self.assertRaises(peers.PeerUnavailable) as e:
-            peers.install(Topo(), "weights", DEMO, run)
+            peers.install(self.topo(), "weights", DEMO, run)
         self.assertIn("qdisc kind is unknown", str(e.exception))
-        self.assertIn("in sw", str(e.exception))
+        self.assertIn("in tqx-switch", str(e.exception))
+
+    def test_switch_modes_go_on_every_port_towards_a_node_with_the_byte_bound(self):
+        calls = []
+        peers.install(self.topo(nodes=4, rails=2), "static", DEMO,
+                      lambda argv, netns=None, check=True: calls.append((netns, argv)))
+        roots = sorted(argv[4] for ns, argv in calls if argv[:3] == ["tc", "qdisc", "add"]
+                       and "root" in argv)
+        self.assertEqual(roots, sorted(f"tqxp{i}" + (f"r{r}" if r else "")
+                                       for i in range(1, 5) for r in range(2)))
+        fifos = [argv for _, argv in calls if "bfifo" in argv]
+        self.assertTrue(fifos and all(a[-2:] == ["limit", "500000"] for a in fifos), fifos)
+        self.assertEqual({ns for ns, _ in calls}, {"tqx-switch"})
+
+    def test_caps_shape_each_nic_both_ways_through_an_ingress_ifb(self):
+        calls = []
+        peers.install(self.topo(nodes=2), "caps", DEMO,
+                      lambda argv, netns=None, check=True: calls.append((netns, argv)))
+        n1 = [argv for ns, argv in calls if ns == "tqx-node1"]
+        self.assertIn(["ip", "link", "add", "ifb0", "type", "ifb"], n1)
+        self.assertIn(["tc", "qdisc", "add", "dev", "eth0", "handle", "ffff:", "ingress"], n1)
+        self.assertTrue(any("mirred" in a and a[-1] == "ifb0" for a in n1), n1)
+        roots = {a[4] for a in n1 if a[:3] == ["tc", "qdisc", "add"] and "root" in a}
+        self.assertEqual(roots, {"eth0", "ifb0"})  # egress on the NIC, ingress on the ifb
+        self.assertFalse([a for a in n1 if "bfifo" in a])  # host queues, not switch buffers
+        self.assertFalse([ns for ns, _ in calls if ns == "tqx-switch"])
+
+
+class TopologyTest(unittest.TestCase):
+    def test_port_buffer_as_time_at_the_link_rate_or_as_a_size(self):
+        self.assertEqual(topology.buffer_to_bytes("4ms", 1e9), 500_000)
+        self.assertEqual(topology.buffer_to_bytes("500us", 10e9), 625_000)
+        self.assertEqual(topology.buffer_to_bytes("256KiB", 1e9), 262_144)
+        self.assertEqual(topology.buffer_to_bytes("300KB", 1e9), 300_000)
+        self.assertEqual(topology.buffer_to_bytes("10", 1e9), 3028)  # two full frames at least
+        for bad in ("", "lots", "-1ms", "0", "4 parsecs"):
+            with self.assertRaises(ValueError):
+                topology.buffer_to_bytes(bad, 1e9)
+
+    def test_nodes_rails_and_their_names(self):
+        t = topology.Topology(prefix="tqx", nodes=3, rails=2)
+        self.assertEqual(t.buffer_bytes, 500_000)  # the default: 4 ms at 1 Gbit/s
+        self.assertEqual([s.bridge for s in t.switches], ["br0", "br1"])
+        self.assertEqual(len(t.ports()), 6)
+        link = t.link(3, 1)
+        self.assertEqual((link.dev, link.addr, link.port.dev, link.switch.bridge),
+                         ("eth1", "10.213.1.3", "tqxp3r1", "br1"))
+        self.assertEqual(t.node_devs(), ["eth0", "eth1"])
+        for bad in (dict(nodes=1), dict(nodes=9), dict(rails=3), dict(prefix="Bad")):
+            with self.assertRaises(ValueError):
+                topology.Topology(**bad)
+
+
+class PlacementTest(unittest.TestCase):
+    def test_who_sends_and_who_receives(self):
+        P = workload.Placement
+        self.assertEqual((P("incast", (3, 1)).receivers(), P("incast", (3, 2, 4)).senders()),
+                         ([3], [2, 4]))
+        self.assertEqual(P("alltoall", (2, 3, 4)).receivers(), [2, 3, 4])
+        self.assertEqual(P("incast", (3, 2, 4)).describe(), "incast 2,4->3")
+        self.assertEqual(P("allreduce", (1, 2), rail=1).describe(), "ring 1-2 rail 1")
+        for bad in (("incast", (3,)), ("allreduce", (1, 1)), ("gather", (1, 2))):
+            with self.assertRaises(ValueError):
+                P(*bad)
+
+    def test_the_placed_workloads_are_the_issues(self):
+        sc = report.workload_scenario("incast", "static", DEMO, 1e9, 10)
+        self.assertEqual((sc.name, sc.tenants, sc.policy), ("incast-static", ["tenant-a", "noisy"],
+                                                            ["tenant-a", "noisy"]))
+        self.assertEqual({n: (p.pattern, p.nodes) for n, p in sc.placement.items()},
+                         {"tenant-a": ("incast", [3, 1]), "noisy": ("incast", [3, 2, 4])})
+        self.assertEqual(sc.nodes_used(2), 4)
+        sc = report.workload_scenario("asymmetric", "none", DEMO, 1e9, 10)
+        self.assertEqual({n: p.nodes for n, p in sc.placement.items()},
+                         {"tenant-a": [1, 2], "noisy": [2, 3, 4]})
+        sc = report.workload_scenario("rails", "none", DEMO, 1e9, 10)
+        self.assertEqual({n: p.rail for n, p in sc.placement.items()},
+                         {"tenant-a": 0, "noisy": 0, "tenant-b": 1})
+        self.assertEqual(sc.rails_used(), 2)
+        with self.assertRaises(ValueError):  # one tenant: no noisy neighbour to place
+            report.workload_scenario("incast", "none", DEMO[:1], 1e9, 10)
+        # A placed-only run has no two-node baselines; the bench adds the ingress reaction.
+        names = [s.name for s in report.bench_scenarios(DEMO, 1e9, True, ["none",
+                 "tenantqos-rdma", "tenantqos-tcp"], ["incast"])]
+        self.assertEqual(names, ["incast-none", "incast-tenantqos-rdma", "incast-tenantqos-tcp",
+                                 "incast-wake-tenantqos-rdma", "incast-wake-tenantqos-tcp"])
+        names = [s.name for s in report.demo_scenarios(DEMO, 1e9, 8, ["none"], ["alltoall"])]
+        self.assertEqual(names, ["alltoall-none"])
 
 
 class ReportTest(unittest.TestCase):
@@ -267,6 +367,34 @@ class ReportTest(unittest.TestCase):
         self.assertIn("[PASS] backlogged/tenantqos-tcp: tenant-a attainment p50 1.000", text)
         self.assertEqual(missed, 0)
 
+    def test_receiver_targets_name_both_ends_and_the_ingress_reaction(self):
+        a = {"name": "tenant-a", "guarantee_bps": 4e8, "limit_bps": 6e8, "busbw_bps": 3e8,
+             "attainment_p50_link_busy": 0.74, "attainment_p1_link_busy": 0.2,
+             "cap_conformance_max": 1.64, "cap_conformance_rx_max": 1.5,
+             "cap_conformance_tx_max": 1.64}
+        results = [
+            {"name": "incast-tenantqos-rdma", "workload": "incast", "mode": "tenantqos-rdma",
+             "skipped": None, "link_bps": 1e9, "utilization_over_demand": 0.99,
+             "tenants": [a], "violations": []},
+            {"name": "incast-none", "workload": "incast", "mode": "none", "skipped": None,
+             "link_bps": 1e9, "tenants": [a], "violations": analysis.violations(
+                 {"link_bps": 1e9, "tenants": [a]})},
+            {"name": "incast-wake-tenantqos-rdma", "workload": "incast-wake",
+             "mode": "tenantqos-rdma", "skipped": None, "link_bps": 1e9, "tenants": [a],
+             "reaction_ms": {"tenant-a": {"wake_to_guarantee_p50": 80.2, "cycles": 4}}}]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            missed = report.check_targets(results, {})
+        text = out.getvalue()
+        self.assertIn("[MISS] incast/tenantqos-rdma: tenant-a attainment p50 0.740", text)
+        self.assertIn("cap conformance max 1.640 (tenant-a; received 1.500, sent 1.640", text)
+        self.assertIn("[MISS] incast-wake/tenantqos-rdma: tenant-a waking has its guarantee at "
+                      "its receiver in 80.2 ms p50 (<= 20 ms, 4 cycles)", text)
+        self.assertNotIn("incast-wake/tenantqos-rdma: tenant-a attainment", text)
+        self.assertIn("incast/none: violates guarantee (tenant-a attainment_p50_link_busy 0.740)",
+                      text)
+        self.assertEqual(missed, 3)  # attainment, cap conformance, ingress reaction
+
 
 def main():
     global analysis
@@ -274,9 +402,9 @@ def main():
     p.add_argument("--source-dir", required=True)
     args, rest = p.parse_known_args()
     sys.path.insert(0, args.source_dir + "/testbed")
-    global peers, report
-    from tqbed import analysis as a, peers as p, report as r
-    analysis, peers, report = a, p, r
+    global peers, report, topology, workload
+    from tqbed import analysis as a, peers as p, report as r, topology as t, workload as w
+    analysis, peers, report, topology, workload = a, p, r, t, w
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 

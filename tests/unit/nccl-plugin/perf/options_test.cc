@@ -21,6 +21,11 @@ TEST(PerfOptionsTest, ModesAndDefaults) {
   EXPECT_EQ(o->nranks, 2);
   EXPECT_EQ(o->poll, PollMode::kSleep);
   EXPECT_EQ(o->max_bytes, 64ull << 20);
+  for (const char* mode : {"alltoall", "incast"}) {
+    o = parse({mode, "--local", "3", "--duration", "1", "--on-off", "5:5", "--compute-ms", "1"});
+    ASSERT_TRUE(o.ok()) << mode << ": " << o.status().toString();
+    EXPECT_EQ(o->mode, mode);
+  }
   o = parse({"--local", "2", "pingpong"});  // the mode may come anywhere
   ASSERT_TRUE(o.ok()) << o.status().toString();
   EXPECT_EQ(o->poll, PollMode::kSpin);
@@ -123,7 +128,10 @@ TEST(PerfOptionsTest, UsageErrors) {
       {{"sendrecv", "--local", "2", "--rendezvous", "nohost"}, "--rendezvous: "},
       {{"pingpong", "--local", "3"}, "pingpong needs exactly 2 ranks"},
       {{"allreduce", "--local", "2", "--duration", "1", "--on-off", "0:5"}, "ON_MS > 0"},
-      {{"sendrecv", "--local", "2", "--compute-ms", "5"}, "apply to allreduce --duration"},
+      {{"sendrecv", "--local", "2", "--compute-ms", "5"},
+       "apply to allreduce, alltoall and incast with --duration"},
+      {{"incast", "--local", "1"}, "incast needs at least 2 ranks"},
+      {{"alltoall", "--local", "3", "--on-off", "5:5"}, "with --duration"},
       {{"sendrecv", "--local", "2", "--rank-env", "x:A=1"}, "expected R:NAME=VALUE"},
       {{"sendrecv", "--local", "2", "--env", "NOEQUALS"}, "expected NAME=VALUE"},
       {{"sendrecv", "--local", "2", "--poll", "busy"},
