@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <malloc.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 
@@ -127,6 +128,14 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
   builder.AddListeningPort(options.listen, credentials, &d->port_);
   builder.RegisterService(d->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_request_bytes);
+  // Every call on one connection counts against its HTTP/2 stream limit (a client queues the
+  // rest); health and reflection streams are gated per identity (makeCallGate).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> gates;
+    gates.push_back(makeCallGate(grpc_options));
+    builder.experimental().SetInterceptorCreators(std::move(gates));
+  }
   // gRPC sets SO_REUSEPORT by default, which would let a second policyd bind the same port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Find dead watchers (agents that vanished) within about a minute; accept agents' pings.
@@ -236,11 +245,12 @@ void addPolicydFlags(FlagTable& t, PolicydOptions* o) {
   t.nonEmpty("--etcd-prefix", "PREFIX", &o->etcd.prefix,
              "key prefix in etcd; two clusters of policyd may share an etcd with different "
              "prefixes");
-  t.nonEmpty("--etcd-ca", "FILE", &o->etcd.ca_file,
+  t.nonEmpty("--etcd-ca", "FILE", &o->etcd.tls.ca_file,
              "TLS to etcd: the CA bundle that signed etcd's server certificate");
-  t.nonEmpty("--etcd-cert", "FILE", &o->etcd.cert_file,
+  t.nonEmpty("--etcd-cert", "FILE", &o->etcd.tls.cert_file,
              "TLS client certificate for etcd's --client-cert-auth (with --etcd-key)");
-  t.nonEmpty("--etcd-key", "FILE", &o->etcd.key_file, "its key");
+  t.nonEmpty("--etcd-key", "FILE", &o->etcd.tls.key_file,
+             "its key (the three files are re-read every 2 s: a rotation needs no restart)");
   t.integer("--etcd-wait", "SECONDS", &o->etcd_wait, 0, 3600,
             "at start, an etcd that does not answer (no quorum yet, a leader election) is tried "
             "again once a second for this long, each failure logged; 0 tries once");
@@ -301,6 +311,13 @@ int policydMain(int argc, char** argv) {
   }
   const PolicydOptions& opt = args->options;
   setLogLevel(opt.log_level);
+  // Policy-sized buffers (a 4 MiB source, its snapshot, their gRPC slices) come and go with
+  // callers. glibc raises its mmap threshold after such a buffer is freed, after which the
+  // next ones come from the heap and stay in policyd's RSS when freed (issue 23: 461 MiB kept
+  // after a hostile caller left). A fixed threshold keeps every buffer over 256 KiB an mmap
+  // that free() returns to the kernel.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
   const StopSignals signals;  // before any thread exists
   // Every watching agent holds a connection (a file descriptor): use the hard limit.
   if (auto fds = raiseOpenFileLimit(); !fds.ok()) {

@@ -41,7 +41,8 @@ class PolicydMetrics;
 inline constexpr int kDefaultPolicydPort = 7400;
 inline constexpr const char* kDefaultPolicydListen = "127.0.0.1:7400";
 inline constexpr const char* kDefaultDataDir = "/var/lib/tenantqos/policyd";
-inline constexpr int kMaxRequestBytes = 8 << 20;  // 8 MiB: a 4 MiB policy plus envelope
+inline constexpr int kMaxRequestBytes = 8 << 20;      // 8 MiB: a 4 MiB policy plus envelope
+inline constexpr int kMaxStreamsPerConnection = 100;  // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
 
 struct PolicydOptions {
   std::string listen = kDefaultPolicydListen;

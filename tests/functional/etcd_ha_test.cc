@@ -134,8 +134,8 @@ struct AgentWatch {
       order.push_back(replicas[(k + static_cast<size_t>(i)) % replicas.size()]);
     }
     watcher = std::make_unique<agent::PolicyWatcher>(
-        agent::makePolicydEndpoints(order, o.backoff, grpc::InsecureChannelCredentials()), o,
-        &store, &board,
+        rpc::makeChannelRing(order, o.backoff, grpc::InsecureChannelCredentials()), o, &store,
+        &board,
         [this](VersionedPolicy p) {
           std::lock_guard<std::mutex> lock(mu);
           versions.push_back(p.version);

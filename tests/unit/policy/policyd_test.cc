@@ -82,9 +82,9 @@ TEST(PolicydFlagsTest, EveryFlag) {
   EXPECT_EQ(o.data_dir, "/d");
   EXPECT_EQ(o.etcd.endpoints, (std::vector<std::string>{"e1:2379", "e2:2379"}));
   EXPECT_EQ(o.etcd.prefix, "/p/");
-  EXPECT_EQ(o.etcd.ca_file, "eca");
-  EXPECT_EQ(o.etcd.cert_file, "ecert");
-  EXPECT_EQ(o.etcd.key_file, "ekey");
+  EXPECT_EQ(o.etcd.tls.ca_file, "eca");
+  EXPECT_EQ(o.etcd.tls.cert_file, "ecert");
+  EXPECT_EQ(o.etcd.tls.key_file, "ekey");
   EXPECT_EQ(o.etcd_wait, 0);
   EXPECT_EQ(o.store.retain_versions, 5u);
   EXPECT_TRUE(o.serve_newest_intact);
