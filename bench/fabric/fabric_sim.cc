@@ -1,12 +1,13 @@
-// bench/fabric: the cluster allocator (fabric/cluster_allocator.h, the library policyd will run)
+// bench/fabric: the cluster allocator (fabric/cluster_allocator.h, the library policyd runs)
 // driven by a flow-level model of a large two-tier Clos, in closed loop with a model of the node
 // agents' demand estimate. Prints and writes (JSON) what the issue asks of it:
 //
 //   - one allocation round's compute time, p50/p99, on one core;
-//   - control bytes per round in each direction (demand reports up, caps down), sized as the
-//     real tenantqos.v1 FabricDemandReport / FabricCaps messages (proto/tenantqos/v1/
-//     fabric.proto) plus gRPC, HTTP/2 and TLS framing, with a deadband and periodic full
-//     refreshes; per second per 1,000 nodes at the report period;
+//   - control bytes per round in each direction (demand reports up, caps down): the real
+//     tenantqos.v1 DemandReport and NodeCaps of PolicyService.Allocate (proto/tenantqos/v1/
+//     policy.proto), serialized, plus gRPC, HTTP/2 and TLS framing; a node's report when its
+//     demand moved past a deadband or every second, its caps when they changed or every second
+//     (policy/allocator_service.cc's rule); per second per 1,000 nodes at the report period;
 //   - rounds to converge after a step change of the tenants' demand;
 //   - every guaranteed tenant's attainment and each contended link's utilisation against an
 //     exact reference: weighted progressive filling over all links at once, on the same
@@ -44,7 +45,7 @@
 
 #include "common/capacity.h"
 #include "fabric/cluster_allocator.h"
-#include "tenantqos/v1/fabric.pb.h"
+#include "tenantqos/v1/policy.pb.h"
 
 namespace {
 
@@ -192,10 +193,16 @@ struct Cluster {
   int podOf(uint32_t n) const { return o.leaves_per_pod ? leafOf(n) / o.leaves_per_pod : 0; }
 };
 
+// Names of the length real ones have (they are most of a message's bytes): "gpu-node-000123",
+// zero-padded so that name order is index order; a data-plane address per node.
 std::string nodeName(uint32_t n) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "n%06u", n);  // zero-padded: name order is index order
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "gpu-node-%06u", n);
   return buf;
+}
+std::string nodeAddress(uint32_t n) {
+  return "10." + std::to_string(n >> 16 & 255) + "." + std::to_string(n >> 8 & 255) + "." +
+         std::to_string(n & 255);
 }
 
 Cluster buildCluster(const Options& o, std::mt19937_64& rng) {
@@ -247,7 +254,12 @@ Cluster buildCluster(const Options& o, std::mt19937_64& rng) {
     tq::SharedLinkSpec l{name, static_cast<uint64_t>(cap), o.headroom_percent, std::nullopt, {}};
     if (o.rails > 1) l.rail = static_cast<uint32_t>(rail);
     l.groups.resize(groups);
-    for (int g = 0; g < groups; ++g) l.groups[g].name = "g" + std::to_string(g);
+    for (int g = 0; g < groups; ++g) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s-%03d",
+                    c.pods && name.ends_with("pod-uplink") ? "pod" : "leaf", g);
+      l.groups[g].name = buf;
+    }
     for (int n = 0; n < o.nodes; ++n) l.groups[groupOf(n)].nodes.push_back(nodeName(n));
     p.shared_links.push_back(std::move(l));
   };
@@ -264,7 +276,9 @@ Cluster buildCluster(const Options& o, std::mt19937_64& rng) {
   for (int t = 0; t < o.tenants; ++t) {
     const Tenant& x = c.tenants[t];
     tq::TenantSpec s;
-    s.name = "t" + std::to_string(t);
+    char name[32];
+    std::snprintf(name, sizeof name, "team-%04d-train", t);  // the length of a real team's name
+    s.name = name;
     s.link = "nic";
     s.guarantee_bytes_per_second = 0;
     s.limit_bytes_per_second = static_cast<uint64_t>(x.limit);
@@ -449,13 +463,12 @@ struct Loop {
   const Model& m;
   Options o;
   std::vector<uint64_t> held_cap;     // what each agent enforces (last pushed)
+  std::vector<int> last_caps_round;   // per node: when policyd last sent its caps
   std::vector<uint64_t> sent_demand;  // what the allocator holds (last reported)
   std::vector<double> x;              // ring rates this round
   std::vector<char> slowed;           // the ring was slowed by a link offered too much
   std::vector<double> link_load;
   Figures f;
-
-  uint64_t limitOn(const Key& k) const { return fm.share(k.tenant, k.cls).limit; }
 
   void rates() {
     const size_t R = m.rings.size();
@@ -497,12 +510,13 @@ struct Loop {
            (now == 0) != (last == 0);
   }
 
-  // The agents' estimate per key (agent/allocator.h's rule), then what they send: per (tenant,
-  // class) both directions when either moved past the deadband, everything on a refresh.
+  // Keys of a node: consecutive, classes x (tx, rx).
+  size_t keysPerNode() const { return fm.classCount() * 2; }
+
+  // The agents' estimate per key (agent/allocator.h's rule), then what they send: a node's
+  // whole DemandReport (it replaces the previous one, policy.proto) when any of its entries
+  // moved past the deadband, else every refresh_every rounds (agents staggered by node).
   void report(int round, std::vector<DemandReport>* reports) {
-    // Each agent refreshes everything every refresh_every rounds, agents staggered by node.
-    auto full = [&](uint32_t node) { return (round + node) % o.refresh_every == 0; };
-    std::map<uint32_t, tenantqos::v1::FabricDemandReport> messages;  // by node
     reports->resize(m.keys.size());
     std::vector<uint64_t> demand(m.keys.size(), 0);
     for (size_t k = 0; k < m.keys.size(); ++k) {
@@ -513,55 +527,74 @@ struct Loop {
       // estimator's network-bound rule): backlogged, it takes up to its limit.
       const bool throttled = static_cast<double>(held_cap[k]) <= carried * (1 + 1e-9) ||
                              (slowed[key.ring] && carried < c.tenants[key.tenant].guarantee);
-      demand[k] = throttled ? limitOn(key) : static_cast<uint64_t>(std::llround(carried * 1.05));
-      demand[k] = std::min(demand[k], limitOn(key));
+      demand[k] =
+          throttled ? tq::kUnboundedDemand : static_cast<uint64_t>(std::llround(carried * 1.05));
     }
-    for (size_t k = 0; k + 1 < m.keys.size(); k += 2) {  // keys come as (tx, rx) pairs
-      if (full(m.keys[k].node) || changed(demand[k], sent_demand[k]) ||
-          changed(demand[k + 1], sent_demand[k + 1])) {
+    const size_t per_node = keysPerNode();
+    for (size_t first = 0; first < m.keys.size(); first += per_node) {
+      const uint32_t node = m.keys[first].node;
+      bool send = (round + node) % o.refresh_every == 0;
+      for (size_t k = first; k < first + per_node && !send; ++k) {
+        send = changed(demand[k], sent_demand[k]);
+      }
+      if (!send) continue;
+      tenantqos::v1::DemandReport msg;
+      msg.set_node(nodeName(node));
+      msg.set_policy_version(1234);
+      msg.set_sequence(static_cast<uint64_t>(round) + 1);
+      msg.add_addresses(nodeAddress(node));
+      for (size_t k = first; k < first + per_node; k += 2) {  // (tx, rx) pairs
         sent_demand[k] = demand[k];
         sent_demand[k + 1] = demand[k + 1];
-        auto* e = messages[m.keys[k].node].add_demands();
-        e->set_tenant(m.keys[k].tenant);
-        e->set_shared_link(m.keys[k].cls);
-        e->set_tx_bytes_per_second(demand[k]);
-        e->set_rx_bytes_per_second(demand[k + 1]);
+        auto* e = msg.add_demands();
+        e->set_tenant(c.policy.tenants[m.keys[k].tenant].name);
+        e->set_link(c.policy.shared_links[m.keys[k].cls].name);
+        e->set_transmit_bytes_per_second(demand[k]);
+        e->set_receive_bytes_per_second(demand[k + 1]);
       }
+      f.report_bytes += static_cast<double>(msg.ByteSizeLong() + kFramingBytes);
+      ++f.report_messages;
     }
     for (size_t k = 0; k < m.keys.size(); ++k) {
       const Key& key = m.keys[k];
       (*reports)[k] = {key.node, key.tenant, key.cls, key.dir, sent_demand[k]};
     }
-    for (auto& [node, msg] : messages) {
-      msg.set_policy_version(1234);
-      msg.set_sequence(static_cast<uint64_t>(round) + 1);
-      msg.set_full(full(node));
-      f.report_bytes += static_cast<double>(msg.ByteSizeLong() + kFramingBytes);
-      ++f.report_messages;
-    }
   }
 
+  // What policyd sends (policy/allocator_service.cc): a node's whole NodeCaps when any of its
+  // caps changed, and at least every refresh_every rounds (its one-second heartbeat).
   void push(int round, const tq::fabric::RoundResult& result) {
-    // Each agent refreshes everything every refresh_every rounds, agents staggered by node.
-    auto full = [&](uint32_t node) { return (round + node) % o.refresh_every == 0; };
-    std::map<uint32_t, tenantqos::v1::FabricCaps> messages;
-    for (size_t k = 0; k + 1 < m.keys.size(); k += 2) {
-      const uint64_t tx = result.caps[k].cap, rx = result.caps[k + 1].cap;
-      if (!full(m.keys[k].node) && !changed(tx, held_cap[k]) && !changed(rx, held_cap[k + 1])) {
-        continue;
+    const size_t per_node = keysPerNode();
+    for (size_t first = 0; first < m.keys.size(); first += per_node) {
+      const uint32_t node = m.keys[first].node;
+      bool send = round - last_caps_round[node] >= o.refresh_every;
+      for (size_t k = first; k < first + per_node && !send; ++k) {
+        send = result.caps[k].cap != held_cap[k];
       }
-      held_cap[k] = tx;
-      held_cap[k + 1] = rx;
-      auto* e = messages[m.keys[k].node].add_caps();
-      e->set_tenant(m.keys[k].tenant);
-      e->set_shared_link(m.keys[k].cls);
-      e->set_tx_cap_bytes_per_second(tx);
-      e->set_rx_cap_bytes_per_second(rx);
-    }
-    for (auto& [node, msg] : messages) {
-      msg.set_policy_version(1234);
+      if (!send) continue;
+      last_caps_round[node] = round;
+      tenantqos::v1::NodeCaps msg;
+      msg.set_node(nodeName(node));
+      msg.set_term(7);
       msg.set_round(static_cast<uint64_t>(round) + 1);
-      msg.set_full(full(node));
+      msg.set_policy_version(1234);
+      msg.set_computed_at_unix_ms(1'780'000'000'000 + round * static_cast<int64_t>(o.period_ms));
+      msg.set_hold_ms(3000);
+      msg.set_demand_sequence(static_cast<uint64_t>(round) + 1);
+      msg.set_allocator("policyd-0.tenantqos.svc:7400");
+      for (size_t k = first; k < first + per_node; k += 2) {
+        held_cap[k] = result.caps[k].cap;
+        held_cap[k + 1] = result.caps[k + 1].cap;
+        const tq::SharedLinkSpec& cls = c.policy.shared_links[m.keys[k].cls];
+        auto* e = msg.add_caps();
+        e->set_tenant(c.policy.tenants[m.keys[k].tenant].name);
+        e->set_link(cls.name);
+        e->set_group(cls.groups[fm.link(result.caps[k].link).group].name);
+        e->set_transmit_cap_bytes_per_second(held_cap[k]);
+        e->set_receive_cap_bytes_per_second(held_cap[k + 1]);
+        e->set_tenant_nodes(c.tenants[m.keys[k].tenant].nodes.size() > 1 ? 2 : 1);
+        e->set_link_pairs(static_cast<uint32_t>(c.o.leaf_size));
+      }
       f.caps_bytes += static_cast<double>(msg.ByteSizeLong() + kFramingBytes);
       ++f.caps_messages;
     }
@@ -621,9 +654,10 @@ int main(int argc, char** argv) {
   }
   const FabricModel& fm = *built;
   const Model m = buildModel(c, fm);
-  Loop loop{c, fm, m, o, {}, {}, {}, {}, {}, {}};
+  Loop loop{c, fm, m, o, {}, {}, {}, {}, {}, {}, {}};
   loop.held_cap.assign(m.keys.size(), 0);
   loop.sent_demand.assign(m.keys.size(), 0);
+  loop.last_caps_round.assign(o.nodes, -o.refresh_every);
   std::vector<DemandReport> reports;
 
   std::cerr << "fabric_sim: " << o.nodes << " nodes under " << c.leaves << " leaves"

@@ -110,9 +110,13 @@ TEST_F(AttachServerTest, AnAttachmentEndsWhenTheProcessExecsAnotherProgram) {
   ASSERT_GT(child, 0);
   auto server = startAt(run_dir);
   ASSERT_TRUE(server.ok()) << server.status().toString();
-  auto shm = TenantShm::create("default", 0);
-  ASSERT_TRUE(shm.ok());
-  (*server)->serveDefault(*shm);
+  DefaultTenant::Options o;
+  o.tenant = "default";
+  auto d = std::make_shared<DefaultTenant>(o, nullptr, realClock());
+  TenantParams p;
+  p.buckets = nodeBuckets(12'500'000, 4096, 12'500'000);
+  d->setParams(p);
+  (*server)->serveDefault(d);
   auto listed = [&] {
     for (const Attachment& a : (*server)->attachments()) {
       if (a.peer.pid == child) return true;
@@ -144,7 +148,12 @@ TEST_F(AttachServerTest, AnAttachmentEndsWhenTheProcessExecsAnotherProgram) {
   EXPECT_TRUE(eventually([&] { return !listed(); }, 2000))
       << "still counted as attached (governed) after exec of /bin/sleep";
   // And the agent let go of it: the slot is free again.
-  EXPECT_TRUE(eventually([&] { return (*shm)->attachments().empty(); }, 2000));
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto mine = d->shardOf(::getuid());  // the child's uid: this one's
+        return mine && mine->attachments().empty();
+      },
+      2000));
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   for (int* p : {go, attached, exec_now}) {
