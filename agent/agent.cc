@@ -176,7 +176,7 @@ Status runCleanup(const AgentConfig& config, TcApplier* tc) {
   }
   // Sockets and tenant directories (and layout v1 files an older agent left). Attached
   // processes keep their memory; this is an explicit operator request.
-  const std::string tenants = config.run_dir + "/tenants";
+  const std::string tenants = attach::tenantsDir(config.run_dir);
   if (DIR* d = ::opendir(tenants.c_str())) {
     std::vector<std::string> names;
     while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
@@ -196,7 +196,7 @@ Status runCleanup(const AgentConfig& config, TcApplier* tc) {
        {attach::nodeSocketPath(config.run_dir), attach::trafficClassesPath(config.run_dir)}) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) note(errnoStatus("unlink " + path));
   }
-  ::rmdir((config.run_dir + "/tenants").c_str());  // only if empty; failure is fine
+  ::rmdir(attach::tenantsDir(config.run_dir).c_str());  // only if empty; failure is fine
   SnapshotStore store(config.state_dir);
   note(store.remove());
   const std::string classes = config.state_dir + "/" + kTcClassesFileName;

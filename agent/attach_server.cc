@@ -144,7 +144,7 @@ Status AttachServer::serve(const std::string& tenant, std::shared_ptr<TenantShm>
   }
   const std::string dir = attach::tenantDir(options_.run_dir, tenant);
   const gid_t gid = group.value_or(kAnyGroup);  // no group: 0700/0600, root alone
-  TQ_RETURN_IF_ERROR(ownDir(options_.run_dir + "/tenants", kAnyGroup, 0755));
+  TQ_RETURN_IF_ERROR(ownDir(attach::tenantsDir(options_.run_dir), kAnyGroup, 0755));
   // The directory closes first (0700), the socket is made, then the group may enter.
   TQ_RETURN_IF_ERROR(ownDir(dir, gid, 0700));
   const std::string path = attach::tenantSocketPath(options_.run_dir, tenant);

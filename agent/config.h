@@ -9,6 +9,7 @@
 
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/node_contract.h"
 #include "common/status.h"
 #include "rpc/tls.h"
 
@@ -37,7 +38,7 @@ struct AgentConfig {
   rpc::TlsConfig tls;  // mutual TLS to policyd (checked when the agent starts)
   std::string node;    // this node's name (default: the host name)
   std::vector<DeviceMapping> devices;
-  std::string run_dir = "/run/tenantqos";
+  std::string run_dir = kDefaultRunDir;
   std::string state_dir = "/var/lib/tenantqos";
   std::string metrics_address = "127.0.0.1:9464";  // HOST:PORT; port 0 picks a free port
   std::string metrics_port_file;                   // if set, the bound port is written here

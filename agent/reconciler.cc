@@ -390,7 +390,7 @@ void Reconciler::removeStaleEntries(const DesiredNode& desired) {
   stale_removed_ = true;
   // What an earlier agent left under <run>/tenants: sockets of tenants this policy no longer
   // has, and layout v1 files (processes that map one keep it until they restart).
-  const std::string dir = options_.run_dir + "/tenants";
+  const std::string dir = attach::tenantsDir(options_.run_dir);
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return;
   std::vector<std::string> names;

@@ -111,15 +111,6 @@ Result<Reply> parseReply(const uint8_t* data, size_t size) {
   return r;
 }
 
-std::string tenantDir(const std::string& run_dir, const std::string& tenant) {
-  return run_dir + "/tenants/" + tenant;
-}
-std::string tenantSocketPath(const std::string& run_dir, const std::string& tenant) {
-  return tenantDir(run_dir, tenant) + "/agent.sock";
-}
-std::string nodeSocketPath(const std::string& run_dir) { return run_dir + "/agent.sock"; }
-std::string trafficClassesPath(const std::string& run_dir) { return run_dir + "/traffic-classes"; }
-
 bool nodeIsGoverned(const std::string& run_dir) {
   struct stat st {};
   if (::stat(run_dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);

@@ -1,6 +1,6 @@
 // How a process attaches to its tenant on a node: the agent <-> plugin socket protocol.
 //
-// Paths under the run directory (default /run/tenantqos):
+// Paths under the run directory (common/node_contract.h, default /run/tenantqos):
 //   tenants/<tenant>/agent.sock  one per tenant; the directory is root-owned, group = the
 //                                tenant's Unix group (policy `unixGroup`), mode 0750 (0700 and
 //                                group root without one), so what the kernel lets a process
@@ -28,6 +28,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/node_contract.h"
 
 #include "common/fd.h"
 #include "common/status.h"
@@ -59,10 +61,6 @@ Result<Request> parseRequest(const uint8_t* data, size_t size);
 std::string encodeReply(const Reply& r);
 Result<Reply> parseReply(const uint8_t* data, size_t size);
 
-std::string tenantSocketPath(const std::string& run_dir, const std::string& tenant);
-std::string tenantDir(const std::string& run_dir, const std::string& tenant);
-std::string nodeSocketPath(const std::string& run_dir);
-std::string trafficClassesPath(const std::string& run_dir);
 // A node is governed (an agent runs or ran there) unless its run directory certainly does not
 // exist (ENOENT, ENOTDIR): one this process may not look into (EACCES) is a governed node it is
 // not trusted on, so the process fails closed.

@@ -17,4 +17,9 @@ uint64_t allocatableCapacity(uint64_t capacity_bytes_per_second, double headroom
                                kHeadroomPpmScale);
 }
 
+uint64_t groupCapacity(const SharedLinkSpec& link, const LinkGroupSpec& group) {
+  return group.capacity_bytes_per_second != 0 ? group.capacity_bytes_per_second
+                                              : link.capacity_bytes_per_second;
+}
+
 }  // namespace tq

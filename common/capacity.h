@@ -1,6 +1,7 @@
-// Allocatable capacity of a link: the one rule that policy admission (policyd, tenantqosctl)
-// and the agent's allocator share, so that policyd never admits guarantees the agent will not
-// hand out.
+// Allocatable capacity of a link (a node's, or a link between switches that a group of nodes
+// shares): the one rule that policy admission (policyd, tenantqosctl) and the allocators (the
+// agent's per node, fabric/'s per shared link) share, so that policyd never admits guarantees
+// an allocator will not hand out.
 //
 //   allocatable = floor(capacity x (1 - headroom))      exact integer arithmetic
 //
@@ -26,6 +27,13 @@ uint64_t headroomPpm(double headroom_percent);
 uint64_t allocatableCapacity(uint64_t capacity_bytes_per_second, double headroom_percent);
 inline uint64_t allocatableCapacity(const LinkSpec& link) {
   return allocatableCapacity(link.capacity_bytes_per_second, link.headroom_percent);
+}
+
+// A group's link of a shared link class (common/policy.h): the group's own capacity, else the
+// class's; the class's headroom. Per direction.
+uint64_t groupCapacity(const SharedLinkSpec& link, const LinkGroupSpec& group);
+inline uint64_t allocatableCapacity(const SharedLinkSpec& link, const LinkGroupSpec& group) {
+  return allocatableCapacity(groupCapacity(link, group), link.headroom_percent);
 }
 
 }  // namespace tq

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,40 @@ struct LinkSpec {
   uint64_t capacity_bytes_per_second = 0;
   double headroom_percent = 0;
   friend bool operator==(const LinkSpec&, const LinkSpec&) = default;
+};
+
+// The topology: classes of links between switches that groups of nodes share (a leaf switch's
+// uplink, a pod's, a rail's). Each group of a class has one such link; traffic between a member
+// of the group and a node outside it crosses the link, leaving the group ("tx", up) or entering
+// it ("rx", down), each direction with the link's capacity. A node is in at most one group of a
+// class. Guarantees, limits and weights hold on every shared link a tenant crosses, for the
+// tenant's traffic summed over its nodes (docs/policy.md, "Shared links").
+struct LinkGroupSpec {
+  std::string name;
+  std::vector<std::string> nodes;          // Kubernetes node names
+  uint64_t capacity_bytes_per_second = 0;  // per direction; 0: the shared link's capacity
+  friend bool operator==(const LinkGroupSpec&, const LinkGroupSpec&) = default;
+};
+
+struct SharedLinkSpec {
+  std::string name;
+  uint64_t capacity_bytes_per_second = 0;  // per direction, of each group's link (0: per group)
+  double headroom_percent = 0;
+  // Only the traffic of the nodes' devices on this rail (Net ABI railId) crosses the class's
+  // links; absent: all the nodes' traffic.
+  std::optional<uint32_t> rail;
+  std::vector<LinkGroupSpec> groups;
+  friend bool operator==(const SharedLinkSpec&, const SharedLinkSpec&) = default;
+};
+
+// A tenant's own values on one shared link class; each absent value is the tenant's own
+// (common/topology.h: tenantShareOn() is the one rule).
+struct TenantLinkValues {
+  std::string link;  // a SharedLinkSpec.name
+  std::optional<uint64_t> guarantee_bytes_per_second;
+  std::optional<uint64_t> limit_bytes_per_second;
+  std::optional<uint32_t> weight;
+  friend bool operator==(const TenantLinkValues&, const TenantLinkValues&) = default;
 };
 
 struct TenantSpec {
@@ -44,16 +79,24 @@ struct TenantSpec {
   // Unix group (numeric gid or name) of the tenant's attach directory on the nodes; empty: root
   // only. Decides which processes of a node can attach as this tenant (common/attach_protocol.h).
   std::string unix_group;
+  // Values on shared link classes that differ from the tenant's own (at most one per class).
+  std::vector<TenantLinkValues> shared_links;
   friend bool operator==(const TenantSpec&, const TenantSpec&) = default;
 };
 
 struct PolicySpec {
   std::vector<LinkSpec> links;
   std::vector<TenantSpec> tenants;
+  std::vector<SharedLinkSpec> shared_links;  // the topology; empty: none described
   friend bool operator==(const PolicySpec&, const PolicySpec&) = default;
 
   const LinkSpec* findLink(const std::string& name) const {
     for (const auto& l : links)
+      if (l.name == name) return &l;
+    return nullptr;
+  }
+  const SharedLinkSpec* findSharedLink(const std::string& name) const {
+    for (const auto& l : shared_links)
       if (l.name == name) return &l;
     return nullptr;
   }

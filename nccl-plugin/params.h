@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "common/node_contract.h"  // the names the webhook writes into pods
 #include "common/status.h"
 
 namespace tq::plugin {
@@ -32,13 +33,13 @@ enum class ParamType {
 // For sizes and rates a max of 0 means no upper bound; the min always holds.
 // Optional types are unset unless the variable is set; the meaning says what unset does.
 #define TQ_PLUGIN_PARAMS(X)                                                                        \
-  X(tenant, "TENANTQOS_TENANT", std::string, kString, "", 0, 0,                                    \
+  X(tenant, kTenantEnv, std::string, kString, "", 0, 0,                                            \
     "Tenant whose agent socket every communicator of this process tries first (e.g. set from a "   \
     "pod label), before the communicator's trafficClass. Only a choice: a tenant whose socket "    \
     "the process cannot reach gives it the default tenant.")                                       \
   X(default_tenant, "TENANTQOS_DEFAULT_TENANT", std::string, kString, "default", 0, 0,             \
     "Tenant of communicators that neither TENANTQOS_TENANT nor a trafficClass mapping names.")     \
-  X(run_dir, "TENANTQOS_RUN_DIR", std::string, kString, "/run/tenantqos", 0, 0,                    \
+  X(run_dir, kRunDirEnv, std::string, kString, kDefaultRunDir, 0, 0,                               \
     "The agent's run directory: tenants/<tenant>/agent.sock per tenant, agent.sock node-wide. "    \
     "If it exists the node is governed: a process that cannot attach is paced at the default "     \
     "tenant's or a conservative 100 Mbit/s rate, never unpaced.")                                  \
@@ -113,10 +114,11 @@ enum class ParamType {
     "TENANTQOS_IB_RETRY_CNT it bounds how long a lost peer takes to fail a transfer.")             \
   X(ib_retry_cnt, "TENANTQOS_IB_RETRY_CNT", int64_t, kInt, "7", 0, 7,                              \
     "RC QP transport retries before a work request fails.")                                        \
-  X(pace_chunk_us, "TENANTQOS_PACE_CHUNK_US", int64_t, kInt, "1000", 10, 1000000,                  \
-    "Transports pace large messages in chunks of at most rate x this (and at most the bucket "     \
-    "depth), each admitted by the bucket on its own, so the rate holds at millisecond scales, "    \
-    "not only on average: ib sends, socket reads and writes of striped messages.")                 \
+  X(pace_chunk_us, "TENANTQOS_PACE_CHUNK_US", int64_t, kInt, "250", 10, 1000000,                   \
+    "Transports pace large messages in chunks of at most rate x this (and at most half the "       \
+    "bucket depth), each admitted by the bucket on its own, so the rate holds at millisecond "     \
+    "scales, not only on average, and a chunk finds room in the bucket even when its admitter "    \
+    "comes back late: ib sends, socket reads and writes.")                                         \
   X(handshake_timeout_ms, "TENANTQOS_HANDSHAKE_TIMEOUT_MS", int64_t, kMillis, "30000", 10,         \
     86400000,                                                                                      \
     "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "   \

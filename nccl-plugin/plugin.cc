@@ -31,7 +31,7 @@ class TenantAdmission final : public Admission {
   bool tryAdmit(uint64_t bytes, uint64_t pending) override {
     return tenant_->admit(bytes, &pace_, pending);
   }
-  int64_t readyAtNs(uint64_t bytes) const override { return tenant_->readyAtNs(bytes, pace_); }
+  int64_t waitNs(uint64_t bytes) const override { return tenant_->waitNs(bytes, pace_); }
   void giveBack(uint64_t bytes) override { tenant_->giveBack(bytes, &pace_); }
   void peerWait(int64_t ns) override { tenant_->onPeerWait(pace_, ns); }
   uint64_t chunkBytes() const override { return tenant_->chunkBytes(pace_.channel); }

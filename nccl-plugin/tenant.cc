@@ -446,7 +446,9 @@ uint64_t TenantPacer::chunkBytes(int channel) const {
   const BucketConfig bc = configOf(b);
   const unsigned __int128 by_time = static_cast<unsigned __int128>(bc.rate_bytes_per_second) *
                                     static_cast<uint64_t>(cfg_.chunk_ns) / 1'000'000'000u;
-  uint64_t c = static_cast<uint64_t>(std::min<unsigned __int128>(by_time, bc.burst_bytes));
+  // At most half the depth: a chunk then fits a bucket that is not full, so an admitter that
+  // comes back late (descheduled) loses nothing until the bucket overflows.
+  uint64_t c = static_cast<uint64_t>(std::min<unsigned __int128>(by_time, bc.burst_bytes / 2));
   c -= c % kMinPaceChunk;
   return std::max(c, kMinPaceChunk);
 }
@@ -542,13 +544,13 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
   return true;
 }
 
-int64_t TenantPacer::readyAtNs(uint64_t bytes, const PaceState& ps) const {
-  const int64_t now = clock_.nowNs();
+int64_t TenantPacer::waitNs(uint64_t bytes, const PaceState& ps) const {
   const int b = bucketOf(ps.channel);
-  if (b < 0 || !paced_.load(std::memory_order_relaxed)) return now;
+  if (b < 0 || !paced_.load(std::memory_order_relaxed)) return 0;
+  const int64_t now = clock_.nowNs();
   AgentBinding* a = agent_.load(std::memory_order_acquire);
   auto* self = const_cast<TenantPacer*>(this);
-  return bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b));
+  return bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b)) - now;
 }
 
 void TenantPacer::giveBack(uint64_t bytes, PaceState* ps) {

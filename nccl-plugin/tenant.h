@@ -93,7 +93,7 @@ struct PacerConfig {
   std::optional<int64_t> dscp, sl, priority;
   int64_t recheck_ns = 1'000'000'000;
   int64_t catchup_ns = 20'000'000;
-  int64_t chunk_ns = 1'000'000;  // TENANTQOS_PACE_CHUNK_US: time one paced chunk covers
+  int64_t chunk_ns = 250'000;  // TENANTQOS_PACE_CHUNK_US: time one paced chunk covers
 };
 
 // How long attaching through one socket may take when a pacer is created.
@@ -154,14 +154,14 @@ class TenantPacer {
   // chunks passes the bytes still waiting behind this chunk, so the agent sees the real demand
   // rather than one chunk.
   bool admit(uint64_t bytes, PaceState* ps, uint64_t pending = 0);
-  // Earliest CLOCK_MONOTONIC time (this pacer's clock) at which `bytes` could be admitted on
-  // ps->channel: now when already possible or unpaced. A transport thread sleeps until then.
-  int64_t readyAtNs(uint64_t bytes, const PaceState& ps) const;
+  // How long (ns, this pacer's clock) until `bytes` could be admitted on ps->channel: 0 when
+  // already possible or unpaced. A transport thread sleeps that long.
+  int64_t waitNs(uint64_t bytes, const PaceState& ps) const;
   // Tokens taken for bytes that did not come (a receive admitted at its posted size that
   // carried less): back into the bucket of ps->channel.
   void giveBack(uint64_t bytes, PaceState* ps);
-  // Chunk size for admitters of chunks: min(depth, rate x cfg.chunk_ns) of the channel's bucket,
-  // rounded down to a multiple of kMinPaceChunk and at least kMinPaceChunk; 0 when unpaced.
+  // Chunk size for admitters of chunks: min(depth / 2, rate x cfg.chunk_ns) of the channel's
+  // bucket, rounded down to a multiple of kMinPaceChunk and at least kMinPaceChunk; 0 when unpaced.
   uint64_t chunkBytes(int channel = kTxChannel) const;
   // The channel's current rate (bytes/s); 0 when unpaced.
   uint64_t rateBytesPerSecond(int channel = kTxChannel) const;

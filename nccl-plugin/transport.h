@@ -31,7 +31,7 @@
 //    returns no request, exactly as without clear-to-send; the rest from test()/isend
 //    progress); ib receives a clear-to-send (from irecv, else from test() progress); socket
 //    helper threads each read and write of a stripe. Never blocking NCCL's thread: a transport
-//    thread may sleep until Admission::readyAtNs().
+//    thread may sleep for Admission::waitNs().
 #pragma once
 
 #include <cstddef>
@@ -119,16 +119,16 @@ class Admission {
   // `pending`: bytes waiting to be admitted by this admitter, these included — the demand the
   // agent sees (backlog) while it is refused.
   virtual bool tryAdmit(uint64_t bytes, uint64_t pending) = 0;
-  // When `bytes` could be admitted, on the plugin's clock (CLOCK_MONOTONIC in production): a
-  // transport thread may sleep until then instead of polling.
-  virtual int64_t readyAtNs(uint64_t bytes) const = 0;
+  // How long until `bytes` could be admitted (ns; 0: now): a transport thread may sleep that
+  // long instead of polling.
+  virtual int64_t waitNs(uint64_t bytes) const = 0;
   // Tokens taken for bytes that never came (a receive admitted at its posted size that carried
   // less) go back to the bucket.
   virtual void giveBack(uint64_t bytes) = 0;
   // Sends waited `ns` for their receiver (a closed TCP window): not demand at this end.
   virtual void peerWait(int64_t ns) = 0;
-  // Largest piece one admission should cover: min(depth, rate x TENANTQOS_PACE_CHUNK_US), a
-  // multiple of 4 KiB; 0 when unpaced (move whole messages).
+  // Largest piece one admission should cover: min(depth / 2, rate x TENANTQOS_PACE_CHUNK_US),
+  // a multiple of 4 KiB; 0 when unpaced (move whole messages).
   virtual uint64_t chunkBytes() const = 0;
   // The bucket's current rate in bytes/s; 0 when unpaced. Hardware rate limiters follow it.
   virtual uint64_t rateBytesPerSecond() const = 0;

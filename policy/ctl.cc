@@ -22,6 +22,7 @@
 #include "common/units.h"
 #include "policy/policy_file.h"
 #include "policy/qos_render.h"
+#include "policy/topology_file.h"
 #include "policy/volcano_import.h"
 #include "policy/wire.h"
 #include "proto/convert.h"
@@ -379,9 +380,11 @@ std::string toJson(const PolicyRecord& r) {
       o << "]";
     }
     o << ", \"default\": " << (t.is_default ? "true" : "false")
-      << ", \"unixGroup\": " << jsonQuote(t.unix_group) << "}";
+      << ", \"unixGroup\": " << jsonQuote(t.unix_group) << ", "
+      << tenantLinkValuesJson(t.shared_links) << "}";
   }
-  o << (r.policy.tenants.empty() ? "]\n" : "\n  ]\n");
+  o << (r.policy.tenants.empty() ? "],\n" : "\n  ],\n");
+  o << "  " << sharedLinksJson(r.policy.shared_links) << "\n";
   o << "}\n";
   return o.str();
 }
@@ -542,6 +545,7 @@ void printDiff(std::ostream& out, const PolicyDiff& diff) {
     }
   };
   for (const ObjectChange& c : diff.links) print("link", c);
+  for (const ObjectChange& c : diff.shared_links) print("shared link", c);
   for (const ObjectChange& c : diff.tenants) print("tenant", c);
   if (unchanged > 0)
     out << "  (" << unchanged << (unchanged == 1 ? " tenant" : " tenants") << " unchanged)\n";
@@ -600,7 +604,12 @@ int cmdValidate(const Args& a, CtlContext& ctx) {
   }
   ctx.out << file << ": valid (" << policy.links.size()
           << (policy.links.size() == 1 ? " link, " : " links, ") << policy.tenants.size()
-          << (policy.tenants.size() == 1 ? " tenant)" : " tenants)") << "\n";
+          << (policy.tenants.size() == 1 ? " tenant" : " tenants");
+  if (!policy.shared_links.empty()) {
+    ctx.out << ", " << policy.shared_links.size()
+            << (policy.shared_links.size() == 1 ? " shared link" : " shared links");
+  }
+  ctx.out << ")\n";
   return kExitOk;
 }
 

@@ -139,9 +139,9 @@ class EtcdStore final : public PolicyStore {
   Result<PolicyRecord> append(PolicyRecord record) override {
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t n = record.version;
-    if (n != next_) {
+    if (n != index_.next()) {
       return failedPrecondition("append version " + std::to_string(n) +
-                                ": the store expects version " + std::to_string(next_));
+                                ": the store expects version " + std::to_string(index_.next()));
     }
     record.checksum = 0;
     const std::string bytes = encodeRecord(record);
@@ -189,7 +189,7 @@ class EtcdStore final : public PolicyStore {
       } else {
         uint64_t now = 0;
         if (!latest_kvs.empty()) now = parseDecimal(latest_kvs[0].value()).value_or(0);
-        next_ = std::max(next_, now + 1);
+        index_.sawVersion(now);
         return failedPrecondition("policy version " + std::to_string(n) +
                                   " was committed by another policyd replica first (the latest "
                                   "in etcd is now " +
@@ -198,24 +198,21 @@ class EtcdStore final : public PolicyStore {
     }
     Result<PolicyRecord> stored = decodeRecord(bytes);
     if (!stored.ok()) return stored.status().withContext("re-read policy version just written");
-    summaries_[n] = summarize(*stored);
-    latest_ = *stored;
-    next_ = n + 1;
+    index_.addIntact(*stored);
     latest_rev_ = std::max(latest_rev_, rev);
-    summaries_.erase(summaries_.begin(), summaries_.upper_bound(retired));
+    index_.eraseThrough(retired);
     return stored;
   }
 
   std::optional<PolicyRecord> latest() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return latest_;
+    return index_.latest();
   }
 
   Result<PolicyRecord> get(uint64_t version) const override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (latest_ && latest_->version == version) return *latest_;
-      TQ_RETURN_IF_ERROR(checkReadable(summaries_, version));
+      if (auto answer = index_.answerWithoutReading(version)) return std::move(*answer);
     }
     pb::RangeRequest req;
     req.set_key(etcdRecordKey(o_.prefix, version));
@@ -230,17 +227,17 @@ class EtcdStore final : public PolicyStore {
 
   std::vector<VersionSummary> list() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return newestFirst(summaries_);
+    return index_.list();
   }
 
   uint64_t nextVersion() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return next_;
+    return index_.next();
   }
 
   uint64_t corruptRecords() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return countCorrupt(summaries_);
+    return index_.corrupt();
   }
 
   std::string epoch() const override { return epoch_; }
@@ -257,7 +254,7 @@ class EtcdStore final : public PolicyStore {
     std::lock_guard<std::mutex> lock(mu_);
     if (resp.kvs().empty() || resp.kvs(0).mod_revision() <= latest_rev_) return okStatus();
     // Load the versions this replica has not seen, as of that read.
-    const uint64_t from = summaries_.empty() ? 1 : summaries_.rbegin()->first + 1;
+    const uint64_t from = index_.newest() + 1;
     TQ_RETURN_IF_ERROR(loadRangeLocked(etcdRecordKey(o_.prefix, from), resp.header().revision()));
     applyLatestKvLocked(resp.kvs(0));
     return okStatus();
@@ -393,7 +390,7 @@ class EtcdStore final : public PolicyStore {
   }
 
   Status loadEpoch() {
-    const std::string fresh = newStoreEpoch();
+    TQ_ASSIGN_OR_RETURN(const std::string fresh, newStoreEpoch());
     pb::TxnRequest txn;
     pb::Compare* c = txn.add_compare();
     c->set_key(epoch_key_);
@@ -444,26 +441,20 @@ class EtcdStore final : public PolicyStore {
       TQ_LOG(kWarn, "policy store: ignoring unexpected etcd key %s", kv.key().c_str());
       return;
     }
-    next_ = std::max(next_, *version + 1);
     Result<PolicyRecord> rec = decodeKv(kv, *version);
     if (!rec.ok()) {
-      VersionSummary s;
-      s.version = *version;
-      s.intact = false;
-      s.problem = rec.status().message();
-      summaries_[*version] = s;
+      index_.addCorrupt(*version, rec.status().message());
       TQ_LOG(kError, "policy store: version %" PRIu64 " is corrupt and will not be served: %s",
-             *version, s.problem.c_str());
+             *version, rec.status().message().c_str());
       return;
     }
-    summaries_[*version] = summarize(*rec);
-    if (!latest_ || rec->version > latest_->version) latest_ = std::move(*rec);
+    index_.addIntact(std::move(*rec));
   }
 
   void applyLatestKvLocked(const pb::KeyValue& kv) {
     if (kv.mod_revision() <= latest_rev_) return;
     latest_rev_ = kv.mod_revision();
-    if (auto v = parseDecimal(kv.value())) next_ = std::max(next_, *v + 1);
+    if (auto v = parseDecimal(kv.value())) index_.sawVersion(*v);
   }
 
   // Loads versions/[from_key, end) as of `revision` (0 = now), page by page.
@@ -490,8 +481,7 @@ class EtcdStore final : public PolicyStore {
     pb::RangeResponse resp;
     TQ_RETURN_IF_ERROR(unary("read the latest policy version", &pb::KV::Stub::Range, req, &resp));
     const int64_t rev = resp.header().revision();
-    summaries_.clear();
-    latest_.reset();
+    index_.clear();
     latest_rev_ = 0;
     TQ_RETURN_IF_ERROR(loadRangeLocked(versions_prefix_, rev));
     if (!resp.kvs().empty()) applyLatestKvLocked(resp.kvs(0));
@@ -509,7 +499,7 @@ class EtcdStore final : public PolicyStore {
       if (e.type() == pb::Event::DELETE) {
         if (!is_version) continue;
         auto v = parseDecimal(std::string_view(kv.key()).substr(versions_prefix_.size()));
-        if (v && summaries_.erase(*v) > 0) changed = true;
+        if (v && index_.erase(*v)) changed = true;
         continue;
       }
       if (kv.key() == latest_key_) {
@@ -518,7 +508,7 @@ class EtcdStore final : public PolicyStore {
         changed |= latest_rev_ != before;
       } else if (is_version) {
         auto v = parseDecimal(std::string_view(kv.key()).substr(versions_prefix_.size()));
-        if (v && !summaries_.count(*v)) {
+        if (v && !index_.holds(*v)) {
           applyRecordKvLocked(kv);
           changed = true;
         }
@@ -620,9 +610,7 @@ class EtcdStore final : public PolicyStore {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, VersionSummary> summaries_;
-  std::optional<PolicyRecord> latest_;
-  uint64_t next_ = 1;
+  VersionIndex index_;
   int64_t latest_rev_ = 0;   // mod_revision of <prefix>latest as last seen (0: absent)
   int64_t watched_rev_ = 0;  // everything up to this etcd revision is applied
   bool stopping_ = false;

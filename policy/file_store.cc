@@ -61,32 +61,24 @@ class FileStore final : public PolicyStore {
     ::closedir(d);
     std::sort(files.begin(), files.end());
     for (const auto& [version, name] : files) {
-      const std::string path = dir_ + "/" + name;
-      next_ = std::max(next_, version + 1);
-      Result<PolicyRecord> rec = readRecord(path, version);
+      Result<PolicyRecord> rec = readRecord(dir_ + "/" + name, version);
       if (!rec.ok()) {
-        VersionSummary s;
-        s.version = version;
-        s.intact = false;
-        s.problem = rec.status().message();
-        summaries_[version] = s;
+        index_.addCorrupt(version, rec.status().message());
         TQ_LOG(kError, "policy store: version %" PRIu64 " is corrupt and will not be served: %s",
                version, rec.status().message().c_str());
         continue;
       }
-      summaries_[version] = summarize(*rec);
-      if (!latest_ || rec->version > latest_->version) latest_ = std::move(*rec);
+      index_.addIntact(std::move(*rec));
     }
-    if (!summaries_.empty()) {
-      uint64_t newest = summaries_.rbegin()->first;
-      if (!latest_) {
+    if (const uint64_t newest = index_.newest(); newest != 0) {
+      if (!index_.latest()) {
         TQ_LOG(kError, "policy store %s: no intact version (newest file: version %" PRIu64 ")",
                dir_.c_str(), newest);
-      } else if (latest_->version != newest) {
+      } else if (index_.latest()->version != newest) {
         TQ_LOG(kError,
                "policy store %s: the newest version %" PRIu64
                " is corrupt; serving version %" PRIu64 ", the newest intact one",
-               dir_.c_str(), newest, latest_->version);
+               dir_.c_str(), newest, index_.latest()->version);
       }
     }
     return okStatus();
@@ -94,9 +86,9 @@ class FileStore final : public PolicyStore {
 
   Result<PolicyRecord> append(PolicyRecord record) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (record.version != next_) {
+    if (record.version != index_.next()) {
       return failedPrecondition("append version " + std::to_string(record.version) +
-                                ": the store expects version " + std::to_string(next_));
+                                ": the store expects version " + std::to_string(index_.next()));
     }
     record.checksum = 0;
     std::string bytes = encodeRecord(record);
@@ -106,38 +98,35 @@ class FileStore final : public PolicyStore {
     // Only now, with the record durable, does the in-memory view move.
     Result<PolicyRecord> stored = decodeRecord(bytes);
     if (!stored.ok()) return stored.status().withContext("re-read policy version just written");
-    summaries_[record.version] = summarize(*stored);
-    latest_ = *stored;
-    next_ = record.version + 1;
+    index_.addIntact(*stored);
     pruneLocked(record.version);
     return stored;
   }
 
   std::optional<PolicyRecord> latest() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return latest_;
+    return index_.latest();
   }
 
   Result<PolicyRecord> get(uint64_t version) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (latest_ && latest_->version == version) return *latest_;
-    TQ_RETURN_IF_ERROR(checkReadable(summaries_, version));
+    if (auto answer = index_.answerWithoutReading(version)) return std::move(*answer);
     return readRecord(dir_ + "/" + recordFileName(version), version);
   }
 
   std::vector<VersionSummary> list() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return newestFirst(summaries_);
+    return index_.list();
   }
 
   uint64_t nextVersion() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return next_;
+    return index_.next();
   }
 
   uint64_t corruptRecords() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return countCorrupt(summaries_);
+    return index_.corrupt();
   }
 
   std::string epoch() const override { return epoch_; }
@@ -148,15 +137,15 @@ class FileStore final : public PolicyStore {
   // cannot be removed stays listed and is retried after the next append.
   void pruneLocked(uint64_t newest) {
     const uint64_t retired = newestRetiredVersion(newest, options_.retain_versions);
-    for (auto it = summaries_.begin(); it != summaries_.end() && it->first <= retired;) {
-      const std::string path = dir_ + "/" + recordFileName(it->first);
+    for (uint64_t version : index_.versions()) {
+      if (version > retired) break;
+      const std::string path = dir_ + "/" + recordFileName(version);
       if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
         TQ_LOG(kWarn, "policy store: cannot remove retired version %s: %s", path.c_str(),
                std::strerror(errno));
-        ++it;
         continue;
       }
-      it = summaries_.erase(it);
+      index_.erase(version);
     }
   }
 
@@ -175,9 +164,7 @@ class FileStore final : public PolicyStore {
   const std::string epoch_;
   const FileStoreOptions options_;
   mutable std::mutex mu_;
-  std::map<uint64_t, VersionSummary> summaries_;
-  std::optional<PolicyRecord> latest_;
-  uint64_t next_ = 1;
+  VersionIndex index_;  // guarded by mu_
 };
 
 // Reads <data_dir>/store-epoch, creating it when absent (a new store, or one from before epochs).
@@ -196,7 +183,7 @@ Result<std::string> loadOrCreateEpoch(const std::string& data_dir) {
     return e;
   }
   if (bytes.status().code() != StatusCode::kNotFound) return bytes.status();
-  std::string e = newStoreEpoch();
+  TQ_ASSIGN_OR_RETURN(std::string e, newStoreEpoch());
   TQ_RETURN_IF_ERROR_CTX(writeFileAtomic(path, e + "\n", 0644), "create the store epoch");
   TQ_LOG(kInfo, "policy store %s: new store epoch %s", data_dir.c_str(), e.c_str());
   return e;

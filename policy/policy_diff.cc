@@ -1,7 +1,9 @@
 #include "policy/policy_diff.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
+#include <optional>
 
 #include "common/units.h"
 
@@ -58,6 +60,8 @@ std::vector<std::string> tenantDetails(const TenantSpec& a, const TenantSpec& b)
   }
   field(d, "default", a.is_default, b.is_default, &boolText);
   field(d, "unixGroup", a.unix_group, b.unix_group, &strText);
+  std::string sa = tenantLinkValuesText(a.shared_links), sb = tenantLinkValuesText(b.shared_links);
+  if (sa != sb) d.push_back("sharedLinks: " + sa + " -> " + sb);
   return d;
 }
 
@@ -65,6 +69,64 @@ std::vector<std::string> linkDetails(const LinkSpec& a, const LinkSpec& b) {
   std::vector<std::string> d;
   field(d, "capacity", a.capacity_bytes_per_second, b.capacity_bytes_per_second, &rateText);
   field(d, "headroom", a.headroom_percent, b.headroom_percent, &pctText);
+  return d;
+}
+
+std::string railText(const std::optional<uint32_t>& r) {
+  return r ? std::to_string(*r) : std::string("all");
+}
+
+std::string groupSummary(const SharedLinkSpec& l) {
+  size_t nodes = 0;
+  for (const LinkGroupSpec& g : l.groups) nodes += g.nodes.size();
+  std::string s = "capacity " + formatRate(l.capacity_bytes_per_second) + ", headroom " +
+                  percentText(l.headroom_percent) + ", " + std::to_string(l.groups.size()) +
+                  (l.groups.size() == 1 ? " group, " : " groups, ") + std::to_string(nodes) +
+                  (nodes == 1 ? " node" : " nodes");
+  if (l.rail) s += ", rail " + std::to_string(*l.rail);
+  return s;
+}
+
+// Groups compared by name: "groups: +leaf-9 -leaf-2 ~leaf-3 (nodes +2 -1, capacity 1Gbps ->
+// 2Gbps)", one line per changed group after the first line of added / removed names.
+void groupDetails(std::vector<std::string>& d, const SharedLinkSpec& a, const SharedLinkSpec& b) {
+  std::map<std::string, const LinkGroupSpec*> before, after;
+  for (const LinkGroupSpec& g : a.groups) before.emplace(g.name, &g);
+  for (const LinkGroupSpec& g : b.groups) after.emplace(g.name, &g);
+  std::string added, removed;
+  for (const auto& [name, g] : after)
+    if (!before.count(name)) added += " +" + name;
+  for (const auto& [name, g] : before)
+    if (!after.count(name)) removed += " -" + name;
+  if (!added.empty() || !removed.empty()) d.push_back("groups:" + added + removed);
+  for (const auto& [name, g] : after) {
+    auto it = before.find(name);
+    if (it == before.end()) continue;
+    std::vector<std::string> na = it->second->nodes, nb = g->nodes;
+    std::sort(na.begin(), na.end());
+    std::sort(nb.begin(), nb.end());
+    std::vector<std::string> plus, minus;
+    std::set_difference(nb.begin(), nb.end(), na.begin(), na.end(), std::back_inserter(plus));
+    std::set_difference(na.begin(), na.end(), nb.begin(), nb.end(), std::back_inserter(minus));
+    std::string line;
+    if (!plus.empty() || !minus.empty()) {
+      line = "nodes +" + std::to_string(plus.size()) + " -" + std::to_string(minus.size());
+    }
+    if (it->second->capacity_bytes_per_second != g->capacity_bytes_per_second) {
+      line += std::string(line.empty() ? "" : ", ") + "capacity " +
+              formatRate(it->second->capacity_bytes_per_second) + " -> " +
+              formatRate(g->capacity_bytes_per_second);
+    }
+    if (!line.empty()) d.push_back("group " + name + ": " + line);
+  }
+}
+
+std::vector<std::string> sharedLinkDetails(const SharedLinkSpec& a, const SharedLinkSpec& b) {
+  std::vector<std::string> d;
+  field(d, "capacity", a.capacity_bytes_per_second, b.capacity_bytes_per_second, &rateText);
+  field(d, "headroom", a.headroom_percent, b.headroom_percent, &pctText);
+  field(d, "rail", a.rail, b.rail, &railText);
+  groupDetails(d, a, b);
   return d;
 }
 
@@ -106,7 +168,8 @@ std::string_view changeKindName(ChangeKind kind) {
 bool PolicyDiff::hasChanges() const {
   auto changed = [](const ObjectChange& c) { return c.kind != ChangeKind::kUnchanged; };
   return std::any_of(links.begin(), links.end(), changed) ||
-         std::any_of(tenants.begin(), tenants.end(), changed);
+         std::any_of(tenants.begin(), tenants.end(), changed) ||
+         std::any_of(shared_links.begin(), shared_links.end(), changed);
 }
 
 std::string summarizeDiff(const PolicyDiff& diff) {
@@ -128,11 +191,12 @@ std::string summarizeDiff(const PolicyDiff& diff) {
     if (more) out += " (+" + std::to_string(more) + " more)";
     return out.empty() ? out : std::string(what) + " " + out;
   };
-  std::string tenants = part("tenants", diff.tenants);
-  std::string links = part("links", diff.links);
-  if (tenants.empty() && links.empty()) return "no change";
-  if (tenants.empty()) return links;
-  return links.empty() ? tenants : tenants + "; " + links;
+  std::string line;
+  for (std::string p : {part("tenants", diff.tenants), part("links", diff.links),
+                        part("shared links", diff.shared_links)}) {
+    if (!p.empty()) line += (line.empty() ? "" : "; ") + p;
+  }
+  return line.empty() ? "no change" : line;
 }
 
 std::string describeTenant(const TenantSpec& t) {
@@ -146,7 +210,24 @@ std::string describeTenant(const TenantSpec& t) {
   if (!t.volcano_queues.empty()) s += ", volcanoQueues " + namesText(t.volcano_queues);
   if (t.is_default) s += ", default";
   if (!t.unix_group.empty()) s += ", unixGroup " + t.unix_group;
+  if (!t.shared_links.empty()) s += ", sharedLinks " + tenantLinkValuesText(t.shared_links);
   return s;
+}
+
+std::string tenantLinkValuesText(const std::vector<TenantLinkValues>& values) {
+  std::vector<std::string> items;
+  for (const TenantLinkValues& v : values) {
+    std::string s = v.link;
+    if (v.guarantee_bytes_per_second)
+      s += " guarantee " + formatRate(*v.guarantee_bytes_per_second);
+    if (v.limit_bytes_per_second) s += " limit " + formatRate(*v.limit_bytes_per_second);
+    if (v.weight) s += " weight " + std::to_string(*v.weight);
+    items.push_back(std::move(s));
+  }
+  std::sort(items.begin(), items.end());
+  std::string s = "[";
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + items[i];
+  return s + "]";
 }
 
 PolicyDiff diffPolicies(const PolicySpec& before, const PolicySpec& after) {
@@ -156,6 +237,8 @@ PolicyDiff diffPolicies(const PolicySpec& before, const PolicySpec& after) {
            percentText(l.headroom_percent);
   });
   d.tenants = diffList(before.tenants, after.tenants, &tenantDetails, &describeTenant);
+  d.shared_links =
+      diffList(before.shared_links, after.shared_links, &sharedLinkDetails, &groupSummary);
   return d;
 }
 

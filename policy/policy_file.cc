@@ -1,5 +1,6 @@
 #include "policy/policy_file.h"
 
+#include "policy/topology_file.h"
 #include "policy/yaml_reader.h"
 
 #include <yaml-cpp/depthguard.h>
@@ -31,12 +32,13 @@ using yaml::posOf;
 using yaml::quote;
 using yaml::rangeReason;
 
-constexpr std::string_view kRootFields[] = {"apiVersion", "kind", "links", "tenants"};
+constexpr std::string_view kRootFields[] = {"apiVersion", "kind", "links", "sharedLinks",
+                                            "tenants"};
 constexpr std::string_view kLinkFields[] = {"name", "capacity", "headroom"};
 constexpr std::string_view kTenantFields[] = {
     "name",          "link",    "guarantee",      "limit",      "weight",
     "serviceLevel",  "dscp",    "trafficClasses", "shareClass", "namespaces",
-    "volcanoQueues", "default", "unixGroup"};
+    "volcanoQueues", "default", "unixGroup",      "sharedLinks"};
 
 // Walks the YAML tree along the policy's schema (yaml_reader.h: the typed readers).
 class YamlReader : public yaml::FieldReader {
@@ -70,6 +72,7 @@ class YamlReader : public yaml::FieldReader {
                     out->tenants.push_back(readTenant(item, path));
                   });
     }
+    if (f.count("sharedLinks")) readSharedLinks(*this, f["sharedLinks"], &out->shared_links);
   }
 
  private:
@@ -130,6 +133,9 @@ class YamlReader : public yaml::FieldReader {
       readNames(f["volcanoQueues"], field("volcanoQueues"), kMaxPlatformNames, &t.volcano_queues);
     }
     if (f.count("default")) readBool(f["default"], field("default"), &t.is_default);
+    if (f.count("sharedLinks")) {
+      readTenantLinkValues(*this, f["sharedLinks"], field("sharedLinks"), &t.shared_links);
+    }
     return t;
   }
 };
@@ -424,6 +430,7 @@ class SpecValidator {
 
 void validateSpec(const PolicySpec& p, const FieldIndex& index, ErrorList& errors) {
   SpecValidator(p, index, errors).run();
+  validateTopology(p, index, errors);
 }
 
 // Marks the trafficClasses entries that failed to parse (stored as -1 placeholders) invalid.
@@ -646,6 +653,9 @@ std::vector<PolicyError> validatePolicy(const PolicySpec& policy, std::string_vi
   if (policy.tenants.size() > kMaxTenants) {
     errors.add({}, "tenants", "too many items: " + std::to_string(policy.tenants.size()));
   }
+  if (policy.shared_links.size() > kMaxSharedLinks) {
+    errors.add({}, "sharedLinks", "too many items: " + std::to_string(policy.shared_links.size()));
+  }
   validateSpec(policy, index, errors);
   return errors.take();
 }
@@ -675,6 +685,7 @@ std::string toYaml(const PolicySpec& policy, std::string_view header_comment) {
     y += "    capacity: " + exactRateText(l.capacity_bytes_per_second) + "\n";
     y += "    headroom: " + percentText(l.headroom_percent) + "\n";
   }
+  y += sharedLinksYaml(policy);
   y += policy.tenants.empty() ? "tenants: []\n" : "tenants:\n";
   for (const TenantSpec& t : policy.tenants) {
     y += "  - name: " + t.name + "\n";
@@ -703,6 +714,7 @@ std::string toYaml(const PolicySpec& policy, std::string_view header_comment) {
     if (t.is_default) y += "    default: true\n";
     // A validated gid or portable group name: quoted so a gid stays a string.
     if (!t.unix_group.empty()) y += "    unixGroup: \"" + t.unix_group + "\"\n";
+    y += tenantLinkValuesYaml(t);
   }
   return y;
 }

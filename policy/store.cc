@@ -3,6 +3,9 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -30,6 +33,16 @@ T getLe(std::string_view in, size_t off) {
     v |= static_cast<T>(static_cast<unsigned char>(in[off + i])) << (8 * i);
   }
   return v;
+}
+
+// The memory store is for tests: a kernel without random bytes ends them with the reason.
+std::string epochOrAbort() {
+  Result<std::string> e = newStoreEpoch();
+  if (!e.ok()) {
+    std::fprintf(stderr, "memory store: %s\n", e.status().message().c_str());
+    std::abort();
+  }
+  return *e;
 }
 
 class MemoryStore final : public PolicyStore {
@@ -81,7 +94,7 @@ class MemoryStore final : public PolicyStore {
 
  private:
   const uint64_t retain_;
-  const std::string epoch_ = newStoreEpoch();
+  const std::string epoch_ = epochOrAbort();
   mutable std::mutex mu_;
   std::map<uint64_t, PolicyRecord> records_;
   uint64_t next_ = 1;
@@ -153,37 +166,78 @@ VersionSummary summarize(const PolicyRecord& r) {
   return v;
 }
 
-std::vector<VersionSummary> newestFirst(const std::map<uint64_t, VersionSummary>& versions) {
-  std::vector<VersionSummary> out;
-  out.reserve(versions.size());
-  for (auto it = versions.rbegin(); it != versions.rend(); ++it) out.push_back(it->second);
+void VersionIndex::addIntact(PolicyRecord record) {
+  const uint64_t v = record.version;
+  sawVersion(v);
+  summaries_[v] = summarize(record);
+  if (!latest_ || v >= latest_->version) latest_ = std::move(record);
+}
+
+void VersionIndex::addCorrupt(uint64_t version, std::string problem) {
+  sawVersion(version);
+  VersionSummary& s = summaries_[version];
+  s = VersionSummary{};
+  s.version = version;
+  s.intact = false;
+  s.problem = std::move(problem);
+}
+
+bool VersionIndex::erase(uint64_t version) { return summaries_.erase(version) > 0; }
+
+void VersionIndex::eraseThrough(uint64_t version) {
+  summaries_.erase(summaries_.begin(), summaries_.upper_bound(version));
+}
+
+void VersionIndex::clear() {
+  summaries_.clear();
+  latest_.reset();
+}
+
+std::vector<uint64_t> VersionIndex::versions() const {
+  std::vector<uint64_t> out;
+  out.reserve(summaries_.size());
+  for (const auto& [v, s] : summaries_) out.push_back(v);
   return out;
 }
 
-uint64_t countCorrupt(const std::map<uint64_t, VersionSummary>& versions) {
-  return static_cast<uint64_t>(std::count_if(versions.begin(), versions.end(),
+std::vector<VersionSummary> VersionIndex::list() const {
+  std::vector<VersionSummary> out;
+  out.reserve(summaries_.size());
+  for (auto it = summaries_.rbegin(); it != summaries_.rend(); ++it) out.push_back(it->second);
+  return out;
+}
+
+uint64_t VersionIndex::corrupt() const {
+  return static_cast<uint64_t>(std::count_if(summaries_.begin(), summaries_.end(),
                                              [](const auto& e) { return !e.second.intact; }));
 }
 
-Status checkReadable(const std::map<uint64_t, VersionSummary>& versions, uint64_t version) {
-  auto it = versions.find(version);
-  if (it == versions.end()) {
-    return notFound("policy version " + std::to_string(version) + " does not exist");
+std::optional<Result<PolicyRecord>> VersionIndex::answerWithoutReading(uint64_t version) const {
+  if (latest_ && latest_->version == version) return Result<PolicyRecord>(*latest_);
+  auto it = summaries_.find(version);
+  if (it == summaries_.end()) {
+    return Result<PolicyRecord>(
+        notFound("policy version " + std::to_string(version) + " does not exist"));
   }
   if (!it->second.intact) {
-    return dataLoss("policy version " + std::to_string(version) +
-                    " is corrupt: " + it->second.problem);
+    return Result<PolicyRecord>(dataLoss("policy version " + std::to_string(version) +
+                                         " is corrupt: " + it->second.problem));
   }
-  return okStatus();
+  return std::nullopt;
 }
 
-std::string newStoreEpoch() {
+Result<std::string> newStoreEpoch() {
   unsigned char raw[16];
   size_t got = 0;
   while (got < sizeof raw) {
-    ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-    // EINTR: retry. Nothing else can fail for 16 bytes from the urandom pool after boot.
+    const ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      // ENOSYS (a kernel before 3.17), EPERM (a seccomp profile), EFAULT: no retry helps.
+      return internalError(std::string("new policy store epoch: getrandom: ") +
+                           std::strerror(errno) + " (no random bytes from the kernel)");
+    }
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;

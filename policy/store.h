@@ -117,18 +117,54 @@ inline uint64_t newestRetiredVersion(uint64_t newest, uint64_t retain) {
   return newest > retain ? newest - retain : 0;
 }
 
-// Helpers the backends share: the summary of an intact record; a version map listed newest
-// first (list()); its corrupt entries (corruptRecords()).
+// The summary of an intact record.
 VersionSummary summarize(const PolicyRecord& record);
-std::vector<VersionSummary> newestFirst(const std::map<uint64_t, VersionSummary>& versions);
-uint64_t countCorrupt(const std::map<uint64_t, VersionSummary>& versions);
-// What get(version) answers from a version map before reading the record: kNotFound for a
-// version the store never had or retired, kDataLoss with the problem for a corrupt one, OK when
-// the record is there to be read.
-Status checkReadable(const std::map<uint64_t, VersionSummary>& versions, uint64_t version);
 
-// A new random epoch (getrandom): 32 lowercase hex digits.
-std::string newStoreEpoch();
+// What a durable store knows of its versions in memory, the same for every backend (file,
+// etcd): a summary per version it holds (corrupt ones included), the newest intact record, and
+// the version the next append must carry. The backends fill it as they read records (load,
+// etcd watch) and append; the accessors are the PolicyStore answers that need no I/O.
+// Not thread-safe: the store's mutex guards it.
+class VersionIndex {
+ public:
+  // A record read back intact (a load, a watch event, or an append just written).
+  void addIntact(PolicyRecord record);
+  // A stored version whose record failed verification: listed, never served.
+  void addCorrupt(uint64_t version, std::string problem);
+  // A version number exists (or existed) elsewhere: the next append is above it.
+  void sawVersion(uint64_t version) { next_ = std::max(next_, version + 1); }
+  // Forgets `version` (retired by retention, or deleted by another replica); true if held.
+  bool erase(uint64_t version);
+  // Forgets every version <= `version`.
+  void eraseThrough(uint64_t version);
+  void clear();
+
+  bool holds(uint64_t version) const { return summaries_.count(version) != 0; }
+  // The versions held, oldest first.
+  std::vector<uint64_t> versions() const;
+  // The highest version held (0: none).
+  uint64_t newest() const { return summaries_.empty() ? 0 : summaries_.rbegin()->first; }
+  const std::optional<PolicyRecord>& latest() const { return latest_; }
+  uint64_t next() const { return next_; }
+  // list(): every version held, newest first.
+  std::vector<VersionSummary> list() const;
+  // corruptRecords().
+  uint64_t corrupt() const;
+  // What get(version) answers before reading the record: the latest record itself when that is
+  // the one asked for; kNotFound for a version never had or retired; kDataLoss with the problem
+  // for a corrupt one; nullopt when the record is there to be read.
+  std::optional<Result<PolicyRecord>> answerWithoutReading(uint64_t version) const;
+
+ private:
+  std::map<uint64_t, VersionSummary> summaries_;
+  std::optional<PolicyRecord> latest_;
+  uint64_t next_ = 1;
+};
+
+// A new random epoch (getrandom): 32 lowercase hex digits. kInternal naming the errno when the
+// kernel cannot give random bytes (no getrandom, a seccomp filter refusing it): a store must
+// not be created with an epoch that is not random.
+Result<std::string> newStoreEpoch();
 // True if `s` looks like an epoch (what a store reads back from disk or etcd is checked).
 bool isValidStoreEpoch(std::string_view s);
 

@@ -105,6 +105,11 @@ void toProto(const PolicyDiff& diff, tenantqos::v1::ApplyPolicyResponse* out) {
     m->set_link(c.name);
     changeToProto(c, m);
   }
+  for (const ObjectChange& c : diff.shared_links) {
+    auto* m = out->add_shared_link_diff();
+    m->set_link(c.name);
+    changeToProto(c, m);
+  }
 }
 
 PolicyDiff diffFromProto(const tenantqos::v1::ApplyPolicyResponse& response) {
@@ -115,6 +120,10 @@ PolicyDiff diffFromProto(const tenantqos::v1::ApplyPolicyResponse& response) {
   }
   for (const auto& m : response.link_diff()) {
     d.links.push_back(
+        {m.link(), kindFromProto(m.kind()), {m.details().begin(), m.details().end()}});
+  }
+  for (const auto& m : response.shared_link_diff()) {
+    d.shared_links.push_back(
         {m.link(), kindFromProto(m.kind()), {m.details().begin(), m.details().end()}});
   }
   return d;

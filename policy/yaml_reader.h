@@ -118,6 +118,9 @@ class FieldReader {
     });
   }
 
+  // A field the caller could not read at all (its parent is not a mapping): the rules skip it.
+  void markInvalid(const std::string& path) { index_.invalid.insert(path); }
+
   void bad(const std::string& path, Pos p, std::string reason) {
     index_.invalid.insert(path);
     errors_.add(p, path, std::move(reason));

@@ -25,6 +25,28 @@ tenantqos::v1::Policy toProto(const PolicySpec& policy) {
     for (const std::string& q : t.volcano_queues) pt->add_volcano_queues(q);
     pt->set_default_tenant(t.is_default);
     pt->set_unix_group(t.unix_group);
+    for (const TenantLinkValues& v : t.shared_links) {
+      auto* pv = pt->add_shared_links();
+      pv->set_link(v.link);
+      if (v.guarantee_bytes_per_second) {
+        pv->set_guarantee_bytes_per_second(*v.guarantee_bytes_per_second);
+      }
+      if (v.limit_bytes_per_second) pv->set_limit_bytes_per_second(*v.limit_bytes_per_second);
+      if (v.weight) pv->set_weight(*v.weight);
+    }
+  }
+  for (const SharedLinkSpec& l : policy.shared_links) {
+    auto* pl = out.add_shared_links();
+    pl->set_name(l.name);
+    pl->set_capacity_bytes_per_second(l.capacity_bytes_per_second);
+    pl->set_headroom_percent(l.headroom_percent);
+    if (l.rail) pl->set_rail(*l.rail);
+    for (const LinkGroupSpec& g : l.groups) {
+      auto* pg = pl->add_groups();
+      pg->set_name(g.name);
+      for (const std::string& n : g.nodes) pg->add_nodes(n);
+      pg->set_capacity_bytes_per_second(g.capacity_bytes_per_second);
+    }
   }
   return out;
 }
@@ -49,7 +71,29 @@ PolicySpec fromProto(const tenantqos::v1::Policy& policy) {
     t.volcano_queues.assign(pt.volcano_queues().begin(), pt.volcano_queues().end());
     t.is_default = pt.default_tenant();
     t.unix_group = pt.unix_group();
+    for (const auto& pv : pt.shared_links()) {
+      TenantLinkValues v;
+      v.link = pv.link();
+      if (pv.has_guarantee_bytes_per_second()) {
+        v.guarantee_bytes_per_second = pv.guarantee_bytes_per_second();
+      }
+      if (pv.has_limit_bytes_per_second()) v.limit_bytes_per_second = pv.limit_bytes_per_second();
+      if (pv.has_weight()) v.weight = pv.weight();
+      t.shared_links.push_back(std::move(v));
+    }
     out.tenants.push_back(std::move(t));
+  }
+  for (const auto& pl : policy.shared_links()) {
+    SharedLinkSpec l;
+    l.name = pl.name();
+    l.capacity_bytes_per_second = pl.capacity_bytes_per_second();
+    l.headroom_percent = pl.headroom_percent();
+    if (pl.has_rail()) l.rail = pl.rail();
+    for (const auto& pg : pl.groups()) {
+      l.groups.push_back(
+          {pg.name(), {pg.nodes().begin(), pg.nodes().end()}, pg.capacity_bytes_per_second()});
+    }
+    out.shared_links.push_back(std::move(l));
   }
   return out;
 }

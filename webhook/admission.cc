@@ -15,15 +15,14 @@ using Json = nlohmann::json;
 constexpr std::string_view kPluginVolume = "tenantqos-plugin";  // emptyDir; also the init container
 constexpr std::string_view kTenantVolume = "tenantqos-tenant";  // the tenant's run-dir entry
 constexpr std::string_view kNcclPlugin = "tenantqos";           // NCCL_NET_PLUGIN and NCCL_NET
-// The node contract: the agent makes one directory per tenant, <run_dir>/tenants/<tenant> (its
-// attach socket inside), of this hostPath type (the kubelet waits for it to exist). The one
-// place to change with the contract.
-constexpr std::string_view kTenantEntryType = "Directory";
-constexpr std::string_view kEnvPrefix = "TENANTQOS_";
+// The node contract (common/node_contract.h): the agent makes one directory per tenant (its
+// attach socket inside), mounted as a hostPath of kTenantDirHostPathType.
+constexpr std::string_view kTenantEntryType = kTenantDirHostPathType;
+constexpr std::string_view kEnvPrefix = kPluginEnvPrefix;
 constexpr size_t kMaxReasons = 10;  // listed in one refusal
 
 std::string tenantEntry(const RecipeOptions& o, const std::string& tenant) {
-  return o.run_dir + "/tenants/" + tenant;
+  return attach::tenantDir(o.run_dir, tenant);
 }
 
 // JSON pointer token (RFC 6901): "~" -> "~0", "/" -> "~1".
@@ -226,8 +225,8 @@ class PodChecker {
   std::vector<std::pair<std::string, std::string>> recipeEnv() const {
     return {{"NCCL_NET_PLUGIN", std::string(kNcclPlugin)},
             {"NCCL_NET", std::string(kNcclPlugin)},
-            {"TENANTQOS_TENANT", tenant_},
-            {"TENANTQOS_RUN_DIR", o_.run_dir}};
+            {kTenantEnv, tenant_},
+            {kRunDirEnv, o_.run_dir}};
   }
 
   void checkContainer(const Json& c, const char* list, size_t index) {

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/node_contract.h"
 #include "common/policy.h"
 
 namespace tq::webhook {
@@ -44,7 +45,7 @@ struct RecipeOptions {
   std::string image = "registry.example.com/tenantqos/tenantqos:0.1.0";  // has the plugin
   std::string plugin_in_image = "/usr/local/lib/tenantqos/libnccl-net-tenantqos.so";
   std::string plugin_dir = "/opt/tenantqos/lib";  // the emptyDir in the pod
-  std::string run_dir = "/run/tenantqos";         // the agent's --run-dir
+  std::string run_dir = kDefaultRunDir;           // the agent's --run-dir
   // LD_LIBRARY_PATH of a container that sets none: the plugin's directory, then this (what
   // CUDA images set; Kubernetes cannot append to the image's own value).
   std::string default_ld_library_path = "/usr/local/nvidia/lib64:/usr/local/cuda/lib64";

@@ -746,7 +746,12 @@ Status IbRecvComm::irecv(int n, void** data, const size_t* sizes, const int* tag
   }
   r->n = n;
   r->slot = recv_seq_;
-  const int q = static_cast<int>(recv_seq_ % res_->qps.size());
+  r->qp = static_cast<int>(recv_seq_ % res_->qps.size());
+  r->cts_sent = false;
+  r->charged = 0;
+  r->cts_bytes = 0;
+  for (int i = 0; i < n; ++i) r->cts_bytes += sizes[i];
+  const int q = r->qp;
   // The receive for the completing immediate goes first, so it is there when the data lands.
   ibv_recv_wr rwr{};
   rwr.wr_id = makeWrId(WrKind::kRecv, q, static_cast<uint64_t>(r->index));
@@ -757,7 +762,31 @@ Status IbRecvComm::irecv(int n, void** data, const size_t* sizes, const int* tag
     fail(s);
     return s;
   }
-  ibv_sge sge{reinterpret_cast<uintptr_t>(stage), static_cast<uint32_t>(sizeof(CtsEntry) * n),
+  slot_req_[slot] = r->index;
+  ++outstanding_;
+  ++recv_seq_;
+  // Its clear-to-send goes out now if none waits before it and the rx bucket has its bytes;
+  // else it waits (flushCts, from test() and irecv). The request is NCCL's either way.
+  cts_waiting_.push_back(r->index);
+  cts_waiting_bytes_ += r->cts_bytes;
+  *out = r;
+  return flushCts();
+}
+
+bool IbRecvComm::admitCts(IbRecvRequest* r) {
+  // Unpaced (or no pacing yet): nothing to take; received bytes are counted at completion.
+  if (admission_ == nullptr || r->cts_bytes == 0 || admission_->chunkBytes() == 0) return true;
+  // The backlog the agent sees: every receive still waiting for its clear-to-send.
+  if (!admission_->tryAdmit(r->cts_bytes, cts_waiting_bytes_)) return false;
+  r->charged = r->cts_bytes;
+  return true;
+}
+
+Status IbRecvComm::postCts(IbRecvRequest* r) {
+  const size_t slot = static_cast<size_t>(r->slot % kCtsSlots);
+  const int q = r->qp;
+  auto* stage = reinterpret_cast<CtsEntry*>(res_->stage.ptr) + slot * kMaxRecvs;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(stage), static_cast<uint32_t>(sizeof(CtsEntry) * r->n),
               res_->stage.mr->lkey};
   ibv_send_wr wr{};
   wr.wr_id = makeWrId(WrKind::kCts, q, slot);
@@ -769,11 +798,23 @@ Status IbRecvComm::irecv(int n, void** data, const size_t* sizes, const int* tag
   wr.wr.rdma.rkey = cts_rkey_;
   TQ_RETURN_IF_ERROR(postSend(q, &wr));
   cts_busy_[slot] = true;
-  slot_req_[slot] = r->index;
-  ++outstanding_;
-  ++recv_seq_;
-  *out = r;
+  r->cts_sent = true;
   return okStatus();
+}
+
+Status IbRecvComm::flushCts() {
+  while (!cts_waiting_.empty() && !failed()) {
+    IbRecvRequest* r = &reqs_[static_cast<size_t>(cts_waiting_.front())];
+    if (!r->in_use) {  // released (its comm failed): nothing to clear
+      cts_waiting_.pop_front();
+      continue;
+    }
+    if (!admitCts(r)) break;
+    cts_waiting_.pop_front();
+    cts_waiting_bytes_ -= r->cts_bytes;
+    TQ_RETURN_IF_ERROR(postCts(r));
+  }
+  return failed() ? failure() : okStatus();
 }
 
 Status IbRecvComm::iflush(int n, void** data, const int* sizes, MemRegion** mrs, Request** out) {
@@ -836,6 +877,12 @@ void IbRecvComm::onCompletion(const ibv_wc& wc) {
   if (!r.in_use) return;
   --outstanding_;
   r.done = true;
+  if (!r.cts_sent) {
+    r.error = dataLoss("a message from " + peer_ + " completed a receive on " + describe() +
+                       " whose clear-to-send had not been sent (the peer wrote without one)");
+    fail(r.error);
+    return;
+  }
   if ((wc.wc_flags & IBV_WC_WITH_IMM) == 0) {
     r.error = dataLoss("receive on " + describe() + " completed without immediate data");
     fail(r.error);
@@ -858,15 +905,20 @@ void IbRecvComm::onCompletion(const ibv_wc& wc) {
                        static_cast<size_t>(r.slot % kCtsSlots) * kMaxRecvs;
     for (int i = 0; i < r.n; ++i) r.got[i] = ring[i];
   }
+  uint64_t total = 0;
   for (int i = 0; i < r.n; ++i) {
     if (r.got[i] > r.posted[i]) {
-      r.error = outOfRange("message " + std::to_string(i) + " of " + std::to_string(r.got[i]) +
-                           " bytes exceeds the posted receive of " + std::to_string(r.posted[i]) +
-                           " bytes on " + describe());
+      r.error =
+          outOfRange("message " + std::to_string(i) + " of " + std::to_string(r.got[i]) +
+                     " bytes from " + peer_ + " exceeds the " + std::to_string(r.posted[i]) +
+                     " bytes its clear-to-send allowed (the posted receive) on " + describe());
       fail(r.error);
       return;
     }
+    total += r.got[i];
   }
+  // The clear-to-send was charged at the posted sizes (capacities): give back what did not come.
+  if (admission_ != nullptr && r.charged > total) admission_->giveBack(r.charged - total);
 }
 
 std::string IbRecvComm::describeWr(uint64_t wr_id) const {
@@ -888,6 +940,7 @@ Status IbRecvComm::test(IbRecvRequest* r, bool* done, size_t* sizes) {
     (r->flush ? flush_free_ : free_).push_back(r->index);
   };
   (void)pollCq();
+  (void)flushCts();
   if (r->done) {
     Status e = r->error;
     if (!e.ok()) {

@@ -17,11 +17,17 @@
 // fail with kOutOfRange. A slot's work goes on QP slot % nqps, so both ends agree on where its
 // immediate arrives and receive work requests match in order.
 //
-// Pacing (transport.h "Pacing contract"): every chunk is admitted by the tenant's bucket
-// (Admission::tryAdmit) before it is posted; chunks are at most Admission::chunkBytes(). isend
-// admits the first chunk of a message when nothing else waits (refused: no request); later
-// chunks are admitted and posted from test()/isend progress. Where the device supports per-QP
-// packet pacing for RC QPs, the QPs are also rate-limited to the tenant's rate.
+// Pacing (transport.h "Pacing contract"): every chunk a sender posts is admitted by the
+// tenant's tx bucket (Admission::tryAdmit) before it is posted; chunks are at most
+// Admission::chunkBytes(). isend admits the first chunk of a message when nothing else waits
+// (refused: no request); later chunks are admitted and posted from test()/isend progress. Where
+// the device supports per-QP packet pacing for RC QPs, the QPs are also rate-limited to the
+// tenant's rate. A receiver's clear-to-send for n buffers goes out only when the tenant's rx
+// bucket admits their posted sizes: from irecv, else from test()/irecv progress, in order,
+// never blocking (irecv still returns its request); the sender, having no clear-to-send,
+// waits. The charge is the posted sizes (capacities); a completion that carried less gives the
+// rest back. A message arriving for a receive whose clear-to-send has not gone out, or larger
+// than it allowed, fails the comm.
 //
 // Errors: a failed work completion fails the comm with the device, QP numbers, what the work
 // request was and the completion status text; a fatal async event fails it through CommHealth;
@@ -240,6 +246,10 @@ class IbRecvRequest final : public Request {
   bool flush = false;
   int n = 1;
   uint64_t slot = 0;
+  int qp = 0;
+  bool cts_sent = false;   // its clear-to-send went out (else it waits for the rx bucket)
+  uint64_t cts_bytes = 0;  // the posted sizes, summed: what its clear-to-send allows
+  uint64_t charged = 0;    // what the rx bucket was charged for it (0: unpaced)
   uint64_t posted[kMaxRecvs] = {};
   int tags[kMaxRecvs] = {};
   uint64_t got[kMaxRecvs] = {};
@@ -330,6 +340,8 @@ class IbRecvComm final : public RecvComm, public IbConnection {
     return mrs_.regDmabuf(data, size, offset, fd, out);
   }
   Status deregMr(MemRegion* mr) override { return mrs_.dereg(mr); }
+  bool pacesItself() const override { return true; }
+  void setPacing(Pacing* pacing) override { admission_ = pacing->newAdmission(); }
   Status irecv(int n, void** data, const size_t* sizes, const int* tags, MemRegion** mrs,
                Request** req) override;
   Status iflush(int n, void** data, const int* sizes, MemRegion** mrs, Request** req) override;
@@ -343,8 +355,16 @@ class IbRecvComm final : public RecvComm, public IbConnection {
   std::string describeWr(uint64_t wr_id) const override;
   bool outstanding() const override { return outstanding_ > 0; }
   IbRecvRequest* allocRequest(std::vector<IbRecvRequest>& pool, std::vector<int>& free_list);
+  // The rx bucket's admission of a waiting request's clear-to-send (true: it may go out now).
+  bool admitCts(IbRecvRequest* r);
+  Status postCts(IbRecvRequest* r);
+  // Sends the waiting clear-to-send entries, in order, as long as the rx bucket admits them.
+  Status flushCts();
 
   CommMrs mrs_;
+  Admission* admission_ = nullptr;  // the tenant's rx bucket for this device (setPacing)
+  std::deque<int> cts_waiting_;     // requests whose clear-to-send waits for tokens, in order
+  uint64_t cts_waiting_bytes_ = 0;
   const TrafficQos peer_qos_;
   const uint64_t cts_addr_;  // the sender's CTS ring
   const uint32_t cts_rkey_;

@@ -1,5 +1,7 @@
 #include "nccl-plugin/socket/socket_comm.h"
 
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -8,7 +10,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
+#include <ctime>
 
 #include "common/log.h"
 
@@ -67,6 +71,11 @@ class SocketComm::Helper {
     thread_.join();
   }
   void add(Stream* s) { streams_.push_back(s); }
+  // This helper's admitter (its own backlog entry); set once, possibly while it runs.
+  void setAdmission(Admission* a) {
+    admission_.store(a, std::memory_order_release);
+    notify();
+  }
 
   // Called by the producer after pushing work (Dekker pairing with run()'s sleep check).
   void notify() {
@@ -81,20 +90,66 @@ class SocketComm::Helper {
     (void)rc;  // EAGAIN only when the counter is saturated: already awake
   }
 
+  // Bytes of task `t` this helper may move now: all of it when unpaced, else what the stream's
+  // credit covers, admitting one more chunk when the credit is spent. 0 with *wait_ns set: the
+  // bucket refused; try again after that long. Receives are counted when they complete, so an
+  // unpaced receive takes no tokens; an unpaced send is admitted to count it.
+  // `refused`: an older stripe was refused in this round; a younger one then waits too (only
+  // its credit moves), so tokens go to messages in order and each completes at the tenant's
+  // rate instead of all of them together at a fraction of it.
+  uint64_t allowance(Stream* s, const StripeTask& t, bool refused, int64_t* wait_ns) {
+    const uint64_t left = t.len - t.done;
+    Admission* adm = admission_.load(std::memory_order_acquire);
+    if (adm == nullptr || left == 0) return left;
+    if (s->credit == 0) {
+      const uint64_t chunk = adm->chunkBytes();
+      if (chunk == 0 && !send_) return left;
+      const uint64_t take = chunk > 0 ? std::min(left, chunk) : left;
+      if (refused) {
+        *wait_ns = std::max<int64_t>(adm->waitNs(take), kMinTokenWaitNs);
+        return 0;
+      }
+      if (!adm->tryAdmit(take, left)) {
+        *wait_ns = std::max<int64_t>(adm->waitNs(take), kMinTokenWaitNs);
+        return 0;
+      }
+      s->credit = take;
+    }
+    return std::min(left, s->credit);
+  }
+
   void run() {
     std::vector<pollfd> pfds;
     pfds.reserve(streams_.size() + 1);
+    std::vector<Stream*> waited;   // send side: streams blocked on POLLOUT in this round
+    std::vector<Stream*> starved;  // streams waiting for tokens in this round
     while (!stop_.load(std::memory_order_acquire) && !comm_->failed()) {
       bool progress = false;
       bool idle_work = false;  // a stream got work we have not tried yet
+      int64_t token_wait_ns = -1;
       pfds.clear();
-      for (size_t i = 0; i < streams_.size(); ++i) {
-        Stream* s = streams_[i];
+      waited.clear();
+      starved.clear();
+      orderStreams();
+      bool refused = false;
+      for (Stream* s : order_) {
+        const size_t i = static_cast<size_t>(s->index);
         while (StripeTask* t = s->ring.front()) {
+          int64_t wait_ns = -1;
+          const uint64_t allowed = allowance(s, *t, refused, &wait_ns);
+          if (allowed == 0 && t->done < t->len) {
+            token_wait_ns = token_wait_ns < 0 ? wait_ns : std::min(token_wait_ns, wait_ns);
+            starved.push_back(s);
+            refused = true;
+            break;  // no tokens: neither polled nor retried before they come
+          }
           int err = 0;
-          const IoResult r =
-              send_ ? sendSome(s->fd.get(), t->ptr + t->done, t->len - t->done, &t->done, &err)
-                    : recvSome(s->fd.get(), t->ptr + t->done, t->len - t->done, &t->done, &err);
+          const uint64_t before = t->done;
+          const IoResult r = send_
+                                 ? sendSome(s->fd.get(), t->ptr + t->done, allowed, &t->done, &err)
+                                 : recvSome(s->fd.get(), t->ptr + t->done, allowed, &t->done, &err);
+          const uint64_t moved = t->done - before;
+          s->credit = s->credit > moved ? s->credit - moved : 0;
           if (r == IoResult::kProgress) {
             progress = true;
             if (t->done == t->len) {
@@ -105,8 +160,9 @@ class SocketComm::Helper {
             continue;
           }
           if (r == IoResult::kWouldBlock) {
-            if (!send_) setLowWater(s, t->len - t->done);
+            if (!send_) setLowWater(s, allowed);
             pfds.push_back({s->fd.get(), static_cast<short>(send_ ? POLLOUT : POLLIN), 0});
+            if (send_) waited.push_back(s);
             break;
           }
           const std::string what = std::string(send_ ? "send to " : "receive from ") +
@@ -123,19 +179,69 @@ class SocketComm::Helper {
       for (Stream* s : streams_) {
         const bool polled = std::any_of(pfds.begin(), pfds.end(),
                                         [&](const pollfd& p) { return p.fd == s->fd.get(); });
-        if (!polled && !s->ring.empty()) idle_work = true;
+        const bool waits = std::find(starved.begin(), starved.end(), s) != starved.end();
+        if (!polled && !waits && !s->ring.empty()) idle_work = true;
       }
       if (!idle_work && !stop_.load(std::memory_order_acquire)) {
         pfds.push_back({efd_.get(), POLLIN, 0});
-        const int rc = ::poll(pfds.data(), pfds.size(), lowered_ ? kLowWaterPollMs : 1000);
+        int64_t timeout_ns = (lowered_ ? kLowWaterPollMs : 1000) * int64_t{1'000'000};
+        if (token_wait_ns >= 0) timeout_ns = std::min(timeout_ns, token_wait_ns);
+        const timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000),
+                          static_cast<long>(timeout_ns % 1'000'000'000)};
+        const int rc = ::ppoll(pfds.data(), pfds.size(), &ts, nullptr);
         if (rc > 0 && (pfds.back().revents & POLLIN) != 0) {
           uint64_t v;
           ssize_t n = ::read(efd_.get(), &v, sizeof v);
           (void)n;
         }
+        if (!waited.empty()) reportPeerWait(waited);
       }
       sleeping_.store(false, std::memory_order_relaxed);
     }
+  }
+
+  // The streams, those with the oldest message first when paced (sequence numbers wrap: compared
+  // as differences).
+  void orderStreams() {
+    if (order_.size() != streams_.size()) order_ = streams_;
+    Admission* adm = admission_.load(std::memory_order_acquire);
+    if (adm == nullptr || order_.size() < 2) return;
+    const uint32_t base = [&] {
+      for (Stream* s : order_) {
+        if (const StripeTask* t = s->ring.front()) return t->req->seq;
+      }
+      return 0u;
+    }();
+    std::sort(order_.begin(), order_.end(), [&](Stream* a, Stream* b) {
+      const StripeTask* ta = a->ring.front();
+      const StripeTask* tb = b->ring.front();
+      if (ta == nullptr || tb == nullptr) return ta != nullptr && tb == nullptr;
+      return static_cast<int32_t>(ta->req->seq - base) < static_cast<int32_t>(tb->req->seq - base);
+    });
+  }
+
+  // Send side, after waiting for room in the socket: how long (since the last look) the kernel
+  // held the connection back for the receiver's window, the longest of the streams waited on.
+  // That is the receiver's pacing (or a slow receiver), not demand at this end (Admission::
+  // peerWait). One getsockopt per stream waited on, on this thread, never NCCL's.
+  void reportPeerWait(const std::vector<Stream*>& waited) {
+    Admission* adm = admission_.load(std::memory_order_acquire);
+    if (adm == nullptr) return;
+    int64_t longest_us = 0;
+    for (Stream* s : waited) {
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      if (::getsockopt(s->fd.get(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+          len < offsetof(tcp_info, tcpi_rwnd_limited) + sizeof(info.tcpi_rwnd_limited)) {
+        continue;  // a kernel without the field (< 4.10): no peer wait reported
+      }
+      const auto now_us = static_cast<int64_t>(info.tcpi_rwnd_limited);
+      if (s->rwnd_limited_us >= 0 && now_us > s->rwnd_limited_us) {
+        longest_us = std::max(longest_us, now_us - s->rwnd_limited_us);
+      }
+      s->rwnd_limited_us = now_us;
+    }
+    if (longest_us > 0) adm->peerWait(longest_us * 1000);
   }
 
   // Receive side: wake only when the rest of the stripe is in the socket (SO_RCVLOWAT), not on
@@ -148,7 +254,8 @@ class SocketComm::Helper {
   // setsockopt per stripe would cost more than the wake-ups it saves. At most 1 MiB: the kernel
   // grows a socket's receive buffer to hold the mark (about twice it), and per stream per comm
   // that must stay bounded; 1 MiB measured as fast as the whole stripe for 16 MiB messages
-  // (55 vs 45 Gbit/s), 512 KiB slower (47 vs 57 at 4 MiB).
+  // (55 vs 45 Gbit/s), 512 KiB slower (47 vs 57 at 4 MiB). `remaining`: what this helper may
+  // read now (paced: its credit), so a paced reader never waits for more than it may take.
   void setLowWater(Stream* s, size_t remaining) {
     const int want = remaining >= kLowWaterMinBytes
                          ? static_cast<int>(std::min<size_t>(remaining, kLowWaterMaxBytes))
@@ -164,16 +271,20 @@ class SocketComm::Helper {
   static constexpr size_t kLowWaterMinBytes = 256 * 1024;
   static constexpr size_t kLowWaterMaxBytes = 1u << 20;
   static constexpr int kLowWaterPollMs = 20;
+  // Shortest sleep for tokens: below this a wake-up costs more than the precision buys.
+  static constexpr int64_t kMinTokenWaitNs = 20'000;
 
   SocketComm* const comm_;
   const bool send_;
   bool lowered_ = false;  // some stream has SO_RCVLOWAT > 1
   int index_ = 0;
   std::vector<Stream*> streams_;
+  std::vector<Stream*> order_;  // streams_, oldest message first (orderStreams)
   Fd efd_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> sleeping_{false};
+  std::atomic<Admission*> admission_{nullptr};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -215,12 +326,18 @@ Status SocketComm::start() {
   for (size_t i = 0; i < streams_.size(); ++i) {
     Helper* h = helpers_[i % helpers_.size()].get();
     streams_[i]->helper = h;
+    streams_[i]->index = static_cast<int>(i);
     h->add(streams_[i].get());
   }
   for (size_t i = 0; i < helpers_.size(); ++i) {
     TQ_RETURN_IF_ERROR_CTX(helpers_[i]->start(static_cast<int>(i)), "start helper thread");
   }
   return okStatus();
+}
+
+void SocketComm::setPacing(Pacing* pacing) {
+  admission_.store(pacing->newAdmission(), std::memory_order_release);
+  for (auto& h : helpers_) h->setAdmission(pacing->newAdmission());
 }
 
 std::vector<int> SocketComm::fds() const {
@@ -296,12 +413,22 @@ Status SocketComm::isend(void* data, size_t size, Request** out) {
   if (failed()) return failedError();
   if (peer_closed_)
     return unavailable("send to " + cfg_.peer + ": the receiver closed the connection");
+  if (free_.empty()) return tooManyRequests("isend");
+  // An inline message is admitted whole, here: refused, no request (NCCL retries). A striped
+  // one is admitted chunk by chunk by the helpers, so one larger than a paced chunk is striped
+  // (an admission larger than the bucket's depth would need the bucket full: no slack for a
+  // late retry).
+  Admission* adm = admission_.load(std::memory_order_acquire);
+  const uint64_t chunk = adm != nullptr ? adm->chunkBytes() : 0;
+  const bool inl = size <= cfg_.inline_max && (chunk == 0 || size <= chunk);
+  if (inl && adm != nullptr && !adm->tryAdmit(size, size)) {
+    *out = nullptr;
+    return okStatus();
+  }
   SockRequest* r = allocRequest();
-  if (r == nullptr) return tooManyRequests("isend");
   r->data = static_cast<char*>(data);
   r->size = size;
   r->seq = next_seq_++;
-  const bool inl = size <= cfg_.inline_max;
   CtlOut& c = ctl_out_.emplace_back();
   encodeFrame({FrameType::kMessage, static_cast<uint8_t>(inl ? kFrameInline : 0), r->seq, size},
               c.hdr);
@@ -454,6 +581,23 @@ void SocketComm::rejectMessage(SockRequest* r, const Frame& f) {
                   " (send larger than receive; message truncated)"));
 }
 
+uint64_t SocketComm::inlineAllowance(uint64_t need) {
+  Admission* adm = admission_.load(std::memory_order_acquire);
+  if (adm == nullptr || need == 0) return need;
+  if (ctl_credit_ == 0) {
+    const uint64_t chunk = adm->chunkBytes();
+    if (chunk == 0) return need;  // unpaced: completions count the bytes
+    const uint64_t take = std::min(need, chunk);
+    if (!adm->tryAdmit(take, need)) return 0;
+    ctl_credit_ = take;
+  }
+  return std::min(need, ctl_credit_);
+}
+
+void SocketComm::consumeCredit(uint64_t bytes) {
+  ctl_credit_ = ctl_credit_ > bytes ? ctl_credit_ - bytes : 0;
+}
+
 IoResult SocketComm::fillStage(size_t max_bytes, int* err) {
   if (stage_begin_ > 0) {
     std::memmove(stage_.get(), stage_.get() + stage_begin_, stage_end_ - stage_begin_);
@@ -473,19 +617,26 @@ void SocketComm::readControlRecv() {
     IoResult io = IoResult::kProgress;
     if (inline_req_ != nullptr) {
       SockRequest* r = inline_req_;
-      const uint64_t take = std::min<uint64_t>(stage_end_ - stage_begin_, r->size - inline_got_);
+      // What the rx bucket lets this thread move into the user's buffer now (paced: its
+      // credit, one chunk at a time; refused: test() looks again later).
+      const uint64_t allowed = inlineAllowance(r->size - inline_got_);
+      if (allowed == 0 && inline_got_ < r->size) return;
+      const uint64_t take = std::min<uint64_t>(stage_end_ - stage_begin_, allowed);
       std::memcpy(r->data + inline_got_, stage_.get() + stage_begin_, take);
       stage_begin_ += take;
       inline_got_ += take;
+      consumeCredit(take);
       if (inline_got_ == r->size) {
         r->ctl_done = true;
         inline_req_ = nullptr;
         continue;
       }
-      const uint64_t need = r->size - inline_got_;
+      if (take == allowed) continue;  // the credit is spent: admit the next chunk
+      const uint64_t need = std::min(r->size - inline_got_, allowed - take);
       if (need >= kDirectReadBytes) {  // a large remainder: straight into the user's buffer
         size_t got = inline_got_;
         io = recvSome(ctl_.get(), r->data + got, need, &got, &err);
+        consumeCredit(got - inline_got_);
         inline_got_ = got;
       } else {
         io = fillStage(need + kFrameReadAhead, &err);
@@ -511,7 +662,6 @@ void SocketComm::readControlRecv() {
       return;
     }
     auto f = parseFrame(stage_.get() + stage_begin_, kFrameBytes);
-    stage_begin_ += kFrameBytes;
     if (!f.ok() || f->type != FrameType::kMessage) {
       fail(dataLoss("control stream from " + cfg_.peer + ": " +
                     (f.ok() ? std::string("unexpected frame type") : f.status().message())));
@@ -524,11 +674,14 @@ void SocketComm::readControlRecv() {
                     " arrived, expected #" + std::to_string(expect)));
       return;
     }
-    posted_.pop_front();
     if (f->size > r->capacity) {
+      stage_begin_ += kFrameBytes;
+      posted_.pop_front();
       rejectMessage(r, *f);
       return;
     }
+    stage_begin_ += kFrameBytes;
+    posted_.pop_front();
     ++next_seq_;
     r->seq = f->seq;
     r->size = f->size;

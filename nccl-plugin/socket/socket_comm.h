@@ -16,6 +16,16 @@
 //    a sleeping helper with an eventfd.
 //  * A request is done when its control part is done and its stripe counter reached zero
 //    (release/acquire, so the received bytes are visible to the caller).
+// Pacing (transport.h "Pacing contract"; setPacing before the first isend/irecv): each helper
+// admits every read or write of a stripe through its own Admission, at most chunkBytes() ahead,
+// and sleeps until the tokens are there (a receiver that reads no faster than its tenant's rx
+// bucket holds the sender through TCP flow control, also a sender that skipped the plugin);
+// inline messages (at most one chunk when paced) are admitted whole by the caller: isend returns
+// no request while the tx bucket refuses; a received inline payload is moved into the user's
+// buffer as the rx bucket admits it, chunk by chunk (test() progress; the rest waits in the
+// control stream). A sending helper that waited on POLLOUT asks the kernel how long the
+// connection was limited by the receiver's window (TCP_INFO tcpi_rwnd_limited) and reports it
+// as peer wait: the receiver's pacing, not demand at this end.
 // Errors: the first error (peer closed, reset, truncation) is stored and returned by every
 // later call; a receiver that gets a message larger than the posted receive fails it with
 // kOutOfRange and tells the sender with an error frame, which fails the sender's requests too.
@@ -97,6 +107,8 @@ class SocketComm {
   SocketComm& operator=(const SocketComm&) = delete;
 
   Status start();  // spawns the helper threads
+  // Pacing of this end's direction; before the first isend/irecv (helpers may already run).
+  void setPacing(Pacing* pacing);
 
   Status isend(void* data, size_t size, Request** out);
   Status irecv(void* data, size_t size, Request** out);
@@ -119,7 +131,10 @@ class SocketComm {
     Fd fd;
     StripeRing ring;
     Helper* helper = nullptr;
-    int rcvlowat = 1;  // the socket's SO_RCVLOWAT as last set (receive side; its helper only)
+    int index = 0;        // among the comm's data streams (messages)
+    int rcvlowat = 1;     // the socket's SO_RCVLOWAT as last set (receive side; its helper only)
+    uint64_t credit = 0;  // bytes admitted and not moved yet (its helper only)
+    int64_t rwnd_limited_us = -1;  // send side: tcpi_rwnd_limited at the last look (helper)
   };
   struct CtlOut {
     uint8_t hdr[kFrameBytes];
@@ -144,6 +159,10 @@ class SocketComm {
   // Receive side: fills the staging buffer with one recv (frame + small payload + maybe the
   // next frames in a single syscall). kWouldBlock/kClosed/kError as oob::recvSome.
   oob::IoResult fillStage(size_t max_bytes, int* err);
+  // Receive side, caller: bytes of an inline payload the rx bucket lets it move now (admitting
+  // one chunk when the credit is spent; 0: refused) and what it moved of them.
+  uint64_t inlineAllowance(uint64_t need);
+  void consumeCredit(uint64_t bytes);
   void rejectMessage(SockRequest* r, const Frame& f);
 
   const Side side_;
@@ -182,6 +201,11 @@ class SocketComm {
   std::string error_text_;
   uint64_t error_text_len_ = 0;
   bool peer_closed_ = false;
+
+  // The caller's admitter (inline messages); null until setPacing. Its credit: bytes admitted
+  // and not moved yet (receive side, mu_).
+  std::atomic<Admission*> admission_{nullptr};
+  uint64_t ctl_credit_ = 0;
 
   std::atomic<bool> failed_{false};
   mutable std::mutex err_mu_;

@@ -74,6 +74,8 @@ class SocketSendComm final : public SendComm {
     return mrs_.reg(data, size, type, out);
   }
   Status deregMr(MemRegion* mr) override { return mrs_.dereg(mr); }
+  bool pacesItself() const override { return true; }
+  void setPacing(Pacing* pacing) override { comm_->setPacing(pacing); }
   Status isend(void* data, size_t size, int /*tag*/, MemRegion* /*mr*/, Request** req) override {
     return comm_->isend(data, size, req);
   }
@@ -93,6 +95,8 @@ class SocketRecvComm final : public RecvComm {
     return mrs_.reg(data, size, type, out);
   }
   Status deregMr(MemRegion* mr) override { return mrs_.dereg(mr); }
+  bool pacesItself() const override { return true; }
+  void setPacing(Pacing* pacing) override { comm_->setPacing(pacing); }
   Status irecv(int n, void** data, const size_t* sizes, const int* /*tags*/, MemRegion** /*mrs*/,
                Request** req) override {
     if (n != 1) {

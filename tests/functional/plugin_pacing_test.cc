@@ -23,13 +23,20 @@ class PluginPacingTest : public ::testing::Test {
   // The agent's run directory exists once agent() started the agent: before, the node is
   // not governed.
   std::string runDir() const { return dir_.path() + "/run"; }
+  // `rate` paces what the tenant sends; what it receives gets 10 x that unless `rx_rate` (the
+  // receiving rank's rx bucket, measured at the receiver like the sender's).
   TenantShm* agent(const std::string& tenant, uint64_t rate,
-                   std::optional<gid_t> group = std::nullopt) {
+                   std::optional<gid_t> group = std::nullopt, uint64_t rx_rate = 0) {
     if (!agent_) agent_ = std::make_unique<tq::testing::TestAgent>(runDir(), kDefaultRate);
     EXPECT_EQ(agent_->failure(), "");
     TenantParams p;
     p.policy_version = 1;
-    p.buckets = nodeBuckets(rate, 256 * 1024);  // no limit: late retries may catch up (plugin.md)
+    // The agent's default depth (1 ms at the rate); no limit: late retries may catch up
+    // (plugin.md).
+    auto depth = [](uint64_t r) { return bucketDepthBytes(r, kDefaultBucketDepthNs, 4096); };
+    p.buckets = nodeBuckets(rate, depth(rate));
+    p.buckets[1].rate_bytes_per_second = rx_rate != 0 ? rx_rate : 10 * rate;
+    p.buckets[1].depth_bytes = depth(p.buckets[1].rate_bytes_per_second);
     p.dscp = 26;
     return agent_->tenant(tenant, p, group);
   }
@@ -108,6 +115,17 @@ class PluginPacingTest : public ::testing::Test {
     TenantUsage u = w->collect(0, rate);
     EXPECT_GT(u.tx_bytes + u.rx_bytes, 0u);
   }
+  // The receiver's rx bucket at `rate`, sends paced at 10 x that: what arrives is what the
+  // receiver let in (its helper reads no faster; TCP holds the sender).
+  void expectIngressPaced(uint64_t rate, const std::string& size) {
+    const std::string tenant = "tqplg-rx";
+    TenantShm* w = agent(tenant, 10 * rate, std::nullopt, rate);
+    expectRate(perf(3.0, size, tenant), rate, size);
+    // The agent sees the traffic in the slots.
+    EXPECT_TRUE(allDetached());
+    TenantUsage u = w->collect(0, rate);
+    EXPECT_GT(u.tx_bytes + u.rx_bytes, 0u);
+  }
 
   TempDir dir_;
   std::unique_ptr<tq::testing::TestAgent> agent_;
@@ -116,6 +134,9 @@ class PluginPacingTest : public ::testing::Test {
 TEST_F(PluginPacingTest, AgentRate100Mbit) { expectPaced(100'000'000 / 8, "64K"); }
 TEST_F(PluginPacingTest, AgentRate1Gbit) { expectPaced(1'000'000'000 / 8, "256K"); }
 TEST_F(PluginPacingTest, AgentRate5Gbit) { expectPaced(5'000'000'000 / 8, "1M"); }
+// Ingress: the receiver paces what it reads, whatever the sender could send.
+TEST_F(PluginPacingTest, IngressRate100Mbit) { expectIngressPaced(100'000'000 / 8, "64K"); }
+TEST_F(PluginPacingTest, IngressRate1Gbit) { expectIngressPaced(1'000'000'000 / 8, "256K"); }
 
 TEST_F(PluginPacingTest, EnvRateWithoutAgentFile) {
   const uint64_t rate = 1'000'000'000 / 8;

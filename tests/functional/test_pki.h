@@ -15,10 +15,11 @@ namespace tq::test {
 class TestPki {
  public:
   // `script`: scripts/tq-certs.sh. Makes DIR/{ca,policyd,admin,viewer,agent-NODE}.{crt,key}:
-  // policyd's certificate names 127.0.0.1 and localhost.
-  TestPki(std::string script, std::string dir, const std::vector<std::string>& nodes = {})
+  // policyd's certificate names `server_ip`, 127.0.0.1 and localhost.
+  TestPki(std::string script, std::string dir, const std::vector<std::string>& nodes = {},
+          const std::string& server_ip = "127.0.0.1")
       : script_(std::move(script)), dir_(std::move(dir)) {
-    std::string cmd = script_ + " cluster " + dir_ + " 127.0.0.1";
+    std::string cmd = script_ + " cluster " + dir_ + " " + server_ip;
     for (const std::string& n : nodes) cmd += " " + n;
     ok_ = std::system(cmd.c_str()) == 0;
   }

@@ -25,8 +25,9 @@ ALLOWED = {
     "ib": {"common"},
     "proto": {"common", "tenantqos"},
     "rpc": {"common"},
+    "fabric": {"common"},
     "nccl-plugin": {"common", "ib"},
-    "policy": {"common", "ib", "proto", "rpc", "tenantqos", "etcd"},
+    "policy": {"common", "ib", "fabric", "proto", "rpc", "tenantqos", "etcd"},
     "agent": {"common", "tc", "ib", "proto", "rpc", "tenantqos"},
     "webhook": {"common", "proto", "rpc", "tenantqos"},
 }

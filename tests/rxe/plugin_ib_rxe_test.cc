@@ -177,13 +177,16 @@ class PluginIbTest : public ::testing::Test {
 
   // The agent (its attach server and tenant memory) over <dir>/run: before the first call the
   // run directory does not exist, so the plugin runs as on a node without an agent.
+  // `rate` paces what the tenant sends; what it receives gets `rx_rate` (0: 10 x rate, so a
+  // test of sending measures the sender).
   TenantShm* agent(const std::string& tenant, uint64_t rate, int dscp, int sl, int tc,
-                   bool paced = true) {
+                   bool paced = true, uint64_t rx_rate = 0) {
     if (!agent_) agent_ = std::make_unique<tq::testing::TestAgent>(dir_.path() + "/run");
     EXPECT_EQ(agent_->failure(), "");
     TenantParams p;
     p.policy_version = 1;
     p.buckets = nodeBuckets(rate, 256 * 1024);
+    p.buckets[1].rate_bytes_per_second = rx_rate != 0 ? rx_rate : 10 * rate;
     p.dscp = static_cast<uint32_t>(dscp);
     p.service_level = static_cast<uint32_t>(sl);
     p.paced = paced;
@@ -761,6 +764,20 @@ TEST_F(PluginIbIsolationTest, PacingAloneGivesEachTenantItsAllocation) {
   agent("tqrxe-b", kGuaranteeB, 20, 2, -1);
   const auto r = runBoth({}, {}, "256K");
   report("pacing alone (agent files at the guarantees), no tc", r);
+  EXPECT_GE(r.first / kGuaranteeA, 0.97);
+  EXPECT_LE(r.first / kGuaranteeA, 1.01);
+  EXPECT_GE(r.second / kGuaranteeB, 0.97);
+  EXPECT_LE(r.second / kGuaranteeB, 1.01);
+}
+
+// Ingress pacing: both tenants send as fast as they like (tx buckets at 10 x the link) into one
+// receiver (rxe1), whose rx buckets hold each at its guarantee: a clear-to-send goes out only
+// when the receiver's bucket has the posted bytes, so what arrives is what the receiver let in.
+TEST_F(PluginIbIsolationTest, ReceiverPacingGivesEachTenantItsIngressAllocation) {
+  agent("tqrxe-a", 10 * kCapacity, 10, 1, -1, true, kGuaranteeA);
+  agent("tqrxe-b", 10 * kCapacity, 20, 2, -1, true, kGuaranteeB);
+  const auto r = runBoth({}, {}, "256K");
+  report("receiver pacing alone (rx buckets at the guarantees), no tc", r);
   EXPECT_GE(r.first / kGuaranteeA, 0.97);
   EXPECT_LE(r.first / kGuaranteeA, 1.01);
   EXPECT_GE(r.second / kGuaranteeB, 0.97);

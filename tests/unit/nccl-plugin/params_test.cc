@@ -101,9 +101,20 @@ TEST(PluginParams, TableListsEveryParameterOnce) {
     const size_t at = table.find(cell);
     ASSERT_NE(at, std::string::npos) << s.env;
     EXPECT_EQ(table.find(cell, at + 1), std::string::npos) << s.env;
-    EXPECT_EQ(std::string(s.env).rfind("TENANTQOS_", 0), 0u) << s.env;
+    EXPECT_EQ(std::string(s.env).rfind(kPluginEnvPrefix, 0), 0u) << s.env;  // node_contract.h
     EXPECT_GT(std::string(s.meaning).size(), 20u) << s.env;
   }
+}
+
+// What the webhook writes into pods (common/node_contract.h) is what the plugin reads.
+TEST(PluginParams, TheNodeContractsVariablesAreParameters) {
+  auto p = loadParams(envOf({{kTenantEnv, "team-a"}, {kRunDirEnv, "/var/run/tq"}}));
+  ASSERT_TRUE(p.ok()) << p.status().toString();
+  EXPECT_EQ(p->tenant, "team-a");
+  EXPECT_EQ(p->run_dir, "/var/run/tq");
+  auto defaults = loadParams(envOf({}));
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->run_dir, kDefaultRunDir);
 }
 
 TEST(PluginParams, DescribeNonDefaultListsOnlyChangedValues) {

@@ -1,6 +1,7 @@
 #include "policy/policy_file.h"
 
 #include "common/capacity.h"
+#include "test_util.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -38,52 +39,15 @@ const char* const kBase =
     "    dscp: 18\n"              // 22
     "    trafficClasses: [2]\n";  // 23
 
-// kBase with line `n` (1-based) replaced by `text` (which may hold several lines, or be empty
-// to delete the line).
 std::string withLine(int n, const std::string& text) {
-  std::istringstream in(kBase);
-  std::string line, out;
-  for (int i = 1; std::getline(in, line); ++i) {
-    if (i == n) {
-      if (!text.empty()) out += text + "\n";
-    } else {
-      out += line + "\n";
-    }
-  }
-  return out;
+  return testing::replaceLine(kBase, n, text);
 }
 
-std::string allErrors(const ParsedPolicy& p) {
-  std::string s;
-  for (const auto& e : p.errors) s += "  " + e.toString() + "\n";
-  return s.empty() ? "  (no errors)\n" : s;
-}
-
-ParsedPolicy parse(const std::string& yaml) { return parsePolicyYaml(yaml, "p.yaml"); }
-
-// Asserts an error at exactly line:col for `field` whose reason contains `reason`.
-void expectError(const ParsedPolicy& p, int line, int col, const std::string& field,
-                 const std::string& reason) {
-  EXPECT_FALSE(p.ok());
-  for (const auto& e : p.errors) {
-    if (e.line == line && e.column == col && e.field == field &&
-        e.reason.find(reason) != std::string::npos) {
-      EXPECT_EQ(e.file, "p.yaml");
-      return;
-    }
-  }
-  ADD_FAILURE() << "no error " << line << ":" << col << " " << field << ": ..." << reason
-                << "...; got:\n"
-                << allErrors(p);
-}
-
-void expectOnlyError(const ParsedPolicy& p, int line, int col, const std::string& field,
-                     const std::string& reason) {
-  EXPECT_EQ(p.errors.size(), 1u) << allErrors(p);
-  expectError(p, line, col, field, reason);
-}
-
-void expectOk(const ParsedPolicy& p) { EXPECT_TRUE(p.ok()) << allErrors(p); }
+using testing::allErrors;
+using testing::expectError;
+using testing::expectOk;
+using testing::expectOnlyError;
+using testing::parse;
 
 TEST(PolicyFile, BaseDocumentParses) {
   ParsedPolicy p = parse(kBase);
@@ -157,8 +121,9 @@ TEST(PolicyFile, UnknownFieldsAreErrorsWithSuggestions) {
   expectOnlyError(parse(withLine(6, "    headroom: 5%\n    capacty: 1Gbps")), 7, 5,
                   "links[0].capacty", "did you mean \"capacity\"?");
   // Far from every known name: list them.
-  expectOnlyError(parse(withLine(2, "kind: TenantPolicy\nmetadata: {}")), 3, 1, "metadata",
-                  "unknown field \"metadata\" (known fields: apiVersion, kind, links, tenants)");
+  expectOnlyError(
+      parse(withLine(2, "kind: TenantPolicy\nmetadata: {}")), 3, 1, "metadata",
+      "unknown field \"metadata\" (known fields: apiVersion, kind, links, sharedLinks, tenants)");
   auto root_typo = parse(withLine(7, "tenant:"));
   EXPECT_EQ(root_typo.errors.size(), 2u) << allErrors(root_typo);
   expectError(root_typo, 7, 1, "tenant", "did you mean \"tenants\"?");

@@ -2,8 +2,15 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstddef>
 
 #include <atomic>
 #include <fstream>
@@ -84,6 +91,95 @@ TEST(RecordCodec, EveryKindOfDamageIsDetected) {
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   }
   EXPECT_FALSE(decodeRecord(good + "x").ok());
+}
+
+// The in-memory view both durable stores keep (file and etcd).
+TEST(VersionIndexTest, IntactCorruptLatestAndNext) {
+  VersionIndex index;
+  EXPECT_EQ(index.next(), 1u);
+  EXPECT_EQ(index.newest(), 0u);
+  EXPECT_FALSE(index.latest());
+  index.addIntact(testRecord(1, 1));
+  index.addIntact(testRecord(2, 2));
+  index.addCorrupt(3, "checksum mismatch");
+  EXPECT_EQ(index.next(), 4u);
+  EXPECT_EQ(index.newest(), 3u);
+  ASSERT_TRUE(index.latest());
+  EXPECT_EQ(index.latest()->version, 2u);  // the newest intact one
+  EXPECT_EQ(index.corrupt(), 1u);
+  const std::vector<VersionSummary> list = index.list();
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0].version, 3u);  // newest first
+  EXPECT_FALSE(list[0].intact);
+  EXPECT_EQ(list[0].problem, "checksum mismatch");
+  EXPECT_EQ(list[2].version, 1u);
+  EXPECT_EQ(index.versions(), (std::vector<uint64_t>{1, 2, 3}));
+
+  // get() answers: the latest from memory, a corrupt or absent version without reading, the
+  // others are read by the store.
+  auto latest = index.answerWithoutReading(2);
+  ASSERT_TRUE(latest && latest->ok());
+  EXPECT_EQ((*latest)->version, 2u);
+  auto corrupt = index.answerWithoutReading(3);
+  ASSERT_TRUE(corrupt);
+  EXPECT_EQ(corrupt->status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(corrupt->status().message().find("checksum mismatch"), std::string::npos);
+  auto absent = index.answerWithoutReading(9);
+  ASSERT_TRUE(absent);
+  EXPECT_EQ(absent->status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(index.answerWithoutReading(1));  // held, intact, not the latest: read it
+}
+
+TEST(VersionIndexTest, RetentionAndOtherWriters) {
+  VersionIndex index;
+  for (uint64_t v = 1; v <= 5; ++v) index.addIntact(testRecord(v, 1));
+  index.eraseThrough(3);
+  EXPECT_EQ(index.versions(), (std::vector<uint64_t>{4, 5}));
+  EXPECT_EQ(index.answerWithoutReading(2)->status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(index.erase(4));
+  EXPECT_FALSE(index.erase(4));
+  index.sawVersion(9);  // another replica committed up to 9
+  EXPECT_EQ(index.next(), 10u);
+  index.sawVersion(2);  // never backwards
+  EXPECT_EQ(index.next(), 10u);
+  index.clear();  // a reload: the numbers already used stay used
+  EXPECT_EQ(index.newest(), 0u);
+  EXPECT_FALSE(index.latest());
+  EXPECT_EQ(index.next(), 10u);
+}
+
+TEST(StoreEpochTest, RandomHexAndLoudWhenTheKernelGivesNoRandomBytes) {
+  Result<std::string> a = newStoreEpoch();
+  Result<std::string> b = newStoreEpoch();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(isValidStoreEpoch(*a)) << *a;
+  EXPECT_NE(*a, *b);
+  // A child whose getrandom is refused (a seccomp filter, as a hardened container profile
+  // would) gets an error naming it, at once, instead of a spin.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getrandom, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+      _exit(3);
+    }
+    Result<std::string> e = newStoreEpoch();
+    const bool loud = !e.ok() && e.status().code() == StatusCode::kInternal &&
+                      e.status().message().find("getrandom") != std::string::npos;
+    _exit(loud ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed: " << status;
+  ASSERT_NE(WEXITSTATUS(status), 3) << "cannot install a seccomp filter here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "newStoreEpoch did not fail with kInternal naming getrandom";
 }
 
 TEST_F(FileStoreTest, InjectedFailureBetweenWriteAndRenameKeepsThePreviousVersion) {

@@ -18,7 +18,14 @@ TEST(Convert, RoundTripKeepsEveryField) {
   a.dscp = 26;
   a.traffic_classes = {1, 3};
   a.share_class = true;
+  // The topology: optional values keep "absent" apart from 0 (an absent value is the tenant's
+  // own, common/topology.h), and an absent rail from rail 0.
+  a.shared_links.push_back({"leaf-uplink", 0, std::nullopt, 3});
+  a.shared_links.push_back({"rail0", std::nullopt, 1'000'000, std::nullopt});
   p.tenants.push_back(a);
+  p.shared_links.push_back(
+      {"leaf-uplink", 125'000'000, 5, std::nullopt, {{"leaf1", {"node1", "node2"}, 0}}});
+  p.shared_links.push_back({"rail0", 0, 0, 0, {{"r0", {"node1"}, 250'000'000}}});
   EXPECT_EQ(fromProto(toProto(p)), p);
   // And through the wire encoding.
   std::string bytes;

@@ -244,7 +244,7 @@ class FakeAdmission final : public Admission {
     tokens -= bytes;
     return true;
   }
-  int64_t readyAtNs(uint64_t) const override { return 0; }
+  int64_t waitNs(uint64_t) const override { return 0; }
   void giveBack(uint64_t bytes) override {
     tokens += bytes;
     given_back += bytes;
@@ -417,6 +417,83 @@ TEST_F(IbCommFakeTest, MultiRecvMatchesSendsByTag) {
   EXPECT_EQ(got[2], 250u);
   EXPECT_EQ(0, std::memcmp(bufs[0].data(), m7.data(), m7.size()));
   EXPECT_EQ(0, std::memcmp(bufs[2].data(), m9.data(), m9.size()));
+}
+
+// Ingress pacing: a receive's clear-to-send goes out only when the rx bucket has the posted
+// bytes; irecv still returns the request (NCCL tests it), the sender has no clear-to-send and
+// waits (no request), and test() progress sends it once the tokens are there, in order.
+TEST_F(IbCommFakeTest, ClearToSendWaitsForTheReceiveBucket) {
+  ASSERT_NO_FATAL_FAILURE(connect(1));
+  FakeAdmission rx;
+  FakePacing pacing(&rx);
+  recv_->setPacing(&pacing);
+  std::vector<std::vector<uint8_t>> a = {std::vector<uint8_t>(8192)};
+  std::vector<std::vector<uint8_t>> b = {std::vector<uint8_t>(4096)};
+  Request* ra = irecv(a, {0});
+  ASSERT_NE(ra, nullptr) << "never a NULL request for want of tokens";
+  Request* rb = irecv(b, {0});
+  ASSERT_NE(rb, nullptr);
+  EXPECT_TRUE(fake_.postedBy(recv_qp_).empty()) << "no clear-to-send without tokens";
+  EXPECT_EQ(rx.last_pending, 8192u + 4096u) << "both receives wait: the ingress backlog";
+  std::vector<uint8_t> m1 = pattern(8000, 1), m2 = pattern(4000, 2);
+  EXPECT_EQ(isend(m1, 0), nullptr) << "the sender waits for its clear-to-send";
+  rx.tokens = 4096;  // enough for the second receive, not the first: order is kept
+  bool done = false;
+  size_t sizes[kMaxRecvs] = {};
+  ASSERT_TRUE(ra->test(&done, sizes).ok());
+  EXPECT_TRUE(fake_.postedBy(recv_qp_).empty()) << "the older receive goes first";
+  rx.tokens = 8192 + 4096;
+  ASSERT_TRUE(ra->test(&done, sizes).ok());
+  EXPECT_EQ(fake_.postedBy(recv_qp_).size(), 2u) << "both clear-to-send entries went out";
+  Request* s1 = isend(m1, 0);
+  ASSERT_NE(s1, nullptr);
+  finish(s1);
+  EXPECT_EQ(finish(ra)[0], 8000u);
+  // The charge was the posted 8192 bytes; the 192 that did not come are given back.
+  EXPECT_EQ(rx.given_back, 192u);
+  Request* s2 = isend(m2, 0);
+  ASSERT_NE(s2, nullptr);
+  finish(s2);
+  EXPECT_EQ(finish(rb)[0], 4000u);
+  EXPECT_EQ(rx.given_back, 192u + 96u);
+  EXPECT_EQ(0, std::memcmp(a[0].data(), m1.data(), m1.size()));
+}
+
+// A peer that writes without a clear-to-send, or more than one allowed, fails the connection
+// with a clear error (nothing else: the receive reports it, the comm refuses further work).
+TEST_F(IbCommFakeTest, APeerThatSendsWithoutOrBeyondItsClearToSendFailsTheConnection) {
+  for (bool beyond : {false, true}) {
+    ASSERT_NO_FATAL_FAILURE(connect(1));
+    FakeAdmission rx;
+    rx.tokens = beyond ? 1 << 20 : 0;
+    FakePacing pacing(&rx);
+    recv_->setPacing(&pacing);
+    std::vector<std::vector<uint8_t>> a = {std::vector<uint8_t>(4096)};
+    Request* r = irecv(a, {0});
+    ASSERT_NE(r, nullptr);
+    // A hostile sender posts a completing write of its own, bypassing the clear-to-send ring.
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(beyond ? 5000u : 100u);
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(verbs_->postSend(ibQpsOf(send_.get())[0], &wr, &bad), 0);
+    bool done = false;
+    size_t sizes[kMaxRecvs] = {};
+    Status st = r->test(&done, sizes);
+    ASSERT_FALSE(st.ok()) << (beyond ? "beyond" : "without");
+    EXPECT_NE(
+        st.message().find(beyond ? "its clear-to-send allowed" : "clear-to-send had not been sent"),
+        std::string::npos)
+        << st.message();
+    std::vector<std::vector<uint8_t>> more = {std::vector<uint8_t>(64)};
+    void* d[1] = {more[0].data()};
+    size_t sz[1] = {64};
+    Request* again = nullptr;
+    EXPECT_FALSE(recv_->irecv(1, d, sz, nullptr, nullptr, &again).ok()) << "the comm failed";
+    send_.reset();
+    recv_.reset();
+  }
 }
 
 // Each chunk is admitted before it is posted, at most chunkBytes() long; a refused chunk waits

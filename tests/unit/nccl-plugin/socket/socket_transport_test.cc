@@ -13,8 +13,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <set>
 
@@ -615,6 +618,198 @@ TEST_F(SocketTransportTest, ManyMessagesInFlightStayInOrder) {
     ASSERT_EQ(got[i], out[i].size()) << i;
     EXPECT_EQ(in_[i].substr(0, got[i]), out[i]) << i;
   }
+}
+
+// A bucket the test fills by hand (thread-safe: the comm's helpers admit from their threads).
+class HandAdmission final : public Admission {
+ public:
+  bool tryAdmit(uint64_t bytes, uint64_t pending) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_pending = pending;
+    largest = std::max(largest, bytes);
+    if (bytes > tokens) return false;
+    tokens -= bytes;
+    admitted += bytes;
+    return true;
+  }
+  int64_t waitNs(uint64_t) const override { return 1'000'000; }
+  void giveBack(uint64_t) override {}
+  void peerWait(int64_t ns) override { peer_wait_ns += ns; }
+  uint64_t chunkBytes() const override { return chunk; }
+  uint64_t rateBytesPerSecond() const override { return 1; }
+  void add(uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tokens += n;
+  }
+  uint64_t admittedBytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return admitted;
+  }
+  uint64_t largestAdmission() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return largest;
+  }
+  std::atomic<uint64_t> chunk{8192};
+  std::atomic<int64_t> peer_wait_ns{0};
+  uint64_t last_pending = 0;
+
+ private:
+  std::mutex mu_;
+  uint64_t tokens = 0;
+  uint64_t admitted = 0;
+  uint64_t largest = 0;
+};
+
+// Every admitter of a comm shares one hand-filled bucket.
+class HandPacing final : public Pacing {
+ public:
+  explicit HandPacing(HandAdmission* a) : a_(a) {}
+  Admission* newAdmission() override {
+    ++made;
+    return a_;
+  }
+  int made = 0;
+
+ private:
+  HandAdmission* a_;
+};
+
+class SocketPacingTest : public SocketTransportTest {
+ protected:
+  void SetUp() override {
+    SocketTransportTest::SetUp();
+    pair({}, {}, &send_, &recv_, &lc_, &h_);
+    ASSERT_TRUE(send_->pacesItself());
+    ASSERT_TRUE(recv_->pacesItself());
+  }
+  Request* post(std::string* buf) {
+    void* d[1] = {buf->data()};
+    size_t sz[1] = {buf->size()};
+    int tag = 0;
+    Request* r = nullptr;
+    EXPECT_TRUE(recv_->irecv(1, d, sz, &tag, nullptr, &r).ok());
+    return r;
+  }
+  // Polls both requests for `ms`; true when both completed.
+  bool drive(Request* sr, Request* rr, int ms, bool* sd, bool* rd) {
+    size_t n = 0;
+    auto until = in(ms);
+    while ((!*sd || !*rd) && before(until)) {
+      if (!*sd) {
+        EXPECT_TRUE(sr->test(sd, &n).ok());
+      }
+      if (!*rd) {
+        EXPECT_TRUE(rr->test(rd, &n).ok());
+      }
+    }
+    return *sd && *rd;
+  }
+  Handle h_;
+  std::unique_ptr<SendComm> send_;
+  std::unique_ptr<RecvComm> recv_;
+  std::unique_ptr<ListenComm> lc_;
+};
+
+// The receiving helper reads a striped message no faster than its rx bucket admits, in
+// chunks; the message completes only when the bucket has let all of it in.
+TEST_F(SocketPacingTest, AReceiverReadsNoFasterThanItsBucket) {
+  HandAdmission rx;
+  HandPacing rx_pacing(&rx);
+  recv_->setPacing(&rx_pacing);
+  EXPECT_GE(rx_pacing.made, 2) << "the caller and every helper have their own admitter";
+  const std::string msg(300'000, 'r');
+  std::string buf(300'000, '\0');
+  Request* rr = post(&buf);
+  Request* sr = nullptr;
+  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
+  ASSERT_NE(sr, nullptr);
+  bool sd = false, rd = false;
+  rx.add(100'000);
+  EXPECT_FALSE(drive(sr, rr, 300, &sd, &rd));
+  EXPECT_FALSE(rd) << "100000 of 300000 bytes admitted: the receive cannot be complete";
+  EXPECT_LE(rx.admittedBytes(), 100'000u);
+  EXPECT_LE(rx.largestAdmission(), 8192u) << "one chunk at a time";
+  rx.add(200'000);
+  EXPECT_TRUE(drive(sr, rr, 5000, &sd, &rd));
+  EXPECT_EQ(buf, msg);
+  EXPECT_EQ(rx.admittedBytes(), 300'000u);
+}
+
+// An inline message (here up to 1 KiB) waits in the control stream until the rx bucket has it.
+TEST_F(SocketPacingTest, AnInlineReceiveWaitsForItsTokens) {
+  HandAdmission rx;
+  HandPacing rx_pacing(&rx);
+  recv_->setPacing(&rx_pacing);
+  const std::string msg(1000, 'i');
+  std::string buf(1000, '\0');
+  Request* rr = post(&buf);
+  Request* sr = nullptr;
+  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
+  bool sd = false, rd = false;
+  EXPECT_FALSE(drive(sr, rr, 200, &sd, &rd));
+  EXPECT_TRUE(sd) << "the sender is done once the kernel has it";
+  EXPECT_FALSE(rd);
+  rx.add(1000);
+  EXPECT_TRUE(drive(sr, rr, 5000, &sd, &rd));
+  EXPECT_EQ(buf, msg);
+}
+
+// The sender admits an inline message whole in isend (refused: no request, NCCL retries) and a
+// striped one chunk by chunk in its helper; an inline-sized message larger than a paced chunk
+// is striped (an admission larger than the bucket's depth would need the bucket full).
+TEST_F(SocketPacingTest, ASenderAdmitsInlineWholeAndStripesInChunks) {
+  HandAdmission tx;
+  tx.chunk = 512;  // smaller than the 1 KiB inline limit
+  HandPacing tx_pacing(&tx);
+  send_->setPacing(&tx_pacing);
+  const std::string small(400, 's');
+  Request* sr = nullptr;
+  ASSERT_TRUE(send_->isend(const_cast<char*>(small.data()), small.size(), 0, nullptr, &sr).ok());
+  EXPECT_EQ(sr, nullptr) << "no tokens: no request";
+  EXPECT_EQ(tx.last_pending, 400u);
+  tx.add(400);
+  EXPECT_EQ(roundTrip(send_.get(), recv_.get(), small), small);
+  const std::string mid(900, 'm');  // inline-sized, but more than one chunk: striped
+  Request* mr = nullptr;
+  std::string buf(900, '\0');
+  Request* rr = post(&buf);
+  ASSERT_TRUE(send_->isend(const_cast<char*>(mid.data()), mid.size(), 0, nullptr, &mr).ok());
+  ASSERT_NE(mr, nullptr) << "a striped message gets its request; its helper waits for tokens";
+  bool sd = false, rd = false;
+  EXPECT_FALSE(drive(mr, rr, 200, &sd, &rd));
+  tx.add(900);
+  EXPECT_TRUE(drive(mr, rr, 5000, &sd, &rd));
+  EXPECT_EQ(buf, mid);
+  EXPECT_LE(tx.largestAdmission(), 512u);
+}
+
+// A sender held by its receiver (the receiver's bucket empty, its TCP window closed) reports
+// the time it waited for the window: the receiver's pacing, not demand at the sender.
+TEST_F(SocketPacingTest, ASenderHeldByItsReceiverReportsPeerWait) {
+  HandAdmission tx, rx;
+  tx.chunk = 0;  // unpaced sends (admitted whole, to be counted)
+  tx.add(1ull << 40);
+  HandPacing tx_pacing(&tx), rx_pacing(&rx);
+  send_->setPacing(&tx_pacing);
+  recv_->setPacing(&rx_pacing);
+  const std::string big(32 << 20, 'w');
+  std::string buf(32 << 20, '\0');
+  Request* rr = post(&buf);
+  Request* sr = nullptr;
+  ASSERT_TRUE(send_->isend(const_cast<char*>(big.data()), big.size(), 0, nullptr, &sr).ok());
+  bool sd = false, rd = false;
+  size_t n = 0;
+  auto until = in(10000);
+  while (tx.peer_wait_ns.load() == 0 && before(until)) {
+    EXPECT_TRUE(sr->test(&sd, &n).ok());
+    EXPECT_TRUE(rr->test(&rd, &n).ok());
+    ::usleep(1000);
+  }
+  EXPECT_GT(tx.peer_wait_ns.load(), 0) << "the sender waited for the receiver's window";
+  EXPECT_FALSE(sd) << "32 MiB cannot all be in the kernel's buffers";
+  rx.add(1ull << 40);
+  EXPECT_TRUE(drive(sr, rr, 10000, &sd, &rd));
+  EXPECT_EQ(buf, big);
 }
 
 }  // namespace
