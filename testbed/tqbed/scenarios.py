@@ -378,6 +378,8 @@ class Runner:
                      # figure).
                      "attainment_p50_link_busy": p50_busy,
                      "attainment_p1_link_busy": p1_busy,
+                     "windows_with_demand": sum(sum(active) for _ in rx_ends),
+                     "busy_windows_with_demand": sum(sum(m) for m in busy_masks),
                      # The worst window at either end (received at a node, sent from one).
                      "cap_conformance_max": max(caps) if caps else None,
                      "cap_conformance_rx_max": fig["cap_conformance_max"],
