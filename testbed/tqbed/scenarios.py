@@ -236,11 +236,12 @@ class Runner:
         deadline = t_start + sc.duration + 40
         while True:
             now = time.time()
-            for job in jobs:
-                f = job.failed()
-                if f:
-                    raise RuntimeError(f"scenario {sc.name}: {job.tenant} rank {f[0]} exited with "
-                                       f"code {f[1]}:\n{f[2]}")
+            failed = [(job, job.failed()) for job in jobs]
+            failed = [(job, f) for job, f in failed if f]
+            if failed:
+                # A crash (a signal) is the cause; the ranks it was connected to only follow.
+                job, f = min(failed, key=lambda jf: "killed" not in jf[1][1])
+                raise RuntimeError(f"scenario {sc.name}: {job.tenant} rank {f[0]} {f[1]}:\n{f[2]}")
             if meter.error:
                 raise RuntimeError(f"scenario {sc.name}: the traffic meter failed: {meter.error}")
             if sc.mode.startswith("tenantqos") and not self.cp.agents_alive():
