@@ -318,9 +318,10 @@ def check_targets(results, reaction):
             p50, p1, busy = analysis.target_attainment(e)
             if p50 is None:
                 continue
-            busy_n, demand_n = e.get("busy_windows_with_demand"), e.get("windows_with_demand")
-            counts = (f"{busy_n} busy of {demand_n} windows with demand" if demand_n is not None
-                      else f"{sc.get('busy_windows', 0)} busy windows")
+            busy_n = e.get("busy_windows_with_demand")
+            demand_n = e.get("contended_windows_with_demand", e.get("windows_with_demand"))
+            counts = (f"{busy_n} busy of {demand_n} contended windows with demand"
+                      if demand_n is not None else f"{sc.get('busy_windows', 0)} busy windows")
             other = (f"over all windows with demand {_fmt(e.get('attainment_p50'), '{:.3f}')}/"
                      f"{_fmt(e.get('attainment_p1'), '{:.3f}')}" if busy else
                      f"too few busy windows to excuse the others (the links were left idle); "
