@@ -108,7 +108,7 @@ Status Agent::start() {
   loop_->start();
 
   BackoffOptions backoff;  // 100 ms .. 5 s, x2, ±20 %
-  endpoints_ = makePolicydEndpoints(config_.policyd_endpoints, backoff, std::move(credentials));
+  endpoints_ = rpc::makeChannelRing(config_.policyd_endpoints, backoff, std::move(credentials));
   PolicyWatcher::Options wo;
   wo.node = config_.node;
   wo.known_version = known_version;

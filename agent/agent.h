@@ -53,7 +53,7 @@ class Agent {
   std::unique_ptr<Reconciler> reconciler_;
   std::unique_ptr<ReconcileLoop> loop_;
   std::unique_ptr<HttpServer> http_;
-  std::shared_ptr<PolicydEndpoints> endpoints_;
+  std::shared_ptr<rpc::ChannelRing> endpoints_;  // the policyd replicas
   std::unique_ptr<PolicyWatcher> watcher_;
   std::unique_ptr<UsageReporter> reporter_;
   std::unique_ptr<UngovernedQpScanner> qp_scanner_;

@@ -158,7 +158,7 @@ class StateBoard {
   }
   bool policydConnected() const { return connected_.load(std::memory_order_relaxed); }
 
-  // Store identity events of the watch thread (policy_watcher.h, judgeSnapshot).
+  // Store identity events of the watch thread (policy_watcher.h, rpc::judgeSnapshot).
   void countStoreEpochChange() { epoch_changes_.fetch_add(1, std::memory_order_relaxed); }
   void reportOlderOffered(uint64_t version, std::string notice) {
     older_offered_.fetch_add(1, std::memory_order_relaxed);

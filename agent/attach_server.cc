@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/clock.h"
@@ -67,7 +69,65 @@ std::vector<gid_t> peerGroups(int fd) {
   return groups;
 }
 
+// The executable `pid` runs now (device and inode of /proc/PID/exe's target); nullopt when it
+// cannot be told (the process is gone, or /proc hides it).
+std::optional<std::pair<dev_t, ino_t>> imageOf(pid_t pid) {
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid) + "/exe").c_str(), &st) != 0) return std::nullopt;
+  return std::pair{st.st_dev, st.st_ino};
+}
+
+// One directory on the way to the run directory (lstat'ed `st`): see checkTrustedRunDir.
+Status checkTrustedComponent(const std::string& path, const struct stat& st, bool last) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid != 0 && st.st_uid != me) {
+    return failedPrecondition(path + " is owned by uid " + std::to_string(st.st_uid) +
+                              ", neither root nor the agent: whoever owns it can replace the "
+                              "tenant sockets under it");
+  }
+  if (S_ISLNK(st.st_mode)) return okStatus();  // its target is checked on the real path
+  if (!S_ISDIR(st.st_mode)) return failedPrecondition(path + " is not a directory");
+  const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  // A sticky directory (/tmp) lets others write but not rename or remove what they do not
+  // own, so the next component, checked in turn, cannot be swapped. The run directory itself
+  // must not be writable by anyone else at all.
+  if (others_write && (last || (st.st_mode & S_ISVTX) == 0)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return failedPrecondition(path + " (mode " + mode + ") is writable by " +
+                              ((st.st_mode & S_IWOTH) ? "every user" : "its group") +
+                              ": others could replace the tenant sockets under it");
+  }
+  return okStatus();
+}
+
 }  // namespace
+
+Status checkTrustedRunDir(const std::string& run_dir) {
+  std::vector<std::string> paths = {run_dir};
+  if (char* real = ::realpath(run_dir.c_str(), nullptr)) {
+    paths.emplace_back(real);
+    std::free(real);
+  } else {
+    return errnoStatus("resolve the run directory " + run_dir);
+  }
+  for (const std::string& path : paths) {
+    if (path.empty() || path[0] != '/') {
+      return invalidArgument("run directory " + path + ": not an absolute path");
+    }
+    for (size_t end = 0; end != std::string::npos;) {
+      end = path.find('/', end + 1);
+      const std::string prefix = end == std::string::npos ? path : path.substr(0, end);
+      const bool root = prefix.empty();
+      struct stat st {};
+      if (::lstat(root ? "/" : prefix.c_str(), &st) != 0) return errnoStatus("lstat " + prefix);
+      TQ_RETURN_IF_ERROR(
+          checkTrustedComponent(root ? "/" : prefix, st, end == std::string::npos)
+              .withContext("run directory " + run_dir + " is not the agent's alone"));
+    }
+  }
+  return okStatus();
+}
 
 Result<gid_t> resolveUnixGroup(const std::string& group) {
   gid_t gid = 0;
@@ -87,6 +147,7 @@ Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options) {
   s->wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->wake_fd_.valid()) return errnoStatus("eventfd");
   TQ_RETURN_IF_ERROR(makeDirs(s->options_.run_dir, 0755));
+  TQ_RETURN_IF_ERROR(checkTrustedRunDir(s->options_.run_dir));
   const std::string path = attach::nodeSocketPath(s->options_.run_dir);
   TQ_ASSIGN_OR_RETURN(Fd fd, s->listenAt(path, 0666, kAnyGroup));
   auto l = std::make_shared<Listener>();
@@ -184,23 +245,32 @@ void AttachServer::unserve(const std::string& tenant) {
   TQ_LOG(kInfo, "attach: tenant %s no longer served (%s removed)", tenant.c_str(), l->path.c_str());
 }
 
-void AttachServer::serveDefault(std::shared_ptr<TenantShm> shm) {
+void AttachServer::serveDefault(std::shared_ptr<DefaultTenant> tenant) {
   std::lock_guard<std::mutex> lock(mu_);
-  listeners_.at("")->shm = std::move(shm);
+  listeners_.at("")->default_tenant = std::move(tenant);
 }
 
 std::vector<Attachment> AttachServer::attachments() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Attachment> out;
+  bool gone = false;
   for (const auto& c : conns_) {
-    if (c->attached) {
-      out.push_back({c->shm->tenant(), c->slot.value_or(shm::kMaxSlots), c->peer});
+    if (!c->attached) continue;
+    if (c->image && imageOf(c->peer.pid) != c->image) {
+      // Detached now (the slot is free for the next caller's view), closed by the thread.
+      c->shm->releaseSlot(c->slot, c->peer.pid);
+      c->attached = false;
+      c->image_gone = true;
+      gone = true;
+      continue;
     }
+    out.push_back({c->shm->tenant(), c->slot.value_or(shm::kMaxSlots), c->peer});
   }
+  if (gone) wake();
   return out;
 }
 
-void AttachServer::wake() {
+void AttachServer::wake() const {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
 }
@@ -254,6 +324,7 @@ void AttachServer::run() {
     for (size_t i = 0; i < polled_conns.size(); ++i) {
       Conn* c = polled_conns[i];
       const short ev = fds[1 + polled_listeners.size() + i].revents;
+      if (c->evicted || c->image_gone) continue;  // closed below
       if (ev != 0) {
         if (!onReadable(c, now)) done.push_back(c);
       } else if (!c->attached && now >= c->deadline_ns) {
@@ -261,6 +332,18 @@ void AttachServer::run() {
                  "sent no complete request in " +
                      std::to_string(options_.request_timeout_ns / 1'000'000) + " ms; closed");
         done.push_back(c);
+      }
+    }
+    for (const auto& c : conns_) {
+      if (std::find(done.begin(), done.end(), c.get()) != done.end()) continue;
+      if (c->evicted) {
+        done.push_back(c.get());
+      } else if (c->image_gone) {
+        logLimited(*c, now, true,
+                   "exec'd another program since it attached (/proc/" +
+                       std::to_string(c->peer.pid) +
+                       "/exe changed): no longer governed, attachment closed");
+        done.push_back(c.get());
       }
     }
     for (Conn* c : done) close(c);
@@ -284,7 +367,10 @@ void AttachServer::acceptFrom(const std::shared_ptr<Listener>& l, int64_t now) {
     c->peer = {cred.pid, cred.uid, cred.gid};
     c->groups = peerGroups(c->fd.get());
     c->deadline_ns = now + options_.request_timeout_ns;
-    if (l->connections >= options_.max_connections_per_socket) {
+    if (l->tenant.empty()) {
+      if (!admitNodeWide(c.get(), now)) continue;  // answered not held: closes it
+      l->per_uid[c->peer.uid]++;
+    } else if (l->connections >= options_.max_connections_per_socket) {
       badInput(
           *c, now,
           "refused: " + std::to_string(l->connections) + " connections on this socket already");
@@ -293,6 +379,77 @@ void AttachServer::acceptFrom(const std::shared_ptr<Listener>& l, int64_t now) {
     l->connections++;
     conns_.push_back(std::move(c));
   }
+}
+
+// mu_ held.
+bool AttachServer::admitNodeWide(Conn* c, int64_t now) {
+  Listener& l = *c->listener;
+  const uid_t uid = c->peer.uid;
+  const uint32_t mine = l.per_uid.count(uid) != 0 ? l.per_uid.at(uid) : 0;
+  if (mine >= options_.max_connections_per_uid) {
+    answerNotHeld(c, now,
+                  "uid " + std::to_string(uid) + " holds " + std::to_string(mine) +
+                      " connections of the node-wide socket, the most one uid may");
+    return false;
+  }
+  if (l.connections < options_.max_connections_per_socket) return true;
+  // Full: the uid that holds the most gives one up, if it holds at least two more than this
+  // uid (so two uids never take a place from each other in turn).
+  uid_t most = uid;
+  uint32_t most_n = 0;
+  for (const auto& [u, n] : l.per_uid) {
+    if (n > most_n) most = u, most_n = n;
+  }
+  if (most_n < mine + 2) {
+    answerNotHeld(c, now,
+                  "the node-wide socket holds " + std::to_string(l.connections) +
+                      " connections, its bound, and no uid holds more than its share");
+    return false;
+  }
+  // Its connection still waiting for a request, else the one attached last: a long-running
+  // process keeps its place.
+  Conn* victim = nullptr;
+  for (auto& o : conns_) {
+    if (o->listener.get() != &l || o->peer.uid != most || o->evicted) continue;
+    if (victim == nullptr ||
+        (victim->attached && (!o->attached || o->attached_ns > victim->attached_ns))) {
+      victim = o.get();
+    }
+  }
+  if (victim == nullptr) return true;  // counted but gone meanwhile: there is room
+  victim->evicted = true;
+  l.connections--;
+  if (--l.per_uid[most] == 0) l.per_uid.erase(most);
+  logLimited(*victim, now, true,
+             "closed: uid " + std::to_string(most) + " holds " + std::to_string(most_n) +
+                 " connections of the full node-wide socket; its place goes to uid " +
+                 std::to_string(uid));
+  return true;
+}
+
+// mu_ held.
+void AttachServer::answerNotHeld(Conn* c, int64_t now, const std::string& why) {
+  Listener& l = *c->listener;
+  if (!l.default_tenant) {
+    badInput(*c, now, "refused: " + why);
+    return;
+  }
+  auto shm = l.default_tenant->shardFor(c->peer.uid);
+  if (!shm.ok()) {
+    badInput(*c, now, "refused: " + why + "; " + shm.status().message());
+    return;
+  }
+  attach::Reply reply;
+  reply.status = attach::ReplyStatus::kAttached;
+  reply.slot = shm::kMaxSlots;
+  reply.held = false;
+  reply.tenant = (*shm)->tenant();
+  reply.reason = why;
+  Status s = attach::sendWithFds(c->fd.get(), attach::encodeReply(reply),
+                                 {(*shm)->paramsFd(), (*shm)->sharedFd()});
+  logLimited(*c, now, true,
+             "attached to tenant " + reply.tenant + " without a slot and not held (" + why + ")" +
+                 (s.ok() ? "" : ": " + s.message()));
 }
 
 // mu_ held. False: close the connection.
@@ -336,7 +493,16 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
     return false;
   }
   Listener& l = *c->listener;
-  if (!l.shm) {
+  std::shared_ptr<TenantShm> shm = l.shm;
+  if (l.tenant.empty() && l.default_tenant) {
+    auto got = l.default_tenant->shardFor(c->peer.uid);
+    if (!got.ok()) {
+      refuse(c, now, attach::ReplyStatus::kBusy, got.status().message());
+      return false;
+    }
+    shm = std::move(got).value();
+  }
+  if (!shm) {
     refuse(c, now, attach::ReplyStatus::kBusy, "the agent has no policy for this socket yet");
     return false;
   }
@@ -346,7 +512,7 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
            "not in tenant " + l.tenant + "'s group " + std::to_string(*l.group));
     return false;
   }
-  c->shm = l.shm;
+  c->shm = std::move(shm);
   c->slot = c->shm->acquireSlot(c->peer);
   attach::Reply reply;
   reply.status = attach::ReplyStatus::kAttached;
@@ -360,6 +526,8 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
     return false;
   }
   c->attached = true;
+  c->attached_ns = now;
+  c->image = imageOf(c->peer.pid);
   const std::string& wanted = req->wanted_tenant;
   const std::string slot =
       c->slot ? "slot " + std::to_string(*c->slot)
@@ -423,7 +591,14 @@ void AttachServer::close(Conn* c) {
     c->shm->releaseSlot(c->slot, c->peer.pid);
     TQ_LOG(kDebug, "attach: %s detached from tenant %s", who(*c).c_str(), c->shm->tenant().c_str());
   }
-  c->listener->connections--;
+  if (!c->evicted) {  // an evicted one was uncounted when it was chosen
+    Listener& l = *c->listener;
+    l.connections--;
+    if (l.tenant.empty()) {
+      auto it = l.per_uid.find(c->peer.uid);
+      if (it != l.per_uid.end() && --it->second == 0) l.per_uid.erase(it);
+    }
+  }
   auto it = std::find_if(conns_.begin(), conns_.end(),
                          [&](const std::unique_ptr<Conn>& p) { return p.get() == c; });
   if (it != conns_.end()) conns_.erase(it);

@@ -45,7 +45,7 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
   return r;
 }
 
-UsageReporter::UsageReporter(std::shared_ptr<proto::ChannelRing> endpoints, const StateBoard& board,
+UsageReporter::UsageReporter(std::shared_ptr<rpc::ChannelRing> endpoints, const StateBoard& board,
                              int64_t interval_ns, Clock& clock)
     : endpoints_(std::move(endpoints)), board_(board), interval_ns_(interval_ns), worker_(clock) {}
 
@@ -85,7 +85,7 @@ void UsageReporter::run(std::stop_token stop) {
       } else {
         TQ_LOG(kDebug, "ReportUsage to policyd: %s (grpc code %d); retrying next interval",
                st.error_message().c_str(), static_cast<int>(st.error_code()));
-        endpoints_->renew();  // on a new channel: see proto::ChannelRing::renew
+        endpoints_->renew();  // on a new channel: see rpc::ChannelRing::renew
       }
       continue;
     }

@@ -1,7 +1,7 @@
 // Periodic ReportUsage to policyd (the cluster view behind `tenantqosctl top`), on its own
 // thread, from the published AgentState only. A failed report is logged at debug level and the
 // next interval simply sends fresh totals (reports carry totals, so nothing is lost), on a fresh
-// channel (proto::ChannelRing::renew says why).
+// channel (rpc::ChannelRing::renew says why).
 // Intervals and timestamps follow the injected Clock; stop() cancels a report in flight.
 #pragma once
 
@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "common/policy.h"
 #include "common/worker.h"
-#include "proto/channel_ring.h"
+#include "rpc/channel_ring.h"
 
 namespace tq::agent {
 
@@ -27,7 +27,7 @@ NodeUsageReport buildUsageReport(const AgentState& now, const AgentState* prev, 
 class UsageReporter {
  public:
   // Reports go to the replica `endpoints` currently uses (the watch moves it).
-  UsageReporter(std::shared_ptr<proto::ChannelRing> endpoints, const StateBoard& board,
+  UsageReporter(std::shared_ptr<rpc::ChannelRing> endpoints, const StateBoard& board,
                 int64_t interval_ns, Clock& clock);
   ~UsageReporter();
   void start();
@@ -41,7 +41,7 @@ class UsageReporter {
  private:
   void run(std::stop_token stop);
 
-  std::shared_ptr<proto::ChannelRing> endpoints_;
+  std::shared_ptr<rpc::ChannelRing> endpoints_;
   const StateBoard& board_;
   int64_t interval_ns_;
   std::atomic<uint64_t> sent_{0};

@@ -100,6 +100,96 @@ class MemoryCgroup:
                 time.sleep(0.05)
 
 
+class StalledH2:
+    """A hostile HTTP/2 client over mutual TLS that opens gRPC calls and never takes their
+    responses: it announces a stream window of 0 and never sends a WINDOW_UPDATE, but acks the
+    server's SETTINGS and PINGs (so keepalive does not close it). Each call's response stays in
+    the server until the connection goes."""
+
+    def __init__(self, port, pki, cert="viewer"):
+        import socket
+        import ssl
+        import threading
+        ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(pki, cert + ".crt"), os.path.join(pki, cert + ".key"))
+        ctx.set_alpn_protocols(["h2"])
+        ctx.check_hostname = False
+        self.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), 10))
+        self.lock = threading.Lock()
+        self.next_stream = 1
+        self.ended = set()  # streams the server ended (RST_STREAM, or HEADERS with END_STREAM)
+        # SETTINGS_INITIAL_WINDOW_SIZE (4) = 0: the server may send no DATA on any stream.
+        self.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        self.frame(4, 0, 0, (4).to_bytes(2, "big") + (0).to_bytes(4, "big"))
+        self.alive = True
+        self.reader = threading.Thread(target=self.read_loop, daemon=True)
+        self.reader.start()
+
+    def send(self, b):
+        with self.lock:
+            self.sock.sendall(b)
+
+    def frame(self, ftype, flags, stream, payload):
+        self.send(len(payload).to_bytes(3, "big") + bytes([ftype, flags]) +
+                  stream.to_bytes(4, "big") + payload)
+
+    @staticmethod
+    def literal(name, value):  # HPACK literal header field without indexing, no Huffman
+        n, v = name.encode(), value.encode()
+        return b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v
+
+    def call(self, path, message=b""):
+        stream = self.next_stream
+        self.next_stream += 2
+        hdrs = b"".join(self.literal(k, v) for k, v in (
+            (":method", "POST"), (":scheme", "https"), (":path", path),
+            (":authority", "localhost"), ("content-type", "application/grpc"), ("te", "trailers")))
+        self.frame(1, 0x4, stream, hdrs)  # HEADERS, END_HEADERS
+        self.frame(0, 0x1, stream, b"\x00" + len(message).to_bytes(4, "big") + message)
+
+    def read_loop(self):
+        buf = b""
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= 9:
+                    n = int.from_bytes(buf[:3], "big")
+                    if len(buf) < 9 + n:
+                        break
+                    ftype, flags = buf[3], buf[4]
+                    sid = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+                    payload = buf[9:9 + n]
+                    buf = buf[9 + n:]
+                    if ftype == 4 and not flags & 1:
+                        self.frame(4, 1, 0, b"")  # SETTINGS ACK
+                    elif ftype == 6 and not flags & 1:
+                        self.frame(6, 1, 0, payload)  # PING ACK
+                    elif ftype == 3 or (ftype == 1 and flags & 0x1):
+                        self.ended.add(sid)
+        except OSError:
+            pass
+        self.alive = False
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def padded_policy(size):
+    """A valid two-tenant policy whose source is `size` bytes (comments): GetPolicy returns it
+    whole, so each response is about `size` bytes."""
+    y = ("apiVersion: tenantqos/v1\nkind: TenantPolicy\nlinks:\n  - {name: fabric, "
+         "capacity: 100Gbps}\ntenants:\n  - {name: a, link: fabric, guarantee: 1Gbps, "
+         "limit: 2Gbps, serviceLevel: 1, dscp: 10}\n")
+    line = "# " + "x" * 97 + "\n"
+    return y + line * ((size - len(y)) // len(line))
+
+
 def largest_policy(tenants=4096):
     y = ["apiVersion: tenantqos/v1", "kind: TenantPolicy", "links:", "  - name: fabric",
          "    capacity: 100Gbps", "tenants:"]
@@ -117,6 +207,10 @@ def main():
     ap.add_argument("--certs", required=True)
     ap.add_argument("--cgroup-mib", type=int, default=0)
     ap.add_argument("--nodes", type=int, default=300)
+    ap.add_argument("--watches", type=int, default=5000,
+                    help="Health/Watch streams of a certificate without a role (0: skip)")
+    ap.add_argument("--stalled", type=int, default=100,
+                    help="stalled GetPolicy calls of a viewer that never reads (0: skip)")
     args = ap.parse_args()
     sys.path.insert(0, args.stubs)
     import grpc
@@ -218,11 +312,73 @@ def main():
                     f"({codes.count('RESOURCE_EXHAUSTED')} over the budget), GetUsage: "
                     f"{nodes} nodes in {pages} pages")
 
+        def stalled_get():
+            # Issue 23 item 4: a viewer opens GetPolicy calls on a 4 MiB policy and never reads
+            # the answers (the issue: 45 -> 488 MiB with 100, 461 MiB after it left).
+            code = apply(padded_policy(4_000_000))
+            assert code == "OK", code
+            conns = [StalledH2(port, pki) for _ in range(args.stalled // 50 + 1)]
+            for i in range(args.stalled):
+                conns[i % len(conns)].call("/tenantqos.v1.PolicyService/GetPolicy")
+            time.sleep(3)  # let policyd build every answer it will
+            held = status_kib(proc.pid, "VmRSS")
+            refused = sum(len(c.ended) for c in conns)
+            for c in conns:
+                c.close()
+            # The viewer's budget comes back when its connections go.
+            viewer = grpc.secure_channel(
+                f"127.0.0.1:{port}",
+                grpc.ssl_channel_credentials(pem("ca.crt"), pem("viewer.key"), pem("viewer.crt")),
+                options=[("grpc.max_receive_message_length", 16 << 20)])
+            vstub = policy_pb2_grpc.PolicyServiceStub(viewer)
+
+            def viewer_gets():
+                try:
+                    vstub.GetPolicy(policy_pb2.GetPolicyRequest(), timeout=10)
+                    return True
+                except grpc.RpcError:
+                    return False
+            wait_for(viewer_gets, 20, "the viewer's GetPolicy answered again after it left")
+            viewer.close()
+            assert refused > 0, "no stalled call was refused: nothing bounds them"
+            time.sleep(2)  # the connections' teardown
+            left = status_kib(proc.pid, "VmRSS")
+            return (f"{args.stalled} stalled GetPolicy of 4 MB: RSS {held / 1024:.1f} MiB while "
+                    f"held ({refused} refused at once), {left / 1024:.1f} MiB after they left")
+
+        def health_watch():
+            # Issue 23 item 5: a certificate with no role opened 5,000-20,000
+            # grpc.health.v1.Health/Watch streams (21 -> 387 MiB). Now it may call Health/Check
+            # only, and a viewer's health streams count against its 16 streams.
+            subprocess.run([args.certs, "issue", pki, "ca", "norole", "norole"], check=True)
+            out = []
+            for cert, calls, most in (("norole", args.watches, 0), ("viewer", 200, 16)):
+                conns = [StalledH2(port, pki, cert) for _ in range(calls // 50 + 1)]
+                for i in range(calls):
+                    conns[i % len(conns)].call("/grpc.health.v1.Health/Watch")
+                deadline = time.monotonic() + 15
+                while (sum(len(c.ended) for c in conns) < calls - most and
+                       time.monotonic() < deadline):
+                    time.sleep(0.1)
+                time.sleep(1)
+                held = status_kib(proc.pid, "VmRSS")
+                kept = calls - sum(len(c.ended) for c in conns)
+                for c in conns:
+                    c.close()
+                out.append(f"{cert}: {kept} of {calls} Health/Watch kept, RSS {held / 1024:.1f} MiB")
+                print(f"  health-watch {out[-1]}")
+                assert kept <= most, f"{cert}: {kept} Health/Watch streams kept, at most {most}"
+            return "; ".join(out)
+
         case("deep-yaml", deep_yaml)
         case("largest", largest)
         case("usage-flood", usage_flood)
         snap = stub.GetPolicy(policy_pb2.GetPolicyRequest(), timeout=10)
         assert len(snap.policy.tenants) == 4096, len(snap.policy.tenants)
+        if args.stalled:
+            case("stalled-get", stalled_get)
+        if args.watches:
+            case("health-watch", health_watch)
         channel.close()
         assert proc.poll() is None, f"policyd died (exit {proc.returncode})"
         if cgroup:

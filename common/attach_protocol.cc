@@ -74,6 +74,7 @@ std::string encodeReply(const Reply& r) {
   put<uint32_t>(&out, 8, kVersion);
   put<uint32_t>(&out, 12, static_cast<uint32_t>(r.status));
   put<uint32_t>(&out, 16, r.slot);
+  put<uint32_t>(&out, 20, r.held ? 0u : kReplyNotHeld);
   putName(&out, 24, kNameBytes, r.tenant);
   putName(&out, 88, kReasonBytes, r.reason);
   return out;
@@ -96,6 +97,7 @@ Result<Reply> parseReply(const uint8_t* data, size_t size) {
   Reply r;
   r.status = static_cast<ReplyStatus>(status);
   r.slot = get<uint32_t>(data, 16);
+  r.held = (get<uint32_t>(data, 20) & kReplyNotHeld) == 0;
   std::optional<std::string> tenant = getName(data, 24, kNameBytes);
   std::optional<std::string> reason = getName(data, 88, kReasonBytes);
   if (!tenant || !reason) return invalidArgument("attach reply: unterminated text");
@@ -207,7 +209,7 @@ Result<size_t> recvWithFds(int sock, uint8_t* buf, size_t size, std::vector<Fd>*
 // ---------------------------------------------------------------------------------------------
 
 Result<std::unique_ptr<Attempt>> Attempt::start(const std::string& socket_path,
-                                                const std::string& wanted_tenant) {
+                                                const std::string& wanted_tenant, uid_t agent_uid) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof(addr.sun_path)) {
@@ -220,8 +222,23 @@ Result<std::unique_ptr<Attempt>> Attempt::start(const std::string& socket_path,
     // EAGAIN: the agent's backlog is full; like any other failure, try again later.
     return errnoStatus("connect to " + socket_path);
   }
-  TQ_RETURN_IF_ERROR_CTX(sendWithFds(fd.get(), encodeRequest({wanted_tenant}), {}),
-                         "send the attach request to " + socket_path);
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+    return errnoStatus("SO_PEERCRED of " + socket_path);
+  }
+  if (peer.uid != 0 && peer.uid != agent_uid) {
+    return permissionDenied(socket_path + " is answered by pid " + std::to_string(peer.pid) +
+                            " as uid " + std::to_string(peer.uid) + ", not the agent (uid 0" +
+                            (agent_uid != 0 ? " or " + std::to_string(agent_uid) : "") +
+                            ", TENANTQOS_AGENT_UID): not trusted");
+  }
+  Status sent = sendWithFds(fd.get(), encodeRequest({wanted_tenant}), {});
+  // kUnavailable (EPIPE, ECONNRESET): the agent answered without reading (kReplyNotHeld) and
+  // closed already; its reply is waiting to be read, or poll() reports the close.
+  if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+    return sent.withContext("send the attach request to " + socket_path);
+  }
   return std::unique_ptr<Attempt>(new Attempt(socket_path, std::move(fd)));
 }
 
@@ -250,13 +267,15 @@ Result<std::optional<Attached>> Attempt::poll(int timeout_ms) {
   a.shared_fd = std::move(fds_[1]);
   a.slot = r.slot;
   a.tenant = std::move(r.tenant);
+  a.held = r.held;
+  if (!r.held) a.reason = std::move(r.reason);
   fds_.clear();
   return std::optional<Attached>(std::move(a));
 }
 
 Result<Attached> attachWithin(const std::string& socket_path, const std::string& wanted_tenant,
-                              int timeout_ms) {
-  TQ_ASSIGN_OR_RETURN(auto attempt, Attempt::start(socket_path, wanted_tenant));
+                              int timeout_ms, uid_t agent_uid) {
+  TQ_ASSIGN_OR_RETURN(auto attempt, Attempt::start(socket_path, wanted_tenant, agent_uid));
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   const int64_t deadline_ms = ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000 + timeout_ms;

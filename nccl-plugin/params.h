@@ -43,6 +43,9 @@ enum class ParamType {
     "The agent's run directory: tenants/<tenant>/agent.sock per tenant, agent.sock node-wide. "    \
     "If it exists the node is governed: a process that cannot attach is paced at the default "     \
     "tenant's or a conservative 100 Mbit/s rate, never unpaced.")                                  \
+  X(agent_uid, "TENANTQOS_AGENT_UID", int64_t, kInt, "0", 0, 4294967294,                           \
+    "The uid the node agent runs as. The plugin trusts an attach socket only when root or this "   \
+    "uid answers on it (SO_PEERCRED); any other uid's socket is refused, never its memory.")       \
   X(require_agent, "TENANTQOS_REQUIRE_AGENT", int64_t, kInt, "0", 0, 1,                            \
     "1: init fails when TENANTQOS_RUN_DIR does not exist (no agent on this node) instead of "      \
     "running unpaced with a warning.")                                                             \

@@ -1,6 +1,7 @@
 #include "nccl-plugin/tenant.h"
 
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,7 @@ PacerConfig pacerConfigFromParams(const PluginParams& p) {
   c.recheck_ns = p.shm_recheck_ms * 1'000'000;
   c.catchup_ns = p.catchup_ms * 1'000'000;
   c.chunk_ns = p.pace_chunk_us * 1'000;
+  c.agent_uid = static_cast<uid_t>(p.agent_uid);
   return c;
 }
 
@@ -248,12 +250,19 @@ std::vector<std::string> TenantPacer::socketsToTry() const {
 // mu_ held.
 Result<std::unique_ptr<TenantPacer::AgentBinding>> TenantPacer::bind(attach::Attached a,
                                                                      const std::string& via) {
+  struct stat st {};
+  if (::fstat(a.shared_fd.get(), &st) != 0) return errnoStatus("fstat the agent's shared memory");
   TQ_ASSIGN_OR_RETURN(auto view,
                       TenantShmView::map(std::move(a.params_fd), std::move(a.shared_fd), a.slot));
   auto b = std::make_unique<AgentBinding>();
   b->view = std::move(view);
   b->conn = std::move(a.conn);
   b->via = via;
+  b->held = a.held;
+  b->not_held = std::move(a.reason);
+  b->shared_dev = st.st_dev;
+  b->shared_ino = st.st_ino;
+  if (!b->held) b->conn.reset();  // the agent closed its end already
   return b;
 }
 
@@ -262,7 +271,13 @@ void TenantPacer::install(std::unique_ptr<AgentBinding> b, bool first) {
   uint64_t seq = 0;
   const std::optional<TenantParams> p = b->view->readParams(&seq);
   if (b->view->tenant() == tenant_) why_.clear();
-  if (b->view->slot() == nullptr) {
+  if (!b->held) {
+    TQ_LOG(kWarn,
+           "tenant %s: attached through %s without a slot and not held by the agent (%s): "
+           "pacing within this uid's share, usage not reported; asking again every %lld ms",
+           b->view->tenant().c_str(), b->via.c_str(), b->not_held.c_str(),
+           static_cast<long long>(cfg_.recheck_ns / 1'000'000));
+  } else if (b->view->slot() == nullptr) {
     TQ_LOG(kWarn,
            "tenant %s: all %u process slots are taken; pacing with the shared bucket but "
            "this process's usage is not reported to the agent",
@@ -296,7 +311,7 @@ void TenantPacer::attachAtStart() {
   }
   std::string why;
   for (const std::string& path : socketsToTry()) {
-    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs);
+    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs, cfg_.agent_uid);
     Status failed = got.status();
     if (got.ok()) {
       auto b = bind(std::move(got).value(), path);
@@ -332,14 +347,14 @@ void TenantPacer::stepAttach(int64_t now) {
   const std::vector<std::string> paths = socketsToTry();
   if (!attempt_) {
     attempt_index_ = 0;
-    auto a = attach::Attempt::start(paths[0], tenant_);
+    auto a = attach::Attempt::start(paths[0], tenant_, cfg_.agent_uid);
     if (!a.ok()) {
       // Not our tenant's socket (missing, no permission): the node-wide one, unless already
       // attached there and nothing was lost.
       AgentBinding* cur = agent_.load(std::memory_order_acquire);
-      if (cur != nullptr && !lost_) return;
+      if (cur != nullptr && !lost_ && cur->held) return;
       attempt_index_ = 1;
-      a = attach::Attempt::start(paths[1], tenant_);
+      a = attach::Attempt::start(paths[1], tenant_, cfg_.agent_uid);
       if (!a.ok()) {
         why_ = a.status().message();
         if (cur == nullptr && why_ != logged_why_) {
@@ -360,6 +375,12 @@ void TenantPacer::stepAttach(int64_t now) {
   const std::string path = attempt_->path();
   attempt_.reset();
   if (got.ok()) {
+    AgentBinding* cur = agent_.load(std::memory_order_acquire);
+    struct stat st {};
+    if (!(*got)->held && cur != nullptr && !lost_ && ::fstat((*got)->shared_fd.get(), &st) == 0 &&
+        st.st_dev == cur->shared_dev && st.st_ino == cur->shared_ino) {
+      return;  // the memory it paces with already, still not held: nothing changes
+    }
     auto b = bind(std::move(**got), path);
     if (b.ok()) {
       if (attempt_index_ == 1 && why_.empty()) why_ = "its tenant's socket is not reachable";
@@ -462,7 +483,7 @@ void TenantPacer::maybeRefresh(int64_t now) {
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (lock.owns_lock()) {
       AgentBinding* cur = agent_.load(std::memory_order_acquire);
-      const bool settled = cur != nullptr && !lost_ && cur->view->tenant() == tenant_;
+      const bool settled = cur != nullptr && !lost_ && cur->held && cur->view->tenant() == tenant_;
       if (settled) {
         checkConnection(now);
       } else {

@@ -94,6 +94,7 @@ struct PacerConfig {
   int64_t recheck_ns = 1'000'000'000;
   int64_t catchup_ns = 20'000'000;
   int64_t chunk_ns = 250'000;  // TENANTQOS_PACE_CHUNK_US: time one paced chunk covers
+  uid_t agent_uid = 0;         // TENANTQOS_AGENT_UID: besides root, who may answer
 };
 
 // How long attaching through one socket may take when a pacer is created.
@@ -195,6 +196,12 @@ class TenantPacer {
     std::unique_ptr<TenantShmView> view;
     Fd conn;          // open for the life of the attachment
     std::string via;  // the socket
+    // False: the agent answered and closed (attach::kReplyNotHeld, `not_held` says why): the
+    // memory is ours to pace with, without a slot; a better attachment is sought every recheck.
+    bool held = true;
+    std::string not_held;
+    dev_t shared_dev = 0;  // the shared memfd (fstat), to tell the same memory handed out again
+    ino_t shared_ino = 0;
     // Latest bucket word this process wrote, per bucket (token_bucket.h).
     std::atomic<int64_t> floor[shm::kMaxBuckets] = {};
   };

@@ -51,7 +51,7 @@ Commands:
   validate FILE      check a policy file offline (no server), printing every error
   top                per-tenant usage per node, as reported by the node agents
   render dcb|opensm  hardware QoS configuration for one link: RoCE dcb script, OpenSM files
-  import volcano     a policy skeleton from Volcano Queue objects (offline)
+  import volcano     a policy skeleton from Volcano Queue and HyperNode objects (offline)
 
 Global flags:
   --server HOST:PORT[,HOST:PORT...]
@@ -177,23 +177,32 @@ The policy comes from FILE (checked like `validate`; "-" reads standard input) o
        1,
        1},
       {"import",
-       R"(Usage: tenantqosctl import volcano -f FILE [--link LINK] [--capacity RATE] [--strict]
+       R"(Usage: tenantqosctl import volcano -f FILE [--link LINK] [--capacity RATE]
+                               [--tier-capacity T=RATE[,T=RATE...]] [--nodes FILE] [--strict]
 
-Turns Volcano Queue objects (YAML: one or more documents, or a List as printed by
-`kubectl get queues.scheduling.volcano.sh -o yaml`; "-" reads standard input) into a policy
-skeleton on standard output, offline: one tenant per queue, named after it, with
-volcanoQueues: [QUEUE]; weight from spec.weight; guarantee and limit from the queue's
-annotations tenantqos.io/guarantee and tenantqos.io/limit (rates such as 40Gbps); serviceLevel
-and dscp assigned in queue order. What the queues do not say is written as TODO with a comment
-and listed on stderr; the output is then not a valid policy until filled in.
-  -f, --filename FILE   the queues
+Turns Volcano objects (YAML: one or more documents, or a List as printed by
+`kubectl get queues.scheduling.volcano.sh,hypernodes.topology.volcano.sh -o yaml`; "-" reads
+standard input) into a policy skeleton on standard output, offline.
+Queues: one tenant per queue, named after it, with volcanoQueues: [QUEUE]; weight from
+spec.weight; guarantee and limit from the queue's annotations tenantqos.io/guarantee and
+tenantqos.io/limit (rates such as 40Gbps); serviceLevel and dscp assigned in queue order.
+HyperNodes: one shared link per tier (tier-T), one group per HyperNode with its nodes (Node
+members by exact name, regex or labels; HyperNode members recursively); capacity from the
+HyperNode's annotation tenantqos.io/uplink-capacity, else --tier-capacity.
+What the objects do not say is written as TODO with a comment and listed on stderr; the output
+is then not a valid policy until filled in. What cannot be mapped is left out and listed on
+stderr ("not mapped: ...").
+  -f, --filename FILE   the Volcano objects
   --link LINK           the link the tenants are on (default fabric)
   --capacity RATE       the link's capacity (default: a TODO)
-  --strict              exit 1 if anything is left TODO
+  --tier-capacity T=RATE[,...]  the uplink capacity of tier T's HyperNodes, per direction
+  --nodes FILE          the cluster's nodes (kubectl get nodes -o yaml), for regex and label
+                        members
+  --strict              exit 1 if anything is left TODO or not mapped
 Exit codes: 0 written (complete and valid, or with TODOs without --strict), 1 unusable input,
-an invalid result or TODOs under --strict.
+an invalid result, or TODOs or unmapped parts under --strict.
 )",
-       {"-f", "--filename", "--link", "--capacity"},
+       {"-f", "--filename", "--link", "--capacity", "--tier-capacity", "--nodes"},
        {"--strict"},
        1,
        1},
@@ -955,6 +964,31 @@ int cmdRender(const Args& a, CtlContext& ctx, Client& client) {
   return kExitOk;
 }
 
+// "1=400Gbps,2=800Gbps" into options.tier_capacity; the problem, or "".
+std::string parseTierCapacities(const std::string& text, VolcanoImportOptions* options) {
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(start, comma - start);
+    const size_t eq = item.find('=');
+    int64_t tier = -1;
+    const char* end = item.data() + (eq == std::string::npos ? 0 : eq);
+    auto [p, ec] = std::from_chars(item.data(), end, tier);
+    if (eq == std::string::npos || ec != std::errc() || p != end || tier < 0) {
+      return "\"" + item + "\" is not TIER=RATE";
+    }
+    auto rate = parseRate(item.substr(eq + 1));
+    if (!rate.ok() || *rate == 0) {
+      return "\"" + item +
+             "\": " + (rate.ok() ? "the rate must be above 0" : rate.status().message());
+    }
+    options->tier_capacity[tier] = *rate;
+    start = comma + 1;
+  }
+  return "";
+}
+
 int cmdImport(const Args& a, CtlContext& ctx) {
   if (a.positional[0] != "volcano") {
     return usageError(a, ctx, "import wants volcano, got \"" + a.positional[0] + "\"");
@@ -967,6 +1001,20 @@ int cmdImport(const Args& a, CtlContext& ctx) {
     auto rate = parseRate(a.values.at("--capacity"));
     if (!rate.ok()) return usageError(a, ctx, "--capacity: " + rate.status().message());
     options.capacity = *rate;
+  }
+  if (a.values.count("--tier-capacity")) {
+    std::string problem = parseTierCapacities(a.values.at("--tier-capacity"), &options);
+    if (!problem.empty()) return usageError(a, ctx, "--tier-capacity: " + problem);
+  }
+  if (a.values.count("--nodes")) {
+    options.nodes_source = a.values.at("--nodes");
+    auto nodes = readFile(options.nodes_source, kMaxPolicyBytes);
+    if (!nodes.ok()) {
+      ctx.err << "tenantqosctl: import volcano: " << options.nodes_source << ": "
+              << nodes.status().message() << "\n";
+      return kExitRejected;
+    }
+    options.nodes_yaml = std::move(*nodes);
   }
   // Standard input is read whole, like `apply -f -`; importVolcanoQueues checks the size.
   Result<std::string> text =
@@ -985,9 +1033,11 @@ int cmdImport(const Args& a, CtlContext& ctx) {
   }
   ctx.out << imported.yaml;
   for (const std::string& t : imported.todos) ctx.err << "tenantqosctl: TODO: " << t << "\n";
-  if (!imported.todos.empty()) {
-    return a.bools.count("--strict") ? kExitRejected : kExitOk;
-  }
+  for (const std::string& u : imported.unmapped)
+    ctx.err << "tenantqosctl: not mapped: " << u << "\n";
+  const bool strict = a.bools.count("--strict") != 0;
+  if (!imported.todos.empty()) return strict ? kExitRejected : kExitOk;
+  if (strict && !imported.unmapped.empty()) return kExitRejected;
   // Complete: the skeleton must already be a valid policy (admission, for one).
   ParsedPolicy check = parsePolicyYaml(imported.yaml, "<import of " + source + ">");
   for (const PolicyError& e : check.errors) ctx.err << e.toString() << "\n";

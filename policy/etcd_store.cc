@@ -17,7 +17,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "etcd/rpc.grpc.pb.h"
-#include "proto/channel_ring.h"
+#include "rpc/channel_ring.h"
 
 namespace tq::policy {
 namespace {
@@ -59,31 +59,21 @@ std::string joinTargets(const std::vector<std::string>& v) {
   return out;
 }
 
+// Plaintext when no TLS file is given (etcd on loopback, or behind its own network policy).
 Result<std::shared_ptr<grpc::ChannelCredentials>> credentials(const EtcdStoreOptions& o) {
-  if (o.ca_file.empty() && o.cert_file.empty() && o.key_file.empty()) {
-    return grpc::InsecureChannelCredentials();
-  }
-  if (o.ca_file.empty()) return invalidArgument("etcd TLS: --etcd-cert/--etcd-key need --etcd-ca");
-  if (o.cert_file.empty() != o.key_file.empty()) {
-    return invalidArgument("etcd TLS: --etcd-cert and --etcd-key go together");
-  }
-  grpc::SslCredentialsOptions ssl;
-  TQ_ASSIGN_OR_RETURN(ssl.pem_root_certs, readFile(o.ca_file, 1u << 20));
-  if (!o.cert_file.empty()) {
-    TQ_ASSIGN_OR_RETURN(ssl.pem_cert_chain, readFile(o.cert_file, 1u << 20));
-    TQ_ASSIGN_OR_RETURN(ssl.pem_private_key, readFile(o.key_file, 1u << 20));
-  }
-  return grpc::SslCredentials(ssl);
+  rpc::TlsConfig tls = o.tls;
+  tls.insecure = tls.ca_file.empty() && tls.cert_file.empty() && tls.key_file.empty();
+  return rpc::channelCredentials(tls, rpc::ClientCertificate::kOptional);
 }
 
 // One etcd client endpoint: its channel, which a failed call renews (a ChannelRing of this one
 // target: a failed target is never retried on its old channel, see ChannelRing::renew), and
 // the etcd id of the member there.
 struct Endpoint {
-  Endpoint(const std::string& t, const proto::ChannelRing::Factory& make)
+  Endpoint(const std::string& t, const rpc::ChannelRing::Factory& make)
       : target(t), channel({t}, make) {}
   const std::string target;
-  proto::ChannelRing channel;
+  rpc::ChannelRing channel;
   std::atomic<uint64_t> member_id{0};  // once the member here answered a Status (0: not yet)
 };
 
@@ -95,13 +85,7 @@ class EtcdStore final : public PolicyStore {
         latest_key_(o_.prefix + "latest"),
         versions_prefix_(o_.prefix + "versions/") {
     auto make = [creds](const std::string& target) {  // kept by each ring for renew()
-      grpc::ChannelArguments args;
-      args.SetMaxReceiveMessageSize(128 << 20);
-      args.SetMaxSendMessageSize(128 << 20);
-      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
-      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
-      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
-      return grpc::CreateCustomChannel(target, creds, args);
+      return makeEtcdChannel(target, creds);
     };
     for (const std::string& target : o_.endpoints) {
       endpoints_.push_back(std::make_unique<Endpoint>(target, make));
@@ -622,6 +606,21 @@ class EtcdStore final : public PolicyStore {
 };
 
 }  // namespace
+
+Result<std::shared_ptr<grpc::ChannelCredentials>> etcdCredentials(const EtcdStoreOptions& options) {
+  return credentials(options);
+}
+
+std::shared_ptr<grpc::Channel> makeEtcdChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(128 << 20);
+  args.SetMaxSendMessageSize(128 << 20);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+  return grpc::CreateCustomChannel(target, credentials, args);
+}
 
 std::string etcdRecordKey(const std::string& prefix, uint64_t version) {
   char buf[32];

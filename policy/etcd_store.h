@@ -36,17 +36,29 @@
 #include <vector>
 
 #include "policy/store.h"
+#include "rpc/tls.h"
+
+namespace grpc {
+class Channel;
+class ChannelCredentials;
+}  // namespace grpc
 
 namespace tq::policy {
 
 struct EtcdStoreOptions {
   std::vector<std::string> endpoints;  // HOST:PORT each
   std::string prefix = "/tenantqos/";
-  // TLS to etcd's client port: all empty = plaintext; ca alone = server-authenticated TLS;
-  // ca + cert + key = mutual TLS (etcd --client-cert-auth).
-  std::string ca_file;
-  std::string cert_file;
-  std::string key_file;
+  // TLS to etcd's client port (rpc/tls.h, the files re-read for rotation): no file = plaintext;
+  // ca alone = server-authenticated TLS; ca + cert + key = mutual TLS (etcd --client-cert-auth).
+  // Its flag names are --etcd-ca, --etcd-cert, --etcd-key.
+  rpc::TlsConfig tls = etcdTls();
+  // etcdTls(): an empty TlsConfig named for etcd's flags.
+  static rpc::TlsConfig etcdTls() {
+    rpc::TlsConfig t;
+    t.flags = {"--etcd-ca", "--etcd-cert", "--etcd-key", "(no --etcd-ca)"};
+    t.peer = "etcd";
+    return t;
+  }
   uint64_t retain_versions = kDefaultRetainVersions;
   std::chrono::milliseconds request_timeout{5000};
   uint64_t max_record_bytes = 64u << 20;  // bigger values are reported corrupt, not decoded
@@ -55,6 +67,12 @@ struct EtcdStoreOptions {
 // Connects, creates the epoch if the prefix holds no store yet, loads every record, and starts
 // the watch. kUnavailable if etcd cannot be reached within request_timeout.
 Result<std::unique_ptr<PolicyStore>> openEtcdStore(const EtcdStoreOptions& options);
+
+// The credentials and the channel of every etcd client in policyd (this store, the allocator's
+// election: policy/allocator_election.h), from the same options.
+Result<std::shared_ptr<grpc::ChannelCredentials>> etcdCredentials(const EtcdStoreOptions& options);
+std::shared_ptr<grpc::Channel> makeEtcdChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
 // etcd key of a version's record: <prefix>versions/<20 digits>.
 std::string etcdRecordKey(const std::string& prefix, uint64_t version);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "policy/allocator_service.h"
 #include "policy/authz.h"
 #include "policy/wire.h"
 #include "proto/convert.h"
@@ -47,19 +48,29 @@ grpc::Status serializeMessage(const Msg& msg, grpc::ByteBuffer* out) {
 }
 
 // A unary call's reactor that counts itself in flight until gRPC is done with it (status
-// sent), so shutdown can wait for exactly that.
+// sent: the response taken by the client or the call cancelled), so shutdown can wait for
+// exactly that; it gives back the response's budget then.
 class CountedUnaryReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit CountedUnaryReactor(std::atomic<int>* in_flight) : in_flight_(in_flight) {
+  CountedUnaryReactor(std::atomic<int>* in_flight, ResponseBudget* budget)
+      : in_flight_(in_flight), budget_(budget) {
     in_flight_->fetch_add(1, std::memory_order_relaxed);
   }
+  void holds(std::string identity, size_t bytes) {
+    identity_ = std::move(identity);
+    bytes_ = bytes;
+  }
   void OnDone() override {
+    if (bytes_ > 0) budget_->give(identity_, bytes_);
     in_flight_->fetch_sub(1, std::memory_order_release);
     delete this;
   }
 
  private:
   std::atomic<int>* in_flight_;
+  ResponseBudget* budget_;
+  std::string identity_;
+  size_t bytes_ = 0;
 };
 
 Caller callerOf(const grpc::ServerContextBase& ctx, const GrpcServiceOptions& options) {
@@ -73,9 +84,9 @@ Caller callerOf(const grpc::ServerContextBase& ctx, const GrpcServiceOptions& op
 template <typename Req, typename Resp, typename Fn>
 grpc::ServerUnaryReactor* unaryCall(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                     grpc::ByteBuffer* out, std::atomic<int>* in_flight,
-                                    const GrpcServiceOptions& options, const char* method,
-                                    Permission permission, Fn fn) {
-  grpc::ServerUnaryReactor* reactor = new CountedUnaryReactor(in_flight);
+                                    ResponseBudget* budget, const GrpcServiceOptions& options,
+                                    const char* method, Permission permission, Fn fn) {
+  auto* reactor = new CountedUnaryReactor(in_flight, budget);
   grpc::Status status;
   try {
     Req req;
@@ -91,7 +102,16 @@ grpc::ServerUnaryReactor* unaryCall(grpc::CallbackServerContext* ctx, const grpc
     } else {
       Resp resp;
       status = fn(caller, req, &resp);
-      if (status.ok()) status = serializeMessage(resp, out);
+      if (status.ok()) {
+        const size_t bytes = resp.ByteSizeLong();
+        Status room = budget->take(caller.identity, bytes);
+        if (!room.ok()) {
+          status = toGrpcStatus(room.withContext(method));
+        } else {
+          reactor->holds(caller.identity, bytes);
+          status = serializeMessage(resp, out);
+        }
+      }
     }
   } catch (const std::exception& e) {  // nothing may escape into gRPC's threads
     status = grpc::Status(grpc::StatusCode::INTERNAL, std::string(method) + ": " + e.what());
@@ -112,6 +132,39 @@ void fillApplyResponse(const ApplyResult& r, v1::ApplyPolicyResponse* resp) {
 }
 
 }  // namespace
+
+Status ResponseBudget::take(const std::string& identity, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t& mine = by_identity_[identity];
+  if (mine + bytes > per_identity_ || held_ + bytes > total_) {
+    const bool own = mine + bytes > per_identity_;
+    const std::string held = std::to_string((own ? mine : held_) >> 10);
+    if (mine == 0) by_identity_.erase(identity);
+    return resourceExhausted(
+        "a response of " + std::to_string(bytes >> 10) + " KiB would exceed the " +
+        std::to_string((own ? per_identity_ : total_) >> 10) + " KiB of responses policyd holds " +
+        (own ? "for " + identity : "for all callers") + " until they are read (" + held +
+        " KiB held now): read the answers of calls in flight, or retry");
+  }
+  mine += bytes;
+  held_ += bytes;
+  return okStatus();
+}
+
+void ResponseBudget::give(const std::string& identity, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_identity_.find(identity);
+  if (it != by_identity_.end()) {
+    it->second -= std::min(it->second, bytes);
+    if (it->second == 0) by_identity_.erase(it);
+  }
+  held_ -= std::min(held_, bytes);
+}
+
+size_t ResponseBudget::held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_;
+}
 
 grpc::Status toGrpcStatus(const Status& s) {
   using C = grpc::StatusCode;
@@ -339,6 +392,212 @@ void WatchHub::close(const grpc::Status& status) {
   for (auto& r : targets) r->close(status);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Allocate streams
+
+class AllocateReactor;
+
+// Owns the Allocate reactors from their start until their OnDone, so that shutdown can end
+// every one (also those not attached to the allocator yet: waiting for their first report).
+class AllocateHub {
+ public:
+  void add(std::shared_ptr<AllocateReactor> r);
+  void remove(AllocateReactor* r);
+  void close(const grpc::Status& status);
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reactors_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<AllocateReactor*, std::shared_ptr<AllocateReactor>> reactors_;
+  std::optional<grpc::Status> closed_;
+};
+
+class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                              public CapsSink,
+                              public std::enable_shared_from_this<AllocateReactor> {
+ public:
+  AllocateReactor(AllocateHub* hub, AllocatorService* allocator, Caller caller, std::string peer)
+      : hub_(hub), allocator_(allocator), caller_(std::move(caller)), peer_(std::move(peer)) {}
+
+  void begin(const grpc::Status* refusal) {
+    if (refusal != nullptr) {
+      finish(*refusal);
+      return;
+    }
+    readNext();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the agent half-closed or the stream broke
+      finish(grpc::Status::OK);
+      return;
+    }
+    v1::DemandReport report;
+    grpc::ByteBuffer copy(in_);
+    in_.Clear();
+    Status st;
+    if (!grpc::SerializationTraits<v1::DemandReport>::Deserialize(&copy, &report).ok()) {
+      st = invalidArgument("Allocate: a message is not a valid tenantqos.v1.DemandReport");
+    } else {
+      try {
+        if (node_.empty()) {
+          st = allocator_->attach(caller_, report.node(), shared_from_this());
+          if (st.ok()) {
+            std::lock_guard<std::mutex> lock(mu_);
+            node_ = report.node();
+          }
+        }
+        // Authorizes first (a report for another node is refused and audited), then checks
+        // that it is this stream's node.
+        if (st.ok()) st = allocator_->report(caller_, this, report);
+      } catch (const std::exception& e) {  // nothing may escape into gRPC's threads
+        st = internalError(std::string("Allocate: ") + e.what());
+      }
+    }
+    if (!st.ok()) {
+      TQ_LOG(kDebug, "Allocate from %s (%s): %s", peer_.c_str(), caller_.identity.c_str(),
+             st.message().c_str());
+      finish(toGrpcStatus(st));
+      return;
+    }
+    readNext();
+  }
+
+  void sendCaps(std::shared_ptr<const v1::NodeCaps> caps) override {
+    grpc::ByteBuffer bytes;
+    if (!serializeMessage(*caps, &bytes).ok()) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finishing_) return;
+    if (writing_) {
+      pending_ = std::move(bytes);  // the newest caps replace any not yet written
+      has_pending_ = true;
+      return;
+    }
+    writing_ = true;
+    out_ = std::move(bytes);
+    lock.unlock();
+    StartWrite(&out_);
+  }
+
+  void close(const Status& status) override { finish(toGrpcStatus(status)); }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    writing_ = false;
+    out_.Clear();
+    if (!ok && !finishing_) {
+      finishing_ = true;
+      final_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Allocate stream write failed");
+    }
+    if (finishing_) {
+      const grpc::Status st = final_;
+      lock.unlock();
+      doFinish(st);
+      return;
+    }
+    if (has_pending_) {
+      has_pending_ = false;
+      writing_ = true;
+      out_ = std::move(pending_);
+      pending_.Clear();
+      lock.unlock();
+      StartWrite(&out_);
+    }
+  }
+
+  void OnCancel() override { finish(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    std::string node;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      node = node_;
+    }
+    if (!node.empty()) allocator_->detach(node, this);
+    // Drops the hub's reference: `this` may be deleted inside (or when the allocator lets go
+    // of its copy), so nothing may follow.
+    hub_->remove(this);
+  }
+
+ private:
+  // StartRead and Finish under op_mu_, so that no read starts after Finish. Recursive: gRPC
+  // may run a reaction inline.
+  void readNext() {
+    std::lock_guard<std::recursive_mutex> lock(op_mu_);
+    if (finished_) return;
+    StartRead(&in_);
+  }
+  void doFinish(const grpc::Status& status) {
+    std::lock_guard<std::recursive_mutex> lock(op_mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  // Ends the stream (after the write in flight, if any). Idempotent.
+  void finish(const grpc::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finishing_) return;
+    finishing_ = true;
+    final_ = status;
+    has_pending_ = false;
+    if (writing_) return;  // OnWriteDone finishes
+    lock.unlock();
+    doFinish(status);
+  }
+
+  AllocateHub* const hub_;
+  AllocatorService* const allocator_;
+  const Caller caller_;
+  const std::string peer_;
+  grpc::ByteBuffer in_;  // the read in flight (gRPC thread of OnReadDone only)
+  std::recursive_mutex op_mu_;
+  bool finished_ = false;  // Finish was called (op_mu_)
+  std::mutex mu_;
+  std::string node_;      // set by the first report (mu_)
+  grpc::ByteBuffer out_;  // the write in flight: untouched while writing_
+  grpc::ByteBuffer pending_;
+  bool has_pending_ = false;
+  bool writing_ = false;
+  bool finishing_ = false;
+  grpc::Status final_;
+};
+
+void AllocateHub::add(std::shared_ptr<AllocateReactor> r) {
+  std::optional<grpc::Status> closed;
+  AllocateReactor* raw = r.get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reactors_.emplace(raw, std::move(r));
+    closed = closed_;
+  }
+  if (closed) raw->close(unavailable(closed->error_message()));
+}
+
+void AllocateHub::remove(AllocateReactor* r) {
+  std::shared_ptr<AllocateReactor> keep;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = reactors_.find(r);
+    if (it == reactors_.end()) return;
+    keep = std::move(it->second);
+    reactors_.erase(it);
+  }
+}
+
+void AllocateHub::close(const grpc::Status& status) {
+  std::vector<std::shared_ptr<AllocateReactor>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = status;
+    for (auto& [raw, r] : reactors_) targets.push_back(r);
+  }
+  for (auto& r : targets) r->close(unavailable(status.error_message()));
+}
+
 namespace {
 
 std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record,
@@ -361,18 +620,24 @@ std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record
 // ---------------------------------------------------------------------------------------------
 
 PolicyGrpcService::PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics,
-                                     GrpcServiceOptions options)
+                                     GrpcServiceOptions options, AllocatorService* allocator)
     : core_(core),
       metrics_(metrics),
       options_(options),
-      hub_(std::make_unique<WatchHub>(metrics, options.max_streams_per_identity)) {
+      hub_(std::make_unique<WatchHub>(metrics, options.max_streams_per_identity)),
+      allocator_(allocator),
+      allocate_hub_(std::make_unique<AllocateHub>()),
+      budget_(options.max_response_bytes_per_identity, options.max_response_bytes) {
   WatchHub* hub = hub_.get();
-  core_.setPublisher([hub, epoch = core_.epoch()](const std::shared_ptr<const PolicyRecord>& r) {
-    if (auto s = encodeForWatch(*r, epoch)) hub->publish(std::move(s));
-  });
+  core_.setPublisher(
+      [hub, allocator, epoch = core_.epoch()](const std::shared_ptr<const PolicyRecord>& r) {
+        if (auto s = encodeForWatch(*r, epoch)) hub->publish(std::move(s));
+        if (allocator != nullptr) allocator->onPolicy(r);
+      });
   // publish() ignores versions it already has, so an apply racing with this line is harmless.
   if (auto latest = core_.latest()) {
     if (auto s = encodeForWatch(*latest, core_.epoch())) hub->publish(std::move(s));
+    if (allocator != nullptr) allocator->onPolicy(latest);
   }
 }
 
@@ -380,20 +645,23 @@ PolicyGrpcService::~PolicyGrpcService() { core_.setPublisher(nullptr); }
 
 void PolicyGrpcService::closeWatchers(const std::string& reason) {
   hub_->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
+  allocate_hub_->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
 }
+
+size_t PolicyGrpcService::allocateStreams() const { return allocate_hub_->size(); }
 
 size_t PolicyGrpcService::watcherCount() const { return hub_->size(); }
 
 size_t PolicyGrpcService::callsInFlight() const {
   return static_cast<size_t>(std::max(0, in_flight_.load(std::memory_order_acquire))) +
-         hub_->size();
+         hub_->size() + allocate_hub_->size();
 }
 
 grpc::ServerUnaryReactor* PolicyGrpcService::ApplyPolicy(grpc::CallbackServerContext* ctx,
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ApplyPolicyRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, &in_flight_, options_, "ApplyPolicy", Permission::kChange,
+      ctx, in, out, &in_flight_, &budget_, options_, "ApplyPolicy", Permission::kChange,
       [&](const Caller& caller, const v1::ApplyPolicyRequest& req, v1::ApplyPolicyResponse* resp) {
         ApplyRequest a;
         a.yaml = req.policy_yaml();
@@ -412,7 +680,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetPolicy(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* in,
                                                        grpc::ByteBuffer* out) {
   return unaryCall<v1::GetPolicyRequest, v1::PolicySnapshot>(
-      ctx, in, out, &in_flight_, options_, "GetPolicy", Permission::kRead,
+      ctx, in, out, &in_flight_, &budget_, options_, "GetPolicy", Permission::kRead,
       [&](const Caller&, const v1::GetPolicyRequest& req, v1::PolicySnapshot* resp) {
         Result<PolicyRecord> r = core_.get(req.version());
         if (!r.ok()) return toGrpcStatus(r.status());
@@ -426,7 +694,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ListVersions(grpc::CallbackServerCo
                                                           const grpc::ByteBuffer* in,
                                                           grpc::ByteBuffer* out) {
   return unaryCall<v1::ListVersionsRequest, v1::ListVersionsResponse>(
-      ctx, in, out, &in_flight_, options_, "ListVersions", Permission::kRead,
+      ctx, in, out, &in_flight_, &budget_, options_, "ListVersions", Permission::kRead,
       [&](const Caller&, const v1::ListVersionsRequest&, v1::ListVersionsResponse* resp) {
         for (const VersionSummary& s : core_.list()) *resp->add_versions() = toVersionInfo(s);
         return grpc::Status::OK;
@@ -437,7 +705,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::Rollback(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::RollbackRequest, v1::ApplyPolicyResponse>(
-      ctx, in, out, &in_flight_, options_, "Rollback", Permission::kChange,
+      ctx, in, out, &in_flight_, &budget_, options_, "Rollback", Permission::kChange,
       [&](const Caller& caller, const v1::RollbackRequest& req, v1::ApplyPolicyResponse* resp) {
         std::optional<uint64_t> expected;
         if (req.has_expected_version()) expected = req.expected_version();
@@ -505,7 +773,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::ReportUsage(grpc::CallbackServerCon
                                                          const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
   return unaryCall<v1::ReportUsageRequest, v1::ReportUsageResponse>(
-      ctx, in, out, &in_flight_, options_, "ReportUsage", Permission::kReport,
+      ctx, in, out, &in_flight_, &budget_, options_, "ReportUsage", Permission::kReport,
       [&](const Caller& caller, const v1::ReportUsageRequest& req, v1::ReportUsageResponse*) {
         // An agent reports for the node its certificate names, and for no other.
         Status own = authorize(caller, "ReportUsage", Permission::kReport, req.node());
@@ -518,7 +786,7 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetUsage(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
   return unaryCall<v1::GetUsageRequest, v1::GetUsageResponse>(
-      ctx, in, out, &in_flight_, options_, "GetUsage", Permission::kUsage,
+      ctx, in, out, &in_flight_, &budget_, options_, "GetUsage", Permission::kUsage,
       [&](const Caller&, const v1::GetUsageRequest& req, v1::GetUsageResponse* resp) {
         ClusterUsage u = core_.usage(req.page_token());
         for (const NodeUsageEntry& n : u.nodes)
@@ -530,6 +798,133 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetUsage(grpc::CallbackServerContex
         resp->set_omitted_tenants(u.omitted_totals);
         return grpc::Status::OK;
       });
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PolicyGrpcService::Allocate(
+    grpc::CallbackServerContext* ctx) {
+  const Caller caller = callerOf(*ctx, options_);
+  auto reactor =
+      std::make_shared<AllocateReactor>(allocate_hub_.get(), allocator_, caller, ctx->peer());
+  AllocateReactor* raw = reactor.get();
+  std::optional<grpc::Status> refusal;
+  Status allowed = authorize(caller, "Allocate", Permission::kAllocate);
+  if (!allowed.ok()) {
+    TQ_LOG(kInfo, "refused: %s", allowed.message().c_str());
+    refusal = toGrpcStatus(allowed);
+  } else if (allocator_ == nullptr) {
+    refusal = grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                           "Allocate: this server runs no cluster allocator");
+  }
+  allocate_hub_->add(std::move(reactor));
+  raw->begin(refusal ? &*refusal : nullptr);
+  return raw;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The call gate (makeCallGate)
+
+namespace {
+
+bool hasRole(const Caller& c) {
+  if (c.insecure) return true;
+  for (const std::string& g : c.groups) {
+    if (g == kAdminsGroup || g == kViewersGroup || g == kAgentsGroup) return true;
+  }
+  return false;
+}
+
+class CallGate {
+ public:
+  explicit CallGate(GrpcServiceOptions options) : options_(options) {}
+  const GrpcServiceOptions& options() const { return options_; }
+  bool enter(const std::string& identity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t& n = open_[identity];
+    if (n >= options_.max_streams_per_identity) return false;
+    ++n;
+    return true;
+  }
+  void leave(const std::string& identity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = open_.find(identity);
+    if (it != open_.end() && --it->second == 0) open_.erase(it);
+  }
+
+ private:
+  const GrpcServiceOptions options_;
+  std::mutex mu_;
+  std::unordered_map<std::string, size_t> open_;  // streams open per identity, guarded by mu_
+};
+
+class GateInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  GateInterceptor(grpc::experimental::ServerRpcInfo* info, CallGate* gate)
+      : info_(info), gate_(gate) {}
+  ~GateInterceptor() override {
+    if (counted_) gate_->leave(identity_);
+  }
+  void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
+    if (!decided_ && m->QueryInterceptionHookPoint(
+                         grpc::experimental::InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      decided_ = true;
+      decide();
+    }
+    m->Proceed();
+  }
+
+ private:
+  void decide() {
+    const std::string method = info_->method() != nullptr ? info_->method() : "";
+    if (method.rfind("/tenantqos.v1.PolicyService/", 0) == 0) return;
+    grpc::ServerContextBase* ctx = info_->server_context();
+    const Caller caller = callerOf(*ctx, gate_->options());
+    std::string why;
+    if (method == "/grpc.health.v1.Health/Check") return;  // unary, a few bytes: anyone
+    if (!hasRole(caller)) {
+      why = caller.identity +
+            " holds no tenantqos role: it may call grpc.health.v1.Health/Check "
+            "only, not " +
+            method;
+    } else if (info_->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) {
+      if (gate_->enter(caller.identity)) {
+        counted_ = true;
+        identity_ = caller.identity;
+        return;
+      }
+      why = caller.identity + " already has " +
+            std::to_string(gate_->options().max_streams_per_identity) +
+            " streams of health or reflection open (--max-streams-per-identity): " + method;
+    } else {
+      return;
+    }
+    TQ_LOG(kInfo, "refused (cancelled): %s", why.c_str());
+    ctx->TryCancel();
+  }
+
+  grpc::experimental::ServerRpcInfo* info_;
+  CallGate* gate_;
+  bool decided_ = false;
+  bool counted_ = false;
+  std::string identity_;
+};
+
+class GateFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit GateFactory(GrpcServiceOptions options) : gate_(options) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new GateInterceptor(info, &gate_);
+  }
+
+ private:
+  CallGate gate_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> makeCallGate(
+    GrpcServiceOptions options) {
+  return std::make_unique<GateFactory>(options);
 }
 
 }  // namespace tq::policy

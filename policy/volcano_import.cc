@@ -7,6 +7,7 @@
 
 #include "common/tenant_shm.h"
 #include "common/units.h"
+#include "policy/hypernode_import.h"
 
 namespace tq::policy {
 namespace {
@@ -43,8 +44,9 @@ class Importer {
     const std::string api = scalar(child(obj, "apiVersion")), kind = scalar(child(obj, "kind"));
     if (kind != "Queue" || api.rfind("scheduling.volcano.sh/", 0) != 0) {
       return error(obj, prefix + "kind",
-                   "not a Volcano Queue (apiVersion \"" + api + "\", kind \"" + kind +
-                       "\"; expected scheduling.volcano.sh/v1beta1 Queue)");
+                   "not a Volcano Queue or HyperNode (apiVersion \"" + api + "\", kind \"" + kind +
+                       "\"; expected scheduling.volcano.sh/v1beta1 Queue or "
+                       "topology.volcano.sh/v1alpha1 HyperNode)");
     }
     Queue q;
     const YAML::Node metadata = child(obj, "metadata");
@@ -105,7 +107,8 @@ class Importer {
   void document(const YAML::Node& doc) {
     if (doc.IsNull()) return;
     const std::string kind = scalar(child(doc, "kind"));
-    if (kind.size() >= 4 && kind.ends_with("List")) {  // kubectl get -o yaml: List, QueueList
+    // kubectl get -o yaml: List, QueueList, HyperNodeList; `get queues,hypernodes` mixes both.
+    if (kind.size() >= 4 && kind.ends_with("List")) {
       const YAML::Node items = child(doc, "items");
       if (!items.IsSequence()) {
         out_.errors.push_back({std::string(source_), doc.Mark().line + 1, doc.Mark().column + 1,
@@ -113,11 +116,19 @@ class Importer {
         return;
       }
       for (size_t i = 0; i < items.size(); ++i) {
-        queue(items[i], "items[" + std::to_string(i) + "]");
+        object(items[i], "items[" + std::to_string(i) + "]");
       }
       return;
     }
-    queue(doc, "");
+    object(doc, "");
+  }
+
+  void object(const YAML::Node& obj, const std::string& path) {
+    if (scalar(child(obj, "kind")) == "HyperNode") {
+      hypernodes_.push_back({obj, path});
+    } else {
+      queue(obj, path);
+    }
   }
 
   VolcanoImport finish() {
@@ -126,28 +137,51 @@ class Importer {
                              std::to_string(queues_.size()) + " queues, more than the " +
                                  std::to_string(kMaxTenants) + " tenants a policy may have"});
     }
-    if (queues_.empty() && out_.errors.empty()) {
-      out_.errors.push_back({std::string(source_), 0, 0, "(file)", "no Volcano Queue objects"});
+    if (queues_.empty() && hypernodes_.empty() && out_.errors.empty()) {
+      out_.errors.push_back(
+          {std::string(source_), 0, 0, "(file)", "no Volcano Queue or HyperNode objects"});
+    }
+    HyperNodeImport topology;
+    if (!hypernodes_.empty()) {
+      topology =
+          importHyperNodes(hypernodes_, source_,
+                           {options_.tier_capacity, options_.nodes_yaml, options_.nodes_source});
+      out_.errors.insert(out_.errors.end(), topology.errors.begin(), topology.errors.end());
     }
     if (!out_.errors.empty()) return std::move(out_);
+    out_.unmapped = std::move(topology.unmapped);
     std::string capacity = options_.capacity ? exactRateText(*options_.capacity) : "";
-    if (capacity.empty()) out_.todos.push_back("link \"" + options_.link + "\": set its capacity");
+    if (capacity.empty() && !queues_.empty()) {
+      out_.todos.push_back("link \"" + options_.link + "\": set its capacity");
+    }
+    out_.todos.insert(out_.todos.end(), topology.todos.begin(), topology.todos.end());
     std::string& y = out_.yaml;
-    y = "# tenantqosctl import volcano: a policy from the Volcano queues in\n# " +
-        std::string(source_) +
-        "\n# One tenant per queue, weight from spec.weight, guarantee and limit from the\n"
-        "# annotations " +
-        std::string(kGuaranteeAnnotation) + " / " + std::string(kLimitAnnotation) +
-        ",\n# serviceLevel and dscp assigned in queue order.\n";
+    y = "# tenantqosctl import volcano: a policy from the Volcano objects in\n# " +
+        std::string(source_) + "\n";
+    if (!queues_.empty()) {
+      y += "# One tenant per queue, weight from spec.weight, guarantee and limit from the\n"
+           "# annotations " +
+           std::string(kGuaranteeAnnotation) + " / " + std::string(kLimitAnnotation) +
+           ",\n# serviceLevel and dscp assigned in queue order.\n";
+    }
+    if (!hypernodes_.empty()) {
+      y += "# One shared link per HyperNode tier, one group per HyperNode (" +
+           std::to_string(out_.unmapped.size()) + " part(s) not mapped).\n";
+    }
     if (!out_.todos.empty()) {
       y += "# " + std::to_string(out_.todos.size()) +
            " TODO(s) below: this is not a valid policy until they are filled in.\n";
     }
     y += "apiVersion: " + std::string(kApiVersion) + "\nkind: " + std::string(kKind) + "\n";
-    y += "links:\n  - name: " + options_.link + "\n    capacity: " + value(capacity) +
-         (capacity.empty() ? "  # TODO: the link's capacity (or --capacity RATE)" : "") +
-         "\n    headroom: 0%\n";
-    y += "tenants:\n";
+    if (queues_.empty()) {
+      y += "links: []\n";
+    } else {
+      y += "links:\n  - name: " + options_.link + "\n    capacity: " + value(capacity) +
+           (capacity.empty() ? "  # TODO: the link's capacity (or --capacity RATE)" : "") +
+           "\n    headroom: 0%\n";
+    }
+    y += topology.yaml;
+    y += queues_.empty() ? "tenants: []\n" : "tenants:\n";
     for (const Queue& q : queues_) {
       for (const std::string& r : q.todo_reasons) y += "  # TODO: " + r + "\n";
       y += "  - name: " + value(q.tenant) + "\n";
@@ -179,6 +213,7 @@ class Importer {
   const VolcanoImportOptions& options_;
   VolcanoImport out_;
   std::vector<Queue> queues_;
+  std::vector<HyperNodeObject> hypernodes_;
   std::set<std::string> seen_;
 };
 

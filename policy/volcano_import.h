@@ -1,5 +1,7 @@
 // `tenantqosctl import volcano`: Volcano Queue objects (YAML, as `kubectl get queues -o yaml`
-// prints them or as written by hand) -> a policy skeleton with one tenant per queue.
+// prints them or as written by hand) -> a policy skeleton with one tenant per queue; and Volcano
+// HyperNode objects in the same input -> its `sharedLinks` (policy/hypernode_import.h: the
+// mapping, and what it lists as not mapped).
 //
 // Per queue: tenant name = the queue's name, volcanoQueues = [the queue's name], weight =
 // spec.weight (Volcano's default 1 when absent), guarantee / limit = the annotations
@@ -12,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,12 +30,18 @@ inline constexpr std::string_view kLimitAnnotation = "tenantqos.io/limit";
 struct VolcanoImportOptions {
   std::string link = "fabric";       // the one link every tenant is put on
   std::optional<uint64_t> capacity;  // bytes/s; absent: a TODO
+  // HyperNodes: each tier's uplink capacity (bytes/s per direction), and the cluster's Node
+  // objects (kubectl get nodes -o yaml) that regex and label members are matched against.
+  std::map<int64_t, uint64_t> tier_capacity;
+  std::string nodes_yaml;
+  std::string nodes_source;
 };
 
 struct VolcanoImport {
-  std::string yaml;                 // the policy skeleton (empty when `errors` is not)
-  std::vector<std::string> todos;   // one line per TODO left in `yaml`
-  std::vector<PolicyError> errors;  // the input is not usable (FILE:LINE:COL: FIELD: reason)
+  std::string yaml;                   // the policy skeleton (empty when `errors` is not)
+  std::vector<std::string> todos;     // one line per TODO left in `yaml`
+  std::vector<std::string> unmapped;  // HyperNode parts left out, and why
+  std::vector<PolicyError> errors;    // the input is not usable (FILE:LINE:COL: FIELD: reason)
 };
 
 VolcanoImport importVolcanoQueues(std::string_view text, std::string_view source_name,

@@ -64,13 +64,19 @@ std::vector<std::string> nameEntries(const X509_NAME* name, int nid) {
   return out;
 }
 
-Result<std::string> readPem(const char* flag, const std::string& path) {
+Result<std::string> readPem(const std::string& flag, const std::string& path) {
   Result<std::string> text = readFile(path, kMaxPemBytes);
-  if (!text.ok()) return invalidArgument(std::string(flag) + ": " + text.status().message());
+  if (!text.ok()) return invalidArgument(flag + ": " + text.status().message());
   return text;
 }
 
+// Re-reads the files every kTlsReloadSeconds (a rotation needs no restart); the CA alone when
+// there is no certificate to present.
 std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> watcher(const TlsConfig& c) {
+  if (c.cert_file.empty()) {
+    return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(c.ca_file,
+                                                                                kTlsReloadSeconds);
+  }
   return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       c.key_file, c.cert_file, c.ca_file, kTlsReloadSeconds);
 }
@@ -112,55 +118,68 @@ bool setTlsFlag(TlsConfig* config, std::string_view flag, const std::string& val
   return true;
 }
 
-Status checkTlsConfig(const TlsConfig& c) {
+Status checkTlsConfig(const TlsConfig& c, ClientCertificate client) {
+  const TlsFlagNames& f = c.flags;
   const bool any_file = !c.ca_file.empty() || !c.cert_file.empty() || !c.key_file.empty();
   if (c.insecure) {
-    if (any_file) return invalidArgument("--insecure excludes --tls-ca, --tls-cert and --tls-key");
+    if (any_file) {
+      return invalidArgument(f.insecure + " excludes " + f.ca + ", " + f.cert + " and " + f.key);
+    }
     return okStatus();
   }
-  if (c.ca_file.empty() || c.cert_file.empty() || c.key_file.empty()) {
-    return invalidArgument(
-        "mutual TLS needs --tls-ca, --tls-cert and --tls-key (or --insecure for plaintext "
-        "without authentication)");
+  const bool has_cert = !c.cert_file.empty() || !c.key_file.empty();
+  if (c.ca_file.empty() ||
+      (client == ClientCertificate::kRequired && (c.cert_file.empty() || c.key_file.empty()))) {
+    if (client == ClientCertificate::kOptional) {
+      return invalidArgument("TLS needs " + f.ca + " (or " + f.insecure +
+                             " for plaintext without authentication)");
+    }
+    return invalidArgument("mutual TLS needs " + f.ca + ", " + f.cert + " and " + f.key + " (or " +
+                           f.insecure + " for plaintext without authentication)");
   }
-  TQ_ASSIGN_OR_RETURN(std::string ca, readPem("--tls-ca", c.ca_file));
-  TQ_ASSIGN_OR_RETURN(std::string cert, readPem("--tls-cert", c.cert_file));
-  TQ_ASSIGN_OR_RETURN(std::string key, readPem("--tls-key", c.key_file));
+  if (has_cert && (c.cert_file.empty() || c.key_file.empty())) {
+    return invalidArgument(f.cert + " and " + f.key + " go together");
+  }
+  TQ_ASSIGN_OR_RETURN(std::string ca, readPem(f.ca, c.ca_file));
   if (!firstCertificate(ca)) {
-    return invalidArgument("--tls-ca " + c.ca_file + ": no PEM certificate (" + opensslError() +
+    return invalidArgument(f.ca + " " + c.ca_file + ": no PEM certificate (" + opensslError() +
                            ")");
   }
+  if (!has_cert) return okStatus();
+  TQ_ASSIGN_OR_RETURN(std::string cert, readPem(f.cert, c.cert_file));
+  TQ_ASSIGN_OR_RETURN(std::string key, readPem(f.key, c.key_file));
   X509Ptr x = firstCertificate(cert);
   if (!x) {
-    return invalidArgument("--tls-cert " + c.cert_file + ": no PEM certificate (" + opensslError() +
+    return invalidArgument(f.cert + " " + c.cert_file + ": no PEM certificate (" + opensslError() +
                            ")");
   }
   BioPtr kb = memBio(key);
   PkeyPtr pkey(kb ? PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr) : nullptr);
   if (!pkey) {
-    return invalidArgument("--tls-key " + c.key_file + ": no PEM private key (" + opensslError() +
+    return invalidArgument(f.key + " " + c.key_file + ": no PEM private key (" + opensslError() +
                            ")");
   }
   if (X509_check_private_key(x.get(), pkey.get()) != 1) {
     ERR_clear_error();
-    return invalidArgument("--tls-key " + c.key_file + " is not the key of --tls-cert " +
+    return invalidArgument(f.key + " " + c.key_file + " is not the key of " + f.cert + " " +
                            c.cert_file);
   }
   if (X509_cmp_current_time(X509_get0_notAfter(x.get())) <= 0) {
-    return invalidArgument("--tls-cert " + c.cert_file + " has expired (peers refuse it)");
+    return invalidArgument(f.cert + " " + c.cert_file + " has expired (peers refuse it)");
   }
   if (X509_cmp_current_time(X509_get0_notBefore(x.get())) > 0) {
-    return invalidArgument("--tls-cert " + c.cert_file + " is not valid yet (peers refuse it)");
+    return invalidArgument(f.cert + " " + c.cert_file + " is not valid yet (peers refuse it)");
   }
   return okStatus();
 }
 
 Result<std::shared_ptr<grpc::ServerCredentials>> serverCredentials(const TlsConfig& c) {
-  TQ_RETURN_IF_ERROR(checkTlsConfig(c));
+  TQ_RETURN_IF_ERROR(checkTlsConfig(c, ClientCertificate::kRequired));
   if (c.insecure) {
     TQ_LOG(kWarn,
-           "--insecure: serving plaintext gRPC WITHOUT authentication; anyone who can reach the "
-           "port has every role");
+           "%s: serving plaintext gRPC WITHOUT authentication; anyone who can reach the port has "
+           "every role",
+           c.flags.insecure.c_str());
     return grpc::InsecureServerCredentials();
   }
   grpc::experimental::TlsServerCredentialsOptions options(watcher(c));
@@ -170,16 +189,18 @@ Result<std::shared_ptr<grpc::ServerCredentials>> serverCredentials(const TlsConf
   return grpc::experimental::TlsServerCredentials(options);
 }
 
-Result<std::shared_ptr<grpc::ChannelCredentials>> channelCredentials(const TlsConfig& c) {
-  TQ_RETURN_IF_ERROR(checkTlsConfig(c));
+Result<std::shared_ptr<grpc::ChannelCredentials>> channelCredentials(const TlsConfig& c,
+                                                                     ClientCertificate client) {
+  TQ_RETURN_IF_ERROR(checkTlsConfig(c, client));
   if (c.insecure) {
-    TQ_LOG(kWarn, "--insecure: plaintext gRPC; the server is NOT authenticated");
+    TQ_LOG(kWarn, "%s: plaintext gRPC to %s; it is NOT authenticated", c.flags.insecure.c_str(),
+           c.peer.c_str());
     return grpc::InsecureChannelCredentials();
   }
   grpc::experimental::TlsChannelCredentialsOptions options;
   options.set_certificate_provider(watcher(c));
   options.watch_root_certs();
-  options.watch_identity_key_cert_pairs();
+  if (!c.cert_file.empty()) options.watch_identity_key_cert_pairs();
   options.set_verify_server_certs(true);
   options.set_certificate_verifier(
       std::make_shared<grpc::experimental::HostNameCertificateVerifier>());

@@ -16,8 +16,6 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"  // isDns1123Label
-#include "proto/convert.h"
-#include "tenantqos/v1/policy.grpc.pb.h"
 #include "webhook/tls_server.h"
 
 namespace tq::webhook {
@@ -72,16 +70,21 @@ void addWebhookFlags(FlagTable& t, WebhookConfig* c) {
              "change")
       .mandatory();
   t.nonEmpty("--tls-key", "FILE", &c->tls_key, "its private key (PEM)").mandatory();
-  t.hostPort("--policyd", &c->policyd,
-             "tenantqos-policyd, whose policy the webhook follows (WatchPolicy)")
+  t.hostPortList("--policyd", &c->policyd_endpoints,
+                 "tenantqos-policyd replicas whose policy the webhook follows (WatchPolicy); on "
+                 "failure it moves to the next",
+                 &c->policyd)
       .mandatory();
-  t.toggle("--insecure", &c->insecure, "plaintext to policyd");
-  t.nonEmpty("--tls-ca", "FILE", &c->tls_ca, "TLS to policyd, verified with this CA bundle (PEM)")
+  t.toggle("--insecure", &c->policyd_tls.insecure, "plaintext to policyd");
+  t.nonEmpty("--tls-ca", "FILE", &c->policyd_tls.ca_file,
+             "TLS to policyd, verified with this CA bundle (PEM)")
       .requiredWhen("unless --insecure");
-  t.nonEmpty("--policyd-cert", "FILE", &c->policyd_cert,
+  t.nonEmpty("--policyd-cert", "FILE", &c->policyd_tls.cert_file,
              "client certificate for policyd (PEM; with --policyd-key; --tls-cert is the serving "
              "certificate)");
-  t.nonEmpty("--policyd-key", "FILE", &c->policyd_key, "its private key");
+  t.nonEmpty("--policyd-key", "FILE", &c->policyd_tls.key_file,
+             "its private key (the three files are re-read every 2 s: a rotation needs no "
+             "restart)");
   t.nonEmpty("--plugin-image", "REF", &c->recipe.image, "the image with the plugin");
   t.add("--run-dir", "DIR", "the agents' --run-dir (an absolute path)",
         [c](std::string_view v) -> Status {
@@ -141,11 +144,11 @@ Result<WebhookArgs> parseWebhookArgs(const std::vector<std::string>& args) {
   TQ_ASSIGN_OR_RETURN(FlagTable::Parsed parsed, t.parse(args));
   a.help = parsed.help;
   if (a.help) return a;
-  const WebhookConfig& c = a.config;
-  if (c.insecure == !c.tls_ca.empty()) {
+  const rpc::TlsConfig& tls = a.config.policyd_tls;
+  if (tls.insecure == !tls.ca_file.empty()) {
     return invalidArgument("choose --insecure (plaintext to policyd) or --tls-ca FILE");
   }
-  if (c.policyd_cert.empty() != c.policyd_key.empty() || (c.insecure && !c.policyd_cert.empty())) {
+  if (tls.cert_file.empty() != tls.key_file.empty() || (tls.insecure && !tls.cert_file.empty())) {
     return invalidArgument("--policyd-cert and --policyd-key go together, with --tls-ca");
   }
   return a;
@@ -159,83 +162,46 @@ std::string webhookFlagsMarkdown() {
   return flagDocs("tenantqos-webhook", addWebhookFlags).markdown;
 }
 
-Result<std::shared_ptr<grpc::Channel>> makePolicydChannel(const WebhookConfig& config) {
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (config.insecure) {
-    creds = grpc::InsecureChannelCredentials();
-  } else {
-    grpc::SslCredentialsOptions o;
-    TQ_ASSIGN_OR_RETURN(o.pem_root_certs, readFile(config.tls_ca, 1 << 20));
-    if (!config.policyd_cert.empty()) {
-      TQ_ASSIGN_OR_RETURN(o.pem_cert_chain, readFile(config.policyd_cert, 1 << 20));
-      TQ_ASSIGN_OR_RETURN(o.pem_private_key, readFile(config.policyd_key, 1 << 20));
-    }
-    creds = grpc::SslCredentials(o);
-  }
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 10'000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);  // as the agent's (policyd allows 10 s)
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
-  args.SetMaxReceiveMessageSize(16 << 20);
-  return grpc::CreateCustomChannel(config.policyd, creds, args);
-}
-
-PolicyFollower::PolicyFollower(std::shared_ptr<grpc::Channel> channel, std::string target)
-    : channel_(std::move(channel)), target_(std::move(target)) {
-  thread_ = std::thread([this] { run(); });
-}
-
-PolicyFollower::~PolicyFollower() {
-  {
+rpc::PolicyFollower::Handlers PolicyHolder::handlers() {
+  rpc::PolicyFollower::Handlers h;
+  h.on_policy = [this](VersionedPolicy p, rpc::SnapshotVerdict verdict,
+                       const rpc::HeldPolicy& replaced) {
+    TQ_LOG(kInfo, "webhook: deciding with policy v%llu of store %s (%zu tenants)",
+           static_cast<unsigned long long>(p.version), p.store_epoch.c_str(),
+           p.policy.tenants.size());
+    auto fresh = std::make_shared<const VersionedPolicy>(std::move(p));
     std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    if (active_ != nullptr) active_->TryCancel();
-  }
-  cv_.notify_all();
-  thread_.join();
+    if (verdict == rpc::SnapshotVerdict::kTakeNewStore) {
+      // The follower logged it too; /readyz keeps saying it until the next store change.
+      store_notice_ = "adopted a re-created policy store " + fresh->store_epoch + " (v" +
+                      std::to_string(fresh->version) + "), replacing v" +
+                      std::to_string(replaced.version) + " of store " + replaced.store_epoch;
+    } else if (store_notice_.rfind("policyd ", 0) == 0) {
+      store_notice_.clear();  // an older-version notice ends with a newer version
+    }
+    policy_ = std::move(fresh);
+  };
+  h.on_older = [this](const VersionedPolicy&, const std::string& notice) {
+    std::lock_guard<std::mutex> lock(mu_);
+    store_notice_ = notice;
+  };
+  h.on_connected = [this](bool up) { connected_ = up; };
+  return h;
 }
 
-std::shared_ptr<const VersionedPolicy> PolicyFollower::current() const {
+std::shared_ptr<const VersionedPolicy> PolicyHolder::current() const {
   std::lock_guard<std::mutex> lock(mu_);
   return policy_;
 }
 
-void PolicyFollower::run() {
-  auto stub = tenantqos::v1::PolicyService::NewStub(channel_);
-  int64_t backoff_ms = 250;
-  for (;;) {
-    grpc::ClientContext ctx;
-    tenantqos::v1::WatchPolicyRequest req;
-    req.set_node("tenantqos-webhook");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return;
-      if (policy_) req.set_known_version(policy_->version);
-      active_ = &ctx;
-    }
-    ctx.set_wait_for_ready(true);  // a stream attempt waits for policyd instead of failing
-    auto reader = stub->WatchPolicy(&ctx, req);
-    tenantqos::v1::PolicySnapshot snap;
-    while (reader->Read(&snap)) {
-      connected_ = true;
-      backoff_ms = 250;
-      auto fresh = std::make_shared<const VersionedPolicy>(proto::fromSnapshot(snap));
-      TQ_LOG(kInfo, "webhook: policy version %llu from %s (%zu tenants)",
-             static_cast<unsigned long long>(fresh->version), target_.c_str(),
-             fresh->policy.tenants.size());
-      std::lock_guard<std::mutex> lock(mu_);
-      policy_ = std::move(fresh);
-    }
-    grpc::Status st = reader->Finish();
-    connected_ = false;
-    std::unique_lock<std::mutex> lock(mu_);
-    active_ = nullptr;
-    if (stopping_) return;
-    TQ_LOG(kWarn, "webhook: policy watch on %s ended: %s; retrying in %lld ms", target_.c_str(),
-           st.error_message().c_str(), static_cast<long long>(backoff_ms));
-    cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms), [&] { return stopping_; });
-    backoff_ms = std::min<int64_t>(backoff_ms * 2, 10'000);
-  }
+std::pair<int, std::string> PolicyHolder::readiness(const std::string& policyd) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!policy_) return {503, "no policy from " + policyd + " yet\n"};
+  std::string body = "ready: policy v" + std::to_string(policy_->version) + " of store " +
+                     (policy_->store_epoch.empty() ? "-" : policy_->store_epoch) + " from " +
+                     policyd + "\n";
+  if (!store_notice_.empty()) body += store_notice_ + "\n";
+  return {200, body};
 }
 
 int webhookMain(int argc, char** argv) {
@@ -250,16 +216,24 @@ int webhookMain(int argc, char** argv) {
   }
   const WebhookConfig* config = &args->config;
   const StopSignals signals;  // before any thread starts
-  auto channel = makePolicydChannel(*config);
-  if (!channel.ok()) {
-    std::cerr << "tenantqos-webhook: policyd credentials: " << channel.status().message() << "\n";
+  auto credentials =
+      rpc::channelCredentials(config->policyd_tls, rpc::ClientCertificate::kOptional);
+  if (!credentials.ok()) {
+    std::cerr << "tenantqos-webhook: policyd credentials: " << credentials.status().message()
+              << "\n";
     return 1;
   }
-  PolicyFollower follower(*channel, config->policyd);
+  PolicyHolder holder;
+  rpc::PolicyFollower::Options follow;
+  follow.node = "tenantqos-webhook";
+  rpc::PolicyFollower follower(
+      rpc::makeChannelRing(config->policyd_endpoints, follow.backoff, *credentials), follow,
+      holder.handlers(), realClock());
+  follower.start();
   Metrics metrics;
   const RecipeOptions recipe = config->recipe;
   auto handler = [&](const HttpRequest& req) -> HttpResponse {
-    const std::shared_ptr<const VersionedPolicy> policy = follower.current();
+    const std::shared_ptr<const VersionedPolicy> policy = holder.current();
     if (req.path == "/mutate" || req.path == "/validate") {
       if (req.method != "POST") return {405, "text/plain; charset=utf-8", "POST only\n"};
       const bool mutate = req.path == "/mutate";
@@ -274,12 +248,12 @@ int webhookMain(int argc, char** argv) {
     if (req.method != "GET") return {405, "text/plain; charset=utf-8", "GET only\n"};
     if (req.path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
     if (req.path == "/readyz") {
-      if (policy) return {200, "text/plain; charset=utf-8", "ready\n"};
-      return {503, "text/plain; charset=utf-8", "no policy from " + config->policyd + " yet\n"};
+      auto [code, body] = holder.readiness(config->policyd);
+      return {code, "text/plain; charset=utf-8", std::move(body)};
     }
     if (req.path == "/metrics") {
       metrics.version.Set(policy ? static_cast<double>(policy->version) : 0);
-      metrics.connected.Set(follower.connected() ? 1 : 0);
+      metrics.connected.Set(holder.connected() ? 1 : 0);
       return {200, "text/plain; version=0.0.4; charset=utf-8",
               prometheus::TextSerializer().Serialize(metrics.registry.Collect())};
     }

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -43,6 +44,33 @@ inline bool eventually(const std::function<bool()>& pred, int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return pred();
+}
+
+// A file's text ("" when it cannot be read: a log that is not there yet).
+inline std::string readTextFile(const std::string& path) {
+  auto r = readFile(path);
+  return r.ok() ? *r : "";
+}
+
+inline std::vector<std::string> withArgs(std::vector<std::string> argv,
+                                         const std::vector<std::string>& more) {
+  argv.insert(argv.end(), more.begin(), more.end());
+  return argv;
+}
+
+// The port a process wrote to `path` (its --*-port-file), waited for up to 10 s or until the
+// process exits; fails the test naming the file and showing `log` when none comes.
+inline int waitForPortFile(const std::string& path, Subprocess* proc, const std::string& log) {
+  int port = 0;
+  eventually(
+      [&] {
+        const std::string t = readTextFile(path);
+        if (!t.empty()) port = std::atoi(t.c_str());
+        return port > 0 || !proc->running();
+      },
+      10'000);
+  EXPECT_GT(port, 0) << "no port file " << path << "; log:\n" << readTextFile(log);
+  return port;
 }
 
 // One HTB class as tc(8) prints it ("class htb 1:10 parent 1:1 prio 0 rate 400Mbit ceil ...").
@@ -193,7 +221,7 @@ class AgentHarness : public ::testing::Test {
         ns_->exec(withFlags(
             {TQ_POLICYD_BIN, "--listen", "127.0.0.1:" + std::to_string(port), "--data-dir",
              tmp_ + "/policyd", "--port-file", port_file, "--log-level", "debug"},
-            pki_->flags(policyd_cert_))),
+            pki_->flags(policyd_cert_, ca_))),
         log);
     ASSERT_TRUE(p.ok()) << p.status().toString();
     policyd_ = std::make_unique<Subprocess>(std::move(*p));
@@ -225,7 +253,7 @@ class AgentHarness : public ::testing::Test {
                                   "200",
                                   "--log-level",
                                   "debug"};
-    a = withFlags(std::move(a), pki_->flags("agent-node1"));
+    a = withFlags(std::move(a), agent_tls_.empty() ? pki_->flags("agent-node1") : agent_tls_);
     a.insert(a.end(), extra_agent_args_.begin(), extra_agent_args_.end());
     return a;
   }
@@ -251,7 +279,7 @@ class AgentHarness : public ::testing::Test {
   tq::testing::CommandResult ctl(const std::vector<std::string>& args) {
     std::vector<std::string> argv =
         withFlags({TQ_CTL_BIN, "--server", "127.0.0.1:" + std::to_string(policyd_port_)},
-                  pki_->flags("admin"));
+                  pki_->flags(admin_cert_, ca_));
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = runCommand(ns_->exec(argv), 20'000);
     EXPECT_TRUE(r.ok()) << r.status().toString();
@@ -329,6 +357,9 @@ class AgentHarness : public ::testing::Test {
   std::unique_ptr<TestNetns> ns_;
   std::unique_ptr<tq::test::TestPki> pki_;
   std::string policyd_cert_ = "policyd";  // the certificate startPolicyd serves
+  std::string ca_ = "ca";                 // the CA policyd trusts and tenantqosctl checks
+  std::string admin_cert_ = "admin";      // tenantqosctl's certificate
+  std::vector<std::string> agent_tls_;    // the agent's --tls-* flags ({}: the pki's)
   std::unique_ptr<Subprocess> policyd_, agent_, prometheus_;
   std::vector<std::string> extra_agent_args_;
   int policyd_port_ = 0, metrics_port_ = 0;

@@ -198,6 +198,51 @@ TEST_F(PrivilegedAgentTest, RefusesAPolicydWhoseCertificateDoesNotChainToItsCa) 
   EXPECT_TRUE(eventually([&] { return metric("tenantqos_policy_version") == 1.0; }, 5000));
 }
 
+// The agent's certificate files are replaced in place (as cert-manager does) by ones from a new
+// CA, and policyd restarts trusting and presenting that CA only: the old client certificate is
+// refused, so the agent keeps following (and reporting) only if it re-read its files.
+TEST_F(PrivilegedAgentTest, FollowsPolicydAcrossACertificateRotationWithoutARestart) {
+  const std::string live = tmp_ + "/live";
+  ASSERT_EQ(::mkdir(live.c_str(), 0700), 0);
+  auto install = [&](const std::string& ca, const std::string& cert) {
+    for (const auto& [from, to] :
+         {std::pair{pki_->crt(ca), live + "/ca.crt"}, std::pair{pki_->crt(cert), live + "/tls.crt"},
+          std::pair{pki_->key(cert), live + "/tls.key"}}) {
+      auto bytes = readFile(from);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().toString();
+      ASSERT_TRUE(writeFileAtomic(to, *bytes, 0600).ok());
+    }
+  };
+  install("ca", "agent-node1");
+  agent_tls_ = {"--tls-ca",        live + "/ca.crt", "--tls-cert",
+                live + "/tls.crt", "--tls-key",      live + "/tls.key"};
+  startPolicyd();
+  startAgent();
+  apply(v1());
+  ASSERT_TRUE(eventually([&] { return metric("tenantqos_policy_version") == 1.0; }, 5000))
+      << readText(agent_log_);
+
+  ASSERT_TRUE(pki_->newCa("ca2"));
+  ASSERT_TRUE(
+      pki_->issue("policyd2", "tenantqos-policyd", {}, "ca2", "--san IP:127.0.0.1,DNS:localhost"));
+  ASSERT_TRUE(pki_->issue("agent2-node1", "node1", {"tenantqos:agents"}, "ca2"));
+  ASSERT_TRUE(pki_->issue("admin2", "admin", {"tenantqos:admins"}, "ca2"));
+  install("ca2", "agent2-node1");
+  const int port = policyd_port_;
+  killPolicyd();
+  ca_ = "ca2";
+  policyd_cert_ = "policyd2";
+  admin_cert_ = "admin2";
+  startPolicyd(port);
+  apply(v2());
+  EXPECT_TRUE(eventually([&] { return metric("tenantqos_policy_version") == 2.0; }, 20'000))
+      << readText(agent_log_);
+  EXPECT_TRUE(
+      eventually([&] { return ctl({"top"}).output.find("node1") != std::string::npos; }, 10'000))
+      << "usage reports over the rotated certificate: " << ctl({"top"}).output;
+  EXPECT_TRUE(agent_->running());
+}
+
 TEST_F(PrivilegedAgentTest, RestartWhilePolicydDownRestoresFromPersistedSnapshot) {
   startPolicyd();
   startAgent();

@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "common/file_util.h"
 #include "etcd/rpc.grpc.pb.h"
 #include "tests/functional/etcd_cluster.h"
+#include "tests/functional/test_pki.h"
 #include "tests/unit/policy/store_conformance.h"
 
 namespace tq::policy {
@@ -174,6 +176,93 @@ TEST(EtcdStore, TransactionsGoToTheLeaderAndFollowItAfterAnElection) {
       << "transactions do not go to the new leader, etcd member " << next;
   g_cluster->restart(leader);
   ASSERT_TRUE(g_cluster->waitQuorum(leader, 30s));
+}
+
+// etcd with mutual TLS (--client-cert-auth): the store's files are replaced in place by ones from
+// a new CA, and etcd restarts (same data) trusting and presenting that CA only, so the old
+// client certificate is refused: the store keeps appending only if it re-read its files.
+TEST(EtcdStore, TlsFilesRotateWithoutARestart) {
+  const std::string dir = g_cluster->dir() + "/tls-rotation";
+  test::TestPki pki(std::string(TQ_SOURCE_DIR) + "/scripts/tq-certs.sh", dir + "/pki");
+  ASSERT_TRUE(pki.ok());
+  for (const std::string ca : {"ca", "ca2"}) {
+    if (ca == "ca2") {
+      ASSERT_TRUE(pki.newCa(ca));
+    }
+    ASSERT_TRUE(pki.issue("etcd-" + ca, "etcd", {}, ca, "--san IP:127.0.0.1,DNS:localhost"));
+    ASSERT_TRUE(pki.issue("policyd-" + ca, "policyd", {}, ca));
+  }
+  const std::string live = dir + "/live";
+  ASSERT_EQ(std::system(("mkdir -p " + live).c_str()), 0);
+  auto install = [&](const std::string& ca) {
+    for (const auto& [from, to] : {std::pair{pki.crt(ca), live + "/ca.crt"},
+                                   std::pair{pki.crt("policyd-" + ca), live + "/tls.crt"},
+                                   std::pair{pki.key("policyd-" + ca), live + "/tls.key"}}) {
+      auto bytes = readFile(from);
+      ASSERT_TRUE(bytes.ok());
+      ASSERT_TRUE(writeFileAtomic(to, *bytes, 0600).ok());
+    }
+  };
+  const std::string client = "127.0.0.1:" + std::to_string(test::freeLoopbackPort());
+  const std::string peer = "http://127.0.0.1:" + std::to_string(test::freeLoopbackPort());
+  auto startEtcd = [&](const std::string& ca) {
+    return std::make_unique<test::ChildProcess>(
+        std::vector<std::string>{test::kEtcdBinary,
+                                 "--name",
+                                 "tls",
+                                 "--data-dir",
+                                 dir + "/data",
+                                 "--listen-client-urls",
+                                 "https://" + client,
+                                 "--advertise-client-urls",
+                                 "https://" + client,
+                                 "--listen-peer-urls",
+                                 peer,
+                                 "--initial-advertise-peer-urls",
+                                 peer,
+                                 "--initial-cluster",
+                                 "tls=" + peer,
+                                 "--cert-file",
+                                 pki.crt("etcd-" + ca),
+                                 "--key-file",
+                                 pki.key("etcd-" + ca),
+                                 "--trusted-ca-file",
+                                 pki.crt(ca),
+                                 "--client-cert-auth",
+                                 "--logger",
+                                 "zap",
+                                 "--log-level",
+                                 "warn"},
+        dir + "/etcd-" + ca + ".log");
+  };
+  install("ca");
+  auto etcd = startEtcd("ca");
+  EtcdStoreOptions o;
+  o.endpoints = {client};
+  o.prefix = freshPrefix();
+  o.request_timeout = 2000ms;
+  o.tls.ca_file = live + "/ca.crt";
+  o.tls.cert_file = live + "/tls.crt";
+  o.tls.key_file = live + "/tls.key";
+  std::unique_ptr<PolicyStore> s;
+  ASSERT_TRUE(test::pollUntil(
+      [&] {
+        auto r = openEtcdStore(o);
+        if (r.ok()) s = std::move(*r);
+        return r.ok();
+      },
+      30s))
+      << test::readWholeFile(dir + "/etcd-ca.log");
+  ASSERT_TRUE(s->append(testRecord(1)).ok());
+
+  install("ca2");
+  etcd.reset();  // SIGKILL by PID; the data dir stays
+  etcd = startEtcd("ca2");
+  // The first attempts may fail while etcd starts; none may fail for good.
+  EXPECT_TRUE(test::pollUntil([&] { return s->append(testRecord(2)).ok(); }, 30s))
+      << "no append over the rotated files; etcd log:\n"
+      << test::readWholeFile(dir + "/etcd-ca2.log");
+  EXPECT_EQ(s->nextVersion(), 3u);
 }
 
 TEST(EtcdStore, UnreachableEtcdIsAClearError) {

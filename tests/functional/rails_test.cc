@@ -98,26 +98,10 @@ class PrivilegedRailsTest : public ::testing::Test {
     }
   }
 
-  static std::string readText(const std::string& path) {
-    auto r = readFile(path);
-    return r.ok() ? *r : "";
-  }
-  int waitPortFile(const std::string& path, Subprocess* proc, const std::string& log) {
-    int port = 0;
-    eventually(
-        [&] {
-          const std::string t = readText(path);
-          if (!t.empty()) port = std::atoi(t.c_str());
-          return port > 0 || !proc->running();
-        },
-        10'000);
-    EXPECT_GT(port, 0) << "no port file " << path << "; log:\n" << readText(log);
-    return port;
-  }
+  static std::string readText(const std::string& path) { return readTextFile(path); }
   static std::vector<std::string> with(std::vector<std::string> a,
                                        const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
+    return withArgs(std::move(a), b);
   }
 
   // policyd on node 1, reachable from node 2 over rail 0.
@@ -131,7 +115,7 @@ class PrivilegedRailsTest : public ::testing::Test {
         log);
     ASSERT_TRUE(p.ok()) << p.status().toString();
     policyd_ = std::make_unique<Subprocess>(std::move(*p));
-    policyd_port_ = waitPortFile(port_file, policyd_.get(), log);
+    policyd_port_ = waitForPortFile(port_file, policyd_.get(), log);
   }
   void startAgent(int n) {
     Node& node = node_[n];
@@ -164,7 +148,7 @@ class PrivilegedRailsTest : public ::testing::Test {
                           node.log);
     ASSERT_TRUE(p.ok()) << p.status().toString();
     node.agent = std::make_unique<Subprocess>(std::move(*p));
-    node.metrics_port = waitPortFile(port_file, node.agent.get(), node.log);
+    node.metrics_port = waitForPortFile(port_file, node.agent.get(), node.log);
   }
   void apply(const std::string& yaml) {
     const std::string f = tmp_ + "/policy.yaml";

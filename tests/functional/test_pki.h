@@ -42,7 +42,11 @@ class TestPki {
   std::string key(const std::string& name) const { return dir_ + "/" + name + ".key"; }
 
   rpc::TlsConfig config(const std::string& name, const std::string& ca = "ca") const {
-    return rpc::TlsConfig{crt(ca), crt(name), key(name), false};
+    rpc::TlsConfig c;
+    c.ca_file = crt(ca);
+    c.cert_file = crt(name);
+    c.key_file = key(name);
+    return c;
   }
   // --tls-* flags for a process presenting certificate `name`.
   std::vector<std::string> flags(const std::string& name, const std::string& ca = "ca") const {

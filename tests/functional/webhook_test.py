@@ -515,6 +515,136 @@ class BadRequestTest(unittest.TestCase):
         self.assertIn("tenantqos_webhook_policyd_connected 1", text)
 
 
+class FollowTest(unittest.TestCase):
+    """A webhook of its own, following a policyd of its own that the test replaces: by one with
+    a re-created store (issue 22: the webhook kept deciding with the old policy), and by one
+    whose certificates were all rotated to another CA while the webhook ran."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tq-webhook-follow-", dir=ENV["tmp"])
+        self.pki = os.path.join(self.tmp, "pki")
+        certs = os.path.join(ARGS.source_dir, "scripts", "tq-certs.sh")
+        self.certs = certs
+        subprocess.run([certs, "cluster", self.pki, "127.0.0.1", "webhook"], check=True)
+        # The webhook's files, replaced in place (rename) by the rotation.
+        self.live = os.path.join(self.tmp, "live")
+        os.mkdir(self.live)
+        self.install("ca", "agent-webhook")
+        self.policyd = None
+        self.port = self.free_port()
+        self.start_policyd("data-1", "ca", "policyd")
+        port_file = os.path.join(self.tmp, "webhook.port")
+        self.log = os.path.join(self.tmp, "webhook.log")
+        with open(self.log, "w") as log:
+            self.webhook = subprocess.Popen(
+                [ARGS.webhook, "--listen", "127.0.0.1:0", "--tls-cert", ENV["cert"], "--tls-key",
+                 ENV["key"], "--policyd", f"127.0.0.1:{self.port}",
+                 "--tls-ca", f"{self.live}/ca.crt", "--policyd-cert", f"{self.live}/client.crt",
+                 "--policyd-key", f"{self.live}/client.key", "--port-file", port_file],
+                stdout=log, stderr=subprocess.STDOUT)
+        self.webhook_port = read_port(port_file, self.webhook)
+
+    def tearDown(self):
+        for p in (self.webhook, self.policyd):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(10)
+
+    @staticmethod
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def install(self, ca, cert):
+        for src, dst in ((f"{ca}.crt", "ca.crt"), (f"{cert}.crt", "client.crt"),
+                         (f"{cert}.key", "client.key")):
+            shutil.copy(os.path.join(self.pki, src), os.path.join(self.live, dst + ".new"))
+            os.rename(os.path.join(self.live, dst + ".new"), os.path.join(self.live, dst))
+
+    def start_policyd(self, data, ca, cert):
+        if self.policyd is not None:
+            self.policyd.send_signal(signal.SIGTERM)
+            self.policyd.wait(10)
+        self.ca, self.admin = ca, "admin" if ca == "ca" else "admin2"
+        with open(os.path.join(self.tmp, data + ".log"), "w") as log:
+            self.policyd = subprocess.Popen(
+                [ARGS.policyd, "--listen", f"127.0.0.1:{self.port}", "--data-dir",
+                 os.path.join(self.tmp, data), "--tls-ca", f"{self.pki}/{ca}.crt", "--tls-cert",
+                 f"{self.pki}/{cert}.crt", "--tls-key", f"{self.pki}/{cert}.key"],
+                stdout=log, stderr=subprocess.STDOUT)
+
+    def apply(self, default_b, guarantee=40):
+        """Applies POLICY (tenant-b the default tenant when `default_b`, tenant-a's guarantee
+        `guarantee` Gbps: a different policy is a new version)."""
+        path = os.path.join(self.tmp, "policy.yaml")
+        with open(path, "w") as f:
+            f.write(POLICY.replace("DEFAULT", ", default: true" if default_b else "")
+                    .replace("guarantee: 40Gbps", f"guarantee: {guarantee}Gbps"))
+        # policyd may still be starting: tenantqosctl exits 3 while it is unreachable.
+        def attempt():
+            r = subprocess.run([ARGS.ctl, "--server", f"127.0.0.1:{self.port}", "--tls-ca",
+                                f"{self.pki}/{self.ca}.crt", "--tls-cert",
+                                f"{self.pki}/{self.admin}.crt", "--tls-key",
+                                f"{self.pki}/{self.admin}.key", "apply", "-f", path],
+                               capture_output=True, text=True, timeout=30)
+            if r.returncode not in (0, 3):
+                raise AssertionError(r.stderr)
+            return r.returncode == 0
+        wait_for(attempt, 30, "tenantqosctl apply")
+
+    def readyz(self):
+        c = http.client.HTTPSConnection("127.0.0.1", self.webhook_port, context=ENV["tls"],
+                                        timeout=10)
+        try:
+            c.request("GET", "/readyz")
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
+    def test_a_recreated_store_is_adopted_and_said_so(self):
+        for g in (40, 39, 38):
+            self.apply(False, g)
+        wait_for(lambda: "ready: policy v3 of store" in self.readyz()[1], 20, "v3 at the webhook")
+        old = re.search(r"of store ([0-9a-f]{32})", self.readyz()[1]).group(1)
+        # policyd comes back on the same address with an empty data dir: a new store whose v1
+        # is older by number than the v3 the webhook holds.
+        self.start_policyd("data-2", "ca", "policyd")
+        self.apply(True)
+        wait_for(lambda: "ready: policy v1 of store" in self.readyz()[1], 30,
+                 "the webhook adopting v1 of the re-created store")
+        status, body = self.readyz()
+        self.assertEqual(status, 200, body)
+        new = re.search(r"ready: policy v1 of store ([0-9a-f]{32})", body).group(1)
+        self.assertNotEqual(new, old)
+        self.assertIn(f"adopted a re-created policy store {new} (v1), replacing v3 of store {old}",
+                      body)
+        log = read_text(self.log)
+        self.assertIn(f"policy store changed (epoch {old} -> {new}): adopting v1 of the new "
+                      "store, replacing v3 of the old one", log)
+
+    def test_certificates_rotate_without_a_restart(self):
+        self.apply(False)
+        wait_for(lambda: "ready: policy v1" in self.readyz()[1], 20, "v1 at the webhook")
+        # Everything moves to a new CA: the webhook's files are replaced under it, and policyd
+        # restarts trusting and presenting the new CA only, so the old client certificate is
+        # refused: the webhook follows only if it re-read its files.
+        subprocess.run([self.certs, "ca", self.pki, "ca2"], check=True)
+        subprocess.run([self.certs, "issue", self.pki, "ca2", "policyd2", "tenantqos-policyd",
+                        "--san", "IP:127.0.0.1,DNS:localhost"], check=True)
+        subprocess.run([self.certs, "issue", self.pki, "ca2", "webhook2", "webhook",
+                        "tenantqos:agents"], check=True)
+        subprocess.run([self.certs, "issue", self.pki, "ca2", "admin2", "admin",
+                        "tenantqos:admins"], check=True)
+        self.install("ca2", "webhook2")
+        self.start_policyd("data-1", "ca2", "policyd2")
+        self.apply(True)  # v2
+        wait_for(lambda: "ready: policy v2" in self.readyz()[1], 30,
+                 "v2 at the webhook over the rotated certificates")
+        self.assertEqual(self.webhook.poll(), None, "the webhook kept running")
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser(description=__doc__,

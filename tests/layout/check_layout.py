@@ -24,7 +24,7 @@ ALLOWED = {
     "tc": {"common"},
     "ib": {"common"},
     "proto": {"common", "tenantqos"},
-    "rpc": {"common"},
+    "rpc": {"common", "proto", "tenantqos"},
     "fabric": {"common"},
     "nccl-plugin": {"common", "ib"},
     "policy": {"common", "ib", "fabric", "proto", "rpc", "tenantqos", "etcd"},

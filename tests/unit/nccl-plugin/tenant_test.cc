@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/attach_protocol.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"
@@ -496,6 +497,50 @@ TEST_F(TenantPacerTest, UnknownTenantGetsTheDefaultTenant) {
   EXPECT_EQ(p.attachedTenant(), "default");
   EXPECT_EQ(p.qos().tenant, "default");
   EXPECT_EQ(p.rateBytesPerSecond(), 12'500'000u);
+}
+
+// The node-wide socket holds only so many connections of one uid (issue 23 item 6); beyond, a
+// process is answered with its uid's memory, no slot, and the connection closed. It paces within
+// that memory (never on a rate of its own), asks again at every recheck without mapping the same
+// memory twice, and is held once there is room.
+TEST_F(TenantPacerTest, NotHeldByTheNodeWideSocketPacesWithinItsUidsShareUntilThereIsRoom) {
+  agent_ = std::make_unique<testing::TestAgent>(runDir(), 12'500'000, /*max_per_uid=*/1);
+  auto first = std::make_unique<testing::AttachedProcess>(
+      testing::attachAs(attach::nodeSocketPath(runDir()), "").value());  // the uid's one
+  PacerConfig c = config();
+  c.recheck_ns = 10 * kMs;
+  TenantPacer p("nosuchtenant", c, clock_);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  EXPECT_EQ(p.attachedTenant(), "default");
+  EXPECT_EQ(p.rateBytesPerSecond(), 12'500'000u) << "its uid's share: the whole default tenant";
+  auto said = [&](const std::string& what) {
+    size_t n = 0;
+    for (const auto& l : lines()) n += l.find(what) != std::string::npos ? 1 : 0;
+    return n;
+  };
+  // (The agent's own lines land here too: the plugin's say "by the agent".)
+  EXPECT_EQ(said("not held by the agent"), 1u);
+  EXPECT_GE(said("the most one uid may"), 1u);
+  // Rechecks while there is no room: the same memory again, nothing new mapped or logged.
+  PaceState ps;
+  for (int i = 0; i < 20; ++i) {
+    clock_.advanceNs(10 * kMs);
+    (void)p.admit(1, &ps);
+    ::usleep(2000);  // the agent's thread answers in real time
+  }
+  EXPECT_EQ(said("attached again"), 0u);
+  EXPECT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  // Room: held, with a slot, on the next recheck.
+  first.reset();
+  bool held = false;
+  for (int i = 0; i < 2000 && !held; ++i) {
+    clock_.advanceNs(10 * kMs);
+    (void)p.admit(1, &ps);
+    held = said("attached again") == 1;
+    if (!held && i % 10 == 9) ::usleep(1000);
+  }
+  EXPECT_TRUE(held);
+  EXPECT_EQ(said("not held by the agent"), 1u);
 }
 
 TEST_F(TenantPacerTest, RegistryResolvesTrafficClassesAndSharesPacers) {

@@ -1,12 +1,14 @@
-// Helpers of the policy file tests (policy_file_test.cc, topology_file_test.cc): documents
-// edited line by line, and assertions on positioned errors.
+// Helpers of the policy/ tests: documents edited line by line, assertions on positioned errors,
+// tenantqosctl run offline.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "policy/ctl.h"
 #include "policy/policy_file.h"
 
 namespace tq::policy::testing {
@@ -57,5 +59,17 @@ inline void expectOnlyError(const ParsedPolicy& p, int line, int col, const std:
 }
 
 inline void expectOk(const ParsedPolicy& p) { EXPECT_TRUE(p.ok()) << allErrors(p); }
+
+// Runs tenantqosctl offline (no server, empty standard input): its exit code, stdout, stderr.
+// Only for tests that link tq_policy_ctl.
+inline int ctl(std::vector<std::string> args, std::string* out, std::string* err) {
+  std::ostringstream o, e;
+  std::istringstream in;
+  CtlContext ctx{o, e, in, [](const std::string&) { return std::string(); }};
+  int rc = runCtl(args, ctx);
+  *out = o.str();
+  *err = e.str();
+  return rc;
+}
 
 }  // namespace tq::policy::testing

@@ -6,6 +6,7 @@
 
 #include "common/file_util.h"
 #include "policy/ctl.h"
+#include "test_util.h"
 
 namespace tq::policy {
 namespace {
@@ -93,8 +94,9 @@ TEST(VolcanoImport, UnusableInputIsAnErrorWithItsPosition) {
                                "d.yaml", {});
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_EQ(r.errors[0].toString(),
-            "d.yaml:1:1: kind: not a Volcano Queue (apiVersion \"apps/v1\", kind \"Deployment\"; "
-            "expected scheduling.volcano.sh/v1beta1 Queue)");
+            "d.yaml:1:1: kind: not a Volcano Queue or HyperNode (apiVersion \"apps/v1\", kind "
+            "\"Deployment\"; expected scheduling.volcano.sh/v1beta1 Queue or "
+            "topology.volcano.sh/v1alpha1 HyperNode)");
   EXPECT_TRUE(r.yaml.empty());
   r = importVolcanoQueues("a: [", "s.yaml", {});
   ASSERT_EQ(r.errors.size(), 1u);
@@ -110,15 +112,7 @@ TEST(VolcanoImport, UnusableInputIsAnErrorWithItsPosition) {
   EXPECT_NE(r.errors[0].reason.find("not a Kubernetes object name"), std::string::npos);
 }
 
-int ctl(std::vector<std::string> args, std::string* out, std::string* err) {
-  std::ostringstream o, e;
-  std::istringstream in;
-  CtlContext ctx{o, e, in, [](const std::string&) { return std::string(); }};
-  int rc = runCtl(args, ctx);
-  *out = o.str();
-  *err = e.str();
-  return rc;
-}
+using testing::ctl;
 
 TEST(VolcanoImport, CtlExitCodes) {
   std::string out, err;

@@ -53,10 +53,12 @@ TEST(WebhookFlagsTest, DefaultsAndEveryFlag) {
   EXPECT_EQ(c.tls_cert, "s.crt");
   EXPECT_EQ(c.tls_key, "s.key");
   EXPECT_EQ(c.policyd, "policyd:7400");
+  EXPECT_EQ(c.policyd_endpoints, (std::vector<std::string>{"policyd:7400"}));
   EXPECT_EQ(c.listen, "127.0.0.1:0");
-  EXPECT_EQ(c.tls_ca, "ca.crt");
-  EXPECT_EQ(c.policyd_cert, "p.crt");
-  EXPECT_EQ(c.policyd_key, "p.key");
+  EXPECT_EQ(c.policyd_tls.ca_file, "ca.crt");
+  EXPECT_EQ(c.policyd_tls.cert_file, "p.crt");
+  EXPECT_EQ(c.policyd_tls.key_file, "p.key");
+  EXPECT_FALSE(c.policyd_tls.insecure);
   EXPECT_EQ(c.recipe.image, "img:1");
   EXPECT_EQ(c.recipe.run_dir, "/var/run/tq");  // trailing slashes dropped
   EXPECT_FALSE(c.recipe.group.has_value());
@@ -105,6 +107,49 @@ TEST(WebhookFlagsTest, HelpAndDocsFromTheTable) {
   EXPECT_NE(usage.find("(default none)"), std::string::npos) << usage;
   EXPECT_EQ(testing::docsBlockMismatch("docs/deploy.md", "addWebhookFlags", webhookFlagsMarkdown()),
             "");
+}
+
+// What /readyz says as the follower takes policies (rpc::PolicyFollower's handlers).
+TEST(PolicyHolderTest, ReadinessNamesThePolicyAndAnAdoptedStore) {
+  PolicyHolder holder;
+  EXPECT_EQ(holder.readiness("p:1"),
+            (std::pair<int, std::string>{503, "no policy from p:1 yet\n"}));
+  EXPECT_EQ(holder.current(), nullptr);
+  rpc::PolicyFollower::Handlers h = holder.handlers();
+  VersionedPolicy v5;
+  v5.version = 5;
+  v5.store_epoch = std::string(32, 'a');
+  h.on_policy(v5, rpc::SnapshotVerdict::kTake, rpc::HeldPolicy{});
+  auto [code, body] = holder.readiness("p:1");
+  EXPECT_EQ(code, 200);
+  EXPECT_EQ(body, "ready: policy v5 of store " + v5.store_epoch + " from p:1\n");
+  ASSERT_NE(holder.current(), nullptr);
+  EXPECT_EQ(holder.current()->version, 5u);
+
+  // The store is re-created: v1 of another epoch replaces v5, and /readyz says so.
+  VersionedPolicy v1;
+  v1.version = 1;
+  v1.store_epoch = std::string(32, 'b');
+  h.on_policy(v1, rpc::SnapshotVerdict::kTakeNewStore, rpc::HeldPolicy{v5.store_epoch, 5});
+  std::tie(code, body) = holder.readiness("p:1");
+  EXPECT_EQ(code, 200);
+  EXPECT_NE(body.find("ready: policy v1 of store " + v1.store_epoch), std::string::npos) << body;
+  EXPECT_NE(body.find("adopted a re-created policy store " + v1.store_epoch +
+                      " (v1), replacing v5 of store " + v5.store_epoch),
+            std::string::npos)
+      << body;
+  EXPECT_EQ(holder.current()->version, 1u);
+
+  // An older version offered is refused and reported; a newer one clears the report.
+  h.on_older(v1, "policyd p:1 offers policy v0 ... not taken");
+  EXPECT_NE(holder.readiness("p:1").second.find("not taken"), std::string::npos);
+  VersionedPolicy v2 = v1;
+  v2.version = 2;
+  h.on_policy(v2, rpc::SnapshotVerdict::kTake, rpc::HeldPolicy{v1.store_epoch, 1});
+  EXPECT_EQ(holder.readiness("p:1").second,
+            "ready: policy v2 of store " + v1.store_epoch + " from p:1\n");
+  h.on_connected(true);
+  EXPECT_TRUE(holder.connected());
 }
 
 }  // namespace

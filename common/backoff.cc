@@ -1,9 +1,9 @@
-#include "agent/backoff.h"
+#include "common/backoff.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace tq::agent {
+namespace tq {
 
 Backoff::Backoff(BackoffOptions options, uint64_t seed) : options_(options), rng_(seed) {
   options_.initial_ns = std::max<int64_t>(options_.initial_ns, 1);
@@ -25,4 +25,4 @@ int64_t Backoff::nextDelayNs() {
   return std::max<int64_t>(1, static_cast<int64_t>(d));
 }
 
-}  // namespace tq::agent
+}  // namespace tq

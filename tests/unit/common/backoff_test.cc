@@ -1,11 +1,11 @@
-// Backoff delays, and the reconciler's retry schedule driven by a FakeClock (no sleeping).
-#include "agent/backoff.h"
+// Backoff delays: growth, bounds, jitter, reset (pure: no clock involved).
+#include "common/backoff.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-namespace tq::agent {
+namespace tq {
 namespace {
 
 TEST(BackoffTest, GrowsExponentiallyWithinJitterAndCaps) {
@@ -61,4 +61,4 @@ TEST(BackoffTest, DeterministicForSeed) {
 }
 
 }  // namespace
-}  // namespace tq::agent
+}  // namespace tq

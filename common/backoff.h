@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <random>
 
-namespace tq::agent {
+namespace tq {
 
 struct BackoffOptions {
   int64_t initial_ns = 100'000'000;  // 100 ms
@@ -41,4 +41,4 @@ class Backoff {
   std::mt19937_64 rng_;
 };
 
-}  // namespace tq::agent
+}  // namespace tq

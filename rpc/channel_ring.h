@@ -3,6 +3,10 @@
 // them current. A caller that finds the current replica unreachable calls failover() and tries
 // the next; a target that is a DNS name with several addresses is already tried address by
 // address by gRPC's pick_first. Thread-safe.
+//
+// makeChannel()/makeChannelRing() build the channels of the long-lived clients of policyd (the
+// agent's watch and reports, the webhook's watch, rpc/stream_follower.h) with one set of
+// arguments.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -13,7 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace tq::proto {
+#include "common/backoff.h"
+
+namespace tq::rpc {
 
 class ChannelRing {
  public:
@@ -42,4 +48,15 @@ class ChannelRing {
   size_t current_ = 0;                                    // guarded by mu_
 };
 
-}  // namespace tq::proto
+// A channel whose own reconnect backoff is bounded like `backoff` (gRPC's default grows to
+// 120 s), with keepalive so a silently dead peer is noticed, on a subchannel of its own (a
+// renewed channel must not pick up the old one's connection state), receiving messages up to
+// 16 MiB (a policy is at most 4 MiB). `credentials`: from rpc::channelCredentials.
+std::shared_ptr<grpc::Channel> makeChannel(const std::string& target, const BackoffOptions& backoff,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials);
+// A ring of such channels, one per target.
+std::shared_ptr<ChannelRing> makeChannelRing(std::vector<std::string> targets,
+                                             const BackoffOptions& backoff,
+                                             std::shared_ptr<grpc::ChannelCredentials> credentials);
+
+}  // namespace tq::rpc
