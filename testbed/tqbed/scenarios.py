@@ -28,9 +28,13 @@ MODES = ("none",) + peers.PEER_MODES + ("tenantqos-rdma", "tenantqos-tcp")
 # The first four run every tenant's ring over the same nodes (--nodes, default 2); the others
 # place each tenant on its own nodes (report.py, PLACED) and need 4.
 WORKLOADS = ("backlogged", "onoff", "many", "training", "incast", "alltoall", "asymmetric",
-             "rails")
+             "fabric", "fabric-onoff", "rails")
 # What the bench runs without --workloads: `rails` (two NICs per node) is asked for by name.
 BENCH_WORKLOADS = WORKLOADS[:-1]
+# The workloads on the leaf/spine fabric (issue 21): tenants on different node pairs meeting on
+# the spine link; their figures are taken on the spine.
+FABRIC_WORKLOADS = ("fabric", "fabric-onoff")
+SHARED_LINK = "leaf-uplink"  # the policy's shared link class of the fabric's leaves
 MODE_TEXT = {
     "none": "no tenantqos (plugin unpaced, FIFO link)",
     "caps": "per-tenant egress caps at the limit (CNI bandwidth / Cilium model)",
@@ -40,6 +44,33 @@ MODE_TEXT = {
     "tenantqos-rdma": "tenantqos, RDMA-like (pacing + allocator, no tc)",
     "tenantqos-tcp": "tenantqos, TCP (pacing + allocator + HTB)",
 }
+# In the fabric workloads tenantqos runs with the cluster allocator (policyd) as well.
+FABRIC_MODE_TEXT = {
+    "tenantqos-rdma": "tenantqos, RDMA-like, with the cluster allocator (pacing + caps, no tc)",
+    "tenantqos-tcp": "tenantqos, TCP, with the cluster allocator (pacing + caps + HTB)",
+}
+
+
+class FabricUnavailable(RuntimeError):
+    """tenantqos with the cluster allocator cannot run with this build (the reason says why)."""
+
+
+def agent_fabric_support(bins):
+    """None when the built tenantqos-agent has the cluster allocator's client (it streams its
+    demand per shared link to policyd and enforces the caps it gets back, docs/fabric.md), else
+    why not. Checked on the program itself (its --help), never assumed."""
+    import subprocess
+    try:
+        r = subprocess.run([bins.agent, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot run {bins.agent} --help: {e}"
+    if "--fabric-report-interval-ms" not in (r.stdout + r.stderr):
+        return (f"{bins.agent} has no cluster-allocator client (no --fabric-report-interval-ms): "
+                "the agent's side of issue 21 (demand streamed to policyd's allocator, caps "
+                "enforced in the plugin's link buckets) is not in this build, and tenantqos "
+                "without it does not know the spine is shared; not run rather than shown "
+                "without the allocator")
+    return None
 
 
 class TenantSpec:
@@ -76,11 +107,19 @@ def many_tenants(link_bps):
             for i, (n, g, l, w) in enumerate(shapes)]
 
 
-def policy_yaml(link_bps, tenants, headroom=5, capped=None):
-    """The policy file for a run; `capped` names a tenant whose limit is its guarantee."""
+def policy_yaml(link_bps, tenants, headroom=5, capped=None, shared=None):
+    """The policy file for a run; `capped` names a tenant whose limit is its guarantee;
+    `shared` = (capacity bits/s, [(group, [node names])]): the leaf/spine fabric's topology, one
+    shared link class (SHARED_LINK, the leaves' uplinks) whose groups are the leaves."""
     lines = ["apiVersion: tenantqos/v1", "kind: TenantPolicy", "links:",
-             "  - name: fabric", f"    capacity: {int(link_bps)}", f"    headroom: {headroom}%",
-             "tenants:"]
+             "  - name: fabric", f"    capacity: {int(link_bps)}", f"    headroom: {headroom}%"]
+    if shared:
+        capacity, groups = shared
+        lines += ["sharedLinks:", f"  - name: {SHARED_LINK}", f"    capacity: {int(capacity)}",
+                  f"    headroom: {headroom}%", "    groups:"]
+        for g, nodes in groups:
+            lines += [f"      - name: {g}", f"        nodes: [{', '.join(nodes)}]"]
+    lines += ["tenants:"]
     for i, t in enumerate(tenants):
         limit = t.guarantee_bps if capped == t.name else t.limit_bps
         lines += [f"  - name: {t.name}", "    link: fabric", f"    guarantee: {int(t.guarantee_bps)}",
@@ -120,9 +159,14 @@ class Scenario:
         self.size = size          # size per iteration (tenantqos-perf --size)
         # {tenant: Placement}; a tenant not named runs a ring over the runner's nodes.
         self.placement = placement or {}
+        # On the leaf/spine fabric, figures on the spine, the policy with its topology.
+        self.fabric = workload in FABRIC_WORKLOADS
 
     def nodes_used(self, default_nodes):
         return max([default_nodes] + [max(p.nodes) for p in self.placement.values()])
+
+    def mode_text(self):
+        return (FABRIC_MODE_TEXT.get(self.mode) if self.fabric else None) or MODE_TEXT[self.mode]
 
     def rails_used(self):
         return 1 + max([p.rail for p in self.placement.values()] + [0])
@@ -174,11 +218,21 @@ class Runner:
             return self._empty_run_dir
         if sc.mode in peers.PEER_MODES:
             self.peer_built = True  # restored on the next scenario even if this fails half-way
-            peers.install(self.topo, sc.mode, specs, run_cmd)
+            where = peers.install(self.topo, sc.mode, specs, run_cmd)
+            at = ([f"{l.node_ns} {l.dev} (and its ingress {l.ingress_ifb})"
+                   for l in self.topo.links.values()] if where == "node" else
+                  [f"{p.dev}: {p.label}, {p.rate_bits / 1e6:g} Mbit/s" for p in self.topo.ports()])
             with open(os.path.join(self.workdir, f"peer-{sc.name}.txt"), "w") as f:
-                f.write(peers.describe(sc.mode, specs, self.link_bps) + "\n")
+                f.write(peers.describe(sc.mode, specs, self.link_bps) + "\non:\n  " +
+                        "\n  ".join(at) + "\n")
             return self._empty_run_dir
-        text = policy_yaml(self.link_bps, specs, self.headroom, capped=sc.capped)
+        shared = None
+        if sc.fabric:
+            why = agent_fabric_support(self.bins)
+            if why:
+                raise FabricUnavailable(why)
+            shared = (self.topo.spine.rate_bits, self.topo.leaf_groups())
+        text = policy_yaml(self.link_bps, specs, self.headroom, capped=sc.capped, shared=shared)
         if text != self.applied:
             self.version = self.cp.apply_policy(text, sc.name)
             self.applied = text
@@ -194,9 +248,13 @@ class Runner:
         placed = "".join(f" [{n}: {sc.placement[n].describe()}]" for n in sc.tenants
                          if n in sc.placement)
         say(f"[{index}/{total}] {sc.name}: {', '.join(sc.tenants)}{placed} | "
-            f"{MODE_TEXT[sc.mode]} | {sc.duration:.0f} s")
+            f"{sc.mode_text()} | {sc.duration:.0f} s")
         try:
             run_dir_of = self._enforce(sc)
+        except FabricUnavailable as e:
+            say(f"    not run: {e}")
+            return {"name": sc.name, "workload": sc.workload, "mode": sc.mode,
+                    "skipped": str(e), "tenants": [], "violations": []}
         except peers.PeerUnavailable as e:
             say(f"    skipped: {e}")
             self.topo.restore_links()
@@ -210,7 +268,7 @@ class Runner:
             res = self._run_jobs(sc, index, run_dir_of, meter)
         finally:
             meter.stop()
-        if sc.workload in ("onoff", "incast-wake"):
+        if sc.workload in ("onoff", "incast-wake", "fabric-onoff"):
             res["reaction_ms"] = {s: self.reaction(sc.name, s, [n for n in sc.tenants if n != s])
                                   for s in sc.on_off}
         return res
@@ -225,8 +283,12 @@ class Runner:
             job.start(self.topo, self.bins, self.procs, self.workdir, sc.name, sc.duration,
                       sc.report_ms, run_dir_of)
             jobs.append(job)
-        # The links into the receiving nodes: where the tenants contend.
-        ends = sorted({(n, j.placement.rail) for j in jobs for n in j.placement.receivers()})
+        # The links into the receiving nodes: where the tenants contend; on the fabric, the
+        # spine's directions ("spine", d).
+        if sc.fabric:
+            ends = sorted({("spine", d) for j in jobs for d in self.spine_directions(j.placement)})
+        else:
+            ends = sorted({(n, j.placement.rail) for j in jobs for n in j.placement.receivers()})
         t_start = time.time()
         # Link counters: from when every rank is past setup (~1 s) plus the warm-up.
         t0 = t_start + 1.0 + WARMUP_S
@@ -277,6 +339,20 @@ class Runner:
             t1 = min(min(lasts), min(firsts) + sc.duration) - TAIL_S
         return self._measure(sc, jobs, ends, t0, t1, port0, port1, meter)
 
+    def spine_directions(self, placement):
+        """The directions in which a placement's traffic crosses the spine (a ring's hops, an
+        all-to-all's pairs, an incast's senders to its first node)."""
+        n = placement.nodes
+        if placement.pattern == "allreduce":
+            hops = [(n[k], n[(k + 1) % len(n)]) for k in range(len(n))]
+            hops += [(b, a) for a, b in hops] if len(n) == 2 else []
+        elif placement.pattern == "alltoall":
+            hops = [(a, b) for a in n for b in n if a != b]
+        else:
+            hops = [(a, n[0]) for a in n[1:]]
+        leaf = self.topo.leaf_of
+        return sorted({leaf(a) for a, b in hops if leaf(a) != leaf(b)})
+
     def _live_rate(self, job):
         """What the job's receiving ranks receive, mean per rank (Gbit/s)."""
         pl = job.placement
@@ -289,11 +365,15 @@ class Runner:
         return total / max(1, len(ranks)) / 1e9
 
     def _measure(self, sc, jobs, ends, t0, t1, port0, port1, meter):
+        # The contended link's rate: the node links', or on the fabric the spine's.
+        rate_bps = self.topo.spine.rate_bits if sc.fabric else self.link_bps
         res = {"name": sc.name, "workload": sc.workload, "mode": sc.mode, "skipped": None,
-               "link_bps": self.link_bps, "tenants": []}
+               "link_bps": rate_bps, "tenants": []}
+        if sc.fabric:
+            res["spine_bps"] = rate_bps
         if port0 and port1 and port1[0] > port0[0]:
             span = port1[0] - port0[0]
-            utils = [(port1[1][e][0] - port0[1][e][0]) * 8 / (self.link_bps * span) for e in ends]
+            utils = [(port1[1][e][0] - port0[1][e][0]) * 8 / (rate_bps * span) for e in ends]
             res["link_utilization"] = sum(utils) / len(utils)
             res["link_drops"] = sum(port1[1][e][2] - port0[1][e][2] for e in ends)
         else:
@@ -303,18 +383,26 @@ class Runner:
         width = WINDOW_S
         # Windows on the wall clock's 100 ms grid: an on/off schedule's edges are window edges.
         t0 = analysis.align_up(t0, width)
-        # What each tenant received at each of its receiving nodes, and sent from each sender.
-        rx = {j.tenant: {(n, j.placement.rail): meter.series(j.tenant, n, j.placement.rail)
-                         for n in j.placement.receivers()} for j in jobs}
+        # What each tenant received at each of its receiving nodes (fabric: what crossed the
+        # spine in each direction it uses), and sent from each sender.
+        if sc.fabric:
+            rx = {j.tenant: {("spine", d): meter.spine_series(j.tenant, d)
+                             for d in self.spine_directions(j.placement)} for j in jobs}
+        else:
+            rx = {j.tenant: {(n, j.placement.rail): meter.series(j.tenant, n, j.placement.rail)
+                             for n in j.placement.receivers()} for j in jobs}
         tx = {j.tenant: {(n, j.placement.rail): meter.sent_series(j.tenant, n, j.placement.rail)
                          for n in j.placement.senders()} for j in jobs}
         # Windows in which a receiving node's link carried >= 90 % of its rate in payload.
         mask = analysis.busy_mask({e: [rx[t][e] for t in rx if e in rx[t]] for e in ends},
-                                  width, t0, t1, self.link_bps)
+                                  width, t0, t1, rate_bps)
         res["busy_windows"] = sum(sum(m) for m in mask.values())
         res["windows_per_node"] = len(next(iter(mask.values()))) if mask else 0
         per_end = {e: [] for e in ends}
-        several = any(len(j.placement.receivers()) > 1 for j in jobs if j.tenant in sc.placement)
+        # A panel line per receiving node (placed workloads); the fabric's: one per tenant (the
+        # spine's first direction; both are in the JSON).
+        several = not sc.fabric and any(len(j.placement.receivers()) > 1 for j in jobs
+                                        if j.tenant in sc.placement)
         for job in jobs:
             spec = self.tenants[job.tenant]
             limit = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
@@ -328,8 +416,7 @@ class Runner:
                     self.samples[sc.name][label] = (job.tenant, s)
             with open(os.path.join(self.workdir, f"series-{sc.name}-{job.tenant}.json"), "w") as f:
                 json.dump({"t0": t0, "t1": t1,
-                           "received": {f"node{n}/eth{r}": s
-                                        for (n, r), s in rx[job.tenant].items()},
+                           "received": {self._end_name(e): s for e, s in rx[job.tenant].items()},
                            "sent": {f"node{n}/eth{r}": s for (n, r), s in tx[job.tenant].items()}},
                           f)
             # The windows with demand: always (backlogged), the on phases (on/off), none known
@@ -338,7 +425,7 @@ class Runner:
             active = ([False] * res["windows_per_node"] if training else
                       analysis.on_windows(sc.on_off.get(job.tenant), width, t0, t1))
             for e, s in zip(rx_ends, series):
-                per_end[e].append((s, active, min(limit, self.link_bps)))
+                per_end[e].append((s, active, min(limit, rate_bps)))
             fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1,
                                           width_s=width)
             fig_tx = analysis.tenant_figures(sent, spec.guarantee_bps, limit, t0, t1,
@@ -358,8 +445,9 @@ class Runner:
             for e, s, m in zip(rx_ends, series, busy_masks):
                 f1 = analysis.tenant_figures([s], spec.guarantee_bps, limit, t0, t1, width_s=width)
                 b50, b1 = analysis.attainment_masked([s], spec.guarantee_bps, width, t0, t1, [m])
-                nodes.append({"node": e[0], "rail": e[1], "direction": "rx",
-                              "mean_bps": f1["mean_bps"], "attainment_p50_link_busy": b50,
+                where = ({"link": self._end_name(e), "direction": "spine"} if e[0] == "spine" else
+                         {"node": e[0], "rail": e[1], "direction": "rx"})
+                nodes.append({**where, "mean_bps": f1["mean_bps"], "attainment_p50_link_busy": b50,
                               "attainment_p1_link_busy": b1,
                               "cap_conformance_max": f1["cap_conformance_max"]})
             for e, s in zip(tx_ends, sent):
@@ -396,7 +484,7 @@ class Runner:
         # The data frames that carried the payload (ACKs, which use the port too, left out:
         # receivers coalesce them, a lower bound).
         res["utilization_over_demand"] = analysis.utilization_over_demand(
-            per_end, self.link_bps, width, t0, t1,
+            per_end, rate_bps, width, t0, t1,
             lambda p: peers.wire_rate(p, segments_per_ack=0))
         res["violations"] = analysis.violations(res)
         for e in res["tenants"]:
@@ -413,6 +501,12 @@ class Runner:
                 f"  drops {res['link_drops']}"
                 f"  busy windows {res['busy_windows']}/{res['windows_per_node'] * len(mask)}")
         return res
+
+    def _end_name(self, e):
+        """A receiving end's name: node1/eth0, or spine/leaf1->leaf2."""
+        if e[0] == "spine":
+            return "spine/" + self.topo.spine.DIRECTIONS[e[1]]
+        return f"node{e[0]}/eth{e[1]}"
 
     # Reaction times (idle-wake) ------------------------------------------------------------
     def reaction(self, sc_name, sleeper, others):
