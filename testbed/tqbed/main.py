@@ -12,7 +12,7 @@ from .cluster import Binaries, ControlPlane
 from .procs import ProcSet
 from . import report
 from .scenarios import (BENCH_WORKLOADS, FABRIC_WORKLOADS, MODES, WORKLOADS, Runner,
-                        demo_tenants, many_tenants, policy_yaml, say, tenants_from_json,
+                        agent_fabric_support, demo_tenants, many_tenants, policy_yaml, say, tenants_from_json,
                         write_plot)
 from .topology import HOST_ADDR, MAX_NODES, Topology, buffer_to_bytes, rate_to_bits
 
@@ -157,7 +157,13 @@ def run(args, bench):
     try:
         say(f"tenantqos testbed: {describe(topo)}, namespaces {topo.prefix}-*; logs in {workdir}")
         topo.create()
-        say(f"policyd at {cp.start_policyd()} (mutual TLS, a throwaway CA and certificates in "
+        # Two replicas on etcd only when the failover scenario can run (the agents have the
+        # allocator's client); every other run keeps the one policyd with the file store.
+        replicas = 2 if (any(s.kill_allocator_at is not None for s in scenarios) and
+                         agent_fabric_support(bins) is None) else 1
+        say(f"policyd at {cp.start_policyd(replicas)}" +
+            (" (two replicas on etcd: the allocator failover)" if replicas > 1 else "") +
+            f" (mutual TLS, a throwaway CA and certificates in "
             f"{cp.pki}); agents' metrics (while they run): " +
             ", ".join(cp.metrics_url(i) for i in range(1, topo.nodes + 1)) +
             f" (reachable from this host via {HOST_ADDR})")
@@ -174,8 +180,8 @@ def run(args, bench):
         report.print_table(results, link_bps, modes, workloads,
                            lambda w: many if w == "many" else
                            (report.placed_tenants_of(w, tenants) or tenants),
-                           lambda w: report.placement_text(w, tenants) if w in report.PLACED
-                           else None)
+                           lambda w: report.placement_text(w, tenants)
+                           if w in report.PLACED or w in FABRIC_WORKLOADS else None)
         png = write_plot(runner, report.plot_grid(modes, workloads),
                          os.path.join(out_dir, "throughput.png"), workdir)
         if png:

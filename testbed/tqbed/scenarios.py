@@ -23,17 +23,21 @@ from .workload import Placement, TenantJob
 WARMUP_S = 2.0   # after the last rank's first report: slow start, the allocator settling on all tenants
 TAIL_S = 0.3     # before the first rank stops (--duration after its start) or its last full report
 WINDOW_S = 0.1   # the figures' windows (attainment, conformance), whatever the meter's tick
+ALLOCATOR_HOLD_MS = 3000  # policyd --allocator-hold's default: how long agents keep caps
 
 MODES = ("none",) + peers.PEER_MODES + ("tenantqos-rdma", "tenantqos-tcp")
 # The first four run every tenant's ring over the same nodes (--nodes, default 2); the others
 # place each tenant on its own nodes (report.py, PLACED) and need 4.
 WORKLOADS = ("backlogged", "onoff", "many", "training", "incast", "alltoall", "asymmetric",
-             "fabric", "fabric-onoff", "rails")
+             "fabric", "fabric-onoff", "fabric-failover", "rails")
 # What the bench runs without --workloads: `rails` (two NICs per node) is asked for by name.
 BENCH_WORKLOADS = WORKLOADS[:-1]
 # The workloads on the leaf/spine fabric (issue 21): tenants on different node pairs meeting on
 # the spine link; their figures are taken on the spine.
-FABRIC_WORKLOADS = ("fabric", "fabric-onoff")
+FABRIC_WORKLOADS = ("fabric", "fabric-onoff", "fabric-failover")
+# fabric-failover: `fabric` under tenantqos with two policyd replicas on etcd, the active
+# allocator killed (-9) this long after the ranks start.
+FAILOVER_KILL_S = 6.0
 SHARED_LINK = "leaf-uplink"  # the policy's shared link class of the fabric's leaves
 MODE_TEXT = {
     "none": "no tenantqos (plugin unpaced, FIFO link)",
@@ -161,6 +165,7 @@ class Scenario:
         self.placement = placement or {}
         # On the leaf/spine fabric, figures on the spine, the policy with its topology.
         self.fabric = workload in FABRIC_WORKLOADS
+        self.kill_allocator_at = FAILOVER_KILL_S if workload == "fabric-failover" else None
 
     def nodes_used(self, default_nodes):
         return max([default_nodes] + [max(p.nodes) for p in self.placement.values()])
@@ -296,8 +301,20 @@ class Runner:
         port0 = port1 = None
         next_progress = t_start + 2
         deadline = t_start + sc.duration + 40
+        failover = None  # {"killed": replica, "t_kill": wall s, "t_takeover": wall s or None}
         while True:
             now = time.time()
+            if sc.kill_allocator_at is not None and failover is None and \
+                    now >= t_start + sc.kill_allocator_at:
+                k, t_kill = self.cp.kill_active_allocator()
+                failover = {"killed": k, "t_kill": t_kill, "t_takeover": None}
+                say(f"    t={t_kill - t_start:4.1f}s  killed (-9) the active allocator, policyd "
+                    f"replica {k + 1}")
+            if failover and failover["t_takeover"] is None and \
+                    self.cp.active_allocator() is not None:
+                failover["t_takeover"] = time.time()
+                say(f"    t={failover['t_takeover'] - t_start:4.1f}s  replica "
+                    f"{self.cp.active_allocator() + 1} is the active allocator (seen in its log)")
             for job in jobs:
                 f = job.failed()
                 if f:
@@ -337,7 +354,39 @@ class Runner:
             # tenant's stop, not at the last report.
             t0 = max(firsts) + WARMUP_S
             t1 = min(min(lasts), min(firsts) + sc.duration) - TAIL_S
-        return self._measure(sc, jobs, ends, t0, t1, port0, port1, meter)
+        res = self._measure(sc, jobs, ends, t0, t1, port0, port1, meter)
+        if failover:
+            res["failover"] = self._failover_figures(sc, failover, t0, t1)
+            # The next scenario has both replicas again (the restarted one a standby).
+            self.cp.restart_replica(failover["killed"])
+        return res
+
+    def _failover_figures(self, sc, failover, t0, t1):
+        """After the kill: how long until a standby said it is active (from its log, polled
+        every 100 ms: an upper bound), and per guaranteed tenant the longest run of 100 ms
+        windows on the spine (per direction) in which it got < 0.95 x its guarantee, against
+        the agents' fallback window (policyd --allocator-hold, default 3 s)."""
+        width = WINDOW_S
+        t0 = analysis.align_up(t0, width)
+        out = {"killed_replica": failover["killed"] + 1,
+               "kill_after_s": sc.kill_allocator_at,
+               "takeover_ms": ((failover["t_takeover"] - failover["t_kill"]) * 1000
+                               if failover["t_takeover"] else None),
+               "fallback_ms": ALLOCATOR_HOLD_MS, "longest_below_guarantee_ms": {}}
+        for tenant, series_list in self.received.get(sc.name, {}).items():
+            g = self.tenants[tenant].guarantee_bps
+            if g <= 0:
+                continue
+            longest = 0
+            for s in series_list:
+                run_len = 0
+                for k, r in enumerate(analysis.rebin(s, width, t0, t1)):
+                    if t0 + (k + 1) * width <= failover["t_kill"]:
+                        continue
+                    run_len = run_len + 1 if r < analysis.ATTAINMENT_P1 * g else 0
+                    longest = max(longest, run_len)
+            out["longest_below_guarantee_ms"][tenant] = longest * width * 1000
+        return out
 
     def spine_directions(self, placement):
         """The directions in which a placement's traffic crosses the spine (a ring's hops, an
