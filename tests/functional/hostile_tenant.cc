@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
              "create a file in " + run + "/tenants");
 
   // ---- its own tenant ----
-  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000);
+  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000, tq::realClock());
   if (!a.ok()) {
     std::printf("ERROR: cannot attach to own tenant %s: %s\n", own.c_str(),
                 a.status().message().c_str());

@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"
@@ -58,6 +61,30 @@ class TenantPacerTest : public ::testing::Test {
     return agent_->tenant(tenant, p);
   }
   static TenantUsage usage(TenantShm* w, int64_t now) { return w->collect(now, 0); }
+
+  // Drives the pacer's re-attach to `tenant`. Each step is one admit() a fake millisecond after
+  // the last (the pacer checks again after its recheck interval, and polls an attempt in flight
+  // every millisecond of its clock). When a step leaves an attempt waiting for the agent, whose
+  // thread answers in real time, the test waits for the agent's reply counter (a poll with a
+  // deadline) before the next step, instead of sleeping.
+  bool attachedTo(TenantPacer& p, const std::string& tenant) {
+    PaceState ps;
+    auto done = [&] {
+      return p.mode() == TenantPacer::Mode::kAgent && p.attachedTenant() == tenant;
+    };
+    for (int step = 0; step < 5000 && !done(); ++step) {
+      const uint64_t replies = agent_->server().repliesSent();
+      clock_.advanceNs(1 * kMs);
+      (void)p.admit(1, &ps);
+      if (!p.attaching()) continue;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (agent_->server().repliesSent() == replies &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+    }
+    return done();
+  }
 
   std::string dir_;
   std::unique_ptr<testing::TestAgent> agent_;
@@ -430,13 +457,8 @@ TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
   EXPECT_TRUE(p.admit(1 << 20, &ps));  // not yet looked again
   EXPECT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);
   clock_.advanceNs(600 * kMs);
-  (void)p.admit(1, &ps);  // governed now: attaching (never waits in isend)...
-  for (int i = 0; i < 2000 && p.mode() != TenantPacer::Mode::kAgent; ++i) {
-    clock_.advanceNs(1 * kMs);
-    (void)p.admit(1, &ps);
-    ::usleep(500);  // the agent's thread answers in real time
-  }
-  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  // Governed now: attaching, one step per call, never waiting in isend...
+  ASSERT_TRUE(attachedTo(p, "team-b"));
   clock_.advanceNs(1000 * kMs);
   EXPECT_TRUE(p.admit(1'000, &ps));   // ...the agent's 1 KB burst...
   EXPECT_FALSE(p.admit(1'000, &ps));  // ...and nothing more at 1 KB/s
@@ -444,19 +466,6 @@ TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
   bool said = false;
   for (const auto& l : lines()) said |= l.find("appeared") != std::string::npos;
   EXPECT_TRUE(said);
-}
-
-// Drives admit() until the pacer is attached to `tenant` (re-attaching never blocks isend: it
-// takes a few calls).
-bool attachedTo(TenantPacer& p, FakeClock& clock, const std::string& tenant) {
-  PaceState ps;
-  for (int i = 0; i < 2000; ++i) {
-    if (p.mode() == TenantPacer::Mode::kAgent && p.attachedTenant() == tenant) return true;
-    clock.advanceNs(1'000'000);
-    (void)p.admit(1, &ps);
-    if (i % 100 == 99) ::usleep(1000);  // the agent's thread answers in real time
-  }
-  return false;
 }
 
 TEST_F(TenantPacerTest, DeletedTenantFallsBackToTheDefaultAndReattaches) {
@@ -467,11 +476,11 @@ TEST_F(TenantPacerTest, DeletedTenantFallsBackToTheDefaultAndReattaches) {
   ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
   EXPECT_EQ(p.attachedTenant(), "team-c");
   agent_->remove("team-c");  // marked deleted, socket gone
-  ASSERT_TRUE(attachedTo(p, clock_, "default"));
+  ASSERT_TRUE(attachedTo(p, "default"));
   EXPECT_EQ(p.rateBytesPerSecond(), 12'500'000u) << "the default tenant's rate";
   (void)w;
   agent("team-c", 5'000, 5'000, 40);
-  ASSERT_TRUE(attachedTo(p, clock_, "team-c"));
+  ASSERT_TRUE(attachedTo(p, "team-c"));
   EXPECT_EQ(p.qos().dscp, 40);
 }
 
