@@ -5,6 +5,22 @@
 
 namespace tq::agent {
 
+DemandSignals signalsBetween(const BucketUsage& prev, const BucketUsage& cur, bool first) {
+  auto delta = [](uint64_t now_v, uint64_t before) { return now_v >= before ? now_v - before : 0; };
+  DemandSignals sig;
+  if (!first) {
+    sig.bytes_sent = delta(cur.bytes, prev.bytes);
+    sig.throttled_ns = delta(cur.throttled_ns, prev.throttled_ns);
+    // Summed over processes (the estimator caps it at the period); a reclaimed slot can make
+    // the sum shrink, which reads as "not busy" for one period.
+    const uint64_t busy = delta(cur.busy_ns, prev.busy_ns);
+    const uint64_t peer_wait = delta(cur.peer_wait_ns, prev.peer_wait_ns);
+    sig.busy_ns = busy > peer_wait ? busy - peer_wait : 0;
+  }
+  sig.backlog_bytes = cur.backlog_bytes;
+  return sig;
+}
+
 uint64_t DemandEstimator::update(const DemandSignals& s, int64_t period_ns, uint64_t guarantee) {
   if (period_ns <= 0) return last_;
   // bytes x 1e9 / ns: exact for whole-millisecond periods, so tests can compare exactly.

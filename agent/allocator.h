@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/allocation.h"
+#include "common/tenant_shm.h"
 
 namespace tq::agent {
 
@@ -50,6 +51,12 @@ struct DemandEstimatorOptions {
   // to protect a bursty tenant: when it resumes, its bucket is still at its guarantee.
   double decay = 0.0;
 };
+
+// One bucket's signals between two readings of its usage (common/tenant_shm.h: monotonic
+// totals, the current backlog); `first`: there is no earlier reading, only the backlog counts.
+// Time the sends waited for their receiver (its pacing closed the window) is not the network
+// holding them back, so it is taken out of the busy time.
+DemandSignals signalsBetween(const BucketUsage& prev, const BucketUsage& cur, bool first);
 
 // Turns per-period signals into a demand estimate. The caller passes the period length, so
 // there is no clock inside.

@@ -247,9 +247,9 @@ void AttachServer::unserve(const std::string& tenant) {
   TQ_LOG(kInfo, "attach: tenant %s no longer served (%s removed)", tenant.c_str(), l->path.c_str());
 }
 
-void AttachServer::serveDefault(std::shared_ptr<TenantShm> shm) {
+void AttachServer::serveDefault(std::shared_ptr<DefaultTenant> tenant) {
   std::lock_guard<std::mutex> lock(mu_);
-  listeners_.at("")->shm = std::move(shm);
+  listeners_.at("")->default_tenant = std::move(tenant);
 }
 
 std::vector<Attachment> AttachServer::attachments() const {
@@ -326,7 +326,7 @@ void AttachServer::run() {
     for (size_t i = 0; i < polled_conns.size(); ++i) {
       Conn* c = polled_conns[i];
       const short ev = fds[1 + polled_listeners.size() + i].revents;
-      if (c->image_gone) continue;  // closed below
+      if (c->evicted || c->image_gone) continue;  // closed below
       if (ev != 0) {
         if (!onReadable(c, now)) done.push_back(c);
       } else if (!c->attached && now >= c->deadline_ns) {
@@ -338,7 +338,10 @@ void AttachServer::run() {
       }
     }
     for (const auto& c : conns_) {
-      if (c->image_gone && std::find(done.begin(), done.end(), c.get()) == done.end()) {
+      if (std::find(done.begin(), done.end(), c.get()) != done.end()) continue;
+      if (c->evicted) {
+        done.push_back(c.get());
+      } else if (c->image_gone) {
         logLimited(*c, now, true,
                    "exec'd another program since it attached (/proc/" +
                        std::to_string(c->peer.pid) +
@@ -367,7 +370,10 @@ void AttachServer::acceptFrom(const std::shared_ptr<Listener>& l, int64_t now) {
     c->peer = {cred.pid, cred.uid, cred.gid};
     c->groups = peerGroups(c->fd.get());
     c->deadline_ns = now + options_.request_timeout_ns;
-    if (l->connections >= options_.max_connections_per_socket) {
+    if (l->tenant.empty()) {
+      if (!admitNodeWide(c.get(), now)) continue;  // answered not held: closes it
+      l->per_uid[c->peer.uid]++;
+    } else if (l->connections >= options_.max_connections_per_socket) {
       badInput(
           *c, now,
           "refused: " + std::to_string(l->connections) + " connections on this socket already");
@@ -376,6 +382,78 @@ void AttachServer::acceptFrom(const std::shared_ptr<Listener>& l, int64_t now) {
     l->connections++;
     conns_.push_back(std::move(c));
   }
+}
+
+// mu_ held.
+bool AttachServer::admitNodeWide(Conn* c, int64_t now) {
+  Listener& l = *c->listener;
+  const uid_t uid = c->peer.uid;
+  const uint32_t mine = l.per_uid.count(uid) != 0 ? l.per_uid.at(uid) : 0;
+  if (mine >= options_.max_connections_per_uid) {
+    answerNotHeld(c, now,
+                  "uid " + std::to_string(uid) + " holds " + std::to_string(mine) +
+                      " connections of the node-wide socket, the most one uid may");
+    return false;
+  }
+  if (l.connections < options_.max_connections_per_socket) return true;
+  // Full: the uid that holds the most gives one up, if it holds at least two more than this
+  // uid (so two uids never take a place from each other in turn).
+  uid_t most = uid;
+  uint32_t most_n = 0;
+  for (const auto& [u, n] : l.per_uid) {
+    if (n > most_n) most = u, most_n = n;
+  }
+  if (most_n < mine + 2) {
+    answerNotHeld(c, now,
+                  "the node-wide socket holds " + std::to_string(l.connections) +
+                      " connections, its bound, and no uid holds more than its share");
+    return false;
+  }
+  // Its connection still waiting for a request, else the one attached last: a long-running
+  // process keeps its place.
+  Conn* victim = nullptr;
+  for (auto& o : conns_) {
+    if (o->listener.get() != &l || o->peer.uid != most || o->evicted) continue;
+    if (victim == nullptr ||
+        (victim->attached && (!o->attached || o->attached_ns > victim->attached_ns))) {
+      victim = o.get();
+    }
+  }
+  if (victim == nullptr) return true;  // counted but gone meanwhile: there is room
+  victim->evicted = true;
+  l.connections--;
+  if (--l.per_uid[most] == 0) l.per_uid.erase(most);
+  logLimited(*victim, now, true,
+             "closed: uid " + std::to_string(most) + " holds " + std::to_string(most_n) +
+                 " connections of the full node-wide socket; its place goes to uid " +
+                 std::to_string(uid));
+  return true;
+}
+
+// mu_ held.
+void AttachServer::answerNotHeld(Conn* c, int64_t now, const std::string& why) {
+  Listener& l = *c->listener;
+  if (!l.default_tenant) {
+    badInput(*c, now, "refused: " + why);
+    return;
+  }
+  auto shm = l.default_tenant->shardFor(c->peer.uid);
+  if (!shm.ok()) {
+    badInput(*c, now, "refused: " + why + "; " + shm.status().message());
+    return;
+  }
+  attach::Reply reply;
+  reply.status = attach::ReplyStatus::kAttached;
+  reply.slot = shm::kMaxSlots;
+  reply.held = false;
+  reply.tenant = (*shm)->tenant();
+  reply.reason = why;
+  Status s = attach::sendWithFds(c->fd.get(), attach::encodeReply(reply),
+                                 {(*shm)->paramsFd(), (*shm)->sharedFd()});
+  replies_++;
+  logLimited(*c, now, true,
+             "attached to tenant " + reply.tenant + " without a slot and not held (" + why + ")" +
+                 (s.ok() ? "" : ": " + s.message()));
 }
 
 // mu_ held. False: close the connection.
@@ -419,7 +497,16 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
     return false;
   }
   Listener& l = *c->listener;
-  if (!l.shm) {
+  std::shared_ptr<TenantShm> shm = l.shm;
+  if (l.tenant.empty() && l.default_tenant) {
+    auto got = l.default_tenant->shardFor(c->peer.uid);
+    if (!got.ok()) {
+      refuse(c, now, attach::ReplyStatus::kBusy, got.status().message());
+      return false;
+    }
+    shm = std::move(got).value();
+  }
+  if (!shm) {
     refuse(c, now, attach::ReplyStatus::kBusy, "the agent has no policy for this socket yet");
     return false;
   }
@@ -429,7 +516,7 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
            "not in tenant " + l.tenant + "'s group " + std::to_string(*l.group));
     return false;
   }
-  c->shm = l.shm;
+  c->shm = std::move(shm);
   c->slot = c->shm->acquireSlot(c->peer);
   attach::Reply reply;
   reply.status = attach::ReplyStatus::kAttached;
@@ -444,6 +531,7 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
   }
   c->attached = true;
   replies_++;
+  c->attached_ns = now;
   c->image = imageOf(c->peer.pid);
   const std::string& wanted = req->wanted_tenant;
   const std::string slot =
@@ -509,7 +597,14 @@ void AttachServer::close(Conn* c) {
     c->shm->releaseSlot(c->slot, c->peer.pid);
     TQ_LOG(kDebug, "attach: %s detached from tenant %s", who(*c).c_str(), c->shm->tenant().c_str());
   }
-  c->listener->connections--;
+  if (!c->evicted) {  // an evicted one was uncounted when it was chosen
+    Listener& l = *c->listener;
+    l.connections--;
+    if (l.tenant.empty()) {
+      auto it = l.per_uid.find(c->peer.uid);
+      if (it != l.per_uid.end() && --it->second == 0) l.per_uid.erase(it);
+    }
+  }
   auto it = std::find_if(conns_.begin(), conns_.end(),
                          [&](const std::unique_ptr<Conn>& p) { return p.get() == c; });
   if (it != conns_.end()) conns_.erase(it);

@@ -9,6 +9,15 @@
 // it, a cap on connections per socket, data after the request closes the connection. Every
 // refusal is logged with the tenant, the peer's pid/uid/gid and what was wrong.
 //
+// The node-wide socket is every uid's (0666), so one uid must not be able to crowd out the
+// others (issue 23 item 6): each uid attaches to a memory of its own (DefaultTenant's shard), at
+// most max_connections_per_uid connections of one uid are held, and when the socket holds
+// max_connections_per_socket a newcomer takes the place of a connection of the uid that holds
+// the most, if that uid holds at least two more than the newcomer's. A connection beyond those
+// bounds is still answered, with its uid's memory and no slot, and closed at once
+// (attach::kReplyNotHeld): the refusal falls on the uid that holds too much, and its process
+// paces within its uid's share of the default tenant, never at a rate of its own.
+//
 // Threads: one thread (tq-attach) runs a poll() loop and is the only one that accepts, reads,
 // writes and closes sockets. serve/unserve/serveDefault/attachments are thread-safe (the
 // reconcile thread calls them); they change the tables under a mutex and wake the thread.
@@ -27,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/default_tenant.h"
 #include "common/attach_protocol.h"
 #include "common/clock.h"
 #include "common/fd.h"
@@ -48,7 +58,8 @@ class AttachServer final : private ClockListener {
  public:
   struct Options {
     std::string run_dir;
-    uint32_t max_connections_per_socket = 128;   // beyond: refused at once, logged
+    uint32_t max_connections_per_socket = 128;   // beyond: refused at once (node-wide: above)
+    uint32_t max_connections_per_uid = 64;       // node-wide socket, one uid (= its slots)
     int64_t request_timeout_ns = 1'000'000'000;  // a peer that sends no request is closed
   };
   // Creates <run_dir>/agent.sock (0666) and starts the thread; refuses a run directory that is
@@ -67,8 +78,8 @@ class AttachServer final : private ClockListener {
   // Stops serving `tenant`: its socket and directory go; attached processes stay attached until
   // they close (they see the tenant's `deleted` flag).
   void unserve(const std::string& tenant);
-  // The tenant the node-wide socket attaches to.
-  void serveDefault(std::shared_ptr<TenantShm> shm);
+  // The tenant the node-wide socket attaches to: each uid to its own shard of it.
+  void serveDefault(std::shared_ptr<DefaultTenant> tenant);
 
   // Every attached process, its pid in the agent's pid namespace (thread-safe; the reconciler
   // publishes them so the ungoverned-QP scan tells governed from ungoverned processes). Checked
@@ -76,8 +87,8 @@ class AttachServer final : private ClockListener {
   // /proc/PID/exe is another file) is left out, and its connection is closed (slot released).
   std::vector<Attachment> attachments() const;
 
-  // Replies sent so far (attached or refused), and connections closed for want of a complete
-  // request in time: what a test waits on instead of a sleep.
+  // Replies sent so far (attached, not held or refused), and connections closed for want of a
+  // complete request in time: what a test waits on instead of a sleep.
   uint64_t repliesSent() const { return replies_.load(); }
   uint64_t timedOut() const { return timed_out_.load(); }
 
@@ -86,10 +97,12 @@ class AttachServer final : private ClockListener {
     Fd fd;
     std::string tenant;  // empty: the node-wide socket
     std::string path;
-    std::shared_ptr<TenantShm> shm;
+    std::shared_ptr<TenantShm> shm;                 // a tenant socket's
+    std::shared_ptr<DefaultTenant> default_tenant;  // the node-wide socket's
     std::optional<gid_t> group;
     uint32_t connections = 0;
-    int64_t log_window_ns = 0;  // bad-input log limit (badInput)
+    std::map<uid_t, uint32_t> per_uid;  // the node-wide socket's connections by uid
+    int64_t log_window_ns = 0;          // bad-input log limit (badInput)
     uint32_t logged = 0;
     uint64_t suppressed = 0;
   };
@@ -101,7 +114,9 @@ class AttachServer final : private ClockListener {
     std::vector<gid_t> groups;
     bool attached = false;
     std::optional<uint32_t> slot;
+    int64_t attached_ns = 0;
     int64_t deadline_ns = 0;
+    bool evicted = false;  // to be closed: its place went to another uid's connection
     uint8_t buf[attach::kRequestBytes] = {};
     size_t got = 0;
     uint64_t extra_bytes = 0;  // sent after the request
@@ -116,6 +131,12 @@ class AttachServer final : private ClockListener {
   Result<Fd> listenAt(const std::string& path, uint32_t mode, gid_t group);
   void run();
   void acceptFrom(const std::shared_ptr<Listener>& l, int64_t now);
+  // The node-wide socket's bounds for a new connection of c's uid (above): true to hold it
+  // (another uid's connection may have been evicted for it), false when it was answered not
+  // held and is to be closed.
+  bool admitNodeWide(Conn* c, int64_t now);
+  // Answers c with its uid's memory, no slot, kReplyNotHeld (`why`), without reading its request.
+  void answerNotHeld(Conn* c, int64_t now, const std::string& why);
   // Returns false when the connection is done (to be closed).
   bool onRequest(Conn* c, int64_t now);
   bool onReadable(Conn* c, int64_t now);

@@ -274,7 +274,7 @@ Status Reconciler::syncShm(const DesiredNode& desired) {
       TenantParams p = paramsFor(spec, desired.version, e.buckets);
       if (!(p == e.params)) {
         e.params = p;
-        e.shm->publish(p);
+        publishTenant(e);
       }
     }
   }
@@ -313,42 +313,60 @@ Status Reconciler::serveTenant(const std::string& name, TenantEntry& e,
   return options_.attach->serve(name, e.shm, e.group).withContext("tenant " + name);
 }
 
+void Reconciler::publishTenant(TenantEntry& e) {
+  if (default_ && default_->group() == e.shm) {
+    default_->setParams(e.params);
+  } else {
+    e.shm->publish(e.params);
+  }
+}
+
 void Reconciler::serveDefault(const DesiredNode& desired) {
   // The policy's `default: true` tenant, else the one named --default-tenant, else built in.
   std::string name = options_.default_tenant;
   for (const auto& [n, spec] : desired.tenants) {
     if (spec.is_default) name = n;
   }
-  if (tenants_.count(name) != 0) {
-    if (options_.attach) options_.attach->serveDefault(tenants_.at(name).shm);
-    return;
+  std::shared_ptr<TenantShm> group;
+  TenantParams params;
+  if (auto it = tenants_.find(name); it != tenants_.end()) {
+    group = it->second.shm;
+    params = it->second.params;
+  } else {
+    params.policy_version = desired.version;
+    params.limit_bytes_per_second = kConservativeRateBytesPerSecond;
+    params.buckets = nodeBuckets(kConservativeRateBytesPerSecond,
+                                 bucketDepthBytes(kConservativeRateBytesPerSecond,
+                                                  options_.bucket_depth_ns, options_.burst_bytes),
+                                 kConservativeRateBytesPerSecond);
   }
-  if (!builtin_default_) {
-    auto created = TenantShm::create(options_.default_tenant, clock_.wallNs());
-    if (!created.ok()) {
-      TQ_LOG(kError, "built-in default tenant %s: %s", options_.default_tenant.c_str(),
-             created.status().message().c_str());
-      return;
+  if (!default_ || default_->tenant() != name || default_->group() != group) {
+    if (default_) {
+      const std::shared_ptr<TenantShm> old_group = default_->group();
+      for (auto& shm : default_->retire()) retiring_shards_.push_back(std::move(shm));
+      // A tenant that stops being the default has its whole rate to itself again.
+      for (auto& [n, e] : tenants_) {
+        if (e.shm == old_group) e.shm->publish(e.params);
+      }
     }
-    builtin_default_ = std::move(created).value();
-    TenantParams p;
-    p.limit_bytes_per_second = kConservativeRateBytesPerSecond;
-    p.buckets = nodeBuckets(kConservativeRateBytesPerSecond,
-                            bucketDepthBytes(kConservativeRateBytesPerSecond,
-                                             options_.bucket_depth_ns, options_.burst_bytes),
-                            kConservativeRateBytesPerSecond);
-    builtin_default_->publish(p);
-    TQ_LOG(kInfo,
-           "the policy has no tenant %s: the node-wide socket attaches processes to a "
-           "built-in default tenant paced at %s",
-           options_.default_tenant.c_str(), formatRate(kConservativeRateBytesPerSecond).c_str());
+    DefaultTenant::Options o;
+    o.tenant = name;
+    o.min_depth_bytes = options_.burst_bytes;
+    o.demand = options_.demand;
+    default_ = std::make_shared<DefaultTenant>(o, group, clock_);
+    if (group) {
+      TQ_LOG(kInfo,
+             "the node-wide socket attaches processes to tenant %s, each uid to a share of its own",
+             name.c_str());
+    } else {
+      TQ_LOG(kInfo,
+             "the policy has no tenant %s: the node-wide socket attaches processes to a "
+             "built-in default tenant paced at %s, each uid to a share of its own",
+             name.c_str(), formatRate(kConservativeRateBytesPerSecond).c_str());
+    }
   }
-  TenantParams p = builtin_default_->published();
-  if (p.policy_version != desired.version) {
-    p.policy_version = desired.version;
-    builtin_default_->publish(p);
-  }
-  if (options_.attach) options_.attach->serveDefault(builtin_default_);
+  default_->setParams(params);
+  if (options_.attach) options_.attach->serveDefault(default_);
 }
 
 void Reconciler::writeTrafficClasses(const DesiredNode& desired) {
@@ -425,25 +443,15 @@ void Reconciler::allocate(int64_t now) {
   };
   std::map<std::pair<std::string, int>, Group> groups;
   for (auto& [name, e] : tenants_) {
-    TenantUsage u = e.shm->collect(now, e.spec.limit_bytes_per_second);
+    // The default tenant's usage is its own memory's and every uid's shard's.
+    TenantUsage u = default_ && default_->group() == e.shm
+                        ? default_->collect(now, e.spec.limit_bytes_per_second)
+                        : e.shm->collect(now, e.spec.limit_bytes_per_second);
     const int64_t period = e.usage_at_ns != 0 ? now - e.usage_at_ns : 0;
     for (size_t i = 0; i < e.buckets.size(); ++i) {
       BucketEntry& b = e.buckets[i];
       const BucketUsage cur = i < u.buckets.size() ? u.buckets[i] : BucketUsage{};
-      auto delta = [](uint64_t now_v, uint64_t prev) { return now_v >= prev ? now_v - prev : 0; };
-      DemandSignals sig;
-      if (e.usage_at_ns != 0) {
-        sig.bytes_sent = delta(cur.bytes, b.usage.bytes);
-        sig.throttled_ns = delta(cur.throttled_ns, b.usage.throttled_ns);
-        // Summed over processes (the estimator caps it at the period); a reclaimed slot can
-        // make the sum shrink, which reads as "not busy" for one period. Time the sends waited
-        // for their receiver (its pacing closed the window) is not the network holding them
-        // back: it does not make the tenant look starved here.
-        const uint64_t busy = delta(cur.busy_ns, b.usage.busy_ns);
-        const uint64_t peer_wait = delta(cur.peer_wait_ns, b.usage.peer_wait_ns);
-        sig.busy_ns = busy > peer_wait ? busy - peer_wait : 0;
-      }
-      sig.backlog_bytes = cur.backlog_bytes;
+      const DemandSignals sig = signalsBetween(b.usage, cur, e.usage_at_ns == 0);
       if (u.processes == 0) {
         b.estimator.reset();
         b.demand = 0;
@@ -485,7 +493,7 @@ void Reconciler::allocate(int64_t now) {
       }
     }
   }
-  for (TenantEntry* e : changed) e->shm->publish(e->params);
+  for (TenantEntry* e : changed) publishTenant(*e);
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     it->second->collect(now, 0);  // drains the slots of processes that left
     it->second->heartbeat(now);
@@ -496,9 +504,14 @@ void Reconciler::allocate(int64_t now) {
       ++it;
     }
   }
-  if (builtin_default_) {
-    builtin_default_->collect(now, kConservativeRateBytesPerSecond);
-    builtin_default_->heartbeat(now);
+  if (default_) {
+    if (!default_->group()) default_->collect(now, kConservativeRateBytesPerSecond);
+    default_->split(now);
+  }
+  for (auto it = retiring_shards_.begin(); it != retiring_shards_.end();) {
+    (*it)->collect(now, 0);
+    (*it)->heartbeat(now);
+    it = (*it)->idle() ? retiring_shards_.erase(it) : it + 1;
   }
   allocation_hist_.observe(secondsBetween(start, clock_.nowNs()));
 }
@@ -634,7 +647,6 @@ std::optional<TenantParams> Reconciler::tenantParams(const std::string& tenant) 
 std::shared_ptr<TenantShm> Reconciler::tenantShm(const std::string& tenant) const {
   if (auto it = tenants_.find(tenant); it != tenants_.end()) return it->second.shm;
   if (auto it = retiring_.find(tenant); it != retiring_.end()) return it->second;
-  if (tenant == options_.default_tenant) return builtin_default_;
   return nullptr;
 }
 

@@ -48,8 +48,9 @@ struct ReconcilerOptions {
   std::string run_dir;
   // Serves the tenants' sockets; null: none (unit tests that only look at the memory).
   AttachServer* attach = nullptr;
-  // The tenant the node-wide socket attaches to; when the policy has no tenant of that name, a
-  // built-in one paced at kConservativeRateBytesPerSecond.
+  // The tenant the node-wide socket attaches to (the policy's `default: true` one, else this
+  // name); when the policy has neither, a built-in one paced at kConservativeRateBytesPerSecond.
+  // Each uid attaches to a share of it of its own (agent/default_tenant.h).
   std::string default_tenant = "default";
   TcMode tc_mode = TcMode::kHtb;
   int64_t period_ns = 10'000'000;
@@ -98,9 +99,10 @@ class Reconciler {
   int lastTcWrites() const { return last_tc_writes_; }
   // Parameters currently published for a tenant (nullopt if it is not active).
   std::optional<TenantParams> tenantParams(const std::string& tenant) const;
-  // The shared memory of an active or retiring tenant (tests); the built-in default as
-  // default_tenant when the policy has none.
+  // The shared memory of an active or retiring tenant (tests).
   std::shared_ptr<TenantShm> tenantShm(const std::string& tenant) const;
+  // What the node-wide socket serves (null before the first policy).
+  const std::shared_ptr<DefaultTenant>& defaultTenant() const { return default_; }
   std::vector<std::string> activeTenants() const;
   std::vector<std::string> retiringTenants() const;
   // Builds the AgentState that would be published now.
@@ -142,6 +144,8 @@ class Reconciler {
   Status serveTenant(const std::string& name, TenantEntry& e,
                      std::map<gid_t, std::string>& group_owner);
   void serveDefault(const DesiredNode& desired);
+  // Publishes e.params: into its memory, or split among the uids when it is the default tenant.
+  void publishTenant(TenantEntry& e);
   void removeStaleEntries(const DesiredNode& desired);
   void writeTrafficClasses(const DesiredNode& desired);
   void allocate(int64_t now);
@@ -170,7 +174,11 @@ class Reconciler {
   std::map<std::string, TenantEntry> tenants_;
   // Left the policy: marked deleted, no longer served, dropped once no process is attached.
   std::map<std::string, std::shared_ptr<TenantShm>> retiring_;
-  std::shared_ptr<TenantShm> builtin_default_;  // when the policy has no default tenant
+  // The node-wide socket's tenant: the policy's default tenant (its memory is the group
+  // participant) or the built-in one, each uid on a share of its own.
+  std::shared_ptr<DefaultTenant> default_;
+  // Shards of a former default tenant that processes still hold: drained, then dropped.
+  std::vector<std::shared_ptr<TenantShm>> retiring_shards_;
   std::vector<ClassStat> class_stats_;
   std::unique_ptr<RdmaPortMonitor> rdma_;  // null when options_.sysfs_root is empty
 

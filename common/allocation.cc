@@ -93,6 +93,20 @@ std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInpu
   return out;
 }
 
+std::vector<Allocation> splitRate(uint64_t rate, const std::vector<uint64_t>& demands,
+                                  const std::vector<bool>& active) {
+  const size_t n = demands.size();
+  if (n == 0) return {};
+  std::vector<TenantInput> in(n);
+  for (size_t i = 0; i < n; ++i) {
+    in[i].guarantee = rate / n;
+    in[i].limit = rate;
+    in[i].demand = demands[i];
+    in[i].active = i < active.size() && active[i];
+  }
+  return allocate(rate, in);
+}
+
 std::string describeAllocation(const std::vector<std::string>& names,
                                const std::vector<Allocation>& allocations) {
   std::string s;

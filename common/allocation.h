@@ -62,6 +62,16 @@ struct Allocation {
 // division go to the unsatisfied tenants in input order, one byte each.
 std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInput>& tenants);
 
+// Splits `rate` (one bucket's) among participants that must not be able to starve or lift each
+// other (the uids sharing the default tenant, agent/default_tenant.h): allocate() with an equal
+// guarantee rate / n each (n = every participant, active or not), equal weights, limit `rate`
+// and each one's demand. So the allocations never sum past `rate`, each participant that wants it
+// gets at least rate / n whatever the others claim, and the rest follows demand; a bucket rate
+// is at least rate / n (one that wakes up has its share at once), so the bucket rates exceed
+// `rate` only by the guarantees their holders leave unused (the allocator's price, above).
+std::vector<Allocation> splitRate(uint64_t rate, const std::vector<uint64_t>& demands,
+                                  const std::vector<bool>& active);
+
 // "a=60Mbps/b=30Mbps": a debug rendering of rates (names in input order).
 std::string describeAllocation(const std::vector<std::string>& names,
                                const std::vector<Allocation>& allocations);

@@ -74,6 +74,7 @@ std::string encodeReply(const Reply& r) {
   put<uint32_t>(&out, 8, kVersion);
   put<uint32_t>(&out, 12, static_cast<uint32_t>(r.status));
   put<uint32_t>(&out, 16, r.slot);
+  put<uint32_t>(&out, 20, r.held ? 0u : kReplyNotHeld);
   putName(&out, 24, kNameBytes, r.tenant);
   putName(&out, 88, kReasonBytes, r.reason);
   return out;
@@ -96,6 +97,7 @@ Result<Reply> parseReply(const uint8_t* data, size_t size) {
   Reply r;
   r.status = static_cast<ReplyStatus>(status);
   r.slot = get<uint32_t>(data, 16);
+  r.held = (get<uint32_t>(data, 20) & kReplyNotHeld) == 0;
   std::optional<std::string> tenant = getName(data, 24, kNameBytes);
   std::optional<std::string> reason = getName(data, 88, kReasonBytes);
   if (!tenant || !reason) return invalidArgument("attach reply: unterminated text");
@@ -231,8 +233,12 @@ Result<std::unique_ptr<Attempt>> Attempt::start(const std::string& socket_path,
                             (agent_uid != 0 ? " or " + std::to_string(agent_uid) : "") +
                             ", TENANTQOS_AGENT_UID): not trusted");
   }
-  TQ_RETURN_IF_ERROR_CTX(sendWithFds(fd.get(), encodeRequest({wanted_tenant}), {}),
-                         "send the attach request to " + socket_path);
+  Status sent = sendWithFds(fd.get(), encodeRequest({wanted_tenant}), {});
+  // kUnavailable (EPIPE, ECONNRESET): the agent answered without reading (kReplyNotHeld) and
+  // closed already; its reply is waiting to be read, or poll() reports the close.
+  if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+    return sent.withContext("send the attach request to " + socket_path);
+  }
   return std::unique_ptr<Attempt>(new Attempt(socket_path, std::move(fd)));
 }
 
@@ -261,6 +267,8 @@ Result<std::optional<Attached>> Attempt::poll(int timeout_ms) {
   a.shared_fd = std::move(fds_[1]);
   a.slot = r.slot;
   a.tenant = std::move(r.tenant);
+  a.held = r.held;
+  if (!r.held) a.reason = std::move(r.reason);
   fds_.clear();
   return std::optional<Attached>(std::move(a));
 }

@@ -16,7 +16,10 @@
 //                     agent's log only: the socket decides).
 //   agent -> process  AttachReply (208 bytes) + SCM_RIGHTS [params memfd, shared memfd] when
 //                     accepted; the tenant it was attached to, its slot (kMaxSlots: none free),
-//                     or why it was refused.
+//                     or why it was refused. kReplyNotHeld: attached, but the agent closes the
+//                     connection at once (the node-wide socket's bound on a uid's, or on all,
+//                     connections): the process paces with the memory it was given, without a
+//                     slot, and asks again later; `reason` says why.
 // Both sides parse the other's bytes as hostile: fixed sizes, magic, version, NUL-terminated
 // names, bounded waits; the parsers are fuzzed (common_shm_fuzz).
 #pragma once
@@ -48,6 +51,8 @@ inline constexpr size_t kNameBytes = 64;
 inline constexpr size_t kReasonBytes = 120;
 
 enum class ReplyStatus : uint32_t { kAttached = 0, kDenied = 1, kBadRequest = 2, kBusy = 3 };
+// Reply flags (offset 20; a version 1 reply from an older agent has 0 there).
+inline constexpr uint32_t kReplyNotHeld = 1u << 0;
 
 struct Request {
   std::string wanted_tenant;  // may be empty or not a tenant at all
@@ -55,8 +60,9 @@ struct Request {
 struct Reply {
   ReplyStatus status = ReplyStatus::kAttached;
   uint32_t slot = 0;
+  bool held = true;  // false: kReplyNotHeld
   std::string tenant;
-  std::string reason;  // why not attached
+  std::string reason;  // why not attached (or not held)
 };
 
 std::string encodeRequest(const Request& r);
@@ -89,11 +95,16 @@ struct Attached {
   Fd shared_fd;
   uint32_t slot = 0;
   std::string tenant;
+  // False: the agent does not keep this connection (kReplyNotHeld; `conn` is closed by the agent,
+  // `reason` says why): the memory is the process's to pace with, without a slot.
+  bool held = true;
+  std::string reason;
 };
 
 // One attempt at attaching through one socket, driven without ever blocking: start() connects
 // (non-blocking; a Unix socket connects at once or fails) and sends the request; poll() checks
-// for the reply, waiting at most `timeout_ms` (0: not at all).
+// for the reply, waiting at most `timeout_ms` (0: not at all). An agent that answers and closes
+// before reading the request (kReplyNotHeld) is fine: the reply is read all the same.
 //
 // Who answers is checked before anything it sends is trusted: the socket's listener must be uid
 // 0 or `agent_uid` (SO_PEERCRED), else kPermissionDenied. A run directory whose sockets someone

@@ -1,6 +1,7 @@
 #include "nccl-plugin/tenant.h"
 
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -254,12 +255,19 @@ std::vector<std::string> TenantPacer::socketsToTry() const {
 // mu_ held.
 Result<std::unique_ptr<TenantPacer::AgentBinding>> TenantPacer::bind(attach::Attached a,
                                                                      const std::string& via) {
+  struct stat st {};
+  if (::fstat(a.shared_fd.get(), &st) != 0) return errnoStatus("fstat the agent's shared memory");
   TQ_ASSIGN_OR_RETURN(auto view,
                       TenantShmView::map(std::move(a.params_fd), std::move(a.shared_fd), a.slot));
   auto b = std::make_unique<AgentBinding>();
   b->view = std::move(view);
   b->conn = std::move(a.conn);
   b->via = via;
+  b->held = a.held;
+  b->not_held = std::move(a.reason);
+  b->shared_dev = st.st_dev;
+  b->shared_ino = st.st_ino;
+  if (!b->held) b->conn.reset();  // the agent closed its end already
   return b;
 }
 
@@ -268,7 +276,13 @@ void TenantPacer::install(std::unique_ptr<AgentBinding> b, bool first) {
   uint64_t seq = 0;
   const std::optional<TenantParams> p = b->view->readParams(&seq);
   if (b->view->tenant() == tenant_) why_.clear();
-  if (b->view->slot() == nullptr) {
+  if (!b->held) {
+    TQ_LOG(kWarn,
+           "tenant %s: attached through %s without a slot and not held by the agent (%s): "
+           "pacing within this uid's share, usage not reported; asking again every %lld ms",
+           b->view->tenant().c_str(), b->via.c_str(), b->not_held.c_str(),
+           static_cast<long long>(cfg_.recheck_ns / 1'000'000));
+  } else if (b->view->slot() == nullptr) {
     TQ_LOG(kWarn,
            "tenant %s: all %u process slots are taken; pacing with the shared bucket but "
            "this process's usage is not reported to the agent",
@@ -343,7 +357,7 @@ void TenantPacer::stepAttach(int64_t now) {
       // Not our tenant's socket (missing, no permission): the node-wide one, unless already
       // attached there and nothing was lost.
       AgentBinding* cur = agent_.load(std::memory_order_acquire);
-      if (cur != nullptr && !lost_) return;
+      if (cur != nullptr && !lost_ && cur->held) return;
       attempt_index_ = 1;
       a = attach::Attempt::start(paths[1], tenant_, cfg_.agent_uid);
       if (!a.ok()) {
@@ -366,6 +380,12 @@ void TenantPacer::stepAttach(int64_t now) {
   const std::string path = attempt_->path();
   attempt_.reset();
   if (got.ok()) {
+    AgentBinding* cur = agent_.load(std::memory_order_acquire);
+    struct stat st {};
+    if (!(*got)->held && cur != nullptr && !lost_ && ::fstat((*got)->shared_fd.get(), &st) == 0 &&
+        st.st_dev == cur->shared_dev && st.st_ino == cur->shared_ino) {
+      return;  // the memory it paces with already, still not held: nothing changes
+    }
     auto b = bind(std::move(**got), path);
     if (b.ok()) {
       if (attempt_index_ == 1 && why_.empty()) why_ = "its tenant's socket is not reachable";
@@ -468,7 +488,7 @@ void TenantPacer::maybeRefresh(int64_t now) {
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (lock.owns_lock()) {
       AgentBinding* cur = agent_.load(std::memory_order_acquire);
-      const bool settled = cur != nullptr && !lost_ && cur->view->tenant() == tenant_;
+      const bool settled = cur != nullptr && !lost_ && cur->held && cur->view->tenant() == tenant_;
       if (settled) {
         checkConnection(now);
       } else {

@@ -199,6 +199,12 @@ class TenantPacer {
     std::unique_ptr<TenantShmView> view;
     Fd conn;          // open for the life of the attachment
     std::string via;  // the socket
+    // False: the agent answered and closed (attach::kReplyNotHeld, `not_held` says why): the
+    // memory is ours to pace with, without a slot; a better attachment is sought every recheck.
+    bool held = true;
+    std::string not_held;
+    dev_t shared_dev = 0;  // the shared memfd (fstat), to tell the same memory handed out again
+    ino_t shared_ino = 0;
     // Latest bucket word this process wrote, per bucket (token_bucket.h).
     std::atomic<int64_t> floor[shm::kMaxBuckets] = {};
   };

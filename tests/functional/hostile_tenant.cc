@@ -6,6 +6,11 @@
 // agent garbage requests, fds, silence and too many connections, for SECONDS.
 // Prints "refused: ..." for each attempt the kernel or the agent refused and "ALLOWED: ..." for
 // each that worked and must not have; exits 1 if any did.
+//
+// tq-hostile-tenant --node-wide RUN_DIR SECONDS CONNECTIONS: what an unmapped user (a uid of no
+// tenant) tries on the node-wide socket: attaches CONNECTIONS times and keeps them open (every
+// default-tenant slot and connection it can get), and writes 9 s of debt into every bucket word
+// of the memory it was given, every 1 ms, for SECONDS. Prints one line of what it got.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -59,9 +64,54 @@ double now() {
 
 }  // namespace
 
+// --node-wide: see the file comment.
+int nodeWide(const std::string& run, double seconds, int connections) {
+  namespace at = tq::attach;
+  std::vector<at::Attached> held;
+  int with_slot = 0, refused = 0, not_held = 0;
+  std::string why;
+  for (int i = 0; i < connections; ++i) {
+    auto a = at::attachWithin(at::nodeSocketPath(run), "", 2000, tq::realClock());
+    if (!a.ok()) {
+      ++refused;
+      why = a.status().message();
+      continue;
+    }
+    if (a->slot < tq::shm::kMaxSlots) ++with_slot;
+    if (!a->held) ++not_held;  // the agent answered and closed it at once
+    held.push_back(std::move(*a));
+  }
+  std::printf("node-wide: %zu attached (%d with a slot, %d not held), %d refused%s%s\n",
+              held.size(), with_slot, not_held, refused, why.empty() ? "" : ": ", why.c_str());
+  if (held.empty()) return 1;
+  auto* shared = static_cast<tq::shm::SharedPage*>(::mmap(nullptr, sizeof(tq::shm::SharedPage),
+                                                          PROT_READ | PROT_WRITE, MAP_SHARED,
+                                                          held.front().shared_fd.get(), 0));
+  if (shared == MAP_FAILED) return 1;
+  const double end = now() + seconds;
+  uint64_t writes = 0;
+  while (now() < end) {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const int64_t debt = ts.tv_sec * 1'000'000'000LL + ts.tv_nsec + 9'000'000'000LL;
+    for (auto& b : shared->buckets) b.empty_at_ns.store(debt);
+    ++writes;
+    ::usleep(1000);
+  }
+  std::printf("node-wide: %llu writes of 9 s of debt into every bucket word\n",
+              static_cast<unsigned long long>(writes));
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--node-wide") {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    return nodeWide(argv[2], std::atof(argv[3]), std::atoi(argv[4]));
+  }
   if (argc != 5) {
-    std::fprintf(stderr, "usage: tq-hostile-tenant RUN_DIR VICTIM OWN SECONDS\n");
+    std::fprintf(stderr,
+                 "usage: tq-hostile-tenant RUN_DIR VICTIM OWN SECONDS\n"
+                 "       tq-hostile-tenant --node-wide RUN_DIR SECONDS CONNECTIONS\n");
     return 2;
   }
   const std::string run = argv[1], victim = argv[2], own = argv[3];

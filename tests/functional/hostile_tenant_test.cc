@@ -36,6 +36,15 @@ std::string policy() {
          "    weight: 1\n    serviceLevel: 2\n    dscp: 18\n    unixGroup: \"41002\"\n";
 }
 
+// The same with a default tenant ("shared", no unixGroup: only the node-wide socket reaches it)
+// for the processes of users no tenant maps.
+constexpr uint64_t kDefaultRate = 50'000'000 / 8;  // its limit, bytes/s
+std::string policyWithDefault() {
+  return policy() +
+         "  - name: shared\n    link: fabric\n    guarantee: 20Mbps\n    limit: 50Mbps\n"
+         "    weight: 1\n    serviceLevel: 3\n    dscp: 10\n    default: true\n";
+}
+
 std::vector<std::string> as(int id, std::vector<std::string> argv) {
   std::vector<std::string> v = {"/usr/bin/setpriv", "--reuid=" + std::to_string(id),
                                 "--regid=" + std::to_string(id), "--clear-groups"};
@@ -50,6 +59,26 @@ class PrivilegedHostileTenantTest : public AgentHarness {
             "--duration", "5",         "--size",   "64K",        "--report-interval",
             "100",        "--json",    "--plugin", TQ_PLUGIN_SO, "--tenant",
             tenant,       "--timeout", "30"};
+  }
+  // A job of a user no tenant maps: no --tenant, so it asks for the default and gets what the
+  // node-wide socket gives.
+  std::vector<std::string> unmappedPerf(int seconds) {
+    return {TQ_PERF_BIN,
+            "sendrecv",
+            "--local",
+            "2",
+            "--unidirectional",
+            "--duration",
+            std::to_string(seconds),
+            "--size",
+            "64K",
+            "--report-interval",
+            "100",
+            "--json",
+            "--plugin",
+            TQ_PLUGIN_SO,
+            "--timeout",
+            "10"};
   }
   std::map<std::string, std::string> env() {
     return {
@@ -130,6 +159,89 @@ TEST_F(PrivilegedHostileTenantTest, TenantBCannotChangeReachOrStarveTenantAOrWed
   stopAgent();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1))
       << "the agent must exit on SIGTERM within 1 s";
+}
+
+// The wall-clock span [first, last] of rank 1's interval reports (CLOCK_REALTIME seconds).
+std::pair<double, double> receiverSpan(const std::string& out) {
+  double first = 1e300, last = 0;
+  for (const std::string& l : jsonLines(out, "interval")) {
+    if (jsonNumber(l, "rank").value_or(0) != 1) continue;
+    const double end = jsonNumber(l, "wall_ns").value_or(0) / 1e9;
+    first = std::min(first, end - jsonNumber(l, "interval_s").value_or(0));
+    last = std::max(last, end);
+  }
+  return {first, last};
+}
+
+// Issue 23 item 6: the node-wide socket (0666) is every uid's. One uid holds every connection
+// and slot it can get there and writes 9 s of debt into every bucket word it was handed, every
+// millisecond, while other uids' jobs run as the default tenant. Before: the job next to it
+// fell from 50 to about 1 Mbit/s, and three jobs refused by the full socket paced themselves at
+// 100 Mbit/s each (299 Mbit/s against the default tenant's 50). After: each uid has its own
+// buckets and slots, under the default tenant's rate together.
+TEST_F(PrivilegedHostileTenantTest, UnmappedUsersCannotStarveOrLiftEachOther) {
+  if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/setpriv";
+  ASSERT_EQ(::chmod(tmp_.c_str(), 0755), 0);
+  startPolicyd();
+  startAgent();
+  apply(policyWithDefault());
+  ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200 && shmExists("shared"); }, 3000))
+      << readText(agent_log_);
+
+  // A hostile uid attaches through the node-wide socket (as `connections` processes would) and
+  // writes debt into the buckets it was given every millisecond.
+  auto hostileUid = [&](int uid, int connections) {
+    auto p = std::make_unique<Proc>(
+        as(uid, {TQ_HOSTILE_BIN, "--node-wide", run_dir_, "30", std::to_string(connections)}),
+        std::map<std::string, std::string>{});
+    EXPECT_TRUE(eventually(
+        [&] {
+          p->poll();
+          return p->out().find("node-wide:") != std::string::npos;
+        },
+        20'000))
+        << p->out() << p->err();
+    std::printf("hostile uid %d: %s", uid, p->out().c_str());
+    return p;
+  };
+
+  // Starving: one job beside a uid that writes debt into what it was given.
+  auto writer = hostileUid(41003, 1);
+  Proc one(as(41004, unmappedPerf(4)), env());
+  ProcResult r1 = one.wait(60);
+  ASSERT_EQ(r1.exit_code, 0) << r1.err << r1.out;
+  const double alone = receiverWindow(r1.out, 1).rate();
+  std::printf("one unmapped job beside the hostile uid: %.1f Mbit/s (the default tenant: %.1f)\n",
+              alone * 8e-6, kDefaultRate * 8e-6);
+  EXPECT_GE(alone, 0.8 * kDefaultRate) << "another uid starved an unmapped job";
+
+  // Lifting: another uid holds every connection and slot it can get; three jobs of three more
+  // uids at once.
+  auto holder = hostileUid(41007, 200);
+  std::vector<std::unique_ptr<Proc>> jobs;
+  for (int uid : {41004, 41005, 41006}) {
+    jobs.push_back(std::make_unique<Proc>(as(uid, unmappedPerf(5)), env()));
+  }
+  std::vector<ProcResult> rs;
+  for (auto& j : jobs) rs.push_back(j->wait(60));
+  double from = 0, to = 1e300;
+  for (const ProcResult& r : rs) {
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto [first, last] = receiverSpan(r.out);
+    from = std::max(from, first);
+    to = std::min(to, last);
+  }
+  ASSERT_GT(to - from, 1.0) << "the three jobs did not run together";
+  double sum = 0, least = 1e300;
+  for (const ProcResult& r : rs) {
+    const double rate = receiverWindow(r.out, 1, from, to).rate();
+    sum += rate;
+    least = std::min(least, rate);
+  }
+  std::printf("three unmapped jobs of three uids: %.1f Mbit/s together, the least %.1f\n",
+              sum * 8e-6, least * 8e-6);
+  EXPECT_LE(sum, 1.1 * kDefaultRate) << "unmapped jobs together exceeded the default tenant";
+  EXPECT_GE(least, 0.2 * kDefaultRate) << "one unmapped job was starved by the others";
 }
 
 }  // namespace

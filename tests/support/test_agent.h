@@ -1,9 +1,12 @@
-// The agent's side of attaching, for tests of the plugin: the real AttachServer and TenantShm
-// (agent/attach_server.h, common/tenant_shm.h) over a test's run directory, without policyd,
-// tc or the allocator. Also a process's side, attached in-process (attachAs).
+// The agent's side of attaching, for tests of the plugin: the real AttachServer, TenantShm and
+// DefaultTenant (agent/attach_server.h, common/tenant_shm.h, agent/default_tenant.h) over a
+// test's run directory, without policyd, tc or the allocator: the default tenant's shares are
+// set when a uid first attaches (its share of what the uids in use leave), never by demand.
+// Also a process's side, attached in-process (attachAs).
 #pragma once
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <map>
 #include <memory>
@@ -12,6 +15,7 @@
 
 #include "agent/attach_server.h"
 #include "common/attach_protocol.h"
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "common/tenant_shm.h"
 
@@ -21,10 +25,13 @@ class TestAgent {
  public:
   // Serves the node-wide socket of `run_dir` (made 0755 so other uids can reach it); the
   // default tenant is "default" at `default_rate` until tenant("default", ...) replaces it.
-  explicit TestAgent(const std::string& run_dir, uint64_t default_rate = 12'500'000)
+  // `max_per_uid`: connections of one uid the node-wide socket holds (AttachServer::Options).
+  explicit TestAgent(const std::string& run_dir, uint64_t default_rate = 12'500'000,
+                     uint32_t max_per_uid = 64)
       : run_dir_(run_dir) {
     agent::AttachServer::Options o;
     o.run_dir = run_dir;
+    o.max_connections_per_uid = max_per_uid;
     auto s = agent::AttachServer::start(o);
     if (!s.ok()) fail_ = s.status().toString();
     if (s.ok()) server_ = std::move(s).value();
@@ -34,9 +41,7 @@ class TestAgent {
     // 256 KiB deep: at its limit a tenant makes up nothing for late retries (plugin.md, Late
     // retries), and the tests of which rate applies run beside others on a busy machine.
     p.buckets = nodeBuckets(default_rate, 256 * 1024, default_rate);
-    default_ = TenantShm::create("default", 0).value();
-    default_->publish(p);
-    if (server_) server_->serveDefault(default_);
+    serveDefault(nullptr, p);
   }
   const std::string& failure() const { return fail_; }  // empty when the server runs
   agent::AttachServer& server() { return *server_; }
@@ -49,7 +54,7 @@ class TestAgent {
     shm->publish(params);
     Status s = server_->serve(name, shm, group);
     if (!s.ok()) fail_ = s.toString();
-    if (name == "default") server_->serveDefault(shm);
+    if (name == "default") serveDefault(shm, params);
     std::vector<std::pair<int, std::string>> map;
     for (const auto& [n, t] : tenants_) {
       for (int32_t tc : t->published().traffic_classes) map.emplace_back(tc, n);
@@ -58,8 +63,10 @@ class TestAgent {
         .ignore();
     return shm.get();
   }
-  TenantShm* shm(const std::string& name) {
-    if (name == "default" && tenants_.count(name) == 0) return default_.get();
+  // A tenant's memory; for "default", the uid's share of it (null: no process of the uid has
+  // attached through the node-wide socket).
+  TenantShm* shm(const std::string& name, uid_t uid = ::getuid()) {
+    if (name == "default" && tenants_.count(name) == 0) return default_->shardOf(uid).get();
     auto it = tenants_.find(name);
     return it == tenants_.end() ? nullptr : it->second.get();
   }
@@ -71,10 +78,18 @@ class TestAgent {
   }
 
  private:
+  void serveDefault(std::shared_ptr<TenantShm> group, const TenantParams& p) {
+    agent::DefaultTenant::Options o;
+    o.tenant = "default";
+    default_ = std::make_shared<agent::DefaultTenant>(o, std::move(group), realClock());
+    default_->setParams(p);
+    if (server_) server_->serveDefault(default_);
+  }
+
   std::string run_dir_;
   std::string fail_;
   std::unique_ptr<agent::AttachServer> server_;
-  std::shared_ptr<TenantShm> default_;
+  std::shared_ptr<agent::DefaultTenant> default_;
   std::map<std::string, std::shared_ptr<TenantShm>> tenants_;
 };
 

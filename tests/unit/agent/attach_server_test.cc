@@ -54,6 +54,16 @@ class AttachServerTest : public ::testing::Test {
     return p;
   }
 
+  // The built-in default tenant (no memory of its own) with a node-wide rate.
+  static std::shared_ptr<DefaultTenant> defaultTenant(Clock& clock) {
+    DefaultTenant::Options o;
+    o.tenant = "default";
+    auto d = std::make_shared<DefaultTenant>(o, nullptr, clock);
+    TenantParams p;
+    p.buckets = nodeBuckets(12'500'000, 4096, 12'500'000);
+    d->setParams(p);
+    return d;
+  }
   // A connected client of `path` that has sent nothing.
   static Fd connectTo(const std::string& path) {
     Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -80,15 +90,13 @@ class AttachServerTest : public ::testing::Test {
 TEST_F(AttachServerTest, AttachesAndRefusesGarbageSayingWhy) {
   auto server = startAt(tmp_ + "/run");
   ASSERT_TRUE(server.ok()) << server.status().toString();
-  auto shm = TenantShm::create("default", 0);
-  ASSERT_TRUE(shm.ok());
   const std::string path = attach::nodeSocketPath(tmp_ + "/run");
   // Before serveDefault() there is no policy: refused with the reason.
   auto early = attach::attachWithin(path, "", 2000, realClock());
   ASSERT_FALSE(early.ok());
   EXPECT_NE(early.status().message().find("refused"), std::string::npos)
       << early.status().message();
-  (*server)->serveDefault(*shm);
+  (*server)->serveDefault(defaultTenant(realClock()));
   auto a = attach::attachWithin(path, "anyone", 2000, realClock());
   ASSERT_TRUE(a.ok()) << a.status().toString();
   EXPECT_EQ(a->tenant, "default");
@@ -120,9 +128,7 @@ TEST_F(AttachServerTest, ASilentPeerIsClosedAtTheDeadlineOfTheServersClock) {
   o.request_timeout_ns = 1'000'000'000;
   auto server = AttachServer::start(o, clock);
   ASSERT_TRUE(server.ok()) << server.status().toString();
-  auto shm = TenantShm::create("default", 0);
-  ASSERT_TRUE(shm.ok());
-  (*server)->serveDefault(*shm);
+  (*server)->serveDefault(defaultTenant(clock));
   const std::string path = attach::nodeSocketPath(o.run_dir);
   Fd silent = connectTo(path);
   // A peer attaching after it: once its reply is out, the silent one (ahead of it in the
@@ -208,22 +214,13 @@ TEST_F(AttachServerTest, AnAttachmentEndsWhenTheProcessExecsAnotherProgram) {
   ASSERT_GT(child, 0);
   auto server = startAt(run_dir);
   ASSERT_TRUE(server.ok()) << server.status().toString();
-  auto shm = TenantShm::create("default", 0);
-  ASSERT_TRUE(shm.ok());
-  (*server)->serveDefault(*shm);
+  auto d = defaultTenant(realClock());
+  (*server)->serveDefault(d);
   auto listed = [&] {
     for (const Attachment& a : (*server)->attachments()) {
       if (a.peer.pid == child) return true;
     }
     return false;
-  };
-  auto eventually = [](auto pred, int ms) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (!pred()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return true;
   };
   ASSERT_EQ(::write(go[1], "g", 1), 1);
   char c;
@@ -242,7 +239,12 @@ TEST_F(AttachServerTest, AnAttachmentEndsWhenTheProcessExecsAnotherProgram) {
   EXPECT_TRUE(eventually([&] { return !listed(); }, 2000))
       << "still counted as attached (governed) after exec of /bin/sleep";
   // And the agent let go of it: the slot is free again.
-  EXPECT_TRUE(eventually([&] { return (*shm)->attachments().empty(); }, 2000));
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto mine = d->shardOf(::getuid());  // the child's uid: this one's
+        return mine && mine->attachments().empty();
+      },
+      2000));
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   for (int* p : {go, attached, exec_now}) {

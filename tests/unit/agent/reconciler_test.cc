@@ -622,6 +622,55 @@ TEST_F(ReconcilerTest, NodeWideSocketGivesTheDefaultTenant) {
   EXPECT_EQ(attach::tenantForTrafficClass(dir_.path(), 5), std::nullopt);
 }
 
+// The node-wide socket gives each uid a share of the default tenant of its own (issue 23 item
+// 6): the tenant's memory is its group's, every uid's usage is counted as the tenant's, and the
+// tenant's rate is split among them (agent/default_tenant.h; default_tenant_test.cc).
+TEST_F(ReconcilerTest, EachUidGetsItsOwnShareOfTheDefaultTenantCountedAsTheTenants) {
+  auto r = make();
+  VersionedPolicy v = samplePolicy(1);
+  v.policy.tenants[1].is_default = true;  // tenant-b
+  r->onPolicy(v, PolicySource::kPolicyd);
+  ASSERT_TRUE(r->defaultTenant());
+  EXPECT_EQ(r->defaultTenant()->tenant(), "tenant-b");
+  EXPECT_EQ(r->defaultTenant()->group(), r->tenantShm("tenant-b"));
+  auto p = tq::testing::attachAs(attach::nodeSocketPath(dir_.path()), "");
+  ASSERT_TRUE(p.ok()) << p.status().toString();
+  EXPECT_EQ(p->view->tenant(), "tenant-b");
+  ASSERT_EQ(r->defaultTenant()->shards(), 1u);
+  EXPECT_NE(p->view.get(), nullptr);
+  const std::shared_ptr<TenantShm> mine = r->defaultTenant()->shardOf(::getuid());
+  ASSERT_TRUE(mine);
+  EXPECT_NE(mine, r->tenantShm("tenant-b")) << "a uid's memory is not the tenant's group's";
+  ASSERT_TRUE(attachedCount(1));
+  // What this uid's process sends is the tenant's.
+  p->view->counters(0)->bytes.store(5'000'000);
+  for (int i = 0; i < 3; ++i) {
+    clock_.advanceNs(10'000'000);
+    r->tick();
+  }
+  AgentState st = board_.snapshot();
+  bool found = false;
+  for (const TenantStatus& t : st.tenants) {
+    if (t.name != "tenant-b") continue;
+    found = true;
+    EXPECT_EQ(t.transmit_bytes, 5'000'000u);
+    EXPECT_EQ(t.processes, 1u);
+    // A share of the tenant's bucket, never more.
+    const TenantParams tp = r->tenantParams("tenant-b").value();
+    EXPECT_LE(mine->published().buckets[0].rate_bytes_per_second,
+              tp.buckets[0].rate_bytes_per_second);
+    EXPECT_GT(mine->published().buckets[0].rate_bytes_per_second, 0u);
+  }
+  EXPECT_TRUE(found);
+  // Another default: the uid's memory is marked deleted, tenant-b has its whole rate back.
+  v = samplePolicy(2);
+  v.policy.tenants[0].is_default = true;
+  r->onPolicy(v, PolicySource::kPolicyd);
+  EXPECT_EQ(r->defaultTenant()->tenant(), "tenant-a");
+  EXPECT_TRUE(p->view->readParams()->deleted);
+  EXPECT_EQ(r->tenantShm("tenant-b")->published(), r->tenantParams("tenant-b").value());
+}
+
 TEST_F(ReconcilerTest, NoneModeProgramsOnlyTheLinkShaper) {
   auto r = make(TcMode::kNone);
   r->onPolicy(samplePolicy(1), PolicySource::kPolicyd);

@@ -120,6 +120,52 @@ TEST(Allocate, Table) {
   }
 }
 
+// Participants that distrust each other (the uids of the default tenant): an equal guarantee
+// each, the spare by demand, the allocations never above the rate.
+TEST(SplitRate, EqualGuaranteesSpareByDemandNeverAboveTheRate) {
+  // One wants everything, one is idle: the first gets all of it, the idle one's bucket keeps its
+  // equal share (it has it at once when it starts).
+  auto a = splitRate(kCap, {kU, 0}, {true, true});
+  EXPECT_EQ(rates(a), (std::vector<uint64_t>{kCap, 0}));
+  EXPECT_EQ(buckets(a), (std::vector<uint64_t>{kCap, kCap / 2}));
+  // Both want everything: halves, whatever either claims beyond that.
+  a = splitRate(kCap, {kU, kU}, {true, true});
+  EXPECT_EQ(rates(a), (std::vector<uint64_t>{kCap / 2, kCap / 2}));
+  // One claims everything, two want a little: those get what they want, the claimer the rest.
+  a = splitRate(kCap, {kU, 10 * kPct, 5 * kPct}, {true, true, true});
+  EXPECT_EQ(rates(a), (std::vector<uint64_t>{85 * kPct, 10 * kPct, 5 * kPct}));
+  // Three claimers and one that wants more than its third: each gets a quarter at least.
+  a = splitRate(kCap, {kU, kU, kU, kU}, {true, true, true, true});
+  for (const Allocation& x : a) EXPECT_EQ(x.rate, 25 * kPct);
+  // An inactive participant (no process) gets nothing but keeps its share in its bucket.
+  a = splitRate(kCap, {kU, kU}, {true, false});
+  EXPECT_EQ(rates(a), (std::vector<uint64_t>{kCap, 0}));
+  EXPECT_EQ(buckets(a)[1], kCap / 2);
+  EXPECT_TRUE(splitRate(kCap, {}, {}).empty());
+  // Random demands: the allocations never sum past the rate, each active participant gets at
+  // least min(demand, rate / n), and no bucket is below rate / n.
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 2000; ++round) {
+    const size_t n = 1 + rng() % 9;
+    std::vector<uint64_t> d(n);
+    std::vector<bool> act(n);
+    for (size_t i = 0; i < n; ++i) {
+      d[i] = rng() % 4 == 0 ? kU : rng() % (2 * kCap);
+      act[i] = rng() % 5 != 0;
+    }
+    a = splitRate(kCap, d, act);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      sum += a[i].rate;
+      if (act[i]) {
+        EXPECT_GE(a[i].rate, std::min(d[i], kCap / n));
+      }
+      EXPECT_GE(a[i].bucket_rate, kCap / n);
+    }
+    EXPECT_LE(sum, kCap);
+  }
+}
+
 TEST(Allocate, Describe) {
   auto got = allocate(kCap, {t(40 * kPct, 60 * kPct, 2, kU), t(0, kCap, 1, kU)});
   EXPECT_EQ(describeAllocation({"a", "b"}, got), "a=480Mbps/b=320Mbps");
