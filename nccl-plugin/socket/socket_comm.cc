@@ -11,8 +11,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <utility>
+#include <vector>
 
 #include "common/log.h"
 
@@ -212,12 +215,20 @@ class SocketComm::Helper {
       }
       return 0u;
     }();
-    std::sort(order_.begin(), order_.end(), [&](Stream* a, Stream* b) {
-      const StripeTask* ta = a->ring.front();
-      const StripeTask* tb = b->ring.front();
-      if (ta == nullptr || tb == nullptr) return ta != nullptr && tb == nullptr;
-      return static_cast<int32_t>(ta->req->seq - base) < static_cast<int32_t>(tb->req->seq - base);
-    });
+    // Keys taken once, then sorted: NCCL's thread pushes into the rings while this runs, and a
+    // comparator reading them could see a stream's front appear mid-sort, which is not a strict
+    // weak order (std::sort's unguarded insertion then runs off the vector: SIGSEGV, seen in
+    // the testbed). Streams with nothing queued go last.
+    keyed_.clear();
+    for (Stream* s : order_) {
+      const StripeTask* t = s->ring.front();
+      keyed_.emplace_back(
+          t == nullptr ? INT64_MAX : static_cast<int64_t>(static_cast<int32_t>(t->req->seq - base)),
+          s);
+    }
+    std::sort(keyed_.begin(), keyed_.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < keyed_.size(); ++i) order_[i] = keyed_[i].second;
   }
 
   // Send side, after waiting for room in the socket: how long (since the last look) the kernel
@@ -279,7 +290,8 @@ class SocketComm::Helper {
   bool lowered_ = false;  // some stream has SO_RCVLOWAT > 1
   int index_ = 0;
   std::vector<Stream*> streams_;
-  std::vector<Stream*> order_;  // streams_, oldest message first (orderStreams)
+  std::vector<Stream*> order_;                      // streams_, oldest message first (orderStreams)
+  std::vector<std::pair<int64_t, Stream*>> keyed_;  // orderStreams' scratch: (key, stream)
   Fd efd_;
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -236,11 +236,12 @@ class Runner:
         deadline = t_start + sc.duration + 40
         while True:
             now = time.time()
-            for job in jobs:
-                f = job.failed()
-                if f:
-                    raise RuntimeError(f"scenario {sc.name}: {job.tenant} rank {f[0]} exited with "
-                                       f"code {f[1]}:\n{f[2]}")
+            failed = [(job, job.failed()) for job in jobs]
+            failed = [(job, f) for job, f in failed if f]
+            if failed:
+                # A crash (a signal) is the cause; the ranks it was connected to only follow.
+                job, f = min(failed, key=lambda jf: "killed" not in jf[1][1])
+                raise RuntimeError(f"scenario {sc.name}: {job.tenant} rank {f[0]} {f[1]}:\n{f[2]}")
             if meter.error:
                 raise RuntimeError(f"scenario {sc.name}: the traffic meter failed: {meter.error}")
             if sc.mode.startswith("tenantqos") and not self.cp.agents_alive():
@@ -315,9 +316,23 @@ class Runner:
         res["windows_per_node"] = len(next(iter(mask.values()))) if mask else 0
         per_end = {e: [] for e in ends}
         several = any(len(j.placement.receivers()) > 1 for j in jobs if j.tenant in sc.placement)
+        # Each tenant's limit and windows with demand: always (backlogged), the on phases
+        # (on/off), none known (training: compute phases come and go with the iteration times).
+        limits, actives = {}, {}
         for job in jobs:
             spec = self.tenants[job.tenant]
-            limit = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
+            limits[job.tenant] = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
+            actives[job.tenant] = (
+                [False] * res["windows_per_node"] if job.tenant in sc.compute_ms else
+                analysis.on_windows(sc.on_off.get(job.tenant), width, t0, t1))
+        # Per receiving end and window: the tenants with demand there could use more than the
+        # link (where a guarantee is contended, and the busy-window filter means something).
+        contended = {e: [sum(min(limits[t], self.link_bps) for t in rx
+                             if e in rx[t] and actives[t][k]) > self.link_bps * 1.0001
+                         for k in range(res["windows_per_node"])] for e in ends}
+        for job in jobs:
+            spec = self.tenants[job.tenant]
+            limit = limits[job.tenant]
             rx_ends, tx_ends = list(rx[job.tenant]), list(tx[job.tenant])
             series = [rx[job.tenant][e] for e in rx_ends]
             sent = [tx[job.tenant][e] for e in tx_ends]
@@ -332,11 +347,8 @@ class Runner:
                                         for (n, r), s in rx[job.tenant].items()},
                            "sent": {f"node{n}/eth{r}": s for (n, r), s in tx[job.tenant].items()}},
                           f)
-            # The windows with demand: always (backlogged), the on phases (on/off), none known
-            # (training: compute phases come and go with the iteration times).
             training = job.tenant in sc.compute_ms
-            active = ([False] * res["windows_per_node"] if training else
-                      analysis.on_windows(sc.on_off.get(job.tenant), width, t0, t1))
+            active = actives[job.tenant]
             for e, s in zip(rx_ends, series):
                 per_end[e].append((s, active, min(limit, self.link_bps)))
             fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1,
@@ -378,6 +390,10 @@ class Runner:
                      # figure).
                      "attainment_p50_link_busy": p50_busy,
                      "attainment_p1_link_busy": p1_busy,
+                     "windows_with_demand": sum(sum(active) for _ in rx_ends),
+                     "contended_windows_with_demand": sum(
+                         sum(a and c for a, c in zip(active, contended[e])) for e in rx_ends),
+                     "busy_windows_with_demand": sum(sum(m) for m in busy_masks),
                      # The worst window at either end (received at a node, sent from one).
                      "cap_conformance_max": max(caps) if caps else None,
                      "cap_conformance_rx_max": fig["cap_conformance_max"],

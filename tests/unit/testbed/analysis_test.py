@@ -191,6 +191,27 @@ class ViolationsTest(unittest.TestCase):
         self.assertEqual([(x["tenant"], x["figure"]) for x in v], [("slow", 1.2)])
         self.assertEqual(analysis.violations({"tenants": [self.tenant()], "link_bps": 1e9}), [])
 
+    def test_a_link_left_mostly_idle_does_not_excuse_the_other_windows(self):
+        # 15 busy of 90 contended windows with demand: the busy filter is not trusted, all
+        # windows count. Windows at a receiver the tenant has to itself never are busy and do
+        # not count against the filter (most: 60 of 90 contended, 180 with demand).
+        few = self.tenant(name="few", attainment_p1=0.3, busy_windows_with_demand=15,
+                          contended_windows_with_demand=90, windows_with_demand=90)
+        most = self.tenant(name="most", attainment_p1=0.3, busy_windows_with_demand=60,
+                           contended_windows_with_demand=90, windows_with_demand=180)
+        self.assertEqual(analysis.target_attainment(few), (1.0, 0.3, ""))
+        self.assertEqual(analysis.target_attainment(most), (1.0, 1.0, "_link_busy"))
+        v = analysis.violations({"link_bps": 1e9, "tenants": [few, most]})
+        self.assertEqual([(x["tenant"], x["measure"]) for x in v], [("few", "attainment_p1")])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.check_targets([{"name": "incast-tenantqos-tcp", "workload": "incast",
+                                   "mode": "tenantqos-tcp", "skipped": None, "link_bps": 1e9,
+                                   "tenants": [few]}], {})
+        self.assertIn("[MISS] incast/tenantqos-tcp: few attainment p50 1.000 (>= 0.99), p1 0.300 "
+                      "(>= 0.95) over all windows with demand (15 busy of 90 contended windows "
+                      "with demand); too few busy windows", out.getvalue())
+
 
 class Spec:
     def __init__(self, name, g, l, w, dscp):
