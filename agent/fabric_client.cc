@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/allocation.h"
 #include "common/fabric_peers.h"
 #include "common/log.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
@@ -45,6 +46,27 @@ std::vector<std::string> deviceAddresses(const std::vector<std::string>& devices
   }
   ::freeifaddrs(list);
   return out;
+}
+
+bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadband) {
+  if (sent.policy_version != now.policy_version || sent.entries.size() != now.entries.size()) {
+    return true;
+  }
+  auto moved = [deadband](uint64_t a, uint64_t b) {
+    if (a == b) return false;
+    if (a == 0 || b == 0 || a == kUnboundedDemand || b == kUnboundedDemand) return true;
+    const double hi = static_cast<double>(std::max(a, b));
+    const double lo = static_cast<double>(std::min(a, b));
+    return hi - lo > deadband * hi;
+  };
+  for (size_t i = 0; i < now.entries.size(); ++i) {
+    const FabricDemandEntry& a = sent.entries[i];
+    const FabricDemandEntry& b = now.entries[i];
+    if (a.tenant != b.tenant || a.link != b.link || moved(a.tx, b.tx) || moved(a.rx, b.rx)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 v1::DemandReport toDemandReport(const std::string& node, const FabricDemand& demand,
@@ -152,15 +174,26 @@ rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc:
       options_.addresses ? options_.addresses() : std::vector<std::string>{};
   TQ_LOG(kDebug, "cluster allocator stream to %s as %s (%zu addresses)", target.c_str(),
          options_.node.c_str(), addresses.size());
-  // The writer: one report now (policyd attaches the node on its first), then every interval.
+  // The writer: one report now (policyd attaches the node on its first), then at each interval
+  // when the demand moved past the deadband, else at the refresh: a demand change goes out
+  // within an interval, and a steady node costs one report a second.
   // gRPC allows one thread writing while another reads the same stream.
   Worker writer(clock_);
   writer.start("tq-demand", [&](std::stop_token st) {
+    std::optional<FabricDemand> last;
+    int64_t last_at = 0;
     do {
       std::optional<FabricDemand> d = board_.fabricDemand();
       if (!d) d = FabricDemand{};
+      const int64_t now = clock_.nowNs();
+      if (last && now - last_at < options_.refresh_ns &&
+          !demandMoved(*last, *d, options_.deadband)) {
+        continue;
+      }
       if (!stream->Write(toDemandReport(options_.node, *d, addresses, ++sequence_))) return;
       sent_++;
+      last = std::move(d);
+      last_at = now;
     } while (!st.stop_requested() && writer.waitFor(options_.interval_ns));
   });
   rpc::StreamFollower::StreamEnd end;

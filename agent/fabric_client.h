@@ -41,9 +41,13 @@ class FabricClient {
  public:
   struct Options {
     std::string node;
-    int64_t interval_ns = 100'000'000;  // between demand reports
-    BackoffOptions backoff;             // between stream attempts
-    uint64_t seed = 0;                  // of the backoff's jitter; 0: random
+    // A report goes out every interval when the demand moved (demandMoved), else every
+    // refresh_ns (the allocator forgets a node silent for 2 s).
+    int64_t interval_ns = 100'000'000;
+    int64_t refresh_ns = 1'000'000'000;
+    double deadband = 0.01;
+    BackoffOptions backoff;  // between stream attempts
+    uint64_t seed = 0;       // of the backoff's jitter; 0: random
     // The node's addresses, asked at each stream's start.
     std::function<std::vector<std::string>()> addresses;
   };
@@ -80,6 +84,10 @@ class FabricClient {
   std::unique_ptr<rpc::StreamFollower> follower_;  // tq-fabric's (and stop()'s, once it exited)
   Worker worker_;
 };
+
+// Whether `now` differs from `sent` by more than `deadband` (a fraction) in any entry, or to or
+// from zero or backlogged, or in its entries or policy version: worth a report before the refresh.
+bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadband);
 
 // The wire <-> domain translation of the stream (the edge where protobuf types stop).
 tenantqos::v1::DemandReport toDemandReport(const std::string& node, const FabricDemand& demand,

@@ -273,7 +273,7 @@ Status Plugin::connect(void* ctx, int traffic_class, int dev, void* handle, void
   std::unique_ptr<SendComm> comm;
   TQ_RETURN_IF_ERROR(transport_->connect(dev, tenant->qos(), handle, &comm));
   if (comm == nullptr) return okStatus();  // in progress: NCCL calls again
-  const int channel = tenant->channel(shm::kTx, netdevOf(*transport_, dev));
+  const int channel = tenant->channel(shm::kTx, netdevOf(*transport_, dev), comm->peerAddress());
   auto obj = std::make_unique<SendObj>(std::move(tenant), channel);
   obj->comm = std::move(comm);
   if (obj->comm->pacesItself()) obj->comm->setPacing(&obj->pacing);
@@ -298,7 +298,7 @@ Status Plugin::accept(void* listen_comm, void** recv_comm) {
       isDns1123Label(peer)) {
     tenant = tenants_.byName(peer);
   }
-  const int channel = tenant->channel(shm::kRx, netdevOf(*transport_, l->dev));
+  const int channel = tenant->channel(shm::kRx, netdevOf(*transport_, l->dev), comm->peerAddress());
   auto obj = std::make_unique<RecvObj>(std::move(tenant), channel);
   obj->comm = std::move(comm);
   if (obj->comm->pacesItself()) obj->comm->setPacing(&obj->pacing);

@@ -1,12 +1,17 @@
 #include "nccl-plugin/tenant.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <cerrno>
 #include <climits>
+#include <cstring>
 
+#include "common/fd.h"
 #include "common/log.h"
 #include "common/token_bucket.h"
 #include "common/units.h"
@@ -58,6 +63,7 @@ TenantPacer::TenantPacer(std::string tenant, PacerConfig cfg, Clock& clock)
   channels_dir_[kTxChannel] = shm::kTx;
   channels_dir_[kRxChannel] = shm::kRx;
   for (auto& c : chan_bucket_) c.store(-1, std::memory_order_relaxed);
+  for (auto& c : chan_links_) c.store(0, std::memory_order_relaxed);
   useFallback();
   const int64_t now = clock_.nowNs();
   std::lock_guard<std::mutex> lock(mu_);
@@ -108,8 +114,8 @@ std::string describeBuckets(const std::vector<BucketSpec>& buckets) {
     if (b.scope == shm::kScopeNone) continue;
     if (!s.empty()) s += ", ";
     s += std::string(b.direction == shm::kTx ? "tx " : "rx ") +
-         (b.name.empty() ? "" : b.name + " ") + formatRate(b.rate_bytes_per_second) + " (depth " +
-         formatSize(b.depth_bytes) + ")";
+         (b.scope == shm::kScopeFabricLink ? "link " : "") + (b.name.empty() ? "" : b.name + " ") +
+         formatRate(b.rate_bytes_per_second) + " (depth " + formatSize(b.depth_bytes) + ")";
   }
   return s.empty() ? "no buckets" : s;
 }
@@ -226,24 +232,113 @@ int TenantPacer::bucketFor(const Channel& c) {
   return first;
 }
 
+static_assert(shm::kMaxBuckets <= 32, "a channel's link buckets are bits of a uint32_t");
+
+// mu_ held. The shared-link buckets of params_ a channel charges: those of its direction whose
+// link the map says the peer is behind. A link the map does not name (no map, a map of another
+// policy version whose index holds another class) is charged: the safe side.
+uint32_t TenantPacer::linksFor(const Channel& c) const {
+  if (agent_.load(std::memory_order_acquire) == nullptr) return 0;
+  const std::vector<BucketSpec>& t = params_.buckets;
+  uint32_t mask = 0;
+  for (size_t i = 0; i < t.size() && i < shm::kMaxBuckets; ++i) {
+    const BucketSpec& b = t[i];
+    if (b.scope != shm::kScopeFabricLink || b.direction != c.dir) continue;
+    bool crosses = true;
+    if (fabric_peers_ && !c.peer.empty()) {
+      for (const FabricLinkPeers& l : fabric_peers_->links) {
+        if (l.index == b.index && l.name.substr(0, shm::kBucketNameBytes - 1) == b.name) {
+          crosses = crossesLink(l, c.peer, std::nullopt);
+        }
+      }
+    }
+    if (crosses) mask |= 1u << i;
+  }
+  return mask;
+}
+
+// mu_ held.
+bool TenantPacer::loadFabricPeers() {
+  const std::string path = attach::fabricPeersPath(cfg_.run_dir);
+  auto problem = [&](const std::string& why) {
+    if (why != fabric_peers_logged_) {
+      TQ_LOG(kWarn,
+             "tenant %s: %s: %s; every connection is charged to every shared link the node is "
+             "behind (the safe side)",
+             tenant_.c_str(), path.c_str(), why.c_str());
+      fabric_peers_logged_ = why;
+    }
+    const bool changed = fabric_peers_.has_value();
+    fabric_peers_.reset();
+    return changed;
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    // No map: the node is behind no shared link, or the agent has not written it yet.
+    fabric_peers_stamp_.clear();
+    const bool changed = fabric_peers_.has_value();
+    fabric_peers_.reset();
+    return changed;
+  }
+  const std::string stamp = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                            std::to_string(st.st_mtim.tv_sec) + "." +
+                            std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_size);
+  if (stamp == fabric_peers_stamp_) return false;
+  fabric_peers_stamp_ = stamp;
+  // Checked on the descriptor read: a file swapped after the stat is the one judged.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd.valid()) return problem(std::string("open: ") + std::strerror(errno));
+  if (::fstat(fd.get(), &st) != 0) return problem(std::string("fstat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return problem("not a regular file");
+  if (st.st_uid != 0 && st.st_uid != cfg_.agent_uid) {
+    return problem("owned by uid " + std::to_string(st.st_uid) + ", not root or the agent's");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return problem("writable by group or others");
+  if (static_cast<uint64_t>(st.st_size) > kMaxFabricPeersBytes) {
+    return problem(std::to_string(st.st_size) + " bytes, more than " +
+                   std::to_string(kMaxFabricPeersBytes));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return problem(std::string("read: ") + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  Result<FabricPeerMap> map = parseFabricPeers(text);
+  if (!map.ok()) return problem(map.status().message());
+  fabric_peers_logged_.clear();
+  if (fabric_peers_ && *fabric_peers_ == *map) return false;
+  fabric_peers_ = std::move(map).value();
+  return true;
+}
+
 void TenantPacer::mapChannels() {
   for (size_t c = 0; c < channels_.size(); ++c) {
     chan_bucket_[c].store(bucketFor(channels_[c]), std::memory_order_relaxed);
+    chan_links_[c].store(linksFor(channels_[c]), std::memory_order_relaxed);
   }
 }
 
-int TenantPacer::channel(shm::Direction dir, const std::string& netdev) {
+int TenantPacer::channel(shm::Direction dir, const std::string& netdev, const std::string& peer) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (loadFabricPeers()) mapChannels();
   for (size_t c = 0; c < channels_.size(); ++c) {
-    if (channels_[c].dir == dir && channels_[c].netdev == netdev) return static_cast<int>(c);
+    if (channels_[c].dir == dir && channels_[c].netdev == netdev && channels_[c].peer == peer) {
+      return static_cast<int>(c);
+    }
   }
   if (channels_.size() >= static_cast<size_t>(kMaxChannels)) {
     return dir == shm::kTx ? kTxChannel : kRxChannel;
   }
   const int c = static_cast<int>(channels_.size());
-  channels_.push_back(Channel{dir, netdev});
+  channels_.push_back(Channel{dir, netdev, peer});
   channels_dir_[c] = dir;
   chan_bucket_[c].store(bucketFor(channels_.back()), std::memory_order_relaxed);
+  chan_links_[c].store(linksFor(channels_.back()), std::memory_order_relaxed);
   num_channels_.store(c + 1, std::memory_order_release);
   return c;
 }
@@ -460,16 +555,26 @@ void TenantPacer::refresh(AgentBinding* a) {
   if (was_paced != p->paced) TQ_LOG(kInfo, "%s", describeLocked().c_str());
 }
 
+BucketConfig TenantPacer::chargedConfig(int channel) const {
+  BucketConfig c = configOf(bucketOf(channel));
+  for (uint32_t m = linkBuckets(channel); m != 0; m &= m - 1) {
+    const BucketConfig l = configOf(std::countr_zero(m));
+    c.rate_bytes_per_second = std::min(c.rate_bytes_per_second, l.rate_bytes_per_second);
+    c.burst_bytes = std::min(c.burst_bytes, l.burst_bytes);
+  }
+  return c;
+}
+
 uint64_t TenantPacer::rateBytesPerSecond(int channel) const {
   const int b = bucketOf(channel);
   if (!paced_.load(std::memory_order_relaxed) || b < 0) return 0;
-  return hot_[b].rate.load(std::memory_order_relaxed);
+  return chargedConfig(channel).rate_bytes_per_second;
 }
 
 uint64_t TenantPacer::chunkBytes(int channel) const {
   const int b = bucketOf(channel);
   if (!paced_.load(std::memory_order_relaxed) || b < 0) return 0;
-  const BucketConfig bc = configOf(b);
+  const BucketConfig bc = chargedConfig(channel);
   const unsigned __int128 by_time = static_cast<unsigned __int128>(bc.rate_bytes_per_second) *
                                     static_cast<uint64_t>(cfg_.chunk_ns) / 1'000'000'000u;
   // At most half the depth: a chunk then fits a bucket that is not full, so an admitter that
@@ -494,12 +599,42 @@ void TenantPacer::maybeRefresh(int64_t now) {
       } else {
         stepAttach(now);
       }
+      if (loadFabricPeers()) mapChannels();
       // An attempt in progress is polled again soon; otherwise at the next check.
       next_check_ns_.store(
           now + (attempt_ ? std::min<int64_t>(cfg_.recheck_ns, 1'000'000) : cfg_.recheck_ns),
           std::memory_order_relaxed);
     }
   }
+}
+
+BucketConfig TenantPacer::withCatchUp(int b, int64_t lag_ns) const {
+  BucketConfig eff = configOf(b);
+  if (lag_ns <= 0) return eff;
+  unsigned __int128 extra =
+      static_cast<unsigned __int128>(lag_ns) * eff.rate_bytes_per_second / 1'000'000'000u;
+  const uint64_t limit = hot_[b].limit.load(std::memory_order_relaxed);
+  if (limit != 0) {  // never past the limit: only the headroom above the rate
+    const uint64_t headroom =
+        limit > eff.rate_bytes_per_second ? limit - eff.rate_bytes_per_second : 0;
+    extra = std::min<unsigned __int128>(extra, static_cast<unsigned __int128>(headroom) *
+                                                   static_cast<uint64_t>(cfg_.catchup_ns) /
+                                                   1'000'000'000u);
+  }
+  eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(extra, UINT64_MAX / 2));
+  return eff;
+}
+
+int64_t TenantPacer::readyAtAll(AgentBinding* a, int b, uint32_t links, int64_t now,
+                                uint64_t bytes) const {
+  auto* self = const_cast<TenantPacer*>(this);
+  int64_t at = bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b));
+  for (uint32_t m = links; m != 0; m &= m - 1) {
+    const int l = std::countr_zero(m);
+    at = std::max(
+        at, bucketReadyAt(self->wordFor(a, l), now, bytes, configOf(l), self->floorFor(a, l)));
+  }
+  return at;
 }
 
 bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
@@ -511,62 +646,69 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
   (header != nullptr ? header : &local_header_)
       ->heartbeat_ns.store(static_cast<uint64_t>(now), std::memory_order_relaxed);
   const int b = bucketOf(ps->channel);
+  const uint32_t links = b >= 0 && a != nullptr ? linkBuckets(ps->channel) : 0;
   shm::Counters* ctr = countersFor(a, blockOf(ps->channel));
+  shm::Counters* refused = ctr;  // the bucket that refused: its backlog, its throttled time
 
   bool ok = true;
   if (b >= 0 && paced_.load(std::memory_order_relaxed)) {
-    const BucketConfig bc = configOf(b);
-    std::atomic<int64_t>& word = wordFor(a, b);
-    std::atomic<int64_t>* floor = floorFor(a, b);
     if (ps->refused_bytes != 0 && ps->ready_at_ns != 0 && now > ps->ready_at_ns) {
       ps->lag_ns = std::max(ps->lag_ns, std::min(now - ps->ready_at_ns, cfg_.catchup_ns));
     }
-    BucketConfig eff = bc;
-    if (ps->lag_ns > 0) {
-      unsigned __int128 extra =
-          static_cast<unsigned __int128>(ps->lag_ns) * bc.rate_bytes_per_second / 1'000'000'000u;
-      const uint64_t limit = hot_[b].limit.load(std::memory_order_relaxed);
-      if (limit != 0) {  // never past the limit: only the headroom above the rate
-        const uint64_t headroom =
-            limit > bc.rate_bytes_per_second ? limit - bc.rate_bytes_per_second : 0;
-        extra = std::min<unsigned __int128>(extra, static_cast<unsigned __int128>(headroom) *
-                                                       static_cast<uint64_t>(cfg_.catchup_ns) /
-                                                       1'000'000'000u);
+    // The device's bucket, then each shared link's: all of them or none (what was taken before
+    // a refusal goes back), so the connection runs at the least of the allocation and the caps.
+    const BucketConfig dev = withCatchUp(b, ps->lag_ns);
+    ok = bucketTryTake(wordFor(a, b), now, bytes, dev, floorFor(a, b));
+    uint32_t taken = 0;
+    for (uint32_t m = links; ok && m != 0; m &= m - 1) {
+      const int l = std::countr_zero(m);
+      if (bucketTryTake(wordFor(a, l), now, bytes, withCatchUp(l, ps->lag_ns), floorFor(a, l))) {
+        taken |= 1u << l;
+        continue;
       }
-      eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(extra, UINT64_MAX / 2));
+      ok = false;
+      refused = countersFor(a, l);
+      bucketGiveBack(wordFor(a, b), now, bytes, dev, floorFor(a, b));
+      for (uint32_t t = taken; t != 0; t &= t - 1) {
+        const int k = std::countr_zero(t);
+        bucketGiveBack(wordFor(a, k), now, bytes, withCatchUp(k, ps->lag_ns), floorFor(a, k));
+      }
     }
-    ok = bucketTryTake(word, now, bytes, eff, floor);
     if (!ok) {
       ps->lag_ns = 0;  // caught up: refused on time
-      ps->ready_at_ns = bucketReadyAt(word, now, bytes, bc, floor);
+      ps->ready_at_ns = readyAtAll(a, b, links, now, bytes);
     }
   }
   if (!ok) {
-    ctr->throttle_events.fetch_add(1, std::memory_order_relaxed);
-    if (ctr->throttled_since_ns.load(std::memory_order_relaxed) == 0) {
+    refused->throttle_events.fetch_add(1, std::memory_order_relaxed);
+    if (refused->throttled_since_ns.load(std::memory_order_relaxed) == 0) {
       int64_t zero = 0;
-      ctr->throttled_since_ns.compare_exchange_strong(zero, now, std::memory_order_relaxed);
+      refused->throttled_since_ns.compare_exchange_strong(zero, now, std::memory_order_relaxed);
     }
-    if (ps->refused_bytes != pending || ps->refused_counters != ctr) {
+    if (ps->refused_bytes != pending || ps->refused_counters != refused) {
       // One backlog entry per admitter: the bytes it is waiting to admit now (they change as a
       // chunked message progresses).
       release(ps);
       ps->refused_bytes = pending;
-      ps->refused_counters = ctr;
-      ctr->backlog_bytes.fetch_add(pending, std::memory_order_relaxed);
+      ps->refused_counters = refused;
+      refused->backlog_bytes.fetch_add(pending, std::memory_order_relaxed);
     }
     return false;
   }
-  if (ctr->throttled_since_ns.load(std::memory_order_relaxed) != 0) {
-    const int64_t since = ctr->throttled_since_ns.exchange(0, std::memory_order_relaxed);
-    if (since != 0 && now > since) {
-      ctr->throttled_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
+  auto admitted = [&](shm::Counters* c) {
+    if (c->throttled_since_ns.load(std::memory_order_relaxed) != 0) {
+      const int64_t since = c->throttled_since_ns.exchange(0, std::memory_order_relaxed);
+      if (since != 0 && now > since) {
+        c->throttled_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
+      }
     }
-  }
+    if (channels_dir_[ps->channel] == shm::kTx) {
+      c->bytes.fetch_add(bytes, std::memory_order_relaxed);
+    }
+  };
   release(ps);
-  if (channels_dir_[ps->channel] == shm::kTx) {
-    ctr->bytes.fetch_add(bytes, std::memory_order_relaxed);
-  }
+  admitted(ctr);
+  for (uint32_t m = links; m != 0; m &= m - 1) admitted(countersFor(a, std::countr_zero(m)));
   return true;
 }
 
@@ -575,52 +717,77 @@ int64_t TenantPacer::waitNs(uint64_t bytes, const PaceState& ps) const {
   if (b < 0 || !paced_.load(std::memory_order_relaxed)) return 0;
   const int64_t now = clock_.nowNs();
   AgentBinding* a = agent_.load(std::memory_order_acquire);
-  auto* self = const_cast<TenantPacer*>(this);
-  return bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b)) - now;
+  const uint32_t links = a != nullptr ? linkBuckets(ps.channel) : 0;
+  return readyAtAll(a, b, links, now, bytes) - now;
 }
 
 void TenantPacer::giveBack(uint64_t bytes, PaceState* ps) {
   const int b = bucketOf(ps->channel);
   if (b < 0 || bytes == 0 || !paced_.load(std::memory_order_relaxed)) return;
   AgentBinding* a = agent_.load(std::memory_order_acquire);
-  bucketGiveBack(wordFor(a, b), clock_.nowNs(), bytes, configOf(b), floorFor(a, b));
+  const int64_t now = clock_.nowNs();
+  bucketGiveBack(wordFor(a, b), now, bytes, configOf(b), floorFor(a, b));
+  if (a == nullptr) return;
+  for (uint32_t m = linkBuckets(ps->channel); m != 0; m &= m - 1) {
+    const int l = std::countr_zero(m);
+    bucketGiveBack(wordFor(a, l), now, bytes, configOf(l), floorFor(a, l));
+  }
 }
 
 void TenantPacer::onReceived(uint64_t bytes, const PaceState& ps) {
-  countersFor(agent_.load(std::memory_order_acquire), blockOf(ps.channel))
-      ->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  AgentBinding* a = agent_.load(std::memory_order_acquire);
+  countersFor(a, blockOf(ps.channel))->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (a == nullptr || bucketOf(ps.channel) < 0) return;
+  for (uint32_t m = linkBuckets(ps.channel); m != 0; m &= m - 1) {
+    countersFor(a, std::countr_zero(m))->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
 }
 
 void TenantPacer::onSendStarted(PaceState* ps) {
   if (ps->in_flight.fetch_add(1, std::memory_order_relaxed) == 0) {
     ps->busy_index = blockOf(ps->channel);
+    ps->busy_links = bucketOf(ps->channel) >= 0 && agent_.load(std::memory_order_acquire) != nullptr
+                         ? linkBuckets(ps->channel)
+                         : 0;
   }
-  const int block = ps->busy_index >= 0 ? ps->busy_index : blockOf(ps->channel);
-  if (sends_in_flight_[block].fetch_add(1, std::memory_order_acq_rel) == 0) {
-    shm::Counters* c = countersFor(agent_.load(std::memory_order_acquire), block);
-    int64_t zero = 0;
-    c->busy_since_ns.compare_exchange_strong(zero, clock_.nowNs(), std::memory_order_relaxed);
-  }
+  auto started = [&](int block) {
+    if (sends_in_flight_[block].fetch_add(1, std::memory_order_acq_rel) == 0) {
+      shm::Counters* c = countersFor(agent_.load(std::memory_order_acquire), block);
+      int64_t zero = 0;
+      c->busy_since_ns.compare_exchange_strong(zero, clock_.nowNs(), std::memory_order_relaxed);
+    }
+  };
+  started(ps->busy_index >= 0 ? ps->busy_index : blockOf(ps->channel));
+  for (uint32_t m = ps->busy_links; m != 0; m &= m - 1) started(std::countr_zero(m));
 }
 
 void TenantPacer::onSendFinished(PaceState* ps, int64_t count) {
   if (count <= 0 || ps->busy_index < 0) return;
-  const int block = ps->busy_index;
   ps->in_flight.fetch_sub(count, std::memory_order_relaxed);
-  if (sends_in_flight_[block].fetch_sub(count, std::memory_order_acq_rel) == count) {
-    shm::Counters* c = countersFor(agent_.load(std::memory_order_acquire), block);
-    const int64_t since = c->busy_since_ns.exchange(0, std::memory_order_relaxed);
-    const int64_t now = clock_.nowNs();
-    if (since != 0 && now > since) {
-      c->busy_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
+  auto finished = [&](int block) {
+    if (sends_in_flight_[block].fetch_sub(count, std::memory_order_acq_rel) == count) {
+      shm::Counters* c = countersFor(agent_.load(std::memory_order_acquire), block);
+      const int64_t since = c->busy_since_ns.exchange(0, std::memory_order_relaxed);
+      const int64_t now = clock_.nowNs();
+      if (since != 0 && now > since) {
+        c->busy_ns.fetch_add(static_cast<uint64_t>(now - since), std::memory_order_relaxed);
+      }
     }
-  }
+  };
+  finished(ps->busy_index);
+  for (uint32_t m = ps->busy_links; m != 0; m &= m - 1) finished(std::countr_zero(m));
 }
 
 void TenantPacer::onPeerWait(const PaceState& ps, int64_t ns) {
   if (ns <= 0) return;
-  countersFor(agent_.load(std::memory_order_acquire), blockOf(ps.channel))
+  AgentBinding* a = agent_.load(std::memory_order_acquire);
+  countersFor(a, blockOf(ps.channel))
       ->peer_wait_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  if (a == nullptr || bucketOf(ps.channel) < 0) return;
+  for (uint32_t m = linkBuckets(ps.channel); m != 0; m &= m - 1) {
+    countersFor(a, std::countr_zero(m))
+        ->peer_wait_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  }
 }
 
 void TenantPacer::release(PaceState* ps) {

@@ -26,7 +26,17 @@
 // the memory it has and attaches anew). Every mode change is logged once, with why.
 //
 // Buckets: the agent's table (common/shm_layout.h) has a tx and an rx bucket per device of the
-// tenant's link. A comm charges the bucket of its device and direction through its channel.
+// tenant's link, and per shared fabric link the node is behind (kScopeFabricLink, the cluster
+// allocator's cap, docs/fabric.md). A comm charges, through its channel, the bucket of its
+// device and direction and the bucket of every shared link its peer is behind: every link of
+// the agent's <run-dir>/fabric-peers map (common/fabric_peers.h) whose group does not list the
+// peer's address. An unknown peer, a missing or unreadable map, a map not written by root (or
+// TENANTQOS_AGENT_UID) or writable by others: every link (the safe side). The map is re-read
+// when it changes, checked every TENANTQOS_SHM_RECHECK_MS. A send or receive is admitted only
+// when every bucket it charges has the tokens (all or none are taken), so it gets the least of
+// the node's allocation and the caps; the bytes are counted on each of them, a refusal's backlog
+// and throttled time on the bucket that refused. Rails: the plugin does not know a device's
+// rail, so a link class with a rail is charged by every device (the safe side).
 // Without the agent the fallback has one tx and one rx bucket (rx unpaced unless
 // TENANTQOS_RX_RATE, or conservative).
 //
@@ -49,6 +59,7 @@
 
 #include "common/attach_protocol.h"
 #include "common/clock.h"
+#include "common/fabric_peers.h"
 #include "common/shm_layout.h"
 #include "common/tenant_shm.h"
 #include "common/token_bucket.h"
@@ -82,6 +93,7 @@ struct PaceState {
   int64_t lag_ns = 0;                         // how late the retry came (catch-up allowance)
   std::atomic<int64_t> in_flight{0};          // sends handed to the transport, not completed
   int busy_index = -1;                        // the bucket those sends keep busy
+  uint32_t busy_links = 0;                    // and the link buckets (table indices, bits)
 };
 
 struct PacerConfig {
@@ -111,7 +123,9 @@ class TenantPacer {
   // agent's first device bucket of each direction).
   static constexpr int kTxChannel = 0;
   static constexpr int kRxChannel = 1;
-  static constexpr int kMaxChannels = 64;
+  // A channel per (direction, device, peer): enough for a rank's peers in an all-to-all of a
+  // few hundred nodes; past it, the direction's default channel (every link charged).
+  static constexpr int kMaxChannels = 512;
 
   TenantPacer(std::string tenant, PacerConfig cfg, Clock& clock);
   ~TenantPacer();
@@ -131,12 +145,18 @@ class TenantPacer {
   // One line: tenant, mode, rates and depths per bucket, dscp, socket.
   std::string describe() const;
 
-  // The channel of a connection: its direction and the network device it runs on (the
-  // transport's DeviceProperties::netdev). The agent's bucket of that device and direction
-  // applies; a device the agent does not list gets the first device bucket of the direction
-  // (said once in the log). Control path (connect/accept); the same pair gives the same channel;
-  // past kMaxChannels pairs, the direction's default channel.
-  int channel(shm::Direction dir, const std::string& netdev);
+  // The channel of a connection: its direction, the network device it runs on (the
+  // transport's DeviceProperties::netdev) and its peer's address (canonical,
+  // common/fabric_peers.h; empty: unknown). The agent's bucket of that device and direction
+  // applies, and the buckets of the shared links the peer is behind; a device the agent does not
+  // list gets the first device bucket of the direction (said once in the log). Control path
+  // (connect/accept); the same triple gives the same channel; past kMaxChannels, the
+  // direction's default channel.
+  int channel(shm::Direction dir, const std::string& netdev, const std::string& peer = "");
+  // The table indices of the shared-link buckets the channel charges (bit i: bucket i).
+  uint32_t linkBuckets(int channel) const {
+    return chan_links_[channel].load(std::memory_order_relaxed);
+  }
 
   // Hot path: takes tokens for `bytes` from the bucket of ps->channel (true) or refuses (false:
   // the caller retries later: a NULL request for NCCL, or a transport thread's wait). Updates
@@ -211,6 +231,7 @@ class TenantPacer {
   struct Channel {
     shm::Direction dir = shm::kTx;
     std::string netdev;  // empty: the direction's default
+    std::string peer;    // canonical address; empty: unknown (crosses every link)
   };
   // Counter block index for "no bucket" in a direction (unpaced): after the real buckets.
   static constexpr int kNoBucket = static_cast<int>(shm::kMaxBuckets);
@@ -231,6 +252,9 @@ class TenantPacer {
   // Maps every channel to a bucket of params_ (agent) or of the fallback.
   void mapChannels();
   int bucketFor(const Channel& c);
+  uint32_t linksFor(const Channel& c) const;
+  // Re-reads <run-dir>/fabric-peers when its identity or time changed; true if the map changed.
+  bool loadFabricPeers();
   std::vector<std::string> socketsToTry() const;
 
   // Hot path helpers.
@@ -259,6 +283,12 @@ class TenantPacer {
     return {hot_[b].rate.load(std::memory_order_relaxed),
             hot_[b].depth.load(std::memory_order_relaxed)};
   }
+  // Bucket `b`'s config with the catch-up allowance of an admitter `lag_ns` late (admit()).
+  BucketConfig withCatchUp(int b, int64_t lag_ns) const;
+  // The earliest time every bucket the channel charges could admit `bytes`.
+  int64_t readyAtAll(AgentBinding* a, int b, uint32_t links, int64_t now, uint64_t bytes) const;
+  // The tightest of the channel's buckets: the least rate and the least depth.
+  BucketConfig chargedConfig(int channel) const;
 
   const std::string tenant_;
   const PacerConfig cfg_;
@@ -273,6 +303,7 @@ class TenantPacer {
   std::atomic<int64_t> next_check_ns_{0};
   HotBucket hot_[shm::kMaxBuckets];
   std::atomic<int> chan_bucket_[kMaxChannels];      // -1: unpaced in that direction
+  std::atomic<uint32_t> chan_links_[kMaxChannels];  // link buckets charged too (bits)
   shm::Direction channels_dir_[kMaxChannels] = {};  // written before the channel is handed out
   std::atomic<int> num_channels_{2};
   std::atomic<int64_t> local_words_[shm::kMaxBuckets] = {};
@@ -286,6 +317,11 @@ class TenantPacer {
   std::vector<Channel> channels_;  // index = channel
   TenantParams params_;            // the agent's, as last applied (mu_)
   std::set<std::string> logged_unknown_devices_;
+  // The agent's peer map as last read (nullopt: none, every link crosses), and what identified
+  // the file then (st_dev, st_ino, st_mtim, st_size: a change means read it again).
+  std::optional<FabricPeerMap> fabric_peers_;
+  std::string fabric_peers_stamp_;
+  std::string fabric_peers_logged_;  // the last problem logged with the file
   // Every binding ever made; never freed before the pacer (hot-path callers may hold one).
   std::vector<std::unique_ptr<AgentBinding>> bindings_;
   // The re-attach in progress (mu_): the attempt, which socket of socketsToTry(), its deadline.

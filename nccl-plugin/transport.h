@@ -158,6 +158,9 @@ class Comm {
     return unimplemented("regMrDmaBuf: this transport cannot register DMA-BUF memory");
   }
   virtual Status deregMr(MemRegion* mr) = 0;
+  // The peer's data-plane address, canonical (common/fabric_peers.h), for the shared links the
+  // connection crosses; empty when unknown (then it is charged to every one, the safe side).
+  virtual std::string peerAddress() const { return {}; }
 };
 
 class SendComm : public Comm {

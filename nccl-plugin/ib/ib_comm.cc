@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/fabric_peers.h"
 #include "common/log.h"
 #include "common/units.h"
 
@@ -247,6 +248,14 @@ std::vector<ibv_qp*> IbConnection::qps() const {
   std::vector<ibv_qp*> v;
   for (const auto& q : res_->qps) v.push_back(q.get());
   return v;
+}
+
+std::string IbConnection::dataPeerAddress() const {
+  if (remote_.link_layer != LinkLayerCode::kEthernet || remote_.gid.isZero() ||
+      remote_.gid.isLinkLocal()) {
+    return {};
+  }
+  return canonicalAddress(remote_.gid.toString()).value_or("");
 }
 
 std::string IbConnection::describe() const {

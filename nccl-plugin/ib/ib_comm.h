@@ -174,6 +174,9 @@ class IbConnection {
   std::vector<ibv_qp*> qps() const;
   std::string describe() const;
   const IbPort& port() const { return *res_->port; }
+  // The peer's address on the data plane: a RoCE peer's GID is its IP address (RoCEv2: IPv4
+  // as ::ffff:a.b.c.d), canonical; empty on InfiniBand or a link-local GID (not routed).
+  std::string dataPeerAddress() const;
 
  protected:
   // "rxe0 QP 0x11 -> rxe1 QP 0x12 (peer 10.77.0.2:41234)"
@@ -273,6 +276,7 @@ class IbSendComm final : public SendComm, public IbConnection {
   void setPacing(Pacing* pacing) override { admission_ = pacing->newAdmission(); }
   Status isend(void* data, size_t size, int tag, MemRegion* mr, Request** req) override;
   std::string describe() const override { return "ib send comm " + IbConnection::describe(); }
+  std::string peerAddress() const override { return dataPeerAddress(); }
 
   Status test(IbSendRequest* r, bool* done, size_t* sizes);
 
@@ -347,6 +351,7 @@ class IbRecvComm final : public RecvComm, public IbConnection {
   Status iflush(int n, void** data, const int* sizes, MemRegion** mrs, Request** req) override;
   const TrafficQos& peerQos() const override { return peer_qos_; }
   std::string describe() const override { return "ib receive comm " + IbConnection::describe(); }
+  std::string peerAddress() const override { return dataPeerAddress(); }
 
   Status test(IbRecvRequest* r, bool* done, size_t* sizes);
 

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "common/fabric_peers.h"
 #include "nccl-plugin/wire_bytes.h"
 
 namespace tq::plugin::oob {
@@ -32,6 +33,23 @@ std::string SocketAddress::toString() const {
     return "[" + std::string(buf) + "]:" + std::to_string(port());
   }
   return "<no address>";
+}
+
+std::string SocketAddress::ipText() const {
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (family() == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(storage).sin_addr, buf, sizeof buf);
+  } else if (family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(storage).sin6_addr, buf, sizeof buf);
+  }
+  return canonicalAddress(buf).value_or("");
+}
+
+std::string peerAddressOf(int fd) {
+  SocketAddress a;
+  a.len = sizeof a.storage;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.len) != 0) return {};
+  return a.ipText();
 }
 
 void putHandleAddress(uint8_t* out, const SocketAddress& addr, uint64_t nonce) {

@@ -21,7 +21,13 @@ struct SocketAddress {
   uint16_t port() const;
   void setPort(uint16_t port);
   std::string toString() const;  // "10.0.0.1:4242", "[fe80::1]:4242"
+  // The address alone, canonical (common/fabric_peers.h: an IPv4-mapped address is its IPv4
+  // address); empty for anything but IPv4/IPv6.
+  std::string ipText() const;
 };
+
+// The canonical address of `fd`'s peer (getpeername), empty when it has none.
+std::string peerAddressOf(int fd);
 
 // The listener's address inside a 64-byte handle, the same block in the socket and ib
 // transports' handles: address family at byte 10 (4 or 6), port at 12, address at 16 (4 or 16

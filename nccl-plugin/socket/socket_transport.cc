@@ -80,6 +80,7 @@ class SocketSendComm final : public SendComm {
     return comm_->isend(data, size, req);
   }
   std::string describe() const override { return "socket send comm to " + comm_->peer(); }
+  std::string peerAddress() const override { return oob::peerAddressOf(comm_->fds().back()); }
   SocketComm& comm() const { return *comm_; }
 
  private:
@@ -112,6 +113,7 @@ class SocketRecvComm final : public RecvComm {
   }
   const TrafficQos& peerQos() const override { return peer_; }
   std::string describe() const override { return "socket receive comm from " + comm_->peer(); }
+  std::string peerAddress() const override { return oob::peerAddressOf(comm_->fds().back()); }
   SocketComm& comm() const { return *comm_; }
 
  private:

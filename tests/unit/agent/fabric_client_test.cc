@@ -63,6 +63,35 @@ TEST(FabricWire, DemandAndCapsTranslate) {
   EXPECT_TRUE(fromNodeCaps(c).peers.has_value());  // an empty map is a map
 }
 
+// Reports between refreshes only when the demand moved: past the deadband, to or from zero or
+// backlogged, or another set of entries or policy version.
+TEST(FabricWire, DemandMovesPastTheDeadbandOnly) {
+  const FabricDemand sent{3, {{"a", "leaf", 1'000'000, 0}, {"b", "leaf", 0, 500}}};
+  FabricDemand d = sent;
+  EXPECT_FALSE(demandMoved(sent, d, 0.01));
+  d.entries[0].tx = 1'009'000;  // 0.9 %
+  EXPECT_FALSE(demandMoved(sent, d, 0.01));
+  d.entries[0].tx = 1'011'000;  // 1.1 %
+  EXPECT_TRUE(demandMoved(sent, d, 0.01));
+  d = sent;
+  d.entries[0].tx = 990'000;  // 1 % of the larger
+  EXPECT_FALSE(demandMoved(sent, d, 0.01));
+  d.entries[0].tx = kUnboundedDemand;
+  EXPECT_TRUE(demandMoved(sent, d, 0.01));
+  d = sent;
+  d.entries[1].tx = 1;  // from zero
+  EXPECT_TRUE(demandMoved(sent, d, 0.01));
+  d = sent;
+  d.entries.pop_back();
+  EXPECT_TRUE(demandMoved(sent, d, 0.01));
+  d = sent;
+  d.policy_version = 4;
+  EXPECT_TRUE(demandMoved(sent, d, 0.01));
+  d = sent;
+  d.entries[1].tenant = "c";
+  EXPECT_TRUE(demandMoved(sent, d, 0.01));
+}
+
 TEST(FabricClientTest, StreamsTheBoardsDemandAndTakesItsNodesCaps) {
   auto store = policy::makeMemoryStore();
   policy::PolicyCore core(*store, realClock());

@@ -862,7 +862,7 @@ class MonitoringTest(unittest.TestCase):
 
     def test_rules_metrics_exist(self):
         exprs = [r["expr"] for g in self.rules()["groups"] for r in g["rules"]]
-        self.assertEqual(len(exprs), 7)
+        self.assertEqual(len(exprs), 8)
         self.check_metrics(exprs, "rules.yaml")
 
     def test_prometheusrule_is_the_rules_file(self):

@@ -12,6 +12,7 @@
 
 #include "common/attach_protocol.h"
 #include "common/clock.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"
 #include "tests/support/test_agent.h"
@@ -340,6 +341,120 @@ TEST_F(TenantPacerTest, BucketsFollowTheConnectionsDeviceAndDirection) {
   EXPECT_EQ(u.buckets[3].bytes, 0u) << "rx counts what arrives, not what is admitted";
   p.onReceived(4'000, r1);
   EXPECT_EQ(usage(w, clock_.nowNs()).buckets[3].bytes, 4'000u);
+}
+
+// A connection charges its device's bucket and the bucket of every shared link its peer is
+// behind (docs/fabric.md): a peer of the node's group crosses no link, any other peer (or an
+// unknown one) crosses it, and gets the least of the two rates; the bytes count on both, the
+// backlog on the bucket that refused; a new map is read at the recheck.
+TEST_F(TenantPacerTest, ConnectionsChargeTheSharedLinksTheirPeerIsBehind) {
+  auto w = agent("team-f", 1'000'000, 10'000);
+  TenantParams q = w->published();
+  q.policy_version = 2;
+  q.buckets.clear();
+  for (shm::Direction d : {shm::kTx, shm::kRx}) {
+    BucketSpec dev;
+    dev.direction = d;
+    dev.name = "eth0";
+    dev.rate_bytes_per_second = 1'000'000;
+    dev.depth_bytes = 10'000;
+    q.buckets.push_back(dev);
+  }
+  for (shm::Direction d : {shm::kTx, shm::kRx}) {
+    BucketSpec link;
+    link.scope = shm::kScopeFabricLink;
+    link.index = 0;
+    link.direction = d;
+    link.name = "leaf-uplink";
+    link.rate_bytes_per_second = 250'000;  // the allocator's cap
+    link.depth_bytes = 5'000;
+    q.buckets.push_back(link);
+  }
+  w->publish(q);
+  const std::string map_path = attach::fabricPeersPath(runDir());
+  ASSERT_TRUE(writeFileAtomic(map_path,
+                              "tenantqos-fabric-peers 1\nlink 0 leaf-uplink leaf-1 all\n"
+                              "peer 0 10.0.0.2\n",
+                              0644)
+                  .ok());
+  PacerConfig c = config();
+  c.agent_uid = ::getuid();  // the map's owner: root, or the agent's uid
+  TenantPacer p("team-f", c, clock_);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  const int same_leaf = p.channel(shm::kTx, "eth0", "10.0.0.2");
+  const int other_leaf = p.channel(shm::kTx, "eth0", "10.0.1.5");
+  const int unknown = p.channel(shm::kTx, "eth0", "");
+  const int rx_other = p.channel(shm::kRx, "eth0", "10.0.1.5");
+  EXPECT_EQ(p.linkBuckets(same_leaf), 0u);
+  EXPECT_EQ(p.linkBuckets(other_leaf), 1u << 2);  // the tx link bucket, table index 2
+  EXPECT_EQ(p.linkBuckets(unknown), 1u << 2) << "an unknown peer crosses (the safe side)";
+  EXPECT_EQ(p.linkBuckets(rx_other), 1u << 3);
+  EXPECT_EQ(p.rateBytesPerSecond(same_leaf), 1'000'000u);
+  EXPECT_EQ(p.rateBytesPerSecond(other_leaf), 250'000u) << "min(allocation, cap)";
+  EXPECT_EQ(p.chunkBytes(other_leaf), kMinPaceChunk) << "within the link bucket's depth";
+
+  // The link bucket (5,000 deep) refuses first; the device's tokens it took go back.
+  PaceState s, l;
+  s.channel = same_leaf;
+  l.channel = other_leaf;
+  EXPECT_TRUE(p.admit(4'000, &l));
+  EXPECT_FALSE(p.admit(4'000, &l));
+  EXPECT_GT(p.waitNs(4'000, l), 0);
+  EXPECT_TRUE(p.admit(6'000, &s)) << "the device bucket kept what the refused send gave back";
+  TenantUsage u = usage(w, clock_.nowNs());
+  ASSERT_EQ(u.buckets.size(), 4u);
+  EXPECT_EQ(u.buckets[0].bytes, 10'000u);  // tx eth0: both connections
+  EXPECT_EQ(u.buckets[2].bytes, 4'000u);   // tx leaf-uplink: the crossing one only
+  EXPECT_EQ(u.buckets[2].backlog_bytes, 4'000u) << "the backlog is the link's";
+  EXPECT_EQ(u.buckets[0].backlog_bytes, 0u);
+  EXPECT_EQ(u.tx_bytes, 10'000u) << "the tenant's totals are its devices'";
+  clock_.advanceNs(20 * kMs);  // 5,000 bytes of the link's refill
+  EXPECT_TRUE(p.admit(4'000, &l));
+  u = usage(w, clock_.nowNs());
+  EXPECT_EQ(u.buckets[2].backlog_bytes, 0u);
+  EXPECT_GT(u.buckets[2].throttled_ns, 0u);
+  // Received bytes count on the link's rx bucket too.
+  PaceState r;
+  r.channel = rx_other;
+  p.onReceived(3'000, r);
+  u = usage(w, clock_.nowNs());
+  EXPECT_EQ(u.buckets[1].bytes, 3'000u);
+  EXPECT_EQ(u.buckets[3].bytes, 3'000u);
+  // Busy time: a send in flight keeps the link busy too.
+  p.onSendStarted(&l);
+  clock_.advanceNs(2 * kMs);
+  p.onSendFinished(&l);
+  EXPECT_EQ(usage(w, clock_.nowNs()).buckets[2].busy_ns, static_cast<uint64_t>(2 * kMs));
+
+  // The allocator's next map lists 10.0.1.5 in the group (it moved): read at the recheck.
+  ASSERT_TRUE(writeFileAtomic(map_path,
+                              "tenantqos-fabric-peers 1\nlink 0 leaf-uplink leaf-1 all\n"
+                              "peer 0 10.0.0.2\npeer 0 10.0.1.5\n",
+                              0644)
+                  .ok());
+  clock_.advanceNs(1001 * kMs);
+  EXPECT_TRUE(p.admit(1, &s));
+  EXPECT_EQ(p.linkBuckets(other_leaf), 0u);
+  EXPECT_EQ(p.linkBuckets(unknown), 1u << 2);
+  // A map others may write is not believed: every link is charged, and the log says why.
+  ASSERT_TRUE(writeFileAtomic(map_path,
+                              "tenantqos-fabric-peers 1\nlink 0 leaf-uplink leaf-1 all\n"
+                              "peer 0 10.0.0.2\npeer 0 10.0.1.5\npeer 0 10.0.1.6\n",
+                              0666)
+                  .ok());
+  ASSERT_EQ(::chmod(map_path.c_str(), 0666), 0);
+  clock_.advanceNs(1001 * kMs);
+  EXPECT_TRUE(p.admit(1, &s));
+  EXPECT_EQ(p.linkBuckets(same_leaf), 1u << 2);
+  bool said = false;
+  for (const auto& line : lines())
+    said |= line.find("writable by group or others") != std::string::npos;
+  EXPECT_TRUE(said);
+  // A bad line: the same.
+  ASSERT_TRUE(writeFileAtomic(map_path, "tenantqos-fabric-peers 1\npeer 0 10.0.0.2\n", 0644).ok());
+  clock_.advanceNs(1001 * kMs);
+  EXPECT_TRUE(p.admit(1, &s));
+  EXPECT_EQ(p.linkBuckets(same_leaf), 1u << 2);
 }
 
 // A receive admitted at its posted size that carried less gives the rest back.
