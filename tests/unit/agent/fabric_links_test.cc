@@ -112,6 +112,19 @@ TEST(FabricLinks, CapsThenHeldThenTheStaticSplit) {
   EXPECT_EQ(s.last_caps_age_ns, 3000 * kMs);
   EXPECT_EQ(s.static_since_ns, 4000 * kMs);
   EXPECT_EQ(s.term, 5u);
+  // Recovery: the allocator (a successor, a new term) is back; its caps replace the split.
+  f.setConnected(true, 5000 * kMs);
+  ASSERT_TRUE(f.onCaps(caps(9, {{"a", "leaf-uplink", "leaf-1", 45 * kGbps, 35 * kGbps, 1, 2}}),
+                       5000 * kMs)
+                  .ok());
+  EXPECT_EQ(f.mode(5000 * kMs), FabricMode::kAllocator);
+  f.logTransitions(5000 * kMs);
+  EXPECT_EQ(f.rate(p.tenants[0], l, shm::kTx, 5000 * kMs), 45 * kGbps);
+  // b is not in this round: the static split's part for a tenant the round did not cover.
+  EXPECT_EQ(f.rate(p.tenants[1], l, shm::kRx, 5000 * kMs), 10 * kGbps);
+  s = f.status(5000 * kMs);
+  EXPECT_EQ(s.static_since_ns, 0);
+  EXPECT_EQ(s.term, 9u);
 }
 
 TEST(FabricLinks, OlderTermsAndOtherNodesAreRefusedUntilTheFallback) {

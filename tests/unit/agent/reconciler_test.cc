@@ -859,6 +859,14 @@ TEST_F(ReconcilerTest, SharedLinkBucketsEnforceTheAllocatorsCapsThenTheStaticSpl
   for (const TenantStatus& t : s.tenants)
     for (const BucketStatus& b : t.buckets) links += b.fabric_link;
   EXPECT_EQ(links, 6u);  // tx and rx for each of the three tenants
+  // Recovery: a restarted allocator's caps (any term, nothing of the old one is enforced).
+  m.term = 1;
+  m.caps[0].tx = 700'000'000;
+  r->onFabricConnected(true);
+  r->onFabricCaps(m);
+  r->tick();
+  EXPECT_EQ(r->buildState().fabric.mode, FabricMode::kAllocator);
+  EXPECT_EQ(linkRates("tenant-a"), (Rates{{shm::kTx, 700'000'000}, {shm::kRx, 400'000'000}}));
   // The board has the node's demand for the stream (no process attached: no entries).
   ASSERT_TRUE(board_.fabricDemand().has_value());
   EXPECT_TRUE(board_.fabricDemand()->entries.empty());
