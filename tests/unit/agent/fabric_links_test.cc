@@ -114,9 +114,9 @@ TEST(FabricLinks, CapsThenHeldThenTheStaticSplit) {
   EXPECT_EQ(s.term, 5u);
   // Recovery: the allocator (a successor, a new term) is back; its caps replace the split.
   f.setConnected(true, 5000 * kMs);
-  ASSERT_TRUE(f.onCaps(caps(9, {{"a", "leaf-uplink", "leaf-1", 45 * kGbps, 35 * kGbps, 1, 2}}),
-                       5000 * kMs)
-                  .ok());
+  ASSERT_TRUE(
+      f.onCaps(caps(9, {{"a", "leaf-uplink", "leaf-1", 45 * kGbps, 35 * kGbps, 1, 2}}), 5000 * kMs)
+          .ok());
   EXPECT_EQ(f.mode(5000 * kMs), FabricMode::kAllocator);
   f.logTransitions(5000 * kMs);
   EXPECT_EQ(f.rate(p.tenants[0], l, shm::kTx, 5000 * kMs), 45 * kGbps);
