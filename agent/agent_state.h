@@ -13,13 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "agent/fabric_links.h"
 #include "agent/tc_applier.h"
 
 namespace tq::agent {
 
 // One of a tenant's buckets (a device and a direction).
 struct BucketStatus {
-  std::string device;
+  std::string device;                       // the device, or the shared link class (fabric_link)
+  bool fabric_link = false;                 // a shared fabric link's bucket (docs/fabric.md)
   bool receive = false;                     // direction rx (else tx)
   uint64_t bytes = 0;                       // sent (tx) / received (rx)
   uint64_t throttled_ns = 0;                // process-time refused by the bucket
@@ -125,6 +127,7 @@ struct AgentState {
   DurationHistogram reconcile_duration;
   DurationHistogram allocation_duration;
   int64_t published_at_ns = 0;  // monotonic
+  FabricStatus fabric;          // the cluster allocator's caps and the mode they are in
 };
 
 // What the watch thread reports (metrics, /readyz).
@@ -176,6 +179,17 @@ class StateBoard {
             older_offered_.load(std::memory_order_relaxed), older_offered_version_, store_notice_};
   }
 
+  // The node's demand on its shared links (reconcile thread, every publish), for the cluster
+  // allocator's stream (agent/fabric_client.h); nullopt until the node is behind one.
+  void publishFabricDemand(std::optional<FabricDemand> demand) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fabric_demand_ = std::move(demand);
+  }
+  std::optional<FabricDemand> fabricDemand() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fabric_demand_;
+  }
+
  private:
   mutable std::mutex mu_;
   AgentState state_;
@@ -183,8 +197,9 @@ class StateBoard {
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> epoch_changes_{0};
   std::atomic<uint64_t> older_offered_{0};
-  uint64_t older_offered_version_ = 0;  // guarded by mu_
-  std::string store_notice_;            // guarded by mu_
+  uint64_t older_offered_version_ = 0;         // guarded by mu_
+  std::string store_notice_;                   // guarded by mu_
+  std::optional<FabricDemand> fabric_demand_;  // guarded by mu_
 };
 
 }  // namespace tq::agent
