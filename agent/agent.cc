@@ -71,8 +71,11 @@ Status Agent::start() {
   // first moment.
   std::map<std::string, HttpServer::Handler> routes;
   routes["/metrics"] = [this] {
-    return HttpResponse{200, kMetricsContentType,
-                        renderMetrics(board_.snapshot(), board_.watchStatus())};
+    WatchStatus watch = board_.watchStatus();
+    if (const PolicyWatcher* w = watch_counters_.load(std::memory_order_acquire)) {
+      watch.reconnect_waits = w->backoffs();
+    }
+    return HttpResponse{200, kMetricsContentType, renderMetrics(board_.snapshot(), watch)};
   };
   routes["/healthz"] = [this] {
     const int64_t stuck_ns = std::max(kStuckPeriods * config_.period_ns, kMinStuckNs);
@@ -138,6 +141,7 @@ Status Agent::start() {
       endpoints_, wo, &store_, &board_,
       [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); },
       realClock());
+  watch_counters_.store(watcher_.get(), std::memory_order_release);
   watcher_->start();
   reporter_ =
       std::make_unique<UsageReporter>(endpoints_, board_, config_.report_interval_ns, realClock());

@@ -8,6 +8,7 @@
 // agent), tq-http (/metrics, /healthz, /readyz, reading the StateBoard only).
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "agent/agent_state.h"
@@ -57,6 +58,9 @@ class Agent {
   std::unique_ptr<HttpServer> http_;
   std::shared_ptr<rpc::ChannelRing> endpoints_;  // the policyd replicas
   std::unique_ptr<PolicyWatcher> watcher_;
+  // The watcher once it exists, for /metrics (the HTTP thread runs before it is made); it lives
+  // until the Agent does, after the HTTP server.
+  std::atomic<const PolicyWatcher*> watch_counters_{nullptr};
   std::unique_ptr<UsageReporter> reporter_;
   std::unique_ptr<FabricClient> fabric_;
   std::unique_ptr<UngovernedQpScanner> qp_scanner_;

@@ -124,6 +124,11 @@ struct AgentState {
   std::optional<std::vector<RdmaQpCounts>> rdma_qps;
   std::vector<std::string> errors;  // unresolved reconcile errors (empty when healthy)
   uint64_t reconcile_errors_total = 0;
+  // Reads of the kernel's counters (tc classes, RDMA ports), one per --stats interval: a test
+  // that shows what does NOT happen over several reads waits on this instead of sleeping.
+  uint64_t stats_reads_total = 0;
+  // QP scans finished (StateBoard::publishRdmaQps), listed or not.
+  uint64_t qp_scans_total = 0;
   DurationHistogram reconcile_duration;
   DurationHistogram allocation_duration;
   int64_t published_at_ns = 0;  // monotonic
@@ -137,6 +142,9 @@ struct WatchStatus {
   uint64_t older_versions_offered = 0;  // older versions of the held store refused
   uint64_t older_offered_version = 0;   // the last one refused
   std::string store_notice;  // why the last offered version was refused; "" once resolved
+  // Backoff waits of the watch so far (a replica unreachable, a stream ended): the attempts it
+  // made while disconnected.
+  uint64_t reconnect_waits = 0;
 };
 
 class StateBoard {
@@ -149,11 +157,13 @@ class StateBoard {
   void publishRdmaQps(std::optional<std::vector<RdmaQpCounts>> qps) {
     std::lock_guard<std::mutex> lock(mu_);
     rdma_qps_ = std::move(qps);
+    ++qp_scans_;
   }
   AgentState snapshot() const {
     std::lock_guard<std::mutex> lock(mu_);
     AgentState s = state_;
     s.rdma_qps = rdma_qps_;
+    s.qp_scans_total = qp_scans_;
     return s;
   }
   void setPolicydConnected(bool connected) {
@@ -194,6 +204,7 @@ class StateBoard {
   mutable std::mutex mu_;
   AgentState state_;
   std::optional<std::vector<RdmaQpCounts>> rdma_qps_;
+  uint64_t qp_scans_ = 0;  // guarded by mu_
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> epoch_changes_{0};
   std::atomic<uint64_t> older_offered_{0};

@@ -363,6 +363,9 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
   scalar("tenantqos_policy_older_offered_version",
          "The older version of the held store policyd last offered, while unresolved (else 0).",
          MetricType::Gauge, double(watch.store_notice.empty() ? 0 : watch.older_offered_version));
+  scalar("tenantqos_policyd_reconnect_waits_total",
+         "Backoff waits of the policy watch (a policyd unreachable, a stream ended).",
+         MetricType::Counter, double(watch.reconnect_waits));
   scalar("tenantqos_agent_ready", "1 once a policy (persisted or received) has been applied.",
          MetricType::Gauge, s.ready ? 1 : 0);
   scalar("tenantqos_reconcile_errors_total",
@@ -371,6 +374,13 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
   scalar("tenantqos_reconcile_unresolved_errors",
          "Reconcile errors not yet resolved by a later successful attempt.", MetricType::Gauge,
          double(s.errors.size()));
+  scalar("tenantqos_stats_reads_total",
+         "Reads of the kernel's tc class and RDMA port counters (one per stats interval).",
+         MetricType::Counter, double(s.stats_reads_total));
+  scalar(
+      "tenantqos_qp_scans_total",
+      "Scans of the node's RDMA QPs (--qp-scan-interval-ms), whether they could list them or not.",
+      MetricType::Counter, double(s.qp_scans_total));
   out.push_back(histogram("tenantqos_reconcile_duration_seconds",
                           "Time to apply one policy snapshot to tc and the shm files.",
                           s.reconcile_duration));

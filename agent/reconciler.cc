@@ -731,6 +731,7 @@ AgentState Reconciler::buildState() const {
   if (rdma_) s.rdma_ports = rdma_->ports();
   s.errors = errors_;
   s.reconcile_errors_total = errors_total_;
+  s.stats_reads_total = stats_reads_;
   s.reconcile_duration = reconcile_hist_;
   s.allocation_duration = allocation_hist_;
   s.published_at_ns = clock_.nowNs();
@@ -768,6 +769,7 @@ void Reconciler::tick() {
   if (now >= stats_due_ns_) {
     refreshClassStats();
     if (rdma_) rdma_->refresh(now);  // node facts: read with or without a policy
+    ++stats_reads_;
     stats_due_ns_ = now + options_.stats_interval_ns;
     dirty_ = true;
   }

@@ -207,6 +207,7 @@ class Reconciler {
 
   int64_t alloc_due_ns_ = 0;
   int64_t stats_due_ns_ = 0;
+  uint64_t stats_reads_ = 0;  // AgentState::stats_reads_total
   int64_t resync_due_ns_ = 0;
   int64_t publish_due_ns_ = 0;
   bool dirty_ = true;

@@ -91,6 +91,8 @@ AgentState sampleState() {
   s.rdma_qps = std::vector<RdmaQpCounts>{qps, RdmaQpCounts{"mlx5_0"}};
   s.errors = {"apply policy v8: boom"};
   s.reconcile_errors_total = 3;
+  s.stats_reads_total = 11;
+  s.qp_scans_total = 12;
   s.reconcile_duration.observe(0.002);
   s.reconcile_duration.observe(0.2);
   s.allocation_duration.observe(0.00002);
@@ -126,7 +128,9 @@ Parsed parse(const std::string& text) {
 }
 
 TEST(MetricsTest, NamesLabelsAndValues) {
-  Parsed p = parse(renderMetrics(sampleState(), WatchStatus{true}));
+  WatchStatus watch{true};
+  watch.reconnect_waits = 13;
+  Parsed p = parse(renderMetrics(sampleState(), watch));
   EXPECT_EQ(p.series.at(R"(tenantqos_tenant_transmit_bytes_total{node="node1",tenant="tenant-b"})"),
             2000);
   EXPECT_EQ(
@@ -163,6 +167,10 @@ TEST(MetricsTest, NamesLabelsAndValues) {
   EXPECT_EQ(p.series.at("tenantqos_policyd_connected"), 1);
   EXPECT_EQ(p.series.at("tenantqos_agent_ready"), 1);
   EXPECT_EQ(p.series.at("tenantqos_reconcile_errors_total"), 3);
+  // The counters functional tests wait on to show that nothing happens meanwhile.
+  EXPECT_EQ(p.series.at("tenantqos_stats_reads_total"), 11);
+  EXPECT_EQ(p.series.at("tenantqos_qp_scans_total"), 12);
+  EXPECT_EQ(p.series.at("tenantqos_policyd_reconnect_waits_total"), 13);
   EXPECT_EQ(p.series.at("tenantqos_reconcile_unresolved_errors"), 1);
   EXPECT_EQ(p.series.at("tenantqos_reconcile_duration_seconds_count"), 2);
   EXPECT_NEAR(p.series.at("tenantqos_reconcile_duration_seconds_sum"), 0.202, 1e-9);
@@ -290,7 +298,7 @@ TEST(MetricsTest, EveryFamilyNameCarriesAUnitOrIsDimensionless) {
       "tenantqos_[a-z_]+(_bytes_total|_packets_total|_drops_total|_overlimits_total|"
       "_seconds_total|_bytes_per_second|_seconds|_errors_total|_bytes|_processes|_version|"
       "_connected|_ready|_errors|_up|_qps|_qp_owners|_changes_total|_offers_total|_mode|_term|"
-      "_refusals_total)");
+      "_refusals_total|_waits_total|_scans_total|_reads_total)");
   AgentState s = sampleState();
   s.fabric.mode = FabricMode::kHeld;  // the fabric's families too
   p = parse(renderMetrics(s, WatchStatus{true}));
