@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agent/tc_applier.h"
+#include "common/thread_annotations.h"
 
 namespace tq::agent {
 
@@ -139,16 +140,16 @@ struct WatchStatus {
 class StateBoard {
  public:
   void publish(AgentState state) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     state_ = std::move(state);
   }
   // The QP scan thread's result, merged into every snapshot.
   void publishRdmaQps(std::optional<std::vector<RdmaQpCounts>> qps) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     rdma_qps_ = std::move(qps);
   }
   AgentState snapshot() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     AgentState s = state_;
     s.rdma_qps = rdma_qps_;
     return s;
@@ -162,29 +163,29 @@ class StateBoard {
   void countStoreEpochChange() { epoch_changes_.fetch_add(1, std::memory_order_relaxed); }
   void reportOlderOffered(uint64_t version, std::string notice) {
     older_offered_.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     older_offered_version_ = version;
     store_notice_ = std::move(notice);
   }
   void clearStoreNotice() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     store_notice_.clear();
   }
   WatchStatus watchStatus() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return {policydConnected(), epoch_changes_.load(std::memory_order_relaxed),
             older_offered_.load(std::memory_order_relaxed), older_offered_version_, store_notice_};
   }
 
  private:
-  mutable std::mutex mu_;
-  AgentState state_;
-  std::optional<std::vector<RdmaQpCounts>> rdma_qps_;
+  mutable Mutex mu_;
+  AgentState state_ TQ_GUARDED_BY(mu_);
+  std::optional<std::vector<RdmaQpCounts>> rdma_qps_ TQ_GUARDED_BY(mu_);
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> epoch_changes_{0};
   std::atomic<uint64_t> older_offered_{0};
-  uint64_t older_offered_version_ = 0;  // guarded by mu_
-  std::string store_notice_;            // guarded by mu_
+  uint64_t older_offered_version_ TQ_GUARDED_BY(mu_) = 0;
+  std::string store_notice_ TQ_GUARDED_BY(mu_);
 };
 
 }  // namespace tq::agent
