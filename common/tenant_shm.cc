@@ -444,6 +444,9 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
     const bool resync = resync_[b];
     resync_[b] = false;
     const bool tx = shm::keyDirection(keys_[b]) == shm::kTx;
+    // The tenant's totals are its devices' (a byte that crosses a shared link is charged to the
+    // link's bucket too, and would count twice).
+    const bool device = shm::keyScope(keys_[b]) == shm::kScopeDevice;
     BucketUsage& total = totals_.buckets[b];
     for (uint32_t i = 0; i < slots_used; ++i) {
       SlotEntry& e = slots_[i];
@@ -468,12 +471,14 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
       total.throttled_ns += c.throttled_ns;
       total.busy_ns += c.busy_ns;
       total.peer_wait_ns += c.peer_wait_ns;
-      (tx ? totals_.tx_bytes : totals_.rx_bytes) += c.bytes;
-      if (tx) totals_.throttled_ns += c.throttled_ns;
+      if (device) {
+        (tx ? totals_.tx_bytes : totals_.rx_bytes) += c.bytes;
+        if (tx) totals_.throttled_ns += c.throttled_ns;
+      }
       if (e.state == SlotState::kDraining) continue;
       u.buckets[b].backlog_bytes += c.backlog_bytes;
       u.buckets[b].throttled_processes += c.throttled_now ? 1 : 0;
-      if (tx && c.throttled_now) throttled[i] = true;
+      if (tx && device && c.throttled_now) throttled[i] = true;
     }
   }
   for (uint32_t i = 0; i < slots_used; ++i) {
@@ -495,7 +500,8 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
     out.throttled_ns = total.throttled_ns;
     out.busy_ns = total.busy_ns;
     out.peer_wait_ns = total.peer_wait_ns;
-    if (keys_[b] != 0 && shm::keyDirection(keys_[b]) == shm::kTx) {
+    if (keys_[b] != 0 && shm::keyDirection(keys_[b]) == shm::kTx &&
+        shm::keyScope(keys_[b]) == shm::kScopeDevice) {
       u.backlog_bytes += out.backlog_bytes;
     }
   }

@@ -154,13 +154,15 @@ struct BucketUsage {
 // A tenant's usage on this node.
 struct TenantUsage {
   std::vector<BucketUsage> buckets;  // per entry of the published table
-  // Sums over the table: tx and rx bytes, and the tx buckets' throttled time and backlog.
+  // Sums over the device buckets of the table (a shared link's bucket is charged for bytes
+  // that its device's bucket counts already): tx and rx bytes, and the tx buckets' throttled
+  // time and backlog.
   uint64_t tx_bytes = 0;
   uint64_t rx_bytes = 0;
   uint64_t throttled_ns = 0;
   uint64_t backlog_bytes = 0;
   uint32_t processes = 0;            // attached processes
-  uint32_t throttled_processes = 0;  // with a refused send waiting (any tx bucket)
+  uint32_t throttled_processes = 0;  // with a refused send waiting (any tx device bucket)
   uint64_t rejected_readings = 0;    // values checkCounters refused, since creation
   std::vector<SlotUsage> slots;
 };

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/thread_annotations.h"
 #include "etcd/rpc.grpc.pb.h"
+#include "policy/etcd_txn.h"
 #include "rpc/channel_ring.h"
 
 namespace tq::policy {
@@ -78,7 +79,7 @@ struct Endpoint {
   std::atomic<uint64_t> member_id{0};  // once the member here answered a Status (0: not yet)
 };
 
-class EtcdStore final : public PolicyStore {
+class EtcdStore final : public IndexedPolicyStore {
  public:
   EtcdStore(EtcdStoreOptions o, const std::shared_ptr<grpc::ChannelCredentials>& creds)
       : o_(std::move(o)),
@@ -197,11 +198,6 @@ class EtcdStore final : public PolicyStore {
     return stored;
   }
 
-  std::optional<PolicyRecord> latest() const override {
-    MutexLock lock(mu_);
-    return index_.latest();
-  }
-
   Result<PolicyRecord> get(uint64_t version) const override {
     {
       MutexLock lock(mu_);
@@ -216,21 +212,6 @@ class EtcdStore final : public PolicyStore {
       return notFound("policy version " + std::to_string(version) + " does not exist");
     }
     return decodeKv(resp.kvs(0), version);
-  }
-
-  std::vector<VersionSummary> list() const override {
-    MutexLock lock(mu_);
-    return index_.list();
-  }
-
-  uint64_t nextVersion() const override {
-    MutexLock lock(mu_);
-    return index_.next();
-  }
-
-  uint64_t corruptRecords() const override {
-    MutexLock lock(mu_);
-    return index_.corrupt();
   }
 
   std::string epoch() const override { return epoch_; }
@@ -396,16 +377,7 @@ class EtcdStore final : public PolicyStore {
 
   Status loadEpoch() {
     TQ_ASSIGN_OR_RETURN(const std::string fresh, newStoreEpoch());
-    pb::TxnRequest txn;
-    pb::Compare* c = txn.add_compare();
-    c->set_key(epoch_key_);
-    c->set_target(pb::Compare::CREATE);
-    c->set_result(pb::Compare::EQUAL);
-    c->set_create_revision(0);
-    pb::PutRequest* put = txn.add_success()->mutable_request_put();
-    put->set_key(epoch_key_);
-    put->set_value(fresh);
-    txn.add_failure()->mutable_request_range()->set_key(epoch_key_);
+    const pb::TxnRequest txn = createOrReadTxn(epoch_key_, fresh);
     pb::TxnResponse resp;
     TQ_RETURN_IF_ERROR(unary("create or read the store epoch", &pb::KV::Stub::Txn, txn, &resp));
     if (resp.succeeded()) {
@@ -635,11 +607,9 @@ class EtcdStore final : public PolicyStore {
   bool leader_stopping_ TQ_GUARDED_BY(leader_mu_) = false;
   std::thread leader_finder_;
 
-  mutable Mutex mu_;
-  std::condition_variable cv_;
-  VersionIndex index_ TQ_GUARDED_BY(mu_);
-  int64_t latest_rev_ TQ_GUARDED_BY(mu_) =
-      0;  // mod_revision of <prefix>latest as last seen (0: absent)
+  std::condition_variable cv_;  // with mu_ (IndexedPolicyStore)
+  // mod_revision of <prefix>latest as last seen (0: absent).
+  int64_t latest_rev_ TQ_GUARDED_BY(mu_) = 0;
   int64_t watched_rev_ TQ_GUARDED_BY(mu_) = 0;  // everything up to this etcd revision is applied
   bool stopping_ TQ_GUARDED_BY(mu_) = false;
   grpc::ClientContext* watch_ctx_ TQ_GUARDED_BY(mu_) = nullptr;

@@ -35,7 +35,7 @@ std::optional<uint64_t> versionOfName(std::string_view name) {
   return v;
 }
 
-class FileStore final : public PolicyStore {
+class FileStore final : public IndexedPolicyStore {
  public:
   FileStore(std::string dir, std::string epoch, FileStoreOptions options)
       : dir_(std::move(dir)), epoch_(std::move(epoch)), options_(options) {}
@@ -105,30 +105,10 @@ class FileStore final : public PolicyStore {
     return stored;
   }
 
-  std::optional<PolicyRecord> latest() const override {
-    MutexLock lock(mu_);
-    return index_.latest();
-  }
-
   Result<PolicyRecord> get(uint64_t version) const override {
     MutexLock lock(mu_);
     if (auto answer = index_.answerWithoutReading(version)) return std::move(*answer);
     return readRecord(dir_ + "/" + recordFileName(version), version);
-  }
-
-  std::vector<VersionSummary> list() const override {
-    MutexLock lock(mu_);
-    return index_.list();
-  }
-
-  uint64_t nextVersion() const override {
-    MutexLock lock(mu_);
-    return index_.next();
-  }
-
-  uint64_t corruptRecords() const override {
-    MutexLock lock(mu_);
-    return index_.corrupt();
   }
 
   std::string epoch() const override { return epoch_; }
@@ -165,8 +145,6 @@ class FileStore final : public PolicyStore {
   const std::string dir_;
   const std::string epoch_;
   const FileStoreOptions options_;
-  mutable Mutex mu_;
-  VersionIndex index_ TQ_GUARDED_BY(mu_);
 };
 
 // Reads <data_dir>/store-epoch, creating it when absent (a new store, or one from before epochs).

@@ -109,12 +109,8 @@ class SocketComm::Helper {
       const uint64_t chunk = adm->chunkBytes();
       if (chunk == 0 && !send_) return left;
       const uint64_t take = chunk > 0 ? std::min(left, chunk) : left;
-      if (refused) {
-        *wait_ns = std::max<int64_t>(adm->waitNs(take), kMinTokenWaitNs);
-        return 0;
-      }
-      if (!adm->tryAdmit(take, left)) {
-        *wait_ns = std::max<int64_t>(adm->waitNs(take), kMinTokenWaitNs);
+      if (refused || !adm->tryAdmit(take, left)) {
+        *wait_ns = std::clamp<int64_t>(adm->waitNs(take), kMinTokenWaitNs, kMaxTokenWaitNs);
         return 0;
       }
       s->credit = take;
@@ -285,6 +281,14 @@ class SocketComm::Helper {
   static constexpr int kLowWaterPollMs = 20;
   // Shortest sleep for tokens: below this a wake-up costs more than the precision buys.
   static constexpr int64_t kMinTokenWaitNs = 20'000;
+  // Longest sleep for tokens. The wait is computed at the bucket's current rate, but the agent
+  // may raise it at any period (10 ms by default): a tenant without a guarantee whose demand
+  // looked like nothing for one period has a bucket rate of 0 (a wait of "never", which was the
+  // 1 s poll timeout), and a waiter that slept on would miss the new rate. Seen in the testbed:
+  // noisy's receives (16 streams, paced at 350 Mbit/s) stalled for 0.1-1 s at a time and got
+  // 0.04-0.10 Gbit/s. So a starved helper looks again every millisecond (at most 1,000 wake-ups
+  // a second), about the bucket's depth in time.
+  static constexpr int64_t kMaxTokenWaitNs = 1'000'000;
 
   SocketComm* const comm_;
   const bool send_;
