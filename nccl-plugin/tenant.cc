@@ -262,6 +262,7 @@ uint32_t TenantPacer::linksFor(const Channel& c) const {
 bool TenantPacer::loadFabricPeers() {
   const std::string path = attach::fabricPeersPath(cfg_.run_dir);
   auto problem = [&](const std::string& why) {
+    mu_.assertHeld();  // (a lambda is analysed on its own; the caller holds it)
     if (why != fabric_peers_logged_) {
       TQ_LOG(kWarn,
              "tenant %s: %s: %s; every connection is charged to every shared link the node is "
