@@ -182,6 +182,7 @@ void TenantPacer::useFallback() {
     hot_[b].rate.store(spec ? spec->rate_bytes_per_second : 0, std::memory_order_relaxed);
     hot_[b].depth.store(spec ? spec->depth_bytes : 0, std::memory_order_relaxed);
     hot_[b].limit.store(spec ? spec->limit_bytes_per_second : 0, std::memory_order_relaxed);
+    hot_[b].own_rate.store(0, std::memory_order_relaxed);  // no agent: nobody to share with
   }
   paced_.store(p.paced, std::memory_order_relaxed);
   dscp_.store(static_cast<int>(p.dscp), std::memory_order_relaxed);
@@ -427,6 +428,18 @@ void TenantPacer::applyParams(const TenantParams& p, uint64_t seq) {
     const uint64_t limit = spec && spec->limit_bytes_per_second != 0 ? spec->limit_bytes_per_second
                                                                      : p.limit_bytes_per_second;
     hot_[b].limit.store(limit, std::memory_order_relaxed);
+    // This process's own bucket: as deep in time as the shared one, and at least two of the
+    // smallest chunks (a chunk then fits a bucket that is not full, as chunkBytes() keeps for
+    // the shared one).
+    const uint64_t own = spec && b < p.process_rates.size() ? p.process_rates[b] : 0;
+    const uint64_t rate = spec ? spec->rate_bytes_per_second : 0;
+    const unsigned __int128 own_depth =
+        rate != 0 ? static_cast<unsigned __int128>(depth) * own / rate : depth;
+    hot_[b].own_depth.store(
+        std::max<uint64_t>(static_cast<uint64_t>(std::min<unsigned __int128>(own_depth, depth)),
+                           2 * kMinPaceChunk),
+        std::memory_order_relaxed);
+    hot_[b].own_rate.store(own, std::memory_order_relaxed);
   }
   paced_.store(p.paced, std::memory_order_relaxed);
   dscp_.store(static_cast<int>(p.dscp & 63), std::memory_order_relaxed);
@@ -464,7 +477,12 @@ uint64_t TenantPacer::rateBytesPerSecond(int channel) const {
 uint64_t TenantPacer::chunkBytes(int channel) const {
   const int b = bucketOf(channel);
   if (!paced_.load(std::memory_order_relaxed) || b < 0) return 0;
-  const BucketConfig bc = configOf(b);
+  // The smaller of the tenant's bucket and this process's own: a chunk fits both.
+  BucketConfig bc = configOf(b);
+  const BucketConfig own = ownConfigOf(b);
+  if (own.rate_bytes_per_second != 0 && own.rate_bytes_per_second < bc.rate_bytes_per_second) {
+    bc = own;
+  }
   const unsigned __int128 by_time = static_cast<unsigned __int128>(bc.rate_bytes_per_second) *
                                     static_cast<uint64_t>(cfg_.chunk_ns) / 1'000'000'000u;
   // At most half the depth: a chunk then fits a bucket that is not full, so an admitter that
@@ -517,6 +535,8 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
       ps->lag_ns = std::max(ps->lag_ns, std::min(now - ps->ready_at_ns, cfg_.catchup_ns));
     }
     BucketConfig eff = bc;
+    const BucketConfig own = ownConfigOf(b);
+    BucketConfig own_eff = own;
     if (ps->lag_ns > 0) {
       unsigned __int128 extra =
           static_cast<unsigned __int128>(ps->lag_ns) * bc.rate_bytes_per_second / 1'000'000'000u;
@@ -529,11 +549,28 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
                                                        1'000'000'000u);
       }
       eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(extra, UINT64_MAX / 2));
+      // The own bucket catches up in proportion: together the processes make up at most what
+      // the tenant may.
+      if (own.rate_bytes_per_second != 0 && bc.rate_bytes_per_second != 0) {
+        own_eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(
+            extra * own.rate_bytes_per_second / bc.rate_bytes_per_second, UINT64_MAX / 2));
+      }
     }
-    ok = bucketTryTake(word, now, bytes, eff, floor);
+    // Its own bucket first (nobody else can refill it), then the tenant's; tokens taken from
+    // the own one go back when the tenant's refuses.
+    std::atomic<int64_t>& own_word = own_words_[b];
+    const bool own_ok =
+        own.rate_bytes_per_second == 0 || bucketTryTake(own_word, now, bytes, own_eff);
+    ok = own_ok && bucketTryTake(word, now, bytes, eff, floor);
+    if (own_ok && !ok && own.rate_bytes_per_second != 0) {
+      bucketGiveBack(own_word, now, bytes, own);
+    }
     if (!ok) {
       ps->lag_ns = 0;  // caught up: refused on time
       ps->ready_at_ns = bucketReadyAt(word, now, bytes, bc, floor);
+      if (own.rate_bytes_per_second != 0) {
+        ps->ready_at_ns = std::max(ps->ready_at_ns, bucketReadyAt(own_word, now, bytes, own));
+      }
     }
   }
   if (!ok) {
@@ -571,14 +608,23 @@ int64_t TenantPacer::waitNs(uint64_t bytes, const PaceState& ps) const {
   const int64_t now = clock_.nowNs();
   AgentBinding* a = agent_.load(std::memory_order_acquire);
   auto* self = const_cast<TenantPacer*>(this);
-  return bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b)) - now;
+  int64_t ready =
+      bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b));
+  const BucketConfig own = ownConfigOf(b);
+  if (own.rate_bytes_per_second != 0) {
+    ready = std::max(ready, bucketReadyAt(self->own_words_[b], now, bytes, own));
+  }
+  return ready - now;
 }
 
 void TenantPacer::giveBack(uint64_t bytes, PaceState* ps) {
   const int b = bucketOf(ps->channel);
   if (b < 0 || bytes == 0 || !paced_.load(std::memory_order_relaxed)) return;
   AgentBinding* a = agent_.load(std::memory_order_acquire);
-  bucketGiveBack(wordFor(a, b), clock_.nowNs(), bytes, configOf(b), floorFor(a, b));
+  const int64_t now = clock_.nowNs();
+  bucketGiveBack(wordFor(a, b), now, bytes, configOf(b), floorFor(a, b));
+  const BucketConfig own = ownConfigOf(b);
+  if (own.rate_bytes_per_second != 0) bucketGiveBack(own_words_[b], now, bytes, own);
 }
 
 void TenantPacer::onReceived(uint64_t bytes, const PaceState& ps) {

@@ -26,7 +26,10 @@
 // the memory it has and attaches anew). Every mode change is logged once, with why.
 //
 // Buckets: the agent's table (common/shm_layout.h) has a tx and an rx bucket per device of the
-// tenant's link. A comm charges the bucket of its device and direction through its channel.
+// tenant's link. A comm charges the bucket of its device and direction through its channel:
+// the tenant's shared word and, attached, a bucket of this process's own at the rate the agent
+// gives its slot (shm_layout.h "Process buckets"), so that a co-tenant resetting the shared word
+// cannot lift this process past its share of the tenant's rate.
 // Without the agent the fallback has one tx and one rx bucket (rx unpaced unless
 // TENANTQOS_RX_RATE, or conservative).
 //
@@ -191,6 +194,10 @@ class TenantPacer {
     std::atomic<uint64_t> rate{0};
     std::atomic<uint64_t> depth{0};
     std::atomic<uint64_t> limit{0};  // 0: none (fallback, env)
+    // This process's own bucket (shm_layout.h "Process buckets"): its rate from the agent and
+    // a depth as deep in time as the shared one; rate 0: none.
+    std::atomic<uint64_t> own_rate{0};
+    std::atomic<uint64_t> own_depth{0};
   };
   struct AgentBinding {
     std::unique_ptr<TenantShmView> view;
@@ -252,6 +259,10 @@ class TenantPacer {
   std::atomic<int64_t>* floorFor(AgentBinding* a, int b) {
     return a != nullptr ? &a->floor[b] : &local_floors_[b];
   }
+  BucketConfig ownConfigOf(int b) const {
+    return {hot_[b].own_rate.load(std::memory_order_relaxed),
+            hot_[b].own_depth.load(std::memory_order_relaxed)};
+  }
   BucketConfig configOf(int b) const {
     return {hot_[b].rate.load(std::memory_order_relaxed),
             hot_[b].depth.load(std::memory_order_relaxed)};
@@ -273,6 +284,9 @@ class TenantPacer {
   shm::Direction channels_dir_[kMaxChannels] = {};  // written before the channel is handed out
   std::atomic<int> num_channels_{2};
   std::atomic<int64_t> local_words_[shm::kMaxBuckets] = {};
+  // This process's own buckets (agent mode): in its own memory, so no other process of the
+  // tenant can refill them; every take passes one and the shared word.
+  std::atomic<int64_t> own_words_[shm::kMaxBuckets] = {};
   std::atomic<int64_t> local_floors_[shm::kMaxBuckets] = {};
   // Sends in flight per counter block, this process, all comms of the tenant.
   std::atomic<int64_t> sends_in_flight_[kCounterBlocks] = {};

@@ -289,7 +289,7 @@ TEST(MetricsTest, EveryFamilyNameCarriesAUnitOrIsDimensionless) {
   const std::regex ok(
       "tenantqos_[a-z_]+(_bytes_total|_packets_total|_drops_total|_overlimits_total|"
       "_seconds_total|_bytes_per_second|_seconds|_errors_total|_bytes|_processes|_version|"
-      "_connected|_ready|_errors|_up|_qps|_qp_owners|_changes_total|_offers_total)");
+      "_connected|_ready|_errors|_up|_fenced|_qps|_qp_owners|_changes_total|_offers_total)");
   for (const auto& [name, type] : p.types) EXPECT_TRUE(std::regex_match(name, ok)) << name;
 }
 
