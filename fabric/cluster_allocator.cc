@@ -16,6 +16,7 @@ struct Item {
   uint32_t cls;
   uint32_t order;   // input position: the last report of a key wins
   uint64_t demand;  // clamped to the tenant's limit on the class
+  uint64_t limit;   // the tenant's limit on the class
 };
 
 // One pass over every link: caps[i] and rates[i] for items[i] from demand[i].
@@ -76,7 +77,10 @@ class Pass {
     u128 total = 0;
     for (size_t i = s; i < t; ++i) total += demand[i];
     uint64_t given = 0;
-    if (total > 0) {
+    if (t - s == 1) {
+      (*rate)[s] = a;  // one node (the common case): all of it (a <= its demand)
+      given = a;
+    } else if (total > 0) {
       for (size_t i = s; i < t; ++i) {
         (*rate)[i] = static_cast<uint64_t>(static_cast<u128>(a) * demand[i] / total);
         given += (*rate)[i];
@@ -133,6 +137,53 @@ std::vector<size_t> parentItems(const FabricModel& model, const std::vector<Item
   return parent;
 }
 
+// Tenants held back somewhere (a key at the tenant's limit: its agent saw its bucket hold it
+// back) whose traffic runs at one rate on every link it crosses (cluster_allocator.h, "Coupled
+// tenants"). A progressive fill over `passes` passes: each such tenant asks for its limit on the
+// keys where it got the least (its bottleneck) and for that least on its other keys, so that
+// what its other links would give it beyond its bottleneck goes to other tenants, and a
+// bottleneck that frees up lets it rise on the next pass. At the end every key of the tenant
+// asks for the least it got.
+void coupleTenants(const FabricModel& model, const std::vector<Item>& items, Pass& pass,
+                   uint32_t passes, std::vector<uint64_t>* demand) {
+  std::vector<char> held(model.tenantCount(), 0);
+  bool any = false;
+  for (const Item& x : items) {
+    if (x.demand > 0 && x.demand >= x.limit) held[x.tenant] = any = 1;
+  }
+  if (!any) return;
+  auto coupled = [&](size_t i) { return held[items[i].tenant] && items[i].demand > 0; };
+  std::vector<uint64_t> want(*demand), rate, cap;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (coupled(i)) want[i] = items[i].limit;
+  }
+  // Per pass: a tenant's rate is the least it got where it is held (asking its limit, or given
+  // less than it asked); keys served in full do not bound it. The held keys that got that least
+  // ask for the limit again, the others for that rate (which may be more than last pass: the
+  // tenant rises as its bottleneck frees up).
+  std::vector<uint64_t> least(model.tenantCount());
+  for (uint32_t p = 0; p < passes; ++p) {
+    pass.run(want, &rate, &cap, nullptr);
+    std::fill(least.begin(), least.end(), UINT64_MAX);
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!coupled(i)) continue;
+      const uint64_t limit = items[i].limit;
+      if (want[i] >= limit || rate[i] < want[i]) {
+        least[items[i].tenant] = std::min(least[items[i].tenant], rate[i]);
+      }
+    }
+    const bool last = p + 1 == passes;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!coupled(i)) continue;
+      const uint64_t limit = items[i].limit;
+      const uint64_t rho = std::min(least[items[i].tenant], limit);
+      const bool held_here = want[i] >= limit || rate[i] < want[i];
+      want[i] = !last && held_here && rate[i] <= rho ? limit : rho;
+    }
+  }
+  demand->swap(want);
+}
+
 }  // namespace
 
 RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport> reports,
@@ -154,12 +205,26 @@ RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport
       continue;
     }
     const uint64_t limit = model.share(r.tenant, r.cls).limit;
-    items.push_back(
-        {link, dir, r.tenant, r.node, r.cls, static_cast<uint32_t>(i), std::min(r.demand, limit)});
+    items.push_back({link, dir, r.tenant, r.node, r.cls, static_cast<uint32_t>(i),
+                     std::min(r.demand, limit), limit});
   }
-  auto key = [](const Item& x) { return std::tuple(x.link, x.dir, x.tenant, x.node, x.order); };
-  std::sort(items.begin(), items.end(),
-            [&](const Item& a, const Item& b) { return key(a) < key(b); });
+  // By (link, direction): a counting sort (linear); then each bucket, small, by (tenant, node,
+  // input order).
+  {
+    std::vector<uint32_t> start(model.linkCount() * kDirections + 1, 0);
+    for (const Item& x : items) ++start[x.link * kDirections + x.dir + 1];
+    for (size_t b = 1; b < start.size(); ++b) start[b] += start[b - 1];
+    std::vector<Item> sorted(items.size());
+    std::vector<uint32_t> next(start.begin(), start.end() - 1);
+    for (const Item& x : items) sorted[next[x.link * kDirections + x.dir]++] = x;
+    items.swap(sorted);
+    for (size_t b = 0; b + 1 < start.size(); ++b) {
+      std::sort(items.begin() + start[b], items.begin() + start[b + 1],
+                [](const Item& a, const Item& b) {
+                  return std::tie(a.tenant, a.node, a.order) < std::tie(b.tenant, b.node, b.order);
+                });
+    }
+  }
   // Keep the last report of each key (the highest order sorts last).
   size_t kept = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -176,6 +241,10 @@ RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport
   std::vector<uint64_t> demand(items.size()), rate, cap;
   for (size_t i = 0; i < items.size(); ++i) demand[i] = items[i].demand;
   Pass pass(model, items);
+  if (options.coupling_passes > 0) {
+    coupleTenants(model, items, pass, options.coupling_passes, &demand);
+  }
+  const std::vector<uint64_t> base = demand;  // what the hierarchical passes bound
   const uint32_t passes = std::max<uint32_t>(options.hierarchy_passes, 1);
   std::vector<size_t> parent;
   if (passes > 1) parent = parentItems(model, items);
@@ -183,14 +252,13 @@ RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport
     const bool last = p + 1 == passes;
     if (p > 0) {
       // Bound each demand by the caps of the previous pass along the node's path.
-      std::vector<uint64_t> bounded(demand.size());
-      for (size_t i = 0; i < items.size(); ++i) bounded[i] = items[i].demand;
+      std::vector<uint64_t> bounded = base;
       for (size_t i = 0; i < items.size(); ++i) {
         const size_t up = parent[i];
         if (up == SIZE_MAX) continue;
-        const uint64_t above = std::min(items[up].demand, items[i].demand);
+        const uint64_t above = std::min(base[up], base[i]);
         // Lower link: what crosses only it, plus what the link above lets through.
-        bounded[i] = std::min(bounded[i], items[i].demand - above + std::min(above, cap[up]));
+        bounded[i] = std::min(bounded[i], base[i] - above + std::min(above, cap[up]));
         // Upper link: no more than the link below lets through.
         bounded[up] = std::min(bounded[up], cap[i]);
       }
@@ -199,16 +267,24 @@ RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport
     pass.run(demand, &rate, &cap, last ? &result.tenants : nullptr);
   }
 
-  result.caps.reserve(items.size());
+  // By node (a counting sort), then within a node by (tenant, class, direction).
+  std::vector<uint32_t> start(model.nodeCount() + 1, 0);
+  for (const Item& x : items) ++start[x.node + 1];
+  for (size_t n = 1; n < start.size(); ++n) start[n] += start[n - 1];
+  result.caps.resize(items.size());
+  std::vector<uint32_t> next(start.begin(), start.end() - 1);
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& x = items[i];
-    result.caps.push_back(
-        {x.node, x.tenant, x.cls, static_cast<Direction>(x.dir), x.link, rate[i], cap[i]});
+    result.caps[next[x.node]++] = {x.node, x.tenant, x.cls, static_cast<Direction>(x.dir),
+                                   x.link, rate[i],  cap[i]};
   }
-  std::sort(result.caps.begin(), result.caps.end(), [](const LinkCap& a, const LinkCap& b) {
-    return std::tuple(a.node, a.tenant, a.cls, a.direction) <
-           std::tuple(b.node, b.tenant, b.cls, b.direction);
-  });
+  for (size_t n = 0; n + 1 < start.size(); ++n) {
+    std::sort(result.caps.begin() + start[n], result.caps.begin() + start[n + 1],
+              [](const LinkCap& a, const LinkCap& b) {
+                return std::tie(a.tenant, a.cls, a.direction) <
+                       std::tie(b.tenant, b.cls, b.direction);
+              });
+  }
   return result;
 }
 

@@ -41,6 +41,19 @@
 //   on the lower link: demand - demand above + min(demand above, cap above).
 // Measured by bench/fabric (docs/fabric.md): the passes matter only where classes nest.
 //
+// Coupled tenants (options.coupled_tenants): an NCCL collective runs at the pace of its slowest
+// link, so a tenant's nodes whose buckets do not hold them back report what they carry (x 1.05,
+// the agent's headroom), and a link gives such a node only that: when the tenant's bottleneck
+// frees up, the tenant grows by that 5 % per round, the bottleneck moving from link to link.
+// With coupling_passes > 0, a tenant with a key at its limit (held back by a cap somewhere) is
+// filled progressively within the round: on each pass it asks for its limit where it got the
+// least (its bottleneck) and for that least elsewhere, so a bottleneck that frees up lets it rise
+// on the next pass and what its other links would give it beyond its bottleneck goes to other
+// tenants; after the last pass every key of the tenant asks for the least it got. It reaches its
+// bottleneck in the round, not 5 % per round. Wrong for a tenant whose flows are independent
+// (one held-back flow would bound the others), hence an option; measured by bench/fabric
+// (docs/fabric.md).
+//
 // Units: bytes per second. Thread-safety: pure function.
 #pragma once
 
@@ -86,6 +99,10 @@ struct TenantOnLink {
 
 struct RoundOptions {
   uint32_t hierarchy_passes = 1;  // >= 1; more only helps where classes nest
+  // > 0: each tenant's traffic runs at one rate on every link it crosses (an NCCL ring runs at
+  // its slowest hop; an all-to-all step ends with its slowest pair), filled over this many
+  // passes (see "Coupled tenants" above). 0: a tenant's keys are independent.
+  uint32_t coupling_passes = 0;
 };
 
 struct RoundResult {

@@ -20,11 +20,18 @@ Result<std::unique_ptr<AuditLog>> AuditLog::open(const std::string& path) {
   return log;
 }
 
+namespace {
+
+std::string jsonList(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + jsonQuote(v[i]);
+  return out + "]";
+}
+
+}  // namespace
+
 std::string AuditLog::line(const PolicyRecord& r) {
-  std::string groups = "[";
-  for (size_t i = 0; i < r.applied_by_groups.size(); ++i)
-    groups += (i ? "," : "") + jsonQuote(r.applied_by_groups[i]);
-  groups += "]";
+  const std::string groups = jsonList(r.applied_by_groups);
   return "{\"time\":" + jsonQuote(utcTimestamp(r.applied_at_unix_ms)) +
          ",\"unixMs\":" + std::to_string(r.applied_at_unix_ms) +
          ",\"action\":" + jsonQuote(r.rollback_of ? "rollback" : "apply") +
@@ -35,8 +42,21 @@ std::string AuditLog::line(const PolicyRecord& r) {
          ",\"checksum\":" + std::to_string(r.checksum) + "}";
 }
 
-Status AuditLog::append(const PolicyRecord& record) {
-  const std::string text = line(record) + "\n";
+std::string AuditLog::line(const Refusal& r) {
+  return "{\"time\":" + jsonQuote(utcTimestamp(r.unix_ms)) +
+         ",\"unixMs\":" + std::to_string(r.unix_ms) +
+         ",\"action\":\"refused\",\"method\":" + jsonQuote(r.method) +
+         ",\"identity\":" + jsonQuote(r.identity) + ",\"groups\":" + jsonList(r.groups) +
+         ",\"node\":" + jsonQuote(r.node) + ",\"reason\":" + jsonQuote(r.reason) +
+         ",\"suppressed\":" + std::to_string(r.suppressed) + "}";
+}
+
+Status AuditLog::appendRefusal(const Refusal& refusal) { return appendLine(line(refusal)); }
+
+Status AuditLog::append(const PolicyRecord& record) { return appendLine(line(record)); }
+
+Status AuditLog::appendLine(const std::string& line) {
+  const std::string text = line + "\n";
   std::lock_guard<std::mutex> lock(mu_);
   TQ_RETURN_IF_ERROR(writeAll(fd_.get(), text, "audit log " + path_));
   if (::fdatasync(fd_.get()) != 0) return errnoStatus("fdatasync audit log " + path_);

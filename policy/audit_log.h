@@ -6,6 +6,10 @@
 // A line: {"time":"2026-01-02T03:04:05Z","unixMs":...,"action":"apply"|"rollback",
 //   "version":N,"identity":"CN","groups":["O",...],"source":"FILE","diff":"tenants +a ~b",
 //   "rollbackOf":N,"checksum":N}
+// and one per refused report of the cluster allocator (policy/allocator_service.h):
+//   {"time":...,"unixMs":...,"action":"refused","method":"Allocate","identity":"CN",
+//    "groups":[...],"node":"NODE","reason":"...","suppressed":N}
+// (suppressed: refusals of the same identity not written since its previous line).
 // Every string is JSON-escaped, so nothing an author chose can break a line.
 // Thread-safety: append() is internally serialised.
 #pragma once
@@ -13,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/fd.h"
 #include "common/status.h"
@@ -32,8 +37,22 @@ class AuditLog {
   // The line for `record` (no trailing newline).
   static std::string line(const PolicyRecord& record);
 
+  struct Refusal {
+    int64_t unix_ms = 0;
+    std::string method;
+    std::string identity;
+    std::vector<std::string> groups;
+    std::string node;  // what the request named
+    std::string reason;
+    uint64_t suppressed = 0;
+  };
+  // Appends the line of a refused call and syncs it.
+  Status appendRefusal(const Refusal& refusal);
+  static std::string line(const Refusal& refusal);
+
  private:
   AuditLog(std::string path, Fd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  Status appendLine(const std::string& line);
   const std::string path_;
   std::mutex mu_;
   Fd fd_;

@@ -25,7 +25,9 @@ std::string rolesFor(Permission p) {
     case Permission::kRead:
     case Permission::kUsage: return std::string(kAdminsGroup) + " or " + std::string(kViewersGroup);
     case Permission::kWatch:
-    case Permission::kReport: return std::string(kAdminsGroup) + " or " + std::string(kAgentsGroup);
+    case Permission::kReport:
+    case Permission::kAllocate:
+      return std::string(kAdminsGroup) + " or " + std::string(kAgentsGroup);
   }
   return std::string(kAdminsGroup);
 }
@@ -65,11 +67,13 @@ Status authorize(const Caller& c, std::string_view method, Permission p,
     case Permission::kUsage: allowed = viewer; break;
     case Permission::kWatch: allowed = agent; break;
     case Permission::kReport:
+    case Permission::kAllocate:
       if (agent && node && *node != c.identity) {
         return permissionDenied(std::string(method) + ": " + c.identity + " (" + groupsText(c) +
-                                ") may report usage only for node \"" + c.identity +
-                                "\", not for \"" + std::string(*node) + "\" (needs " +
-                                std::string(kAdminsGroup) + " for other nodes)");
+                                ") may report " + (p == Permission::kReport ? "usage" : "demand") +
+                                " only for node \"" + c.identity + "\", not for \"" +
+                                std::string(*node) + "\" (needs " + std::string(kAdminsGroup) +
+                                " for other nodes)");
       }
       allowed = agent;
       break;

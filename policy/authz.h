@@ -4,7 +4,8 @@
 //
 //   tenantqos:admins   every method
 //   tenantqos:viewers  GetPolicy, ListVersions (history), GetUsage (top)
-//   tenantqos:agents   WatchPolicy, and ReportUsage for the node named by the certificate's CN
+//   tenantqos:agents   WatchPolicy, and ReportUsage and Allocate (the cluster allocator's
+//                      demand and caps) for the node named by the certificate's CN
 // A server run with --insecure authenticates nobody: every caller is "insecure:HOST" (its peer
 // address without the port) with every role, so plaintext is for a loopback sandbox only.
 #pragma once
@@ -24,11 +25,12 @@ inline constexpr std::string_view kViewersGroup = "tenantqos:viewers";
 inline constexpr std::string_view kAgentsGroup = "tenantqos:agents";
 
 enum class Permission {
-  kChange,  // ApplyPolicy, Rollback
-  kRead,    // GetPolicy, ListVersions
-  kUsage,   // GetUsage
-  kWatch,   // WatchPolicy
-  kReport,  // ReportUsage (agents: their own node only)
+  kChange,    // ApplyPolicy, Rollback
+  kRead,      // GetPolicy, ListVersions
+  kUsage,     // GetUsage
+  kWatch,     // WatchPolicy
+  kReport,    // ReportUsage (agents: their own node only)
+  kAllocate,  // Allocate: demand in, caps out (agents: their own node only)
 };
 
 struct Caller {
@@ -43,8 +45,8 @@ struct Caller {
 Caller makeCaller(const rpc::PeerIdentity& peer_identity, bool insecure, std::string_view peer);
 
 // ok, or kUnauthenticated (no verified identity) / kPermissionDenied naming the method, the
-// identity, its groups and the role it lacks. `node`: ReportUsage's node name, which an agent
-// must be (nullopt: the role alone, before the request is parsed).
+// identity, its groups and the role it lacks. `node`: the node a ReportUsage or Allocate
+// request names, which an agent must be (nullopt: the role alone, before the request is parsed).
 Status authorize(const Caller& caller, std::string_view method, Permission permission,
                  std::optional<std::string_view> node = std::nullopt);
 

@@ -85,13 +85,7 @@ class EtcdStore final : public PolicyStore {
         latest_key_(o_.prefix + "latest"),
         versions_prefix_(o_.prefix + "versions/") {
     auto make = [creds](const std::string& target) {  // kept by each ring for renew()
-      grpc::ChannelArguments args;
-      args.SetMaxReceiveMessageSize(128 << 20);
-      args.SetMaxSendMessageSize(128 << 20);
-      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
-      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
-      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
-      return grpc::CreateCustomChannel(target, creds, args);
+      return makeEtcdChannel(target, creds);
     };
     for (const std::string& target : o_.endpoints) {
       endpoints_.push_back(std::make_unique<Endpoint>(target, make));
@@ -612,6 +606,21 @@ class EtcdStore final : public PolicyStore {
 };
 
 }  // namespace
+
+Result<std::shared_ptr<grpc::ChannelCredentials>> etcdCredentials(const EtcdStoreOptions& options) {
+  return credentials(options);
+}
+
+std::shared_ptr<grpc::Channel> makeEtcdChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(128 << 20);
+  args.SetMaxSendMessageSize(128 << 20);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+  return grpc::CreateCustomChannel(target, credentials, args);
+}
 
 std::string etcdRecordKey(const std::string& prefix, uint64_t version) {
   char buf[32];

@@ -38,6 +38,11 @@
 #include "policy/store.h"
 #include "rpc/tls.h"
 
+namespace grpc {
+class Channel;
+class ChannelCredentials;
+}  // namespace grpc
+
 namespace tq::policy {
 
 struct EtcdStoreOptions {
@@ -62,6 +67,12 @@ struct EtcdStoreOptions {
 // Connects, creates the epoch if the prefix holds no store yet, loads every record, and starts
 // the watch. kUnavailable if etcd cannot be reached within request_timeout.
 Result<std::unique_ptr<PolicyStore>> openEtcdStore(const EtcdStoreOptions& options);
+
+// The credentials and the channel of every etcd client in policyd (this store, the allocator's
+// election: policy/allocator_election.h), from the same options.
+Result<std::shared_ptr<grpc::ChannelCredentials>> etcdCredentials(const EtcdStoreOptions& options);
+std::shared_ptr<grpc::Channel> makeEtcdChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
 // etcd key of a version's record: <prefix>versions/<20 digits>.
 std::string etcdRecordKey(const std::string& prefix, uint64_t version);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "policy/allocator_service.h"
 #include "policy/authz.h"
 #include "policy/wire.h"
 #include "proto/convert.h"
@@ -391,6 +392,212 @@ void WatchHub::close(const grpc::Status& status) {
   for (auto& r : targets) r->close(status);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Allocate streams
+
+class AllocateReactor;
+
+// Owns the Allocate reactors from their start until their OnDone, so that shutdown can end
+// every one (also those not attached to the allocator yet: waiting for their first report).
+class AllocateHub {
+ public:
+  void add(std::shared_ptr<AllocateReactor> r);
+  void remove(AllocateReactor* r);
+  void close(const grpc::Status& status);
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reactors_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<AllocateReactor*, std::shared_ptr<AllocateReactor>> reactors_;
+  std::optional<grpc::Status> closed_;
+};
+
+class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                              public CapsSink,
+                              public std::enable_shared_from_this<AllocateReactor> {
+ public:
+  AllocateReactor(AllocateHub* hub, AllocatorService* allocator, Caller caller, std::string peer)
+      : hub_(hub), allocator_(allocator), caller_(std::move(caller)), peer_(std::move(peer)) {}
+
+  void begin(const grpc::Status* refusal) {
+    if (refusal != nullptr) {
+      finish(*refusal);
+      return;
+    }
+    readNext();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the agent half-closed or the stream broke
+      finish(grpc::Status::OK);
+      return;
+    }
+    v1::DemandReport report;
+    grpc::ByteBuffer copy(in_);
+    in_.Clear();
+    Status st;
+    if (!grpc::SerializationTraits<v1::DemandReport>::Deserialize(&copy, &report).ok()) {
+      st = invalidArgument("Allocate: a message is not a valid tenantqos.v1.DemandReport");
+    } else {
+      try {
+        if (node_.empty()) {
+          st = allocator_->attach(caller_, report.node(), shared_from_this());
+          if (st.ok()) {
+            std::lock_guard<std::mutex> lock(mu_);
+            node_ = report.node();
+          }
+        }
+        // Authorizes first (a report for another node is refused and audited), then checks
+        // that it is this stream's node.
+        if (st.ok()) st = allocator_->report(caller_, this, report);
+      } catch (const std::exception& e) {  // nothing may escape into gRPC's threads
+        st = internalError(std::string("Allocate: ") + e.what());
+      }
+    }
+    if (!st.ok()) {
+      TQ_LOG(kDebug, "Allocate from %s (%s): %s", peer_.c_str(), caller_.identity.c_str(),
+             st.message().c_str());
+      finish(toGrpcStatus(st));
+      return;
+    }
+    readNext();
+  }
+
+  void sendCaps(std::shared_ptr<const v1::NodeCaps> caps) override {
+    grpc::ByteBuffer bytes;
+    if (!serializeMessage(*caps, &bytes).ok()) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finishing_) return;
+    if (writing_) {
+      pending_ = std::move(bytes);  // the newest caps replace any not yet written
+      has_pending_ = true;
+      return;
+    }
+    writing_ = true;
+    out_ = std::move(bytes);
+    lock.unlock();
+    StartWrite(&out_);
+  }
+
+  void close(const Status& status) override { finish(toGrpcStatus(status)); }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    writing_ = false;
+    out_.Clear();
+    if (!ok && !finishing_) {
+      finishing_ = true;
+      final_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Allocate stream write failed");
+    }
+    if (finishing_) {
+      const grpc::Status st = final_;
+      lock.unlock();
+      doFinish(st);
+      return;
+    }
+    if (has_pending_) {
+      has_pending_ = false;
+      writing_ = true;
+      out_ = std::move(pending_);
+      pending_.Clear();
+      lock.unlock();
+      StartWrite(&out_);
+    }
+  }
+
+  void OnCancel() override { finish(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    std::string node;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      node = node_;
+    }
+    if (!node.empty()) allocator_->detach(node, this);
+    // Drops the hub's reference: `this` may be deleted inside (or when the allocator lets go
+    // of its copy), so nothing may follow.
+    hub_->remove(this);
+  }
+
+ private:
+  // StartRead and Finish under op_mu_, so that no read starts after Finish. Recursive: gRPC
+  // may run a reaction inline.
+  void readNext() {
+    std::lock_guard<std::recursive_mutex> lock(op_mu_);
+    if (finished_) return;
+    StartRead(&in_);
+  }
+  void doFinish(const grpc::Status& status) {
+    std::lock_guard<std::recursive_mutex> lock(op_mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  // Ends the stream (after the write in flight, if any). Idempotent.
+  void finish(const grpc::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finishing_) return;
+    finishing_ = true;
+    final_ = status;
+    has_pending_ = false;
+    if (writing_) return;  // OnWriteDone finishes
+    lock.unlock();
+    doFinish(status);
+  }
+
+  AllocateHub* const hub_;
+  AllocatorService* const allocator_;
+  const Caller caller_;
+  const std::string peer_;
+  grpc::ByteBuffer in_;  // the read in flight (gRPC thread of OnReadDone only)
+  std::recursive_mutex op_mu_;
+  bool finished_ = false;  // Finish was called (op_mu_)
+  std::mutex mu_;
+  std::string node_;      // set by the first report (mu_)
+  grpc::ByteBuffer out_;  // the write in flight: untouched while writing_
+  grpc::ByteBuffer pending_;
+  bool has_pending_ = false;
+  bool writing_ = false;
+  bool finishing_ = false;
+  grpc::Status final_;
+};
+
+void AllocateHub::add(std::shared_ptr<AllocateReactor> r) {
+  std::optional<grpc::Status> closed;
+  AllocateReactor* raw = r.get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reactors_.emplace(raw, std::move(r));
+    closed = closed_;
+  }
+  if (closed) raw->close(unavailable(closed->error_message()));
+}
+
+void AllocateHub::remove(AllocateReactor* r) {
+  std::shared_ptr<AllocateReactor> keep;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = reactors_.find(r);
+    if (it == reactors_.end()) return;
+    keep = std::move(it->second);
+    reactors_.erase(it);
+  }
+}
+
+void AllocateHub::close(const grpc::Status& status) {
+  std::vector<std::shared_ptr<AllocateReactor>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = status;
+    for (auto& [raw, r] : reactors_) targets.push_back(r);
+  }
+  for (auto& r : targets) r->close(unavailable(status.error_message()));
+}
+
 namespace {
 
 std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record,
@@ -413,19 +620,24 @@ std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record
 // ---------------------------------------------------------------------------------------------
 
 PolicyGrpcService::PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics,
-                                     GrpcServiceOptions options)
+                                     GrpcServiceOptions options, AllocatorService* allocator)
     : core_(core),
       metrics_(metrics),
       options_(options),
       hub_(std::make_unique<WatchHub>(metrics, options.max_streams_per_identity)),
+      allocator_(allocator),
+      allocate_hub_(std::make_unique<AllocateHub>()),
       budget_(options.max_response_bytes_per_identity, options.max_response_bytes) {
   WatchHub* hub = hub_.get();
-  core_.setPublisher([hub, epoch = core_.epoch()](const std::shared_ptr<const PolicyRecord>& r) {
-    if (auto s = encodeForWatch(*r, epoch)) hub->publish(std::move(s));
-  });
+  core_.setPublisher(
+      [hub, allocator, epoch = core_.epoch()](const std::shared_ptr<const PolicyRecord>& r) {
+        if (auto s = encodeForWatch(*r, epoch)) hub->publish(std::move(s));
+        if (allocator != nullptr) allocator->onPolicy(r);
+      });
   // publish() ignores versions it already has, so an apply racing with this line is harmless.
   if (auto latest = core_.latest()) {
     if (auto s = encodeForWatch(*latest, core_.epoch())) hub->publish(std::move(s));
+    if (allocator != nullptr) allocator->onPolicy(latest);
   }
 }
 
@@ -433,13 +645,16 @@ PolicyGrpcService::~PolicyGrpcService() { core_.setPublisher(nullptr); }
 
 void PolicyGrpcService::closeWatchers(const std::string& reason) {
   hub_->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
+  allocate_hub_->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, reason));
 }
+
+size_t PolicyGrpcService::allocateStreams() const { return allocate_hub_->size(); }
 
 size_t PolicyGrpcService::watcherCount() const { return hub_->size(); }
 
 size_t PolicyGrpcService::callsInFlight() const {
   return static_cast<size_t>(std::max(0, in_flight_.load(std::memory_order_acquire))) +
-         hub_->size();
+         hub_->size() + allocate_hub_->size();
 }
 
 grpc::ServerUnaryReactor* PolicyGrpcService::ApplyPolicy(grpc::CallbackServerContext* ctx,
@@ -583,6 +798,26 @@ grpc::ServerUnaryReactor* PolicyGrpcService::GetUsage(grpc::CallbackServerContex
         resp->set_omitted_tenants(u.omitted_totals);
         return grpc::Status::OK;
       });
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PolicyGrpcService::Allocate(
+    grpc::CallbackServerContext* ctx) {
+  const Caller caller = callerOf(*ctx, options_);
+  auto reactor =
+      std::make_shared<AllocateReactor>(allocate_hub_.get(), allocator_, caller, ctx->peer());
+  AllocateReactor* raw = reactor.get();
+  std::optional<grpc::Status> refusal;
+  Status allowed = authorize(caller, "Allocate", Permission::kAllocate);
+  if (!allowed.ok()) {
+    TQ_LOG(kInfo, "refused: %s", allowed.message().c_str());
+    refusal = toGrpcStatus(allowed);
+  } else if (allocator_ == nullptr) {
+    refusal = grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                           "Allocate: this server runs no cluster allocator");
+  }
+  allocate_hub_->add(std::move(reactor));
+  raw->begin(refusal ? &*refusal : nullptr);
+  return raw;
 }
 
 // ---------------------------------------------------------------------------------------------

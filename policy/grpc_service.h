@@ -15,6 +15,10 @@
 // Every method first checks the caller's role (policy/authz.h) from its verified client
 // certificate; the identity, never a request field, is what the audit trail records.
 // Watch streams are limited per caller identity (RESOURCE_EXHAUSTED beyond the limit).
+// Allocate: one ServerBidiReactor per agent stream, a CapsSink of the AllocatorService
+// (policy/allocator_service.h): demand reports read one at a time (the next read starts once
+// the previous report was taken), caps written with one in flight and one pending (the newest
+// replaces it), so memory per stream is bounded.
 // Thread-safety: the service is used by gRPC's threads concurrently; closeWatchers() may be
 // called from any thread.
 #pragma once
@@ -33,15 +37,19 @@
 namespace tq::policy {
 
 class WatchHub;
+class AllocateHub;
+class AllocatorService;
 
-using RawPolicyServiceBase = tenantqos::v1::PolicyService::WithRawCallbackMethod_ApplyPolicy<
-    tenantqos::v1::PolicyService::WithRawCallbackMethod_GetPolicy<
-        tenantqos::v1::PolicyService::WithRawCallbackMethod_ListVersions<
-            tenantqos::v1::PolicyService::WithRawCallbackMethod_Rollback<
-                tenantqos::v1::PolicyService::WithRawCallbackMethod_WatchPolicy<
-                    tenantqos::v1::PolicyService::WithRawCallbackMethod_ReportUsage<
-                        tenantqos::v1::PolicyService::WithRawCallbackMethod_GetUsage<
-                            tenantqos::v1::PolicyService::Service>>>>>>>;
+using PolicyServiceApi = tenantqos::v1::PolicyService;
+using RawPolicyServiceBase = PolicyServiceApi::WithRawCallbackMethod_ApplyPolicy<
+    PolicyServiceApi::WithRawCallbackMethod_GetPolicy<
+        PolicyServiceApi::WithRawCallbackMethod_ListVersions<
+            PolicyServiceApi::WithRawCallbackMethod_Rollback<
+                PolicyServiceApi::WithRawCallbackMethod_WatchPolicy<
+                    PolicyServiceApi::WithRawCallbackMethod_ReportUsage<
+                        PolicyServiceApi::WithRawCallbackMethod_GetUsage<
+                            PolicyServiceApi::WithRawCallbackMethod_Allocate<
+                                PolicyServiceApi::Service>>>>>>>>;
 
 struct GrpcServiceOptions {
   bool insecure = false;  // the server runs --insecure: callers are unauthenticated admins
@@ -71,13 +79,16 @@ class ResponseBudget {
 
 class PolicyGrpcService final : public RawPolicyServiceBase {
  public:
-  // Installs itself as `core`'s publisher. `core` and `metrics` (may be null) outlive this.
-  PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics, GrpcServiceOptions options = {});
+  // Installs itself as `core`'s publisher (and forwards every version to `allocator`). `core`,
+  // `metrics` and `allocator` (both may be null: Allocate is then UNIMPLEMENTED) outlive this.
+  PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics, GrpcServiceOptions options = {},
+                    AllocatorService* allocator = nullptr);
   ~PolicyGrpcService() override;
 
   // Ends every open watch stream with UNAVAILABLE("<reason>") and refuses new ones. Call before
   // grpc::Server::Shutdown so that shutdown does not wait for streams that never end.
   void closeWatchers(const std::string& reason);
+  size_t allocateStreams() const;
   size_t watcherCount() const;
   // Unary calls whose status is not yet sent, plus open watch streams.
   size_t callsInFlight() const;
@@ -99,12 +110,16 @@ class PolicyGrpcService final : public RawPolicyServiceBase {
                                         grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                      grpc::ByteBuffer* resp) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Allocate(
+      grpc::CallbackServerContext* ctx) override;
 
  private:
   PolicyCore& core_;
   PolicydMetrics* metrics_;
   const GrpcServiceOptions options_;
   std::unique_ptr<WatchHub> hub_;
+  AllocatorService* allocator_;
+  std::unique_ptr<AllocateHub> allocate_hub_;
   std::atomic<int> in_flight_{0};
   ResponseBudget budget_;
 };

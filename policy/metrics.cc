@@ -61,6 +61,57 @@ struct PolicydMetrics::Impl {
           .Help("Watch requests holding a newer version of this store than its latest")
           .Register(*registry)
           .Add({});
+  prometheus::Gauge& allocator_active =
+      prometheus::BuildGauge()
+          .Name("tenantqos_policyd_allocator_active")
+          .Help("1 while this replica is the active cluster allocator")
+          .Register(*registry)
+          .Add({});
+  prometheus::Gauge& allocator_term = prometheus::BuildGauge()
+                                          .Name("tenantqos_policyd_allocator_term")
+                                          .Help("The allocator election term held or last held")
+                                          .Register(*registry)
+                                          .Add({});
+  prometheus::Gauge& allocator_streams = prometheus::BuildGauge()
+                                             .Name("tenantqos_policyd_allocator_streams")
+                                             .Help("Open Allocate streams (agents)")
+                                             .Register(*registry)
+                                             .Add({});
+  prometheus::Counter& allocator_rounds = prometheus::BuildCounter()
+                                              .Name("tenantqos_policyd_allocator_rounds_total")
+                                              .Help("Cluster allocation rounds computed")
+                                              .Register(*registry)
+                                              .Add({});
+  prometheus::Histogram& allocator_round_seconds =
+      prometheus::BuildHistogram()
+          .Name("tenantqos_policyd_allocator_round_duration_seconds")
+          .Help("Time to compute one cluster allocation round")
+          .Register(*registry)
+          .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005,
+                                                           0.01, 0.02, 0.05, 0.1, 0.5});
+  prometheus::Counter& allocator_messages =
+      prometheus::BuildCounter()
+          .Name("tenantqos_policyd_allocator_caps_messages_total")
+          .Help("NodeCaps messages handed to Allocate streams")
+          .Register(*registry)
+          .Add({});
+  prometheus::Counter& allocator_rejected =
+      prometheus::BuildCounter()
+          .Name("tenantqos_policyd_allocator_rejected_reports_total")
+          .Help("Demand entries an allocation round rejected (unknown index or class)")
+          .Register(*registry)
+          .Add({});
+  prometheus::Family<prometheus::Counter>& demand_reports =
+      prometheus::BuildCounter()
+          .Name("tenantqos_policyd_allocator_demand_reports_total")
+          .Help("DemandReport messages by outcome")
+          .Register(*registry);
+  prometheus::Counter& skipped_entries =
+      prometheus::BuildCounter()
+          .Name("tenantqos_policyd_allocator_skipped_entries_total")
+          .Help("Demand entries of another policy version than the allocator's, skipped")
+          .Register(*registry)
+          .Add({});
 };
 
 PolicydMetrics::PolicydMetrics() : impl_(std::make_unique<Impl>()) {}
@@ -83,6 +134,25 @@ void PolicydMetrics::setStoreNewestCorruptVersion(uint64_t v) {
   impl_->newest_corrupt.Set(static_cast<double>(v));
 }
 void PolicydMetrics::countWatcherAhead() { impl_->watchers_ahead.Increment(); }
+void PolicydMetrics::setAllocatorState(bool active, uint64_t term) {
+  impl_->allocator_active.Set(active ? 1 : 0);
+  impl_->allocator_term.Set(static_cast<double>(term));
+}
+void PolicydMetrics::setAllocatorStreams(uint64_t n) {
+  impl_->allocator_streams.Set(static_cast<double>(n));
+}
+void PolicydMetrics::observeAllocatorRound(double seconds, uint64_t rejected, uint64_t messages) {
+  impl_->allocator_rounds.Increment();
+  impl_->allocator_round_seconds.Observe(seconds);
+  impl_->allocator_rejected.Increment(static_cast<double>(rejected));
+  impl_->allocator_messages.Increment(static_cast<double>(messages));
+}
+void PolicydMetrics::countDemandReport(std::string_view result) {
+  impl_->demand_reports.Add({{"result", std::string(result)}}).Increment();
+}
+void PolicydMetrics::countDemandEntriesSkipped(uint64_t n) {
+  impl_->skipped_entries.Increment(static_cast<double>(n));
+}
 
 std::shared_ptr<prometheus::Registry> PolicydMetrics::registry() const { return impl_->registry; }
 

@@ -15,6 +15,17 @@
 //                                                             served (--serve-newest-intact); 0
 //   tenantqos_policyd_watchers_ahead_total           counter  watchers holding a newer version of
 //                                                             this store than its latest
+//   tenantqos_policyd_allocator_active               gauge    1 while this replica is the active
+//                                                             cluster allocator
+//   tenantqos_policyd_allocator_term                 gauge    the election term held (or last held)
+//   tenantqos_policyd_allocator_streams              gauge    open Allocate streams
+//   tenantqos_policyd_allocator_rounds_total         counter  allocation rounds computed
+//   tenantqos_policyd_allocator_round_duration_seconds histogram  one round's compute time
+//   tenantqos_policyd_allocator_caps_messages_total  counter  NodeCaps messages sent
+//   tenantqos_policyd_allocator_rejected_reports_total counter report entries a round rejected
+//   tenantqos_policyd_allocator_demand_reports_total{result}  counter  accepted|refused|
+//                                                             too_frequent
+//   tenantqos_policyd_allocator_skipped_entries_total counter  entries of another policy version
 // Thread-safety: all methods are safe from any thread (prometheus-cpp metrics are atomic).
 #pragma once
 
@@ -45,6 +56,11 @@ class PolicydMetrics {
   void setStoreInfo(const std::string& backend, const std::string& epoch);
   void setStoreNewestCorruptVersion(uint64_t version);
   void countWatcherAhead();
+  void setAllocatorState(bool active, uint64_t term);
+  void setAllocatorStreams(uint64_t n);
+  void observeAllocatorRound(double seconds, uint64_t rejected_entries, uint64_t messages);
+  void countDemandReport(std::string_view result);
+  void countDemandEntriesSkipped(uint64_t n);
 
   std::shared_ptr<prometheus::Registry> registry() const;
   // The text exposition format, as a scrape would return it.

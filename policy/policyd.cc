@@ -12,6 +12,8 @@
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "common/daemon.h"
 #include "common/endpoints.h"
 #include "common/file_util.h"
@@ -29,6 +31,13 @@ namespace {
 std::string hostOf(const std::string& listen) {
   Result<HostPort> hp = parseHostPort(listen);
   return hp.ok() ? hp->urlHost() : listen;
+}
+
+// Who this replica is in the allocator election (the key's value, standbys' messages).
+std::string allocatorIdentity(const std::string& address) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(host[0] ? host : "?") + " " + address + " pid " + std::to_string(::getpid());
 }
 
 }  // namespace
@@ -106,9 +115,12 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
   TQ_ASSIGN_OR_RETURN(d->audit_, AuditLog::open(audit_path));
   d->core_ = std::make_unique<PolicyCore>(*d->store_, clock, d->metrics_.get(), d->audit_.get(),
                                           options.core);
+  d->allocator_ = std::make_unique<AllocatorService>(clock, d->metrics_.get(), d->audit_.get(),
+                                                     options.allocator);
   GrpcServiceOptions grpc_options = options.grpc;
   grpc_options.insecure = options.tls.insecure;
-  d->service_ = std::make_unique<PolicyGrpcService>(*d->core_, d->metrics_.get(), grpc_options);
+  d->service_ = std::make_unique<PolicyGrpcService>(*d->core_, d->metrics_.get(), grpc_options,
+                                                    d->allocator_.get());
 
   if (!options.metrics_listen.empty()) {
     // prometheus-cpp (civetweb) throws when it cannot bind: convert at this boundary.
@@ -153,6 +165,19 @@ Result<std::unique_ptr<Policyd>> Policyd::start(const PolicydOptions& options, C
   if (auto* health = d->server_->GetHealthCheckService()) {
     health->SetServingStatus(kStoreHealthService, !newest_corrupt);
   }
+  // The allocator's election starts once clients can reach this replica.
+  const std::string identity = allocatorIdentity(d->address_);
+  if (options.store_backend == "etcd") {
+    EtcdElectionOptions e;
+    e.etcd = options.etcd;
+    e.ttl_s = options.allocator_lease_ttl;
+    e.identity = identity;
+    TQ_ASSIGN_OR_RETURN(d->election_, makeEtcdElection(e, clock));
+  } else {
+    d->election_ = makeSoleElection(clock, identity);
+  }
+  TQ_LOG(kInfo, "cluster allocator: %s, as %s", d->election_->describe().c_str(), identity.c_str());
+  d->allocator_->start(*d->election_);
   // Logged before the port file appears, so a script that waited for the file finds the line.
   auto latest = d->core_->latest();
   TQ_LOG(kInfo,
@@ -182,6 +207,7 @@ void Policyd::shutdown() {
   stopped_ = true;
   if (server_) {
     if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+    allocator_->stop();  // steps down first: a standby takes over while this one drains
     service_->closeWatchers("tenantqos-policyd is shutting down");
     // Drain: let calls in flight finish (bounded by the grace period). grpc::Server::Shutdown
     // would also wait for connected clients to hang up, which idle agents never do, so the
@@ -268,6 +294,15 @@ void addPolicydFlags(FlagTable& t, PolicydOptions* o) {
   t.integer("--max-streams-per-identity", "N", &o->grpc.max_streams_per_identity, 1, 1'000'000,
             "open WatchPolicy streams one certificate identity may hold (an agent needs one); "
             "more get RESOURCE_EXHAUSTED");
+  t.millis("--allocator-period", &o->allocator.period_ns, 10, 10000,
+           "the cluster allocator computes one round of shared-link caps this often "
+           "(docs/fabric.md)");
+  t.integer("--allocator-lease-ttl", "SECONDS", &o->allocator_lease_ttl, 1, 60,
+            "with --store etcd: the TTL of the lease the active allocator holds; a standby "
+            "takes over within about this long after the active one dies");
+  t.millis("--allocator-hold", &o->allocator.hold_ns, 100, 600000,
+           "how long agents keep the last caps without news from the allocator before "
+           "they fall back to their static split (longer than a failover)");
   t.text("--port-file", "FILE", &o->port_file,
          "once listening, write the bound gRPC port to FILE (atomically)");
   t.hostPort("--metrics", &o->metrics_listen,

@@ -6,7 +6,9 @@
 // is corrupt unless serve_newest_intact (then the store's health service
 // "tenantqos.v1.PolicyStore" is NOT_SERVING and a metric names the version), binds `listen`
 // (port 0 picks a free port; SO_REUSEPORT is off so a busy port is an error), and serves.
-// shutdown() marks health NOT_SERVING, ends every watch
+// Once listening it starts the cluster allocator (allocator_service.h): always active with the
+// file store; with etcd, elected among the replicas (allocator_election.h).
+// shutdown() marks health NOT_SERVING, steps down as allocator, ends every watch
 // stream with UNAVAILABLE, lets in-flight calls finish (up to shutdown_grace, then cancels
 // them), and returns when the server has stopped.
 // Thread-safety: start/shutdown from one thread; accessors from any.
@@ -20,6 +22,8 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "policy/allocator_election.h"
+#include "policy/allocator_service.h"
 #include "policy/etcd_store.h"
 #include "policy/file_store.h"
 #include "policy/grpc_service.h"
@@ -58,10 +62,12 @@ struct PolicydOptions {
   // Serve the newest intact version when the newest record is corrupt, instead of refusing to
   // start (--serve-newest-intact).
   bool serve_newest_intact = false;
-  rpc::TlsConfig tls;       // mutual TLS (or tls.insecure)
-  std::string audit_log;    // the JSON-lines audit log; "" = DATA_DIR/audit.jsonl
-  CoreOptions core;         // usage expiry and bounds
-  GrpcServiceOptions grpc;  // streams per identity (grpc.insecure follows tls.insecure)
+  rpc::TlsConfig tls;               // mutual TLS (or tls.insecure)
+  std::string audit_log;            // the JSON-lines audit log; "" = DATA_DIR/audit.jsonl
+  CoreOptions core;                 // usage expiry and bounds
+  GrpcServiceOptions grpc;          // streams per identity (grpc.insecure follows tls.insecure)
+  AllocatorOptions allocator;       // the cluster allocator's rounds and bounds
+  int64_t allocator_lease_ttl = 2;  // --allocator-lease-ttl seconds (etcd election)
   LogLevel log_level = LogLevel::kInfo;
 };
 
@@ -87,6 +93,7 @@ class Policyd {
   int metricsPort() const { return metrics_port_; }
 
   PolicyCore& core() { return *core_; }
+  AllocatorService& allocator() { return *allocator_; }
   PolicydMetrics& metrics() { return *metrics_; }
   size_t watcherCount() const;
 
@@ -100,6 +107,8 @@ class Policyd {
   std::unique_ptr<PolicyStore> store_;
   std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<PolicyCore> core_;
+  std::unique_ptr<AllocatorElection> election_;
+  std::unique_ptr<AllocatorService> allocator_;
   std::unique_ptr<PolicyGrpcService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<prometheus::Exposer> exposer_;

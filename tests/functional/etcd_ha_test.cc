@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "agent/policy_watcher.h"
@@ -344,6 +345,155 @@ TEST_F(EtcdHaTest, TopMergesUsageOverEveryReplica) {
   top = runProcess({kCtl, "--server", addrs_[0], "--insecure", "top"});
   ASSERT_EQ(top.exit_code, 0) << top.err;
   EXPECT_NE(top.out.find(" 1Gbps"), std::string::npos) << top.out;
+}
+
+// The cluster allocator's election (policy/allocator_election.h) under faults: kill -9 of the
+// active replica, SIGSTOP of it for longer than its lease, SIGTERM, and the loss of the etcd
+// leader. Every replica logs when it became active and until when (CLOCK_MONOTONIC, the clock
+// of this test too); a replica killed -9 was active at most until the kill. Then: no two
+// replicas were ever active at the same time, every new term is larger than the one before,
+// and after the active one dies a standby takes over within the lease TTL plus etcd's expiry
+// tick (2 s + 0.5 s: under 3 s).
+TEST_F(EtcdHaTest, OneActiveAllocatorThroughKillsPausesAndTheLossOfTheEtcdLeader) {
+  using Clock = std::chrono::steady_clock;
+  auto mono = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+        .count();
+  };
+  // Whether replica i's log says it is active now: its current process (after its last
+  // "cluster allocator:" line) logged "active" after any "standby (term".
+  auto lastState = [&](int i) {
+    const std::string l = log(i);
+    const size_t start = l.rfind("cluster allocator:");
+    const size_t a = l.rfind("allocator: active (term");
+    const size_t s = l.rfind("allocator: standby (term");
+    return start != std::string::npos && a != std::string::npos && a > start &&
+           (s == std::string::npos || s < a);
+  };
+  std::vector<std::vector<int64_t>> kills(kReplicas);  // monotonic ns of each kill -9
+  auto activeReplicas = [&] {
+    std::vector<int> out;
+    for (int i = 0; i < kReplicas; ++i)
+      if (procs_[i] && procs_[i]->running() && lastState(i)) out.push_back(i);
+    return out;
+  };
+  auto waitOneActive = [&](int not_this, std::chrono::milliseconds timeout) {
+    int found = -1;
+    pollUntil(
+        [&] {
+          for (int i : activeReplicas()) {
+            if (i != not_this) found = i;
+          }
+          return found >= 0;
+        },
+        timeout);
+    return found;
+  };
+  int active = waitOneActive(-1, 20s);
+  ASSERT_GE(active, 0) << log(0) << log(1) << log(2);
+  std::vector<double> takeovers_s;
+  for (int round = 0; round < 6; ++round) {
+    active = waitOneActive(-1, 20s);
+    ASSERT_GE(active, 0);
+    const int fault = round % 4;
+    if (fault == 0) {  // kill -9 the active replica
+      const int64_t t = mono();
+      procs_[active]->signal(SIGKILL);
+      procs_[active]->wait(5s);
+      kills[active].push_back(t);
+      const int next = waitOneActive(active, 10s);
+      ASSERT_GE(next, 0) << "no standby took over after kill -9 of replica " << active;
+      takeovers_s.push_back(static_cast<double>(mono() - t) / 1e9);
+      startReplica(active);
+      ASSERT_TRUE(waitServing(active)) << log(active);
+    } else if (fault == 1) {  // pause it for longer than its lease, then let it go on
+      procs_[active]->signal(SIGSTOP);
+      const int next = waitOneActive(active, 10s);
+      std::this_thread::sleep_for(500ms);
+      procs_[active]->signal(SIGCONT);
+      ASSERT_GE(next, 0) << "no standby took over from the paused replica " << active;
+      // The paused one finds its lease deadline passed and says so.
+      const int paused = active;
+      EXPECT_TRUE(pollUntil([&] { return !lastState(paused); }, 10s)) << log(paused);
+    } else if (fault == 2) {  // the etcd leader dies
+      const int leader = cluster_->leader();
+      ASSERT_GE(leader, 0);
+      cluster_->kill(leader);
+      std::this_thread::sleep_for(1500ms);
+      cluster_->restart(leader);
+      ASSERT_TRUE(cluster_->waitQuorum(leader, 30s));
+    } else {  // SIGTERM: a clean stop resigns, a standby takes over at once
+      const int64_t t = mono();
+      procs_[active]->signal(SIGTERM);
+      ASSERT_TRUE(procs_[active]->wait(10s).has_value());
+      const int next = waitOneActive(active, 10s);
+      ASSERT_GE(next, 0);
+      takeovers_s.push_back(static_cast<double>(mono() - t) / 1e9);
+      EXPECT_LT(takeovers_s.back(), 1.5) << "a resignation is taken over within a watch";
+      startReplica(active);
+      ASSERT_TRUE(waitServing(active)) << log(active);
+    }
+  }
+  ASSERT_GE(waitOneActive(-1, 20s), 0);
+
+  // Every replica's active intervals, from its log.
+  struct Interval {
+    int replica;
+    uint64_t term;
+    int64_t from, until;
+  };
+  std::vector<Interval> all;
+  for (int i = 0; i < kReplicas; ++i) {
+    std::istringstream in(log(i));
+    std::string line;
+    std::optional<Interval> open;
+    size_t killed = 0;
+    while (std::getline(in, line)) {
+      unsigned long long term = 0;
+      long long at = 0;
+      if (line.find("cluster allocator:") != std::string::npos && open) {
+        // A new process: the previous one was killed while active.
+        ASSERT_LT(killed, kills[i].size()) << "replica " << i << " restarted while active\n"
+                                           << log(i);
+        open->until = kills[i][killed++];
+        all.push_back(*open);
+        open.reset();
+      }
+      size_t p = line.find("allocator: active (term ");
+      if (p != std::string::npos &&
+          std::sscanf(line.c_str() + p, "allocator: active (term %llu", &term) == 1) {
+        const size_t f = line.find("from monotonic ");
+        ASSERT_NE(f, std::string::npos) << line;
+        at = std::atoll(line.c_str() + f + 15);
+        EXPECT_FALSE(open.has_value()) << line;
+        open = Interval{i, term, at, INT64_MAX};
+        continue;
+      }
+      p = line.find("allocator: standby (term ");
+      if (p != std::string::npos && open) {
+        const size_t u = line.find("active until monotonic ");
+        ASSERT_NE(u, std::string::npos) << line;
+        open->until = std::atoll(line.c_str() + u + 23);
+        all.push_back(*open);
+        open.reset();
+      }
+    }
+    if (open) all.push_back(*open);
+  }
+  std::sort(all.begin(), all.end(),
+            [](const Interval& a, const Interval& b) { return a.from < b.from; });
+  ASSERT_GE(all.size(), 5u) << "too few terms to mean anything";
+  for (size_t k = 1; k < all.size(); ++k) {
+    EXPECT_LE(all[k - 1].until, all[k].from)
+        << "replica " << all[k - 1].replica << " (term " << all[k - 1].term
+        << ") was still active when replica " << all[k].replica << " (term " << all[k].term
+        << ") became active";
+    EXPECT_GT(all[k].term, all[k - 1].term);
+  }
+  for (double t : takeovers_s) EXPECT_LT(t, 3.0) << "a standby took over after " << t << " s";
+  std::cerr << "allocator election: " << all.size() << " terms, takeovers (s):";
+  for (double t : takeovers_s) std::cerr << " " << t;
+  std::cerr << "\n";
 }
 
 TEST_F(EtcdHaTest, LosingQuorumFailsAppliesUnavailableAndAgentsKeepEnforcing) {

@@ -1290,5 +1290,95 @@ TEST_F(PolicydTest, UsageOfSilentNodesExpiresAndTopPagesThroughEveryNode) {
       10s));
 }
 
+// The cluster allocator's stream (docs/fabric.md) over mutual TLS: an agent streams its node's
+// demand and gets its own node's caps; a report for another node, or of a tenant the node does
+// not host, ends the stream PERMISSION_DENIED with a line in the audit log; a viewer is refused.
+TEST_F(PolicydTest, AllocateStreamsEachAgentItsOwnCapsAndRefusesOthersWithAnAuditLine) {
+  start({"--allocator-period", "20"});
+  ASSERT_TRUE(pki_->issue("agent-node-1", "node-1", {"tenantqos:agents"}));
+  ASSERT_TRUE(pki_->issue("agent-node-3", "node-3", {"tenantqos:agents"}));
+  ASSERT_TRUE(
+      apply(readWholeFile(std::string(TQ_SOURCE_DIR) + "/examples/fabric-policy.yaml")).ok());
+  EXPECT_TRUE(pollUntil(
+      [&] { return readWholeFile(log_).find("allocator: active") != std::string::npos; }, 10s));
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<v1::PolicyService::Stub> stub;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::DemandReport, v1::NodeCaps>> rw;
+  };
+  auto open = [&](const std::string& cert) {
+    auto s = std::make_unique<Stream>();
+    s->ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    s->stub = v1::PolicyService::NewStub(channel(true, cert));
+    s->rw = s->stub->Allocate(&s->ctx);
+    return s;
+  };
+  auto report = [](const std::string& node, const std::string& tenant, uint64_t bytes) {
+    v1::DemandReport r;
+    r.set_node(node);
+    r.set_policy_version(1);
+    v1::LinkDemand* d = r.add_demands();
+    d->set_tenant(tenant);
+    d->set_link("leaf-uplink");
+    d->set_transmit_bytes_per_second(bytes);
+    d->set_receive_bytes_per_second(bytes);
+    r.add_addresses(node == "node-1" ? "10.0.0.1" : "10.0.0.3");
+    return r;
+  };
+  auto n1 = open("agent-node-1");
+  auto n3 = open("agent-node-3");
+  ASSERT_TRUE(n1->rw->Write(report("node-1", "tenant-a", 1'250'000'000)));  // 10 Gbit/s
+  ASSERT_TRUE(n3->rw->Write(report("node-3", "tenant-b", 1'000'000'000)));
+  v1::NodeCaps c1, c3;
+  ASSERT_TRUE(n1->rw->Read(&c1));
+  ASSERT_TRUE(n3->rw->Read(&c3));
+  EXPECT_EQ(c1.node(), "node-1");
+  ASSERT_EQ(c1.caps_size(), 1);
+  EXPECT_EQ(c1.caps(0).tenant(), "tenant-a");
+  EXPECT_EQ(c1.caps(0).group(), "leaf-1");
+  // Its demand plus the rest of tenant-a's guarantee there (40 Gbit/s): alone on leaf-1.
+  EXPECT_EQ(c1.caps(0).transmit_cap_bytes_per_second(), 5'000'000'000u);
+  EXPECT_GT(c1.term(), 0u);
+  EXPECT_EQ(c1.hold_ms(), 3000u);
+  ASSERT_EQ(c3.caps_size(), 1);
+  EXPECT_EQ(c3.caps(0).tenant(), "tenant-b");  // node-3's own, never node-1's
+  // node-1 and node-3 share pod-1: each learns the other's address there.
+  ASSERT_TRUE(c1.has_peers());
+  ASSERT_EQ(c1.peers_size(), 2);
+  EXPECT_EQ(c1.peers(1).group(), "pod-1");
+  ASSERT_EQ(c1.peers(1).addresses_size(), 1);
+  EXPECT_EQ(c1.peers(1).addresses(0), "10.0.0.3");
+
+  // node-1's agent reports for node-3: refused, its stream ends.
+  ASSERT_TRUE(n1->rw->Write(report("node-3", "tenant-b", UINT64_MAX)));
+  v1::NodeCaps ignored;
+  while (n1->rw->Read(&ignored)) {
+  }
+  grpc::Status st = n1->rw->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_NE(st.error_message().find("may report demand only for node \"node-1\", not for "
+                                    "\"node-3\""),
+            std::string::npos)
+      << st.error_message();
+  // node-3's agent claims a tenant the policy does not have.
+  ASSERT_TRUE(n3->rw->Write(report("node-3", "tenant-zz", 1)));
+  while (n3->rw->Read(&ignored)) {
+  }
+  st = n3->rw->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_NE(st.error_message().find("which it does not host"), std::string::npos);
+  const std::string audit = readWholeFile(data_ + "/audit.jsonl");
+  EXPECT_NE(audit.find("\"action\":\"refused\",\"method\":\"Allocate\",\"identity\":\"node-1\""),
+            std::string::npos)
+      << audit;
+  EXPECT_NE(audit.find("\"identity\":\"node-3\""), std::string::npos) << audit;
+  // A viewer may not stream at all.
+  auto viewer = open("viewer");
+  viewer->rw->Write(report("node-1", "tenant-a", 1));
+  while (viewer->rw->Read(&ignored)) {
+  }
+  EXPECT_EQ(viewer->rw->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
 }  // namespace
 }  // namespace tq::test

@@ -199,6 +199,75 @@ TEST(ClusterAllocator, AHierarchicalPassGivesTheLinkBelowWhatTheLinkAboveLeavesU
   EXPECT_EQ(allocateRound(m, reports, {.hierarchy_passes = 5}).caps, two.caps);
 }
 
+// Three leaves (one shared link each, 100 MB/s per direction): tenant x's ring n1 <-> n2 crosses
+// leaf1 and leaf2; y's ring n4 <-> n5 (weight 2) crosses leaf2 and leaf3; z sends from n3 out of
+// leaf1. x is held back on leaf2 by y, and on leaf1 only uses what leaf2 lets it.
+PolicySpec ringsAcrossLeaves() {
+  PolicySpec p;
+  p.links.push_back({"fabric", 1'000'000'000, 0});
+  SharedLinkSpec leaf{"leaf-uplink", 100'000'000, 0, std::nullopt, {}};
+  leaf.groups = {{"leaf1", {"n1", "n3"}, 0}, {"leaf2", {"n2", "n4"}, 0}, {"leaf3", {"n5"}, 0}};
+  p.shared_links = {leaf};
+  p.tenants = {tenant("x", 0, 100'000'000, 1), tenant("y", 0, 100'000'000, 2),
+               tenant("z", 0, 100'000'000, 1)};
+  return p;
+}
+
+TEST(ClusterAllocator, ACoupledTenantIsBoundedByItsBottleneckAndItsOtherLinksGoToOthers) {
+  FabricModel m = model(ringsAcrossLeaves());
+  const uint32_t n1 = 0, n2 = 1, n3 = 2, n4 = 3, n5 = 4, x = 0, y = 1, z = 2;
+  constexpr uint64_t kLimit = 100'000'000;
+  // What the agents see: x's keys on leaf2 are held back by their caps (its limit), its keys on
+  // leaf1 carry 20 MB/s (x 1.05); y is held back everywhere; z is backlogged.
+  const std::vector<DemandReport> reports = {
+      {n1, x, 0, kTx, 21'000'000}, {n1, x, 0, kRx, 21'000'000}, {n2, x, 0, kTx, kLimit},
+      {n2, x, 0, kRx, kLimit},     {n4, y, 0, kTx, kLimit},     {n4, y, 0, kRx, kLimit},
+      {n5, y, 0, kTx, kLimit},     {n5, y, 0, kRx, kLimit},     {n3, z, 0, kTx, kLimit}};
+  // Independent keys: leaf2 splits 1:2 (x 33,333,334 with the leftover byte, y 66,666,666); on
+  // leaf1 x gets the 21 MB/s it reported and z the other 79: x stays at 21 (its 5 % a round).
+  RoundResult independent = allocateRound(m, reports);
+  EXPECT_EQ(capOf(independent, n2, x, 0, kRx).cap, 33'333'334u);
+  EXPECT_EQ(capOf(independent, n1, x, 0, kTx).cap, 21'000'000u);
+  EXPECT_EQ(capOf(independent, n3, z, 0, kTx).cap, 79'000'000u);
+  EXPECT_EQ(capOf(independent, n5, y, 0, kTx).cap, kLimit);
+  // Coupled: x reaches its bottleneck in this round on every key, and what leaf1 would have
+  // given it beyond that goes to z; y is bounded on leaf3 by what it gets on leaf2.
+  for (uint32_t passes : {1u, 2u, 4u}) {
+    SCOPED_TRACE("coupling passes " + std::to_string(passes));
+    RoundResult coupled = allocateRound(m, reports, {.coupling_passes = passes});
+    for (auto [node, d] :
+         {std::pair{n1, kTx}, std::pair{n1, kRx}, std::pair{n2, kTx}, std::pair{n2, kRx}}) {
+      EXPECT_EQ(capOf(coupled, node, x, 0, d).cap, 33'333'334u);
+    }
+    // z is held too (backlogged): with one pass it is bounded by what it got while x still
+    // asked for its limit on leaf1 (half); a second pass sees x bounded and gives z the rest.
+    EXPECT_EQ(capOf(coupled, n3, z, 0, kTx).cap, passes == 1 ? 50'000'000u : 66'666'666u);
+    EXPECT_EQ(capOf(coupled, n4, y, 0, kTx).cap, 66'666'666u);
+    EXPECT_EQ(capOf(coupled, n5, y, 0, kTx).cap, 66'666'666u);
+  }
+}
+
+TEST(ClusterAllocator, ACoupledTenantRisesWhenItsBottleneckFreesUpOverPasses) {
+  // As above, but y wants only 10 MB/s (not held): x could have 90 on leaf2. With one pass x
+  // is bounded by the first split of leaf1 with z (50); with more, the pass that sees leaf1 as
+  // x's bottleneck asks for more there and x settles where leaf1 is shared with z.
+  FabricModel m = model(ringsAcrossLeaves());
+  const uint32_t n1 = 0, n2 = 1, n3 = 2, n4 = 3, x = 0, y = 1, z = 2;
+  constexpr uint64_t kLimit = 100'000'000;
+  const std::vector<DemandReport> reports = {
+      {n1, x, 0, kTx, kLimit}, {n1, x, 0, kRx, kLimit},     {n2, x, 0, kTx, kLimit},
+      {n2, x, 0, kRx, kLimit}, {n4, y, 0, kTx, 10'000'000}, {n4, y, 0, kRx, 10'000'000},
+      {n3, z, 0, kTx, kLimit}};
+  RoundResult r = allocateRound(m, reports, {.coupling_passes = 3});
+  // leaf1 tx: x and z, weight 1 each: 50/50; x's other keys are bounded to its 50.
+  for (auto [node, d] :
+       {std::pair{n1, kTx}, std::pair{n1, kRx}, std::pair{n2, kTx}, std::pair{n2, kRx}}) {
+    EXPECT_EQ(capOf(r, node, x, 0, d).cap, 50'000'000u);
+  }
+  EXPECT_EQ(capOf(r, n3, z, 0, kTx).cap, 50'000'000u);
+  EXPECT_EQ(capOf(r, n4, y, 0, kTx).cap, 10'000'000u);
+}
+
 // ---- Properties over random topologies, policies and reports --------------------------------
 
 struct Scenario {
@@ -339,8 +408,8 @@ TEST(ClusterAllocator, PropertiesHoldOnRandomTopologies) {
     RoundResult again = allocateRound(m, shuffled);
     EXPECT_EQ(again.caps, r.caps);
     EXPECT_EQ(again.tenants, r.tenants);
-    // Hierarchical passes keep the per-link bounds.
-    RoundResult passes = allocateRound(m, s.reports, {.hierarchy_passes = 3});
+    // Hierarchical and coupling passes keep the per-link bounds.
+    RoundResult passes = allocateRound(m, s.reports, {.hierarchy_passes = 3, .coupling_passes = 3});
     std::map<std::pair<uint32_t, Direction>, unsigned __int128> used3;
     for (const TenantOnLink& t : passes.tenants) {
       EXPECT_LE(t.allocation, m.share(t.tenant, m.link(t.link).cls).limit);

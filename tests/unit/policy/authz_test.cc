@@ -16,7 +16,7 @@ TEST(AuthzTest, EachRoleGetsExactlyItsMethods) {
   const Caller agent = caller("node1", {"tenantqos:agents"});
   const Caller nobody = caller("eve", {});
   for (Permission p : {Permission::kChange, Permission::kRead, Permission::kUsage,
-                       Permission::kWatch, Permission::kReport}) {
+                       Permission::kWatch, Permission::kReport, Permission::kAllocate}) {
     EXPECT_TRUE(authorize(admin, "M", p, "any-node").ok());
     EXPECT_EQ(authorize(nobody, "M", p, "eve").code(), StatusCode::kPermissionDenied);
   }
@@ -30,6 +30,13 @@ TEST(AuthzTest, EachRoleGetsExactlyItsMethods) {
   EXPECT_TRUE(authorize(agent, "ReportUsage", Permission::kReport, "node1").ok());
   EXPECT_TRUE(authorize(agent, "ReportUsage", Permission::kReport).ok());  // role only
   EXPECT_EQ(authorize(agent, "GetPolicy", Permission::kRead).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(authorize(agent, "Allocate", Permission::kAllocate, "node1").ok());
+  EXPECT_EQ(authorize(viewer, "Allocate", Permission::kAllocate).code(),
+            StatusCode::kPermissionDenied);
+  Status other = authorize(agent, "Allocate", Permission::kAllocate, "node2");
+  EXPECT_EQ(other.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(other.message().find("may report demand only for node \"node1\""), std::string::npos)
+      << other.message();
 
   Status s = authorize(viewer, "ApplyPolicy", Permission::kChange);
   EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);

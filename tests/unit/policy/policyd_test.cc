@@ -31,6 +31,9 @@ TEST(PolicydFlagsTest, Defaults) {
   EXPECT_EQ(o.log_level, LogLevel::kInfo);
   EXPECT_TRUE(o.tls.insecure);
   EXPECT_FALSE(o.serve_newest_intact);
+  EXPECT_EQ(o.allocator.period_ns, 100'000'000);
+  EXPECT_EQ(o.allocator.hold_ns, 3'000'000'000);
+  EXPECT_EQ(o.allocator_lease_ttl, 2);
 }
 
 TEST(PolicydFlagsTest, EveryFlag) {
@@ -70,6 +73,12 @@ TEST(PolicydFlagsTest, EveryFlag) {
                   "/pf",
                   "--metrics",
                   "127.0.0.1:0",
+                  "--allocator-period",
+                  "50",
+                  "--allocator-lease-ttl",
+                  "3",
+                  "--allocator-hold",
+                  "5000",
                   "--log-level",
                   "trace"});
   ASSERT_TRUE(a.ok()) << a.status().toString();
@@ -94,6 +103,9 @@ TEST(PolicydFlagsTest, EveryFlag) {
   EXPECT_EQ(o.port_file, "/pf");
   EXPECT_EQ(o.metrics_listen, "127.0.0.1:0");
   EXPECT_EQ(o.log_level, LogLevel::kTrace);
+  EXPECT_EQ(o.allocator.period_ns, 50'000'000);
+  EXPECT_EQ(o.allocator_lease_ttl, 3);
+  EXPECT_EQ(o.allocator.hold_ns, 5'000'000'000);
 }
 
 TEST(PolicydFlagsTest, UsageErrors) {
@@ -107,6 +119,8 @@ TEST(PolicydFlagsTest, UsageErrors) {
       {{"--retain-versions", "-3"}, "--retain-versions: -3 is outside"},
       {{"--usage-expiry", "0"}, "--usage-expiry: 0 s is outside [1, 86400]"},
       {{"--max-streams-per-identity", "0"}, "--max-streams-per-identity: 0 is outside"},
+      {{"--allocator-lease-ttl", "0"}, "--allocator-lease-ttl: 0 is outside"},
+      {{"--allocator-period", "5"}, "--allocator-period: "},
       {{"--metrics", "9090"}, "--metrics: \"9090\" is not HOST:PORT"},
       {{"--log-level", "chatty"}, "--log-level: "},
       {{"--serve-newest-intact=yes"}, "--serve-newest-intact takes no value"},
