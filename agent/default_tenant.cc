@@ -213,8 +213,7 @@ void DefaultTenant::split(int64_t now_ns) {
   redistribute();
   for (auto& [k, p] : parts_) {
     if (p.usage_at_ns == 0) continue;  // not read yet: its processes keep their full rates
-    p.shm->publishProcessRates(
-        p.shares.update(p.usage, bucketRates(p.published), p.period_ns));
+    p.shm->publishProcessRates(p.shares.update(p.usage, bucketRates(p.published), p.period_ns));
   }
 }
 

@@ -36,8 +36,8 @@ uint64_t Fence::step(int64_t now_ns, int64_t period_ns, uint64_t allocated, uint
     return allocated;
   }
   allocated_ = allocated;
-  const double allowed = static_cast<double>(last_rate_) *
-                         static_cast<double>(std::max<int64_t>(period_ns, 0)) / 1e9;
+  const double allowed =
+      static_cast<double>(last_rate_) * static_cast<double>(std::max<int64_t>(period_ns, 0)) / 1e9;
   if (window_start_ns_ == 0) {
     window_start_ns_ = now_ns;
   } else {
@@ -49,10 +49,10 @@ uint64_t Fence::step(int64_t now_ns, int64_t period_ns, uint64_t allocated, uint
     if (static_cast<double>(counted_) >
         allowed_ * (1 + kCountedTolerance) + slackFor(depth, processes)) {
       char what[160];
-      std::snprintf(what, sizeof what, "its processes counted %s in %.2f s where its bucket allowed %s",
-                    formatSize(counted_).c_str(),
-                    static_cast<double>(now_ns - window_start_ns_) / 1e9,
-                    formatSize(static_cast<uint64_t>(allowed_)).c_str());
+      std::snprintf(
+          what, sizeof what, "its processes counted %s in %.2f s where its bucket allowed %s",
+          formatSize(counted_).c_str(), static_cast<double>(now_ns - window_start_ns_) / 1e9,
+          formatSize(static_cast<uint64_t>(allowed_)).c_str());
       owe(static_cast<double>(counted_) - allowed_, allocated, what);
     }
     window_start_ns_ = now_ns;

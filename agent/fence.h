@@ -2,10 +2,12 @@
 // are writable by each of its processes, and a process may not use the plugin at all; what the
 // agent can see of the bytes is what the tenant's processes count (each its own slot's, checked
 // and bounded: common/tenant_shm.h) and, in htb mode, the kernel's count of the tenant's class on
-// the device (tx). Per bucket, every window of 1 s, the bytes either measure is compared with
-// what the bucket allowed: its published rate over the window, plus a depth per process and a
-// tolerance (5 % for the counters; 12 % for the kernel's count, which has every frame's headers
-// and the ACKs of the tenant's receives). A tenant over that owes the excess: its bucket's rate
+// the device (tx). Per tx bucket, every window of 1 s, the bytes either measure is compared
+// with what the bucket allowed: its published rate over the window, plus a depth per process and
+// a tolerance (5 % for the counters; 12 % for the kernel's count, which has every frame's headers
+// and the ACKs of the tenant's receives). Receive buckets are not fenced: a send is counted as it
+// is admitted (chunk by chunk), a receive only when it completes (a whole message at once), so a
+// receiver's count in a window says nothing. A tenant over that owes the excess: its bucket's rate
 // is lowered (to at least a quarter of the allocation) until it is paid back over the next
 // window, so over a few windows the tenant gets no more than it was allocated, counted both
 // ways. The debt is capped at 10 s of the allocation; it is forgiven when the tenant's last

@@ -49,7 +49,8 @@ ProcessRateTable ProcessShares::update(const TenantUsage& u, const std::vector<u
     for (size_t i = 0; i < u.slots.size(); ++i) {
       table[u.slots[i].index][b] = out[i].bucket_rate;
     }
-    if (slotless) table[shm::kMaxSlots][b] = std::max<uint64_t>(out.back().bucket_rate / u.slotless, 1);
+    if (slotless)
+      table[shm::kMaxSlots][b] = std::max<uint64_t>(out.back().bucket_rate / u.slotless, 1);
   }
   return table;
 }

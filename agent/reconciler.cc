@@ -489,16 +489,20 @@ void Reconciler::allocate(int64_t now) {
       TenantEntry& e = *g.tenants[k];
       BucketEntry& b = e.buckets[g.bucket[k]];
       b.allocation = out[k].rate;
-      // What the tenant used against what it was allowed: a tenant over it pays it back.
+      // What the tenant sent against what it was allowed: a tenant over it pays it back. Sends
+      // only: a send is counted as it is admitted (chunk by chunk), a receive when it completes
+      // (a whole message in one period), so a receiver's count says nothing per window.
       BucketSpec next = b.spec;
       setRate(&next, e.spec, out[k].bucket_rate);
-      const uint64_t rate = b.fence.step(now, e.period_ns, next.rate_bytes_per_second,
-                                         b.period_bytes, next.depth_bytes, e.usage.processes);
+      const uint64_t rate = b.spec.direction == shm::kTx
+                                ? b.fence.step(now, e.period_ns, next.rate_bytes_per_second,
+                                               b.period_bytes, next.depth_bytes, e.usage.processes)
+                                : next.rate_bytes_per_second;
       if (auto report = b.fence.takeReport()) {
         TQ_LOG(kWarn,
                "tenant %s, %s %s: %s; fenced: its rate is lowered to %s until that is paid back",
-               e.spec.name.c_str(), b.spec.direction == shm::kTx ? "tx" : "rx",
-               b.spec.name.c_str(), report->c_str(), formatRate(rate).c_str());
+               e.spec.name.c_str(), b.spec.direction == shm::kTx ? "tx" : "rx", b.spec.name.c_str(),
+               report->c_str(), formatRate(rate).c_str());
       }
       if (rate != next.rate_bytes_per_second) {
         next.rate_bytes_per_second = rate;  // below the guarantee too: it overran

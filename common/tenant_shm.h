@@ -255,7 +255,7 @@ class TenantShm {
 
   // Every write of page_ (publish, publishProcessRates), whichever thread makes it.
   mutable std::mutex write_mu_;
-  TenantParams published_;  // as last published (write_mu_)
+  TenantParams published_;    // as last published (write_mu_)
   ProcessRateTable rates_{};  // as last written (write_mu_)
 
   mutable std::mutex mu_;

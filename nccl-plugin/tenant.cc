@@ -559,17 +559,37 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
     // Its own bucket first (nobody else can refill it), then the tenant's; tokens taken from
     // the own one go back when the tenant's refuses.
     std::atomic<int64_t>& own_word = own_words_[b];
-    const bool own_ok =
-        own.rate_bytes_per_second == 0 || bucketTryTake(own_word, now, bytes, own_eff);
-    ok = own_ok && bucketTryTake(word, now, bytes, eff, floor);
-    if (own_ok && !ok && own.rate_bytes_per_second != 0) {
-      bucketGiveBack(own_word, now, bytes, own);
+    auto take = [&](uint64_t n) {
+      const bool own_ok =
+          own.rate_bytes_per_second == 0 || bucketTryTake(own_word, now, n, own_eff);
+      const bool both = own_ok && bucketTryTake(word, now, n, eff, floor);
+      if (own_ok && !both && own.rate_bytes_per_second != 0) {
+        bucketGiveBack(own_word, now, n, own);
+      }
+      return both;
+    };
+    // What one take may carry (bucketMaxTakeBytes): a larger message is charged in parts, the
+    // first when it is admitted and the rest, owed, before this admitter admits anything else.
+    const uint64_t max_take = partBytes(bc, own);
+    uint64_t part = 0;  // what the refusal below waited for
+    if (ps->owed_bytes > 0) {
+      part = std::min(ps->owed_bytes, max_take);
+      if (take(part)) {
+        ps->owed_bytes -= part;
+        part = ps->owed_bytes > 0 ? std::min(ps->owed_bytes, max_take) : 0;
+      }
+      ok = part == 0;
+    }
+    if (ok) {
+      part = std::min(bytes, max_take);
+      ok = take(part);
+      if (ok) ps->owed_bytes = bytes - part;
     }
     if (!ok) {
       ps->lag_ns = 0;  // caught up: refused on time
-      ps->ready_at_ns = bucketReadyAt(word, now, bytes, bc, floor);
+      ps->ready_at_ns = bucketReadyAt(word, now, part, bc, floor);
       if (own.rate_bytes_per_second != 0) {
-        ps->ready_at_ns = std::max(ps->ready_at_ns, bucketReadyAt(own_word, now, bytes, own));
+        ps->ready_at_ns = std::max(ps->ready_at_ns, bucketReadyAt(own_word, now, part, own));
       }
     }
   }
@@ -608,11 +628,13 @@ int64_t TenantPacer::waitNs(uint64_t bytes, const PaceState& ps) const {
   const int64_t now = clock_.nowNs();
   AgentBinding* a = agent_.load(std::memory_order_acquire);
   auto* self = const_cast<TenantPacer*>(this);
-  int64_t ready =
-      bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b));
+  const BucketConfig bc = configOf(b);
   const BucketConfig own = ownConfigOf(b);
+  // The next part it takes: of what it still owes, else of these bytes (admit()).
+  const uint64_t part = std::min(ps.owed_bytes > 0 ? ps.owed_bytes : bytes, partBytes(bc, own));
+  int64_t ready = bucketReadyAt(self->wordFor(a, b), now, part, bc, self->floorFor(a, b));
   if (own.rate_bytes_per_second != 0) {
-    ready = std::max(ready, bucketReadyAt(self->own_words_[b], now, bytes, own));
+    ready = std::max(ready, bucketReadyAt(self->own_words_[b], now, part, own));
   }
   return ready - now;
 }
@@ -620,6 +642,11 @@ int64_t TenantPacer::waitNs(uint64_t bytes, const PaceState& ps) const {
 void TenantPacer::giveBack(uint64_t bytes, PaceState* ps) {
   const int b = bucketOf(ps->channel);
   if (b < 0 || bytes == 0 || !paced_.load(std::memory_order_relaxed)) return;
+  // What it still owes was never taken: that goes first.
+  const uint64_t unowed = std::min(bytes, ps->owed_bytes);
+  ps->owed_bytes -= unowed;
+  bytes -= unowed;
+  if (bytes == 0) return;
   AgentBinding* a = agent_.load(std::memory_order_acquire);
   const int64_t now = clock_.nowNs();
   bucketGiveBack(wordFor(a, b), now, bytes, configOf(b), floorFor(a, b));

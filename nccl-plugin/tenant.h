@@ -39,6 +39,7 @@
 // Clock, the same clock in every process sharing a bucket.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -83,8 +84,11 @@ struct PaceState {
   shm::Counters* refused_counters = nullptr;  // the counters that backlog was added to
   int64_t ready_at_ns = 0;                    // when the refused bytes could first be admitted
   int64_t lag_ns = 0;                         // how late the retry came (catch-up allowance)
-  std::atomic<int64_t> in_flight{0};          // sends handed to the transport, not completed
-  int busy_index = -1;                        // the bucket those sends keep busy
+  // Of a message admitted earlier whose cost was more than one take carries (a 32 MiB message at
+  // 1 Mbit/s): bytes still to take before this admitter admits anything else.
+  uint64_t owed_bytes = 0;
+  std::atomic<int64_t> in_flight{0};  // sends handed to the transport, not completed
+  int busy_index = -1;                // the bucket those sends keep busy
 };
 
 struct PacerConfig {
@@ -142,6 +146,11 @@ class TenantPacer {
   // the caller retries later: a NULL request for NCCL, or a transport thread's wait). Updates
   // the counters. Never blocks.
   //
+  // Large messages: one take carries at most bucketMaxTakeBytes (5 s at the rate). A larger
+  // message is admitted with that part taken and the rest owed (ps->owed_bytes): this admitter's
+  // next calls take the owed bytes part by part, refusing, before they admit anything else, so
+  // the long-run rate holds for any message size.
+  //
   // Late retries: a token bucket caps saved-up tokens at its depth, so an admitter that comes
   // back later than `depth / rate` after a refusal (descheduled, or napping between polls)
   // would lose its allocation for the time it was late. When refused bytes are retried after
@@ -162,7 +171,7 @@ class TenantPacer {
   // already possible or unpaced. A transport thread sleeps that long.
   int64_t waitNs(uint64_t bytes, const PaceState& ps) const;
   // Tokens taken for bytes that did not come (a receive admitted at its posted size that
-  // carried less): back into the bucket of ps->channel.
+  // carried less): off what ps still owes first, the rest back into the bucket of ps->channel.
   void giveBack(uint64_t bytes, PaceState* ps);
   // Chunk size for admitters of chunks: min(depth / 2, rate x cfg.chunk_ns) of the channel's
   // bucket, rounded down to a multiple of kMinPaceChunk and at least kMinPaceChunk; 0 when unpaced.
@@ -262,6 +271,14 @@ class TenantPacer {
   BucketConfig ownConfigOf(int b) const {
     return {hot_[b].own_rate.load(std::memory_order_relaxed),
             hot_[b].own_depth.load(std::memory_order_relaxed)};
+  }
+  // Most bytes one take carries on bucket b (bucketMaxTakeBytes, of the slower of the tenant's
+  // bucket and this process's own).
+  static uint64_t partBytes(const BucketConfig& bc, const BucketConfig& own) {
+    const uint64_t r = own.rate_bytes_per_second != 0
+                           ? std::min(bc.rate_bytes_per_second, own.rate_bytes_per_second)
+                           : bc.rate_bytes_per_second;
+    return bucketMaxTakeBytes(r);
   }
   BucketConfig configOf(int b) const {
     return {hot_[b].rate.load(std::memory_order_relaxed),

@@ -24,12 +24,13 @@ struct Periods {
     for (int i = 0; i < periods; ++i) {
       now += kPeriod;
       const auto bytes = static_cast<uint64_t>(static_cast<double>(last_rate) * fraction / 100);
-      kernel += kernel_fraction < 0 ? 0
-                                    : static_cast<uint64_t>(static_cast<double>(last_rate) *
-                                                            kernel_fraction / 100);
+      kernel += kernel_fraction < 0
+                    ? 0
+                    : static_cast<uint64_t>(static_cast<double>(last_rate) * kernel_fraction / 100);
       last_rate = fence.step(now, kPeriod, kRate, bytes, kDepth, 2);
       // The kernel's count is read every second (the agent's stats cadence).
-      if (kernel_fraction >= 0 && (now / kPeriod) % 100 == 0) fence.kernelReading(kernel, kDepth, 2);
+      if (kernel_fraction >= 0 && (now / kPeriod) % 100 == 0)
+        fence.kernelReading(kernel, kDepth, 2);
       lowest = std::min(lowest, last_rate);
     }
     return lowest;

@@ -499,8 +499,12 @@ TEST_F(ReconcilerTest, ATenantThatUsedMoreThanItWasAllowedIsFencedUntilItPaysItB
   const uint64_t allocated_b = rate("tenant-b");
   // 2.2 s: tenant-a's processes count twice what its bucket allows; tenant-b's count what they
   // may, but the kernel counts twice that in its class (read once a second).
+  // Meanwhile tenant-a's receives complete as whole messages: 3 s of its rx rate counted at
+  // once, once a second. Receive buckets are not fenced (a receive is counted when it completes).
+  const uint64_t allocated_a_rx = r->tenantParams("tenant-a")->buckets[1].rate_bytes_per_second;
   uint64_t class_b = 0;
   for (int i = 0; i < 220; ++i) {
+    if (i % 100 == 50) a.counters(1)->bytes.fetch_add(3 * allocated_a_rx);
     a.slot->bytes.fetch_add(2 * rate("tenant-a") / 100);
     b.slot->bytes.fetch_add(rate("tenant-b") / 100);
     class_b += 2 * rate("tenant-b") / 100;
@@ -516,6 +520,9 @@ TEST_F(ReconcilerTest, ATenantThatUsedMoreThanItWasAllowedIsFencedUntilItPaysItB
   EXPECT_TRUE(st.tenants[0].buckets[0].fenced);
   EXPECT_GT(st.tenants[0].buckets[0].overrun_bytes, allocated_a / 2);
   EXPECT_TRUE(st.tenants[1].buckets[0].fenced);
+  ASSERT_EQ(st.tenants[0].buckets[1].receive, true);
+  EXPECT_FALSE(st.tenants[0].buckets[1].fenced) << "a receive bucket was fenced";
+  EXPECT_EQ(st.tenants[0].buckets[1].overrun_bytes, 0u);
   // Honest again (the kernel's count follows the counters): fenced no more within 3 windows (the
   // allocator may give them more again meanwhile: they report demand).
   for (int i = 0; i < 300; ++i) {

@@ -112,8 +112,8 @@ class FakeTc : public TcApplier {
       char id[16];
       snprintf(id, sizeof id, "1:%x", minor++);
       const auto bytes = class_bytes.find(t.name);
-      out.push_back({device, id, t.name, bytes != class_bytes.end() ? bytes->second : 1000, 7, 1,
-                     2});
+      out.push_back(
+          {device, id, t.name, bytes != class_bytes.end() ? bytes->second : 1000, 7, 1, 2});
     }
     return out;
   }
