@@ -75,7 +75,7 @@ int nodeWide(const std::string& run, double seconds, int connections) {
   int with_slot = 0, refused = 0, not_held = 0;
   std::string why;
   for (int i = 0; i < connections; ++i) {
-    auto a = at::attachWithin(at::nodeSocketPath(run), "", 2000);
+    auto a = at::attachWithin(at::nodeSocketPath(run), "", 2000, tq::realClock());
     if (!a.ok()) {
       ++refused;
       why = a.status().message();
@@ -110,7 +110,7 @@ int nodeWide(const std::string& run, double seconds, int connections) {
 // --reset-words: see the file comment.
 int resetWords(const std::string& run, const std::string& own, double seconds) {
   namespace at = tq::attach;
-  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000);
+  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000, tq::realClock());
   if (!a.ok() || a->tenant != own) {
     std::printf("ERROR: cannot attach to own tenant %s: %s\n", own.c_str(),
                 a.ok() ? a->tenant.c_str() : a.status().message().c_str());
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
              "create a file in " + run + "/tenants");
 
   // ---- its own tenant ----
-  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000);
+  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000, tq::realClock());
   if (!a.ok()) {
     std::printf("ERROR: cannot attach to own tenant %s: %s\n", own.c_str(),
                 a.status().message().c_str());
