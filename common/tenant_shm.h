@@ -28,6 +28,7 @@
 #include "common/mapped_file.h"
 #include "common/shm_layout.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/token_bucket.h"
 
 namespace tq {
@@ -243,8 +244,8 @@ class TenantShm {
     bool logged = false;  // a problem of this attachment was logged already
   };
   // Zeroes slot i's header and counter blocks through the fd (mu_ held).
-  bool zeroSlot(uint32_t i);
-  void writeProcessRatesLocked();  // write_mu_ held
+  bool zeroSlot(uint32_t i) TQ_REQUIRES(mu_);
+  void writeProcessRatesLocked() TQ_REQUIRES(write_mu_);
   TenantShm(std::string tenant, Fd params_fd, Fd shared_fd, MappedFile page)
       : tenant_(std::move(tenant)),
         params_fd_(std::move(params_fd)),
@@ -259,20 +260,21 @@ class TenantShm {
   shm::ParamsPage* const page_;    // into it
 
   // Every write of page_ (publish, publishProcessRates), whichever thread makes it.
-  mutable std::mutex write_mu_;
-  TenantParams published_;    // as last published (write_mu_)
-  ProcessRateTable rates_{};  // as last written (write_mu_)
+  mutable Mutex write_mu_;
+  TenantParams published_ TQ_GUARDED_BY(write_mu_);       // as last published
+  ProcessRateTable rates_ TQ_GUARDED_BY(write_mu_) = {};  // as last written
 
-  mutable std::mutex mu_;
-  SlotEntry slots_[shm::kMaxSlots];
-  std::vector<PeerIdentity> slotless_;  // attached without a slot
+  mutable Mutex mu_;
+  SlotEntry slots_[shm::kMaxSlots] TQ_GUARDED_BY(mu_);
+  std::vector<PeerIdentity> slotless_ TQ_GUARDED_BY(mu_);  // attached without a slot
   // The published table's keys (reconcile thread; under mu_ for collect): a key that changes
   // at an index resynchronises that index's baselines at the next collect.
-  uint32_t keys_[shm::kMaxBuckets] = {};
-  bool resync_[shm::kMaxBuckets] = {};
-  uint32_t num_buckets_ = 0;
-  TenantUsage totals_;  // counters only (per bucket and sums), and rejected readings
-  int64_t last_collect_ns_ = 0;
+  uint32_t keys_[shm::kMaxBuckets] TQ_GUARDED_BY(mu_) = {};
+  bool resync_[shm::kMaxBuckets] TQ_GUARDED_BY(mu_) = {};
+  uint32_t num_buckets_ TQ_GUARDED_BY(mu_) = 0;
+  TenantUsage totals_
+      TQ_GUARDED_BY(mu_);  // counters only (per bucket and sums), and rejected readings
+  int64_t last_collect_ns_ TQ_GUARDED_BY(mu_) = 0;
 };
 
 // ---- the plugin side --------------------------------------------------------------------------
