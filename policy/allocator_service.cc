@@ -339,6 +339,9 @@ size_t AllocatorService::runRound() {
   ro.hierarchy_passes = options_.hierarchy_passes;
   const fabric::RoundResult rr = fabric::allocateRound(*model, reports, ro);
   const int64_t computed = clock_.nowNs();
+  // One stamp for the round's every message: when its caps were computed, not when each node's
+  // message was built (agents and the benches measure the push from it).
+  const int64_t computed_unix_ms = clock_.wallNs() / kNsPerMs;
   last_round_ns_ = computed;
   uint64_t round;
   {
@@ -445,7 +448,7 @@ size_t AllocatorService::runRound() {
       msg->set_term(election->term());
       msg->set_round(round);
       msg->set_policy_version(version);
-      msg->set_computed_at_unix_ms(clock_.wallNs() / kNsPerMs);
+      msg->set_computed_at_unix_ms(computed_unix_ms);
       msg->set_hold_ms(static_cast<uint32_t>(options_.hold_ns / kNsPerMs));
       msg->set_demand_sequence(n.sequence);
       msg->set_allocator(election->holder());
