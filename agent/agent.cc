@@ -15,6 +15,25 @@
 
 namespace tq::agent {
 
+std::string fabricReadiness(const FabricStatus& f) {
+  const auto ms = [](int64_t ns) { return std::to_string(ns / 1'000'000) + " ms"; };
+  switch (f.mode) {
+    case FabricMode::kNone: return "";
+    case FabricMode::kAllocator:
+      return "fabric: the cluster allocator's caps on " + std::to_string(f.links.size()) +
+             " shared link(s) (term " + std::to_string(f.term) + ", " + f.allocator + ")\n";
+    case FabricMode::kHeld:
+      return "warning: fabric: the cluster allocator is lost; holding its last caps (" +
+             ms(f.last_caps_age_ns) + " old)\n";
+    case FabricMode::kStatic:
+      return "warning: fabric: no caps from the cluster allocator" +
+             (f.last_caps_age_ns < 0 ? std::string(" yet") : " for " + ms(f.last_caps_age_ns)) +
+             "; static split on " + std::to_string(f.links.size()) +
+             " shared link(s) (each tenant's guarantee there over its nodes, docs/fabric.md)\n";
+  }
+  return "";
+}
+
 Agent::Agent(AgentConfig config, std::unique_ptr<TcApplier> tc)
     : config_(std::move(config)), tc_(std::move(tc)), store_(config_.state_dir) {}
 
@@ -52,8 +71,11 @@ Status Agent::start() {
   // first moment.
   std::map<std::string, HttpServer::Handler> routes;
   routes["/metrics"] = [this] {
-    return HttpResponse{200, kMetricsContentType,
-                        renderMetrics(board_.snapshot(), board_.watchStatus())};
+    WatchStatus watch = board_.watchStatus();
+    if (const PolicyWatcher* w = watch_counters_.load(std::memory_order_acquire)) {
+      watch.reconnect_waits = w->backoffs();
+    }
+    return HttpResponse{200, kMetricsContentType, renderMetrics(board_.snapshot(), watch)};
   };
   routes["/healthz"] = [this] {
     const int64_t stuck_ns = std::max(kStuckPeriods * config_.period_ns, kMinStuckNs);
@@ -72,7 +94,8 @@ Status Agent::start() {
       const std::string notice = board_.watchStatus().store_notice;
       return HttpResponse{200, "text/plain; charset=utf-8",
                           "ready: enforcing policy v" + std::to_string(s.policy_version) + "\n" +
-                              (notice.empty() ? "" : "warning: " + notice + "\n")};
+                              (notice.empty() ? "" : "warning: " + notice + "\n") +
+                              fabricReadiness(s.fabric)};
     }
     return HttpResponse{
         503, "text/plain; charset=utf-8",
@@ -118,10 +141,29 @@ Status Agent::start() {
       endpoints_, wo, &store_, &board_,
       [this](VersionedPolicy p) { loop_->postPolicy(std::move(p), PolicySource::kPolicyd); },
       realClock());
+  watch_counters_.store(watcher_.get(), std::memory_order_release);
   watcher_->start();
   reporter_ =
       std::make_unique<UsageReporter>(endpoints_, board_, config_.report_interval_ns, realClock());
   reporter_->start();
+  // The cluster allocator's stream, while this node is behind a shared link of the policy.
+  FabricClient::Options fo;
+  fo.node = config_.node;
+  fo.interval_ns = config_.fabric_report_interval_ns;
+  fo.backoff = backoff;
+  std::vector<std::string> devices;
+  for (const DeviceMapping& d : config_.devices) devices.push_back(d.device);
+  fo.addresses = [devices] { return deviceAddresses(devices); };
+  fabric_ = std::make_unique<FabricClient>(
+      endpoints_, fo, board_,
+      [this](FabricCapsMessage m) {
+        loop_->post([m = std::move(m)](Reconciler& r) mutable { r.onFabricCaps(std::move(m)); });
+      },
+      [this](bool connected) {
+        loop_->post([connected](Reconciler& r) { r.onFabricConnected(connected); });
+      },
+      realClock());
+  fabric_->start();
   if (config_.qp_scan_interval_ns > 0) {
     // The one place that says which processes are attached: today the pids the reconcile
     // thread last published from the tenant files' slots (read every period once a policy is
@@ -152,6 +194,7 @@ void Agent::stop() {
   stopped_ = true;
   if (watcher_) watcher_->stop();
   if (reporter_) reporter_->stop();
+  if (fabric_) fabric_->stop();
   if (qp_scanner_) qp_scanner_->stop();
   if (loop_) loop_->stop();
   attach_.reset();  // closes the sockets; attached processes keep their memory (fail-static)

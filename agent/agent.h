@@ -3,15 +3,18 @@
 // handles signals and calls this.
 //
 // Threads: tq-reconcile (owns all enforcement state), tq-watch (gRPC stream, persists
-// snapshots), tq-report (ReportUsage), tq-qpscan (RDMA QPs of processes not attached to the
+// snapshots), tq-report (ReportUsage), tq-fabric and tq-allocate/tq-demand (the cluster
+// allocator's stream, agent/fabric_client.h), tq-qpscan (RDMA QPs of processes not attached to the
 // agent), tq-http (/metrics, /healthz, /readyz, reading the StateBoard only).
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "agent/agent_state.h"
 #include "agent/attach_server.h"
 #include "agent/config.h"
+#include "agent/fabric_client.h"
 #include "agent/http_server.h"
 #include "agent/policy_watcher.h"
 #include "agent/reconcile_loop.h"
@@ -55,10 +58,18 @@ class Agent {
   std::unique_ptr<HttpServer> http_;
   std::shared_ptr<rpc::ChannelRing> endpoints_;  // the policyd replicas
   std::unique_ptr<PolicyWatcher> watcher_;
+  // The watcher once it exists, for /metrics (the HTTP thread runs before it is made); it lives
+  // until the Agent does, after the HTTP server.
+  std::atomic<const PolicyWatcher*> watch_counters_{nullptr};
   std::unique_ptr<UsageReporter> reporter_;
+  std::unique_ptr<FabricClient> fabric_;
   std::unique_ptr<UngovernedQpScanner> qp_scanner_;
   bool stopped_ = false;
 };
+
+// The fabric's lines of /readyz (the node stays ready: it enforces the held caps or the static
+// split; the lines say which and why).
+std::string fabricReadiness(const FabricStatus& fabric);
 
 // --cleanup: removes the tc trees on the configured devices, every tenant file in the run
 // directory and the persisted snapshot. Continues past errors; returns the first one.

@@ -13,13 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "agent/fabric_links.h"
 #include "agent/tc_applier.h"
 
 namespace tq::agent {
 
 // One of a tenant's buckets (a device and a direction).
 struct BucketStatus {
-  std::string device;
+  std::string device;                       // the device, or the shared link class (fabric_link)
+  bool fabric_link = false;                 // a shared fabric link's bucket (docs/fabric.md)
   bool receive = false;                     // direction rx (else tx)
   uint64_t bytes = 0;                       // sent (tx) / received (rx)
   uint64_t throttled_ns = 0;                // process-time refused by the bucket
@@ -122,9 +124,15 @@ struct AgentState {
   std::optional<std::vector<RdmaQpCounts>> rdma_qps;
   std::vector<std::string> errors;  // unresolved reconcile errors (empty when healthy)
   uint64_t reconcile_errors_total = 0;
+  // Reads of the kernel's counters (tc classes, RDMA ports), one per --stats interval: a test
+  // that shows what does NOT happen over several reads waits on this instead of sleeping.
+  uint64_t stats_reads_total = 0;
+  // QP scans finished (StateBoard::publishRdmaQps), listed or not.
+  uint64_t qp_scans_total = 0;
   DurationHistogram reconcile_duration;
   DurationHistogram allocation_duration;
   int64_t published_at_ns = 0;  // monotonic
+  FabricStatus fabric;          // the cluster allocator's caps and the mode they are in
 };
 
 // What the watch thread reports (metrics, /readyz).
@@ -134,6 +142,9 @@ struct WatchStatus {
   uint64_t older_versions_offered = 0;  // older versions of the held store refused
   uint64_t older_offered_version = 0;   // the last one refused
   std::string store_notice;  // why the last offered version was refused; "" once resolved
+  // Backoff waits of the watch so far (a replica unreachable, a stream ended): the attempts it
+  // made while disconnected.
+  uint64_t reconnect_waits = 0;
 };
 
 class StateBoard {
@@ -146,11 +157,13 @@ class StateBoard {
   void publishRdmaQps(std::optional<std::vector<RdmaQpCounts>> qps) {
     std::lock_guard<std::mutex> lock(mu_);
     rdma_qps_ = std::move(qps);
+    ++qp_scans_;
   }
   AgentState snapshot() const {
     std::lock_guard<std::mutex> lock(mu_);
     AgentState s = state_;
     s.rdma_qps = rdma_qps_;
+    s.qp_scans_total = qp_scans_;
     return s;
   }
   void setPolicydConnected(bool connected) {
@@ -176,15 +189,28 @@ class StateBoard {
             older_offered_.load(std::memory_order_relaxed), older_offered_version_, store_notice_};
   }
 
+  // The node's demand on its shared links (reconcile thread, every publish), for the cluster
+  // allocator's stream (agent/fabric_client.h); nullopt until the node is behind one.
+  void publishFabricDemand(std::optional<FabricDemand> demand) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fabric_demand_ = std::move(demand);
+  }
+  std::optional<FabricDemand> fabricDemand() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fabric_demand_;
+  }
+
  private:
   mutable std::mutex mu_;
   AgentState state_;
   std::optional<std::vector<RdmaQpCounts>> rdma_qps_;
+  uint64_t qp_scans_ = 0;  // guarded by mu_
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> epoch_changes_{0};
   std::atomic<uint64_t> older_offered_{0};
-  uint64_t older_offered_version_ = 0;  // guarded by mu_
-  std::string store_notice_;            // guarded by mu_
+  uint64_t older_offered_version_ = 0;         // guarded by mu_
+  std::string store_notice_;                   // guarded by mu_
+  std::optional<FabricDemand> fabric_demand_;  // guarded by mu_
 };
 
 }  // namespace tq::agent

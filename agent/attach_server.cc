@@ -142,8 +142,8 @@ Result<gid_t> resolveUnixGroup(const std::string& group) {
   return out->gr_gid;
 }
 
-Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options) {
-  std::unique_ptr<AttachServer> s(new AttachServer(std::move(options)));
+Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options, Clock& clock) {
+  std::unique_ptr<AttachServer> s(new AttachServer(std::move(options), clock));
   s->wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->wake_fd_.valid()) return errnoStatus("eventfd");
   TQ_RETURN_IF_ERROR(makeDirs(s->options_.run_dir, 0755));
@@ -155,11 +155,13 @@ Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options) {
   l->path = path;
   s->listeners_[""] = std::move(l);
   s->thread_ = std::thread([p = s.get()] { p->run(); });
+  s->clock_.subscribe(s.get());
   TQ_LOG(kInfo, "attach: node-wide socket %s (default tenant)", path.c_str());
   return s;
 }
 
 AttachServer::~AttachServer() {
+  clock_.unsubscribe(this);
   stop_.store(true);
   wake();
   if (thread_.joinable()) thread_.join();
@@ -299,7 +301,7 @@ void AttachServer::run() {
         fds.push_back({l->fd.get(), POLLIN, 0});
         polled_listeners.push_back(l);
       }
-      const int64_t now = realClock().nowNs();
+      const int64_t now = clock_.nowNs();
       for (auto& c : conns_) {
         fds.push_back({c->fd.get(), POLLIN, 0});
         polled_conns.push_back(c.get());
@@ -316,7 +318,7 @@ void AttachServer::run() {
     [[maybe_unused]] ssize_t n = ::read(wake_fd_.get(), &drained, sizeof(drained));
 
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now = realClock().nowNs();
+    const int64_t now = clock_.nowNs();
     for (size_t i = 0; i < polled_listeners.size(); ++i) {
       if (fds[1 + i].revents & POLLIN) acceptFrom(polled_listeners[i], now);
     }
@@ -331,6 +333,7 @@ void AttachServer::run() {
         badInput(*c, now,
                  "sent no complete request in " +
                      std::to_string(options_.request_timeout_ns / 1'000'000) + " ms; closed");
+        timed_out_++;
         done.push_back(c);
       }
     }
@@ -447,6 +450,7 @@ void AttachServer::answerNotHeld(Conn* c, int64_t now, const std::string& why) {
   reply.reason = why;
   Status s = attach::sendWithFds(c->fd.get(), attach::encodeReply(reply),
                                  {(*shm)->paramsFd(), (*shm)->sharedFd()});
+  replies_++;
   logLimited(*c, now, true,
              "attached to tenant " + reply.tenant + " without a slot and not held (" + why + ")" +
                  (s.ok() ? "" : ": " + s.message()));
@@ -526,6 +530,7 @@ bool AttachServer::onRequest(Conn* c, int64_t now) {
     return false;
   }
   c->attached = true;
+  replies_++;
   c->attached_ns = now;
   c->image = imageOf(c->peer.pid);
   const std::string& wanted = req->wanted_tenant;
@@ -551,6 +556,7 @@ void AttachServer::refuse(Conn* c, int64_t now, attach::ReplyStatus status,
   reply.status = status;
   reply.reason = why;
   attach::sendWithFds(c->fd.get(), attach::encodeReply(reply), {}).ignore();
+  replies_++;
 }
 
 // mu_ held. Logged naming the socket's tenant, the peer's pid, uid and gid, and

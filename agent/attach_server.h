@@ -21,6 +21,8 @@
 // Threads: one thread (tq-attach) runs a poll() loop and is the only one that accepts, reads,
 // writes and closes sockets. serve/unserve/serveDefault/attachments are thread-safe (the
 // reconcile thread calls them); they change the tables under a mutex and wake the thread.
+// Time (the request deadline, the log limit's window) follows the injected Clock; a FakeClock
+// that moves wakes the loop, so a test closes a silent peer by moving the clock, not by waiting.
 #pragma once
 
 #include <sys/types.h>
@@ -36,6 +38,7 @@
 
 #include "agent/default_tenant.h"
 #include "common/attach_protocol.h"
+#include "common/clock.h"
 #include "common/fd.h"
 #include "common/status.h"
 #include "common/tenant_shm.h"
@@ -51,7 +54,7 @@ Result<gid_t> resolveUnixGroup(const std::string& group);
 // that path could swap tenants/ and answer on a tenant's socket.
 Status checkTrustedRunDir(const std::string& run_dir);
 
-class AttachServer {
+class AttachServer final : private ClockListener {
  public:
   struct Options {
     std::string run_dir;
@@ -62,7 +65,7 @@ class AttachServer {
   // Creates <run_dir>/agent.sock (0666) and starts the thread; refuses a run directory that is
   // not the agent's alone (checkTrustedRunDir). Processes that connect to it
   // before serveDefault() are refused ("no policy yet").
-  static Result<std::unique_ptr<AttachServer>> start(Options options);
+  static Result<std::unique_ptr<AttachServer>> start(Options options, Clock& clock = realClock());
   ~AttachServer();  // stops the thread, closes every connection, removes the sockets
   AttachServer(const AttachServer&) = delete;
   AttachServer& operator=(const AttachServer&) = delete;
@@ -83,6 +86,11 @@ class AttachServer {
   // on every call: a process that exec'd another program since it attached (its
   // /proc/PID/exe is another file) is left out, and its connection is closed (slot released).
   std::vector<Attachment> attachments() const;
+
+  // Replies sent so far (attached, not held or refused), and connections closed for want of a
+  // complete request in time: what a test waits on instead of a sleep.
+  uint64_t repliesSent() const { return replies_.load(); }
+  uint64_t timedOut() const { return timed_out_.load(); }
 
  private:
   struct Listener {
@@ -118,7 +126,8 @@ class AttachServer {
     bool image_gone = false;  // seen by attachments(); the thread closes the connection
   };
 
-  explicit AttachServer(Options options) : options_(std::move(options)) {}
+  AttachServer(Options options, Clock& clock) : options_(std::move(options)), clock_(clock) {}
+  void onClockMoved() override { wake(); }
   Result<Fd> listenAt(const std::string& path, uint32_t mode, gid_t group);
   void run();
   void acceptFrom(const std::shared_ptr<Listener>& l, int64_t now);
@@ -139,6 +148,9 @@ class AttachServer {
   void wake() const;
 
   const Options options_;
+  Clock& clock_;
+  std::atomic<uint64_t> replies_{0};
+  std::atomic<uint64_t> timed_out_{0};
   Fd wake_fd_;  // eventfd
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -44,9 +44,10 @@ struct AgentConfig {
   std::string metrics_port_file;                   // if set, the bound port is written here
   std::string sysfs_root = "/sys";  // RDMA ports are read from <sysfs_root>/class/infiniband
   LogLevel log_level = LogLevel::kInfo;
-  int64_t period_ns = 10'000'000;               // allocation period
-  int64_t report_interval_ns = 1'000'000'000;   // usage reports to policyd
-  int64_t qp_scan_interval_ns = 5'000'000'000;  // RDMA QP listing (ungoverned QPs); 0 = off
+  int64_t period_ns = 10'000'000;                   // allocation period
+  int64_t report_interval_ns = 1'000'000'000;       // usage reports to policyd
+  int64_t fabric_report_interval_ns = 100'000'000;  // demand reports to the cluster allocator
+  int64_t qp_scan_interval_ns = 5'000'000'000;      // RDMA QP listing (ungoverned QPs); 0 = off
   TcMode tc_mode = TcMode::kHtb;
   // Token-bucket depth published to the plugin: the tokens of bucket_depth_ns at the bucket's
   // rate, at least burst_bytes (common/token_bucket.h: bucketDepthBytes).

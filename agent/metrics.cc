@@ -132,6 +132,7 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
     MetricFamily f = family(bf.name, bf.help, bf.type);
     for (const TenantStatus& t : s.tenants) {
       for (const BucketStatus& b : t.buckets) {
+        if (b.fabric_link) continue;  // below, per shared link
         f.metric.push_back(sample({{"device", b.device},
                                    {"direction", b.receive ? "rx" : "tx"},
                                    {"node", s.node},
@@ -140,6 +141,74 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
       }
     }
     out.push_back(std::move(f));
+  }
+
+  // Per shared fabric link the node is behind (docs/fabric.md): the tenant's bucket of the
+  // link, per direction (tx: leaving the node's group, rx: entering it).
+  static const BucketFamily kLinkFamilies[] = {
+      {"tenantqos_fabric_link_bytes_total",
+       "Bytes of the tenant's connections that cross the shared link (tx: sent, rx: received).",
+       MetricType::Counter, kBucketFamilies[0].value},
+      {"tenantqos_fabric_link_throttled_seconds_total",
+       "Process-seconds the tenant's transfers across the shared link waited for its tokens.",
+       MetricType::Counter, kBucketFamilies[1].value},
+      {"tenantqos_fabric_link_backlog_bytes",
+       "Bytes waiting for the link bucket's tokens: demand on the shared link.", MetricType::Gauge,
+       kBucketFamilies[2].value},
+      {"tenantqos_fabric_link_cap_bytes_per_second",
+       "What the link bucket refills at: the cluster allocator's cap, or the static split.",
+       MetricType::Gauge, kBucketFamilies[3].value},
+      {"tenantqos_fabric_link_demand_bytes_per_second",
+       "The demand reported to the cluster allocator for the link (+Inf: backlogged).",
+       MetricType::Gauge, kBucketFamilies[5].value},
+  };
+  for (const BucketFamily& bf : kLinkFamilies) {
+    MetricFamily f = family(bf.name, bf.help, bf.type);
+    for (const TenantStatus& t : s.tenants) {
+      for (const BucketStatus& b : t.buckets) {
+        if (!b.fabric_link) continue;
+        f.metric.push_back(sample({{"direction", b.receive ? "rx" : "tx"},
+                                   {"link", b.device},
+                                   {"node", s.node},
+                                   {"tenant", t.name}},
+                                  bf.type, bf.value(b)));
+      }
+    }
+    if (!f.metric.empty()) out.push_back(std::move(f));
+  }
+  if (s.fabric.mode != FabricMode::kNone) {
+    MetricFamily mode = family("tenantqos_fabric_mode",
+                               "1 for the mode the shared-link caps are in: allocator (fresh "
+                               "caps), held (the allocator lost, its last caps within their hold "
+                               "time), static (the static split).",
+                               MetricType::Gauge);
+    for (FabricMode m : {FabricMode::kAllocator, FabricMode::kHeld, FabricMode::kStatic}) {
+      mode.metric.push_back(
+          sample({{"mode", fabricModeName(m)}}, MetricType::Gauge, s.fabric.mode == m ? 1 : 0));
+    }
+    out.push_back(std::move(mode));
+    MetricFamily age =
+        family("tenantqos_fabric_caps_age_seconds",
+               "Age of the cluster allocator's last message (-1: none yet).", MetricType::Gauge);
+    age.metric.push_back(
+        sample({}, MetricType::Gauge,
+               s.fabric.last_caps_age_ns < 0 ? -1.0 : double(s.fabric.last_caps_age_ns) / 1e9));
+    out.push_back(std::move(age));
+    MetricFamily conn =
+        family("tenantqos_fabric_allocator_connected",
+               "1 while the stream to the active cluster allocator is up.", MetricType::Gauge);
+    conn.metric.push_back(sample({}, MetricType::Gauge, s.fabric.connected ? 1 : 0));
+    out.push_back(std::move(conn));
+    MetricFamily term =
+        family("tenantqos_fabric_allocator_term",
+               "The election term of the allocator whose caps were last taken.", MetricType::Gauge);
+    term.metric.push_back(sample({}, MetricType::Gauge, double(s.fabric.term)));
+    out.push_back(std::move(term));
+    MetricFamily refused = family("tenantqos_fabric_caps_refusals_total",
+                                  "Caps messages not taken (an older election term, another node).",
+                                  MetricType::Counter);
+    refused.metric.push_back(sample({}, MetricType::Counter, double(s.fabric.caps_refused)));
+    out.push_back(std::move(refused));
   }
 
   struct ClassFamily {
@@ -294,6 +363,9 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
   scalar("tenantqos_policy_older_offered_version",
          "The older version of the held store policyd last offered, while unresolved (else 0).",
          MetricType::Gauge, double(watch.store_notice.empty() ? 0 : watch.older_offered_version));
+  scalar("tenantqos_policyd_reconnect_waits_total",
+         "Backoff waits of the policy watch (a policyd unreachable, a stream ended).",
+         MetricType::Counter, double(watch.reconnect_waits));
   scalar("tenantqos_agent_ready", "1 once a policy (persisted or received) has been applied.",
          MetricType::Gauge, s.ready ? 1 : 0);
   scalar("tenantqos_reconcile_errors_total",
@@ -302,6 +374,13 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
   scalar("tenantqos_reconcile_unresolved_errors",
          "Reconcile errors not yet resolved by a later successful attempt.", MetricType::Gauge,
          double(s.errors.size()));
+  scalar("tenantqos_stats_reads_total",
+         "Reads of the kernel's tc class and RDMA port counters (one per stats interval).",
+         MetricType::Counter, double(s.stats_reads_total));
+  scalar(
+      "tenantqos_qp_scans_total",
+      "Scans of the node's RDMA QPs (--qp-scan-interval-ms), whether they could list them or not.",
+      MetricType::Counter, double(s.qp_scans_total));
   out.push_back(histogram("tenantqos_reconcile_duration_seconds",
                           "Time to apply one policy snapshot to tc and the shm files.",
                           s.reconcile_duration));

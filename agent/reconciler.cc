@@ -10,9 +10,11 @@
 
 #include "common/attach_protocol.h"
 #include "common/capacity.h"
+#include "common/fabric_peers.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/token_bucket.h"
+#include "common/topology.h"
 #include "common/units.h"
 
 namespace tq::agent {
@@ -93,6 +95,12 @@ void Reconciler::attempt(const VersionedPolicy& policy) {
     }
   }
   Status s = desired.status();
+  std::vector<std::string> fabric_warnings;
+  if (s.ok()) {
+    FabricLinks next;
+    fabric_warnings = next.setPolicy(policy.policy, options_.node);
+    pending_links_ = next.links();
+  }
   if (s.ok()) s = applyTc(*desired, &writes);
   if (s.ok()) s = syncShm(*desired);
   const int64_t end = clock_.nowNs();
@@ -118,7 +126,10 @@ void Reconciler::attempt(const VersionedPolicy& policy) {
   const bool new_version = !applied_policy_ || applied_policy_->version != policy.version;
   if (new_version) {
     for (const std::string& w : desired->warnings) TQ_LOG(kWarn, "%s", w.c_str());
+    for (const std::string& w : fabric_warnings) TQ_LOG(kWarn, "fabric: %s", w.c_str());
   }
+  fabric_.setPolicy(policy.policy, options_.node);
+  writeFabricPeers();
   TQ_LOG(kInfo, "enforcing policy v%llu: %zu tenants on %zu devices (%s), %d tc writes, %.2f ms",
          static_cast<unsigned long long>(policy.version), desired->tenants.size(),
          desired->devices.size(), std::string(tcModeName(options_.tc_mode)).c_str(), writes,
@@ -183,6 +194,15 @@ void Reconciler::setRate(BucketSpec* b, const TenantSpec& spec, uint64_t rate) c
   b->limit_bytes_per_second = spec.limit_bytes_per_second;
 }
 
+void Reconciler::setLinkRate(BucketSpec* b, const TenantSpec& spec, const NodeLink& link,
+                             uint64_t rate) const {
+  const LinkShare share = tenantShareOn(spec, link.name);
+  b->rate_bytes_per_second = rate;
+  b->depth_bytes = bucketDepthBytes(rate, options_.bucket_depth_ns, options_.burst_bytes);
+  b->guarantee_bytes_per_second = share.guarantee;
+  b->limit_bytes_per_second = share.limit;
+}
+
 std::vector<Reconciler::BucketEntry> Reconciler::bucketsFor(
     const TenantSpec& spec, const DesiredNode& desired, const std::vector<BucketEntry>& old) const {
   std::vector<BucketEntry> out;
@@ -199,7 +219,8 @@ std::vector<Reconciler::BucketEntry> Reconciler::bucketsFor(
       e.estimator = DemandEstimator(options_.demand);
       uint64_t rate = spec.guarantee_bytes_per_second;
       for (const BucketEntry& o : old) {
-        if (o.spec.name == d.device && o.spec.direction == dir) {
+        if (o.spec.scope == shm::kScopeDevice && o.spec.name == d.device &&
+            o.spec.direction == dir) {
           rate = o.spec.rate_bytes_per_second;
           e.estimator = o.estimator;
           e.demand = o.demand;
@@ -210,6 +231,29 @@ std::vector<Reconciler::BucketEntry> Reconciler::bucketsFor(
       out.push_back(std::move(e));
     }
     ++index;
+  }
+  // A tx and an rx bucket per shared link the node is behind, at what the fabric enforces now
+  // (the allocator's cap, or the static split until one comes).
+  const int64_t now = clock_.nowNs();
+  for (const NodeLink& link : pending_links_) {
+    for (shm::Direction dir : {shm::kTx, shm::kRx}) {
+      BucketEntry e;
+      e.spec.scope = shm::kScopeFabricLink;
+      e.spec.index = link.index;
+      e.spec.direction = dir;
+      e.spec.name = link.name.substr(0, shm::kBucketNameBytes - 1);
+      e.capacity = link.allocatable;
+      e.estimator = DemandEstimator(options_.demand);
+      for (const BucketEntry& o : old) {
+        if (o.spec.scope == shm::kScopeFabricLink && o.spec.name == e.spec.name &&
+            o.spec.direction == dir) {
+          e.estimator = o.estimator;
+          e.demand = o.demand;
+        }
+      }
+      setLinkRate(&e.spec, spec, link, fabric_.rate(spec, link, dir, now));
+      out.push_back(std::move(e));
+    }
   }
   return out;
 }
@@ -464,6 +508,9 @@ void Reconciler::allocate(int64_t now) {
         b.demand = b.estimator.update(sig, period, g);
       }
       b.usage = cur;
+      // A shared link's bucket is not the node's to allocate: it enforces the fabric's cap
+      // (refreshLinkRates), and its demand goes to the cluster allocator (fabricDemand).
+      if (b.spec.scope != shm::kScopeDevice) continue;
       groups[{b.spec.name, b.spec.direction}].tenants.push_back(&e);
       groups[{b.spec.name, b.spec.direction}].bucket.push_back(i);
     }
@@ -493,6 +540,10 @@ void Reconciler::allocate(int64_t now) {
       }
     }
   }
+  fabric_.logTransitions(now);
+  for (auto& [name, e] : tenants_) {
+    if (refreshLinkRates(e, now)) changed.insert(&e);
+  }
   for (TenantEntry* e : changed) publishTenant(*e);
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     it->second->collect(now, 0);  // drains the slots of processes that left
@@ -514,6 +565,86 @@ void Reconciler::allocate(int64_t now) {
     it = (*it)->idle() ? retiring_shards_.erase(it) : it + 1;
   }
   allocation_hist_.observe(secondsBetween(start, clock_.nowNs()));
+}
+
+bool Reconciler::refreshLinkRates(TenantEntry& e, int64_t now) {
+  bool moved = false;
+  for (size_t i = 0; i < e.buckets.size(); ++i) {
+    BucketEntry& b = e.buckets[i];
+    if (b.spec.scope != shm::kScopeFabricLink) continue;
+    const std::vector<NodeLink>& links = fabric_.links();
+    if (b.spec.index >= links.size()) continue;  // a policy whose links are being replaced
+    const NodeLink& link = links[b.spec.index];
+    const uint64_t rate = fabric_.rate(e.spec, link, b.spec.direction, now);
+    if (rate == b.spec.rate_bytes_per_second) continue;
+    setLinkRate(&b.spec, e.spec, link, rate);
+    b.allocation = rate;
+    if (i < e.params.buckets.size()) e.params.buckets[i] = b.spec;
+    moved = true;
+  }
+  return moved;
+}
+
+void Reconciler::onFabricCaps(FabricCapsMessage message) {
+  const bool peers = message.peers.has_value();
+  Status st = fabric_.onCaps(std::move(message), clock_.nowNs());
+  if (!st.ok()) {
+    TQ_LOG(kWarn, "fabric: %s", st.message().c_str());
+    return;
+  }
+  if (peers) writeFabricPeers();
+  // The new caps go into the buckets now rather than at the next pass.
+  const int64_t now = clock_.nowNs();
+  fabric_.logTransitions(now);
+  for (auto& [name, e] : tenants_) {
+    if (refreshLinkRates(e, now)) publishTenant(e);
+  }
+}
+
+void Reconciler::onFabricConnected(bool connected) {
+  fabric_.setConnected(connected, clock_.nowNs());
+  dirty_ = true;
+}
+
+void Reconciler::writeFabricPeers() {
+  const std::string path = attach::fabricPeersPath(options_.run_dir);
+  if (fabric_.links().empty()) {
+    if (!fabric_peers_written_.empty() && ::unlink(path.c_str()) == 0) {
+      TQ_LOG(kInfo, "removed %s: this node is behind no shared link", path.c_str());
+    }
+    fabric_peers_written_.clear();
+    return;
+  }
+  const std::string text = formatFabricPeers(fabric_.peerMap());
+  if (text == fabric_peers_written_) return;
+  Status st = makeDirs(options_.run_dir, 0755);
+  if (st.ok()) st = writeFileAtomic(path, text, 0644);
+  if (!st.ok()) {
+    TQ_LOG(kWarn, "write %s: %s", path.c_str(), st.message().c_str());
+    return;
+  }
+  fabric_peers_written_ = text;
+}
+
+FabricDemand Reconciler::fabricDemand() const {
+  FabricDemand d;
+  d.policy_version = appliedVersion();
+  const std::vector<NodeLink>& links = fabric_.links();
+  for (const auto& [name, e] : tenants_) {
+    if (e.usage.processes == 0) continue;  // hosts no process: no demand, no cap
+    std::vector<FabricDemandEntry> rows(links.size());
+    for (const BucketEntry& b : e.buckets) {
+      if (b.spec.scope != shm::kScopeFabricLink || b.spec.index >= links.size()) continue;
+      FabricDemandEntry& row = rows[b.spec.index];
+      row.tenant = name;
+      row.link = links[b.spec.index].name;
+      (b.spec.direction == shm::kTx ? row.tx : row.rx) = b.demand;
+    }
+    for (FabricDemandEntry& row : rows) {
+      if (!row.tenant.empty()) d.entries.push_back(std::move(row));
+    }
+  }
+  return d;
 }
 
 void Reconciler::resync() {
@@ -566,6 +697,10 @@ AgentState Reconciler::buildState() const {
     for (const BucketEntry& b : e.buckets) {
       BucketStatus bs;
       bs.device = b.spec.name;
+      bs.fabric_link = b.spec.scope == shm::kScopeFabricLink;
+      if (bs.fabric_link && b.spec.index < fabric_.links().size()) {
+        bs.device = fabric_.links()[b.spec.index].name;  // the whole class name
+      }
       bs.receive = b.spec.direction == shm::kRx;
       bs.bytes = b.usage.bytes;
       bs.throttled_ns = b.usage.throttled_ns;
@@ -573,7 +708,9 @@ AgentState Reconciler::buildState() const {
       bs.allocated_bytes_per_second = b.spec.rate_bytes_per_second;
       bs.depth_bytes = b.spec.depth_bytes;
       bs.demand_bytes_per_second = b.demand;
-      if (!bs.receive) t.allocated_bytes_per_second += bs.allocated_bytes_per_second;
+      if (!bs.receive && !bs.fabric_link) {
+        t.allocated_bytes_per_second += bs.allocated_bytes_per_second;
+      }
       t.buckets.push_back(std::move(bs));
     }
     t.guarantee_bytes_per_second = e.spec.guarantee_bytes_per_second;
@@ -594,14 +731,20 @@ AgentState Reconciler::buildState() const {
   if (rdma_) s.rdma_ports = rdma_->ports();
   s.errors = errors_;
   s.reconcile_errors_total = errors_total_;
+  s.stats_reads_total = stats_reads_;
   s.reconcile_duration = reconcile_hist_;
   s.allocation_duration = allocation_hist_;
   s.published_at_ns = clock_.nowNs();
+  s.fabric = fabric_.status(s.published_at_ns);
   return s;
 }
 
 void Reconciler::publish(int64_t now) {
-  if (board_ != nullptr) board_->publish(buildState());
+  if (board_ != nullptr) {
+    board_->publish(buildState());
+    board_->publishFabricDemand(fabric_.links().empty() ? std::nullopt
+                                                        : std::optional(fabricDemand()));
+  }
   dirty_ = false;
   publish_due_ns_ = now + options_.publish_interval_ns;
 }
@@ -626,6 +769,7 @@ void Reconciler::tick() {
   if (now >= stats_due_ns_) {
     refreshClassStats();
     if (rdma_) rdma_->refresh(now);  // node facts: read with or without a policy
+    ++stats_reads_;
     stats_due_ns_ = now + options_.stats_interval_ns;
     dirty_ = true;
   }

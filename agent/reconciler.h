@@ -31,6 +31,7 @@
 #include "agent/attach_server.h"
 #include "agent/config.h"
 #include "agent/desired_state.h"
+#include "agent/fabric_links.h"
 #include "agent/rdma_ports.h"
 #include "agent/tc_applier.h"
 #include "common/backoff.h"
@@ -82,6 +83,12 @@ class Reconciler {
   // an identical re-delivery of the enforced version is a no-op.
   void onPolicy(const VersionedPolicy& policy, PolicySource source);
 
+  // The cluster allocator's stream (agent/fabric_client.h), posted to this thread: a message of
+  // caps (refused and logged when of another node or an older term), and whether the stream is
+  // up. The tenants' link buckets follow at the next allocation pass.
+  void onFabricCaps(FabricCapsMessage message);
+  void onFabricConnected(bool connected);
+
   // Runs everything due at clock.nowNs().
   void tick();
   // The earliest time at which tick() has something to do.
@@ -109,7 +116,8 @@ class Reconciler {
   AgentState buildState() const;
 
  private:
-  // One of a tenant's buckets: a device of its link, one direction.
+  // One of a tenant's buckets: a device of its link, or a shared fabric link the node is
+  // behind (docs/fabric.md), one direction.
   struct BucketEntry {
     BucketSpec spec;            // as published (rate, depth)
     uint64_t capacity = 0;      // allocatableCapacity() of the device's link
@@ -138,6 +146,15 @@ class Reconciler {
                                       const std::vector<BucketEntry>& old) const;
   // A bucket at `rate` (clamped into [guarantee, limit]) with its depth.
   void setRate(BucketSpec* b, const TenantSpec& spec, uint64_t rate) const;
+  // A shared link's bucket at `rate` (what the fabric enforces) with its depth and the
+  // tenant's guarantee and limit on the link's class.
+  void setLinkRate(BucketSpec* b, const TenantSpec& spec, const NodeLink& link,
+                   uint64_t rate) const;
+  // The link buckets' rates at `now` (caps, held caps or the static split); true if any moved.
+  bool refreshLinkRates(TenantEntry& e, int64_t now);
+  // Writes <run>/fabric-peers when the map changed (common/fabric_peers.h).
+  void writeFabricPeers();
+  FabricDemand fabricDemand() const;
   TenantParams paramsFor(const TenantSpec& spec, uint64_t version,
                          const std::vector<BucketEntry>& buckets) const;
   void retireTenant(const std::string& name, TenantEntry e);
@@ -171,6 +188,9 @@ class Reconciler {
   bool stale_removed_ = false;
   std::string traffic_classes_written_;
 
+  FabricLinks fabric_;                   // the shared links this node is behind, their caps
+  std::vector<NodeLink> pending_links_;  // the links of the policy being applied
+  std::string fabric_peers_written_;
   std::map<std::string, TenantEntry> tenants_;
   // Left the policy: marked deleted, no longer served, dropped once no process is attached.
   std::map<std::string, std::shared_ptr<TenantShm>> retiring_;
@@ -187,6 +207,7 @@ class Reconciler {
 
   int64_t alloc_due_ns_ = 0;
   int64_t stats_due_ns_ = 0;
+  uint64_t stats_reads_ = 0;  // AgentState::stats_reads_total
   int64_t resync_due_ns_ = 0;
   int64_t publish_due_ns_ = 0;
   bool dirty_ = true;

@@ -274,18 +274,15 @@ Result<std::optional<Attached>> Attempt::poll(int timeout_ms) {
 }
 
 Result<Attached> attachWithin(const std::string& socket_path, const std::string& wanted_tenant,
-                              int timeout_ms, uid_t agent_uid) {
+                              int timeout_ms, Clock& clock, uid_t agent_uid) {
+  const int64_t deadline_ns = clock.nowNs() + int64_t{timeout_ms} * 1'000'000;
   TQ_ASSIGN_OR_RETURN(auto attempt, Attempt::start(socket_path, wanted_tenant, agent_uid));
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const int64_t deadline_ms = ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000 + timeout_ms;
   for (;;) {
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const int64_t left = deadline_ms - (ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000);
-    TQ_ASSIGN_OR_RETURN(std::optional<Attached> got,
-                        attempt->poll(static_cast<int>(std::max<int64_t>(left, 1))));
+    const int64_t left_ms = (deadline_ns - clock.nowNs()) / 1'000'000;
+    const int slice = static_cast<int>(std::clamp<int64_t>(left_ms, 1, kAttachWaitSliceMs));
+    TQ_ASSIGN_OR_RETURN(std::optional<Attached> got, attempt->poll(slice));
     if (got) return std::move(*got);
-    if (left <= 0) {
+    if (clock.nowNs() >= deadline_ns) {
       return deadlineExceeded(socket_path + ": no reply in " + std::to_string(timeout_ms) + " ms");
     }
   }

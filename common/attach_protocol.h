@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/node_contract.h"
 
 #include "common/fd.h"
@@ -126,8 +127,11 @@ class Attempt {
   std::vector<Fd> fds_;
 };
 
-// start() then poll() until a reply or `timeout_ms` (at init/connect time only: it waits).
+// start() then poll() until a reply or `timeout_ms` on `clock` (at init/connect time only: it
+// waits). It waits for the reply in slices of at most kAttachWaitSliceMs, reading the clock
+// between them, so a FakeClock moved past the deadline ends the wait.
+inline constexpr int kAttachWaitSliceMs = 10;
 Result<Attached> attachWithin(const std::string& socket_path, const std::string& wanted_tenant,
-                              int timeout_ms, uid_t agent_uid = 0);
+                              int timeout_ms, Clock& clock, uid_t agent_uid = 0);
 
 }  // namespace tq::attach

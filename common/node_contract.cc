@@ -11,5 +11,6 @@ std::string tenantSocketPath(const std::string& run_dir, const std::string& tena
 }
 std::string nodeSocketPath(const std::string& run_dir) { return run_dir + "/agent.sock"; }
 std::string trafficClassesPath(const std::string& run_dir) { return run_dir + "/traffic-classes"; }
+std::string fabricPeersPath(const std::string& run_dir) { return run_dir + "/fabric-peers"; }
 
 }  // namespace tq::attach

@@ -9,6 +9,8 @@
 //                                tenant's directory (hostPath of type kTenantDirHostPathType).
 //   agent.sock                   node-wide: the default tenant, for every process.
 //   traffic-classes              which tenant lists which NCCL trafficClass.
+//   fabric-peers                 which peers are behind which shared fabric link
+//                                (common/fabric_peers.h).
 // Pure string handling; thread-safe.
 #pragma once
 
@@ -36,6 +38,7 @@ std::string tenantDir(const std::string& run_dir, const std::string& tenant);
 std::string tenantSocketPath(const std::string& run_dir, const std::string& tenant);
 std::string nodeSocketPath(const std::string& run_dir);
 std::string trafficClassesPath(const std::string& run_dir);
+std::string fabricPeersPath(const std::string& run_dir);
 
 }  // namespace attach
 

@@ -1,7 +1,7 @@
 #include "common/tenant_shm.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <sys/mman.h>  // PROT_*, MAP_SHARED
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -291,10 +291,10 @@ Result<std::shared_ptr<TenantShm>> TenantShm::create(const std::string& tenant,
   TQ_ASSIGN_OR_RETURN(Fd params_fd, makeMemfd("tenantqos-params-" + tenant, sizeof(ParamsPage)));
   TQ_ASSIGN_OR_RETURN(Fd shared_fd, makeMemfd("tenantqos-shared-" + tenant, sizeof(SharedPage)));
   // The agent's writable mapping must exist before F_SEAL_FUTURE_WRITE: it is the only one.
-  void* m =
-      ::mmap(nullptr, sizeof(ParamsPage), PROT_READ | PROT_WRITE, MAP_SHARED, params_fd.get(), 0);
-  if (m == MAP_FAILED) return errnoStatus("map the parameters of tenant " + tenant);
-  auto* page = static_cast<ParamsPage*>(m);
+  TQ_ASSIGN_OR_RETURN(MappedFile mapping,
+                      MappedFile::map(params_fd.get(), sizeof(ParamsPage), PROT_READ | PROT_WRITE,
+                                      MAP_SHARED, "the parameters of tenant " + tenant));
+  auto* page = mapping.as<ParamsPage>();
   page->header.layout_version = shm::kLayoutVersion;
   page->header.params_size = sizeof(ParamsPage);
   page->header.shared_size = sizeof(SharedPage);
@@ -305,20 +305,16 @@ Result<std::shared_ptr<TenantShm>> TenantShm::create(const std::string& tenant,
   std::atomic_thread_fence(std::memory_order_release);
   page->header.magic = shm::kMagic;
   if (::fcntl(params_fd.get(), F_ADD_SEALS, kParamsSeals) != 0) {
-    Status s = errnoStatus("seal the parameters of tenant " + tenant);
-    ::munmap(m, sizeof(ParamsPage));
-    return s;
+    return errnoStatus("seal the parameters of tenant " + tenant);
   }
   if (::fcntl(shared_fd.get(), F_ADD_SEALS, kSharedSeals) != 0) {
-    Status s = errnoStatus("seal the shared memory of tenant " + tenant);
-    ::munmap(m, sizeof(ParamsPage));
-    return s;
+    return errnoStatus("seal the shared memory of tenant " + tenant);
   }
   return std::shared_ptr<TenantShm>(
-      new TenantShm(tenant, std::move(params_fd), std::move(shared_fd), page));
+      new TenantShm(tenant, std::move(params_fd), std::move(shared_fd), std::move(mapping)));
 }
 
-TenantShm::~TenantShm() { ::munmap(page_, sizeof(ParamsPage)); }
+TenantShm::~TenantShm() = default;
 
 void TenantShm::publish(const TenantParams& params) {
   writeParams(*page_, params);
@@ -447,6 +443,9 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
     const bool resync = resync_[b];
     resync_[b] = false;
     const bool tx = shm::keyDirection(keys_[b]) == shm::kTx;
+    // The tenant's totals are its devices' (a byte that crosses a shared link is charged to the
+    // link's bucket too, and would count twice).
+    const bool device = shm::keyScope(keys_[b]) == shm::kScopeDevice;
     BucketUsage& total = totals_.buckets[b];
     for (uint32_t i = 0; i < slots_used; ++i) {
       SlotEntry& e = slots_[i];
@@ -471,12 +470,14 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
       total.throttled_ns += c.throttled_ns;
       total.busy_ns += c.busy_ns;
       total.peer_wait_ns += c.peer_wait_ns;
-      (tx ? totals_.tx_bytes : totals_.rx_bytes) += c.bytes;
-      if (tx) totals_.throttled_ns += c.throttled_ns;
+      if (device) {
+        (tx ? totals_.tx_bytes : totals_.rx_bytes) += c.bytes;
+        if (tx) totals_.throttled_ns += c.throttled_ns;
+      }
       if (e.state == SlotState::kDraining) continue;
       u.buckets[b].backlog_bytes += c.backlog_bytes;
       u.buckets[b].throttled_processes += c.throttled_now ? 1 : 0;
-      if (tx && c.throttled_now) throttled[i] = true;
+      if (tx && device && c.throttled_now) throttled[i] = true;
     }
   }
   for (uint32_t i = 0; i < slots_used; ++i) {
@@ -498,7 +499,8 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
     out.throttled_ns = total.throttled_ns;
     out.busy_ns = total.busy_ns;
     out.peer_wait_ns = total.peer_wait_ns;
-    if (keys_[b] != 0 && shm::keyDirection(keys_[b]) == shm::kTx) {
+    if (keys_[b] != 0 && shm::keyDirection(keys_[b]) == shm::kTx &&
+        shm::keyScope(keys_[b]) == shm::kScopeDevice) {
       u.backlog_bytes += out.backlog_bytes;
     }
   }
@@ -536,38 +538,31 @@ Result<std::unique_ptr<TenantShmView>> TenantShmView::map(Fd params_fd, Fd share
                            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE, "parameters"));
   TQ_RETURN_IF_ERROR(
       check(shared_fd.get(), sizeof(SharedPage), F_SEAL_SHRINK | F_SEAL_GROW, "shared memory"));
-  void* p = ::mmap(nullptr, sizeof(ParamsPage), PROT_READ, MAP_SHARED, params_fd.get(), 0);
-  if (p == MAP_FAILED) return errnoStatus("map the agent's parameters");
-  auto* params = static_cast<const ParamsPage*>(p);
-  const shm::Header& h = params->header;
+  TQ_ASSIGN_OR_RETURN(MappedFile params_map,
+                      MappedFile::map(params_fd.get(), sizeof(ParamsPage), PROT_READ, MAP_SHARED,
+                                      "the agent's parameters"));
+  const shm::Header& h = params_map.as<const ParamsPage>()->header;
   if (h.magic != shm::kMagic || h.layout_version != shm::kLayoutVersion ||
       h.params_size != sizeof(ParamsPage) || h.shared_size != sizeof(SharedPage)) {
-    ::munmap(p, sizeof(ParamsPage));
     return failedPrecondition("the agent's parameters are not layout v" +
                               std::to_string(shm::kLayoutVersion) + " (version " +
                               std::to_string(h.layout_version) + ")");
   }
   const std::string tenant(h.tenant, strnlen(h.tenant, shm::kTenantNameBytes));
-  void* s =
-      ::mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd.get(), 0);
-  if (s == MAP_FAILED) {
-    Status st = errnoStatus("map the shared memory of tenant " + tenant);
-    ::munmap(p, sizeof(ParamsPage));
-    return st;
-  }
-  auto* shared = static_cast<SharedPage*>(s);
+  TQ_ASSIGN_OR_RETURN(MappedFile shared_map,
+                      MappedFile::map(shared_fd.get(), sizeof(SharedPage), PROT_READ | PROT_WRITE,
+                                      MAP_SHARED, "the shared memory of tenant " + tenant));
+  auto* shared = shared_map.as<SharedPage>();
   if (slot < shm::kMaxSlots) {
     shared->slots[slot].pid.store(static_cast<uint64_t>(::getpid()), std::memory_order_relaxed);
   } else {
     slot = shm::kMaxSlots;
   }
   // The mappings keep the memory alive; the fds are not needed any more.
-  return std::unique_ptr<TenantShmView>(new TenantShmView(params, shared, slot, tenant));
+  return std::unique_ptr<TenantShmView>(
+      new TenantShmView(std::move(params_map), std::move(shared_map), slot, tenant));
 }
 
-TenantShmView::~TenantShmView() {
-  ::munmap(const_cast<shm::ParamsPage*>(params_), sizeof(ParamsPage));
-  ::munmap(shared_, sizeof(SharedPage));
-}
+TenantShmView::~TenantShmView() = default;
 
 }  // namespace tq

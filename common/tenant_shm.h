@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "common/mapped_file.h"
 #include "common/shm_layout.h"
 #include "common/status.h"
 #include "common/token_bucket.h"
@@ -152,13 +153,15 @@ struct BucketUsage {
 // A tenant's usage on this node.
 struct TenantUsage {
   std::vector<BucketUsage> buckets;  // per entry of the published table
-  // Sums over the table: tx and rx bytes, and the tx buckets' throttled time and backlog.
+  // Sums over the device buckets of the table (a shared link's bucket is charged for bytes
+  // that its device's bucket counts already): tx and rx bytes, and the tx buckets' throttled
+  // time and backlog.
   uint64_t tx_bytes = 0;
   uint64_t rx_bytes = 0;
   uint64_t throttled_ns = 0;
   uint64_t backlog_bytes = 0;
   uint32_t processes = 0;            // attached processes
-  uint32_t throttled_processes = 0;  // with a refused send waiting (any tx bucket)
+  uint32_t throttled_processes = 0;  // with a refused send waiting (any tx device bucket)
   uint64_t rejected_readings = 0;    // values checkCounters refused, since creation
   std::vector<SlotUsage> slots;
 };
@@ -221,16 +224,18 @@ class TenantShm {
   };
   // Zeroes slot i's header and counter blocks through the fd (mu_ held).
   bool zeroSlot(uint32_t i);
-  TenantShm(std::string tenant, Fd params_fd, Fd shared_fd, shm::ParamsPage* page)
+  TenantShm(std::string tenant, Fd params_fd, Fd shared_fd, MappedFile page)
       : tenant_(std::move(tenant)),
         params_fd_(std::move(params_fd)),
         shared_fd_(std::move(shared_fd)),
-        page_(page) {}
+        page_mapping_(std::move(page)),
+        page_(page_mapping_.as<shm::ParamsPage>()) {}
 
   const std::string tenant_;
   const Fd params_fd_;
   const Fd shared_fd_;
-  shm::ParamsPage* const page_;  // the agent's own writable mapping (created before sealing)
+  const MappedFile page_mapping_;  // the agent's own writable mapping (created before sealing)
+  shm::ParamsPage* const page_;    // into it
 
   mutable std::mutex mu_;
   SlotEntry slots_[shm::kMaxSlots];
@@ -272,9 +277,15 @@ class TenantShmView {
   shm::SlotHeader* slot() { return slot_ < shm::kMaxSlots ? &shared_->slots[slot_] : nullptr; }
 
  private:
-  TenantShmView(const shm::ParamsPage* params, shm::SharedPage* shared, uint32_t slot,
-                std::string tenant)
-      : params_(params), shared_(shared), slot_(slot), tenant_(std::move(tenant)) {}
+  TenantShmView(MappedFile params, MappedFile shared, uint32_t slot, std::string tenant)
+      : params_mapping_(std::move(params)),
+        shared_mapping_(std::move(shared)),
+        params_(params_mapping_.as<const shm::ParamsPage>()),
+        shared_(shared_mapping_.as<shm::SharedPage>()),
+        slot_(slot),
+        tenant_(std::move(tenant)) {}
+  const MappedFile params_mapping_;  // read-only: the agent sealed it against our writes
+  const MappedFile shared_mapping_;
   const shm::ParamsPage* params_;
   shm::SharedPage* shared_;
   uint32_t slot_;  // kMaxSlots: none

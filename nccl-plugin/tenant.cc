@@ -72,6 +72,11 @@ TenantPacer::~TenantPacer() {
 
 bool TenantPacer::governed() const { return attach::nodeIsGoverned(cfg_.run_dir); }
 
+bool TenantPacer::attaching() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return attempt_ != nullptr;
+}
+
 TenantPacer::Mode TenantPacer::mode() const {
   if (agent_.load(std::memory_order_acquire) != nullptr) return Mode::kAgent;
   if (governed_.load(std::memory_order_relaxed)) return Mode::kConservative;
@@ -311,7 +316,7 @@ void TenantPacer::attachAtStart() {
   }
   std::string why;
   for (const std::string& path : socketsToTry()) {
-    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs, cfg_.agent_uid);
+    auto got = attach::attachWithin(path, tenant_, kAttachTimeoutMs, clock_, cfg_.agent_uid);
     Status failed = got.status();
     if (got.ok()) {
       auto b = bind(std::move(got).value(), path);

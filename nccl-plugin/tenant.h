@@ -123,6 +123,9 @@ class TenantPacer {
   const std::string& tenant() const { return tenant_; }
   std::string attachedTenant() const;
   Mode mode() const;
+  // An attach attempt is in flight: its request is sent and the agent's reply not read yet
+  // (the next check, a millisecond of the clock later, reads it).
+  bool attaching() const;
   // Marking for a new connection of this tenant.
   TrafficQos qos() const;
   // One line: tenant, mode, rates and depths per bucket, dscp, socket.

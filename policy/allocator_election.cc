@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/worker.h"
 #include "etcd/rpc.grpc.pb.h"
+#include "policy/etcd_txn.h"
 
 namespace tq::policy {
 
@@ -251,17 +252,7 @@ class EtcdElection final : public AllocatorElection {
       return false;
     }
     const int64_t lease = g->id();
-    pb::TxnRequest txn;
-    pb::Compare* c = txn.add_compare();
-    c->set_key(key_);
-    c->set_target(pb::Compare::CREATE);
-    c->set_result(pb::Compare::EQUAL);
-    c->set_create_revision(0);
-    pb::PutRequest* put = txn.add_success()->mutable_request_put();
-    put->set_key(key_);
-    put->set_value(o_.identity);
-    put->set_lease(lease);
-    txn.add_failure()->mutable_request_range()->set_key(key_);
+    const pb::TxnRequest txn = createOrReadTxn(key_, o_.identity, lease);
     pb::TxnResponse resp;
     grpc::ClientContext ctx;
     // No later than the lease could end: an answer after that would be a win already lost.

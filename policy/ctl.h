@@ -1,4 +1,6 @@
 // tenantqosctl: the command-line client of tenantqos-policyd (docs/cli.md is the reference).
+// This runs one command: ctl_args.h parses, ctl_client.h connects, and one file per group of
+// commands does the work (ctl_policy.h, ctl_top.h, ctl_render.h, ctl_import.h).
 //
 //   tenantqosctl [--server HOST:PORT] [--timeout SECONDS] COMMAND [flags]
 //     apply -f FILE [--dry-run] [--expected-version N]

@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "etcd/rpc.grpc.pb.h"
+#include "policy/etcd_txn.h"
 #include "rpc/channel_ring.h"
 
 namespace tq::policy {
@@ -77,7 +78,7 @@ struct Endpoint {
   std::atomic<uint64_t> member_id{0};  // once the member here answered a Status (0: not yet)
 };
 
-class EtcdStore final : public PolicyStore {
+class EtcdStore final : public IndexedPolicyStore {
  public:
   EtcdStore(EtcdStoreOptions o, const std::shared_ptr<grpc::ChannelCredentials>& creds)
       : o_(std::move(o)),
@@ -188,11 +189,6 @@ class EtcdStore final : public PolicyStore {
     return stored;
   }
 
-  std::optional<PolicyRecord> latest() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return index_.latest();
-  }
-
   Result<PolicyRecord> get(uint64_t version) const override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -207,21 +203,6 @@ class EtcdStore final : public PolicyStore {
       return notFound("policy version " + std::to_string(version) + " does not exist");
     }
     return decodeKv(resp.kvs(0), version);
-  }
-
-  std::vector<VersionSummary> list() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return index_.list();
-  }
-
-  uint64_t nextVersion() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return index_.next();
-  }
-
-  uint64_t corruptRecords() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return index_.corrupt();
   }
 
   std::string epoch() const override { return epoch_; }
@@ -375,16 +356,7 @@ class EtcdStore final : public PolicyStore {
 
   Status loadEpoch() {
     TQ_ASSIGN_OR_RETURN(const std::string fresh, newStoreEpoch());
-    pb::TxnRequest txn;
-    pb::Compare* c = txn.add_compare();
-    c->set_key(epoch_key_);
-    c->set_target(pb::Compare::CREATE);
-    c->set_result(pb::Compare::EQUAL);
-    c->set_create_revision(0);
-    pb::PutRequest* put = txn.add_success()->mutable_request_put();
-    put->set_key(epoch_key_);
-    put->set_value(fresh);
-    txn.add_failure()->mutable_request_range()->set_key(epoch_key_);
+    const pb::TxnRequest txn = createOrReadTxn(epoch_key_, fresh);
     pb::TxnResponse resp;
     TQ_RETURN_IF_ERROR(unary("create or read the store epoch", &pb::KV::Stub::Txn, txn, &resp));
     if (resp.succeeded()) {
@@ -592,11 +564,9 @@ class EtcdStore final : public PolicyStore {
   bool leader_stopping_ = false;
   std::thread leader_finder_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  VersionIndex index_;
-  int64_t latest_rev_ = 0;   // mod_revision of <prefix>latest as last seen (0: absent)
-  int64_t watched_rev_ = 0;  // everything up to this etcd revision is applied
+  std::condition_variable cv_;  // with mu_ (IndexedPolicyStore)
+  int64_t latest_rev_ = 0;      // mod_revision of <prefix>latest as last seen (0: absent)
+  int64_t watched_rev_ = 0;     // everything up to this etcd revision is applied
   bool stopping_ = false;
   grpc::ClientContext* watch_ctx_ = nullptr;
 

@@ -34,7 +34,7 @@ std::optional<uint64_t> versionOfName(std::string_view name) {
   return v;
 }
 
-class FileStore final : public PolicyStore {
+class FileStore final : public IndexedPolicyStore {
  public:
   FileStore(std::string dir, std::string epoch, FileStoreOptions options)
       : dir_(std::move(dir)), epoch_(std::move(epoch)), options_(options) {}
@@ -103,30 +103,10 @@ class FileStore final : public PolicyStore {
     return stored;
   }
 
-  std::optional<PolicyRecord> latest() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return index_.latest();
-  }
-
   Result<PolicyRecord> get(uint64_t version) const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto answer = index_.answerWithoutReading(version)) return std::move(*answer);
     return readRecord(dir_ + "/" + recordFileName(version), version);
-  }
-
-  std::vector<VersionSummary> list() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return index_.list();
-  }
-
-  uint64_t nextVersion() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return index_.next();
-  }
-
-  uint64_t corruptRecords() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return index_.corrupt();
   }
 
   std::string epoch() const override { return epoch_; }
@@ -163,8 +143,6 @@ class FileStore final : public PolicyStore {
   const std::string dir_;
   const std::string epoch_;
   const FileStoreOptions options_;
-  mutable std::mutex mu_;
-  VersionIndex index_;  // guarded by mu_
 };
 
 // Reads <data_dir>/store-epoch, creating it when absent (a new store, or one from before epochs).

@@ -226,6 +226,26 @@ std::optional<Result<PolicyRecord>> VersionIndex::answerWithoutReading(uint64_t 
   return std::nullopt;
 }
 
+std::optional<PolicyRecord> IndexedPolicyStore::latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.latest();
+}
+
+std::vector<VersionSummary> IndexedPolicyStore::list() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.list();
+}
+
+uint64_t IndexedPolicyStore::nextVersion() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.next();
+}
+
+uint64_t IndexedPolicyStore::corruptRecords() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.corrupt();
+}
+
 Result<std::string> newStoreEpoch() {
   unsigned char raw[16];
   size_t got = 0;

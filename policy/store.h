@@ -31,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -159,6 +160,21 @@ class VersionIndex {
   std::map<uint64_t, VersionSummary> summaries_;
   std::optional<PolicyRecord> latest_;
   uint64_t next_ = 1;
+};
+
+// A durable store's PolicyStore answers that need no I/O (latest, list, nextVersion,
+// corruptRecords), from its VersionIndex behind its mutex: the file and etcd stores derive from
+// it, filling index_ under mu_ as they load, append and watch.
+class IndexedPolicyStore : public PolicyStore {
+ public:
+  std::optional<PolicyRecord> latest() const override;
+  std::vector<VersionSummary> list() const override;
+  uint64_t nextVersion() const override;
+  uint64_t corruptRecords() const override;
+
+ protected:
+  mutable std::mutex mu_;  // guards index_ and whatever state the backend adds
+  VersionIndex index_;     // guarded by mu_
 };
 
 // A new random epoch (getrandom): 32 lowercase hex digits. kInternal naming the errno when the

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # README command 1: install what is needed (Debian packages), build, and run the main job —
-# tenants' allreduces on an emulated 2-node cluster, standalone, then backlogged and on/off
-# under every mode (no isolation; the peers caps, priority, static, weights; tenantqos
-# RDMA-like and TCP), printed as a table against each tenant's guarantee, with a plot (a panel
-# per mode). About 3 minutes after the build. Extra arguments go to `tenantqos-testbed demo`
-# (try --help).
+# tenants' allreduces on an emulated cluster, standalone, then backlogged and on/off on two
+# nodes and the source article's scenario on four nodes under two leaves and one spine link
+# (tenants on different node pairs meeting on the spine), under every mode (no isolation; the
+# peers caps, priority, static, weights; tenantqos RDMA-like and TCP, with the cluster
+# allocator on the fabric), printed as a table against each tenant's guarantee (on the spine
+# for the fabric), with a plot (a panel per mode and workload). Under 5 minutes after the
+# build. Extra arguments go to `tenantqos-testbed demo` (try --help).
 # Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."

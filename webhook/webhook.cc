@@ -10,6 +10,7 @@
 #include <charconv>
 #include <chrono>
 #include <iostream>
+#include <memory>
 
 #include "common/daemon.h"
 #include "common/file_util.h"
@@ -216,20 +217,7 @@ int webhookMain(int argc, char** argv) {
   }
   const WebhookConfig* config = &args->config;
   const StopSignals signals;  // before any thread starts
-  auto credentials =
-      rpc::channelCredentials(config->policyd_tls, rpc::ClientCertificate::kOptional);
-  if (!credentials.ok()) {
-    std::cerr << "tenantqos-webhook: policyd credentials: " << credentials.status().message()
-              << "\n";
-    return 1;
-  }
   PolicyHolder holder;
-  rpc::PolicyFollower::Options follow;
-  follow.node = "tenantqos-webhook";
-  rpc::PolicyFollower follower(
-      rpc::makeChannelRing(config->policyd_endpoints, follow.backoff, *credentials), follow,
-      holder.handlers(), realClock());
-  follower.start();
   Metrics metrics;
   const RecipeOptions recipe = config->recipe;
   auto handler = [&](const HttpRequest& req) -> HttpResponse {
@@ -259,29 +247,40 @@ int webhookMain(int argc, char** argv) {
     }
     return {404, "text/plain; charset=utf-8", "not found\n"};
   };
-  TlsServer::Options options;
-  options.listen = config->listen;
-  options.cert_file = config->tls_cert;
-  options.key_file = config->tls_key;
-  options.max_body_bytes = kMaxReviewBytes;
-  options.connection_timeout_ms = config->request_timeout_ms;
-  auto server = TlsServer::start(options, handler);
-  if (!server.ok()) {
-    std::cerr << "tenantqos-webhook: " << server.status().message() << "\n";
-    return 1;
-  }
-  if (!config->port_file.empty()) {
-    Status st = writeFileAtomic(config->port_file, std::to_string((*server)->port()) + "\n");
-    if (!st.ok()) {
-      std::cerr << "tenantqos-webhook: --port-file: " << st.message() << "\n";
-      return 1;
-    }
-  }
-  TQ_LOG(kInfo, "webhook: serving https on %s (port %d), policy from %s", options.listen.c_str(),
-         (*server)->port(), config->policyd.c_str());
-  const int sig = signals.wait();
-  TQ_LOG(kInfo, "tenantqos-webhook: %s received, stopping", std::string(signalName(sig)).c_str());
-  return 0;
+  std::unique_ptr<rpc::PolicyFollower> follower;
+  std::unique_ptr<TlsServer> server;
+  return serveUntilStopped(
+      "tenantqos-webhook", signals,
+      [&]() -> Status {
+        auto credentials =
+            rpc::channelCredentials(config->policyd_tls, rpc::ClientCertificate::kOptional);
+        if (!credentials.ok()) return credentials.status().withContext("policyd credentials");
+        rpc::PolicyFollower::Options follow;
+        follow.node = "tenantqos-webhook";
+        follower = std::make_unique<rpc::PolicyFollower>(
+            rpc::makeChannelRing(config->policyd_endpoints, follow.backoff, *credentials), follow,
+            holder.handlers(), realClock());
+        follower->start();
+        TlsServer::Options options;
+        options.listen = config->listen;
+        options.cert_file = config->tls_cert;
+        options.key_file = config->tls_key;
+        options.max_body_bytes = kMaxReviewBytes;
+        options.connection_timeout_ms = config->request_timeout_ms;
+        TQ_ASSIGN_OR_RETURN(server, TlsServer::start(options, handler));
+        if (!config->port_file.empty()) {
+          TQ_RETURN_IF_ERROR(
+              writeFileAtomic(config->port_file, std::to_string(server->port()) + "\n")
+                  .withContext("--port-file"));
+        }
+        TQ_LOG(kInfo, "webhook: serving https on %s (port %d), policy from %s",
+               options.listen.c_str(), server->port(), config->policyd.c_str());
+        return okStatus();
+      },
+      [&] {
+        server.reset();  // no request is answered after this
+        follower.reset();
+      });
 }
 
 }  // namespace tq::webhook

@@ -11,8 +11,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <utility>
+#include <vector>
 
 #include "common/log.h"
 
@@ -105,12 +108,8 @@ class SocketComm::Helper {
       const uint64_t chunk = adm->chunkBytes();
       if (chunk == 0 && !send_) return left;
       const uint64_t take = chunk > 0 ? std::min(left, chunk) : left;
-      if (refused) {
-        *wait_ns = std::max<int64_t>(adm->waitNs(take), kMinTokenWaitNs);
-        return 0;
-      }
-      if (!adm->tryAdmit(take, left)) {
-        *wait_ns = std::max<int64_t>(adm->waitNs(take), kMinTokenWaitNs);
+      if (refused || !adm->tryAdmit(take, left)) {
+        *wait_ns = std::clamp<int64_t>(adm->waitNs(take), kMinTokenWaitNs, kMaxTokenWaitNs);
         return 0;
       }
       s->credit = take;
@@ -212,12 +211,20 @@ class SocketComm::Helper {
       }
       return 0u;
     }();
-    std::sort(order_.begin(), order_.end(), [&](Stream* a, Stream* b) {
-      const StripeTask* ta = a->ring.front();
-      const StripeTask* tb = b->ring.front();
-      if (ta == nullptr || tb == nullptr) return ta != nullptr && tb == nullptr;
-      return static_cast<int32_t>(ta->req->seq - base) < static_cast<int32_t>(tb->req->seq - base);
-    });
+    // Keys taken once, then sorted: NCCL's thread pushes into the rings while this runs, and a
+    // comparator reading them could see a stream's front appear mid-sort, which is not a strict
+    // weak order (std::sort's unguarded insertion then runs off the vector: SIGSEGV, seen in
+    // the testbed). Streams with nothing queued go last.
+    keyed_.clear();
+    for (Stream* s : order_) {
+      const StripeTask* t = s->ring.front();
+      keyed_.emplace_back(
+          t == nullptr ? INT64_MAX : static_cast<int64_t>(static_cast<int32_t>(t->req->seq - base)),
+          s);
+    }
+    std::sort(keyed_.begin(), keyed_.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < keyed_.size(); ++i) order_[i] = keyed_[i].second;
   }
 
   // Send side, after waiting for room in the socket: how long (since the last look) the kernel
@@ -273,13 +280,22 @@ class SocketComm::Helper {
   static constexpr int kLowWaterPollMs = 20;
   // Shortest sleep for tokens: below this a wake-up costs more than the precision buys.
   static constexpr int64_t kMinTokenWaitNs = 20'000;
+  // Longest sleep for tokens. The wait is computed at the bucket's current rate, but the agent
+  // may raise it at any period (10 ms by default): a tenant without a guarantee whose demand
+  // looked like nothing for one period has a bucket rate of 0 (a wait of "never", which was the
+  // 1 s poll timeout), and a waiter that slept on would miss the new rate. Seen in the testbed:
+  // noisy's receives (16 streams, paced at 350 Mbit/s) stalled for 0.1-1 s at a time and got
+  // 0.04-0.10 Gbit/s. So a starved helper looks again every millisecond (at most 1,000 wake-ups
+  // a second), about the bucket's depth in time.
+  static constexpr int64_t kMaxTokenWaitNs = 1'000'000;
 
   SocketComm* const comm_;
   const bool send_;
   bool lowered_ = false;  // some stream has SO_RCVLOWAT > 1
   int index_ = 0;
   std::vector<Stream*> streams_;
-  std::vector<Stream*> order_;  // streams_, oldest message first (orderStreams)
+  std::vector<Stream*> order_;                      // streams_, oldest message first (orderStreams)
+  std::vector<std::pair<int64_t, Stream*>> keyed_;  // orderStreams' scratch: (key, stream)
   Fd efd_;
   std::thread thread_;
   std::atomic<bool> stop_{false};

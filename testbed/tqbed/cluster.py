@@ -1,13 +1,24 @@
 """The control plane of a testbed run: tenantqos-policyd in the switch namespace and one
 tenantqos-agent per node namespace, each with its own run and state directory. Every gRPC
 connection is mutual TLS, with a throwaway CA and certificates made in the run directory by
-scripts/tq-certs.sh (openssl)."""
+scripts/tq-certs.sh (openssl).
+
+One policyd with the file store (it is also the cluster allocator), or, for the allocator
+failover figure, two replicas on an etcd the testbed starts in the switch namespace (on that
+namespace's loopback): exactly one of them is the active allocator (an etcd lease,
+docs/fabric.md), and the agents know both."""
 import os
+import shutil
+import signal
 import subprocess
 import time
 
 from .procs import run
 from .topology import SWITCH_ADDR
+
+POLICYD_PORT_BASE = 7400  # replicas listen on SWITCH_ADDR:7400, :7401 (the switch namespace's)
+ETCD_CLIENT = "127.0.0.1:23790"  # the switch namespace's loopback: only policyd reaches it
+ETCD_PEER = "127.0.0.1:23800"
 
 CERT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
                            "tq-certs.sh")
@@ -42,8 +53,10 @@ class ControlPlane:
         self.workdir = workdir
         self.link_name = link_name
         self.period_ms = period_ms
-        self.policyd = None
-        self.policyd_addr = None
+        self.policyd = None       # the first replica's Proc
+        self.policyd_addr = None  # the address tenantqosctl uses (a live replica's)
+        self.replicas = []        # [(Proc or None when killed, address)], with etcd
+        self.etcd = None
         self.agents = {}
         self.agent_mode = None
         self.pki = os.path.join(workdir, "pki")
@@ -55,7 +68,9 @@ class ControlPlane:
                 "--tls-key", os.path.join(self.pki, name + ".key")]
 
     # policyd ---------------------------------------------------------------------------
-    def start_policyd(self):
+    def start_policyd(self, replicas=1):
+        if replicas > 1:
+            return self._start_replicas(replicas)
         data = os.path.join(self.workdir, "policyd")
         os.makedirs(data, exist_ok=True)
         port_file = os.path.join(self.workdir, "policyd.port")
@@ -75,6 +90,81 @@ class ControlPlane:
         with open(port_file) as f:
             self.policyd_addr = f"{SWITCH_ADDR}:{f.read().strip()}"
         return self.policyd_addr
+
+    # Replicas on etcd (the allocator failover figure) --------------------------------------
+    def _start_replicas(self, n):
+        etcd = shutil.which("etcd")
+        if etcd is None:
+            raise RuntimeError("two policyd replicas need etcd (Debian's etcd-server, installed "
+                               "by scripts/install-deps.sh)")
+        nodes = [f"node{i}" for i in range(1, self.topo.nodes + 1)]
+        subprocess.run([CERT_SCRIPT, "cluster", self.pki, SWITCH_ADDR] + nodes, check=True)
+        edir = os.path.join(self.workdir, "etcd")
+        self.etcd = self.procs.start(
+            "etcd", [etcd, "--name", "tqbed", "--data-dir", edir,
+                     "--listen-client-urls", f"http://{ETCD_CLIENT}",
+                     "--advertise-client-urls", f"http://{ETCD_CLIENT}",
+                     "--listen-peer-urls", f"http://{ETCD_PEER}",
+                     "--initial-advertise-peer-urls", f"http://{ETCD_PEER}",
+                     "--initial-cluster", f"tqbed=http://{ETCD_PEER}",
+                     "--initial-cluster-state", "new"],
+            os.path.join(self.workdir, "etcd.log"), netns=self.topo.switch)
+        self.replicas = []
+        for k in range(n):
+            self.replicas.append((None, f"{SWITCH_ADDR}:{POLICYD_PORT_BASE + k}"))
+            self.restart_replica(k)
+        self.policyd = self.replicas[0][0]
+        self.policyd_addr = self.replicas[0][1]
+        self.wait_active_allocator(20)
+        return ",".join(a for _, a in self.replicas)
+
+    def _replica_log(self, k):
+        return os.path.join(self.workdir, f"policyd-{k + 1}.log")
+
+    def restart_replica(self, k):
+        """(Re)starts replica k (after kill_active_allocator); it campaigns as a standby."""
+        addr = self.replicas[k][1]
+        proc = self.procs.start(
+            f"policyd-{k + 1}",
+            [self.bins.policyd, "--listen", addr, "--store", "etcd", "--etcd-endpoints",
+             ETCD_CLIENT, "--etcd-prefix", "/tenantqos-testbed/", "--etcd-wait", "20"] +
+            self.tls_flags("policyd"), self._replica_log(k), netns=self.topo.switch)
+        proc.wait_for_log("listening on", 30, "its listening address")
+        self.replicas[k] = (proc, addr)
+
+    def active_allocator(self):
+        """The index of the replica whose log last said it is the active allocator, or None."""
+        best = None
+        for k, (proc, _) in enumerate(self.replicas):
+            if proc is None or not proc.alive():
+                continue
+            lines = [l for l in proc.log_text().splitlines() if "allocator: " in l]
+            if lines and "allocator: active" in lines[-1]:
+                best = k
+        return best
+
+    def wait_active_allocator(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            k = self.active_allocator()
+            if k is not None:
+                return k
+            time.sleep(0.05)
+        raise TimeoutError(f"no policyd replica became the active allocator within {timeout} s "
+                           f"(logs: {self.workdir}/policyd-*.log)")
+
+    def kill_active_allocator(self):
+        """kill -9 of the active allocator's replica; (index, wall time of the kill)."""
+        k = self.active_allocator()
+        if k is None:
+            raise RuntimeError("no active allocator to kill")
+        proc, addr = self.replicas[k]
+        t = time.time()
+        proc.stop(timeout=2, sig=signal.SIGKILL)
+        self.replicas[k] = (None, addr)
+        live = [a for p, a in self.replicas if p is not None]
+        self.policyd_addr = live[0] if live else None
+        return k, t
 
     def ctl(self, *args, check=True):
         return run([self.bins.ctl, "--server", self.policyd_addr] + self.tls_flags("admin") +
@@ -110,7 +200,8 @@ class ControlPlane:
         # Every NIC of the node carries the policy's link (rails: one device per rail).
         devices = [a for dev in self.topo.node_devs()
                    for a in ("--device", f"{dev}={self.link_name}")]
-        return ["--policyd", self.policyd_addr, "--node", f"node{i}"] + \
+        servers = ",".join(a for _, a in self.replicas) or self.policyd_addr
+        return ["--policyd", servers, "--node", f"node{i}"] + \
             self.tls_flags(f"agent-node{i}") + devices + [
                 "--run-dir", self.node_run_dir(i), "--state-dir", self.node_state_dir(i)]
 

@@ -11,9 +11,15 @@ import time
 from .cluster import Binaries, ControlPlane
 from .procs import ProcSet
 from . import report
-from .scenarios import (BENCH_WORKLOADS, MODES, WORKLOADS, Runner, demo_tenants, many_tenants,
-                        policy_yaml, say, tenants_from_json, write_plot)
+from .scenarios import (BENCH_WORKLOADS, FABRIC_WORKLOADS, MODES, WORKLOADS, Runner,
+                        agent_fabric_support, demo_tenants, many_tenants, policy_yaml, say, tenants_from_json,
+                        write_plot)
 from .topology import HOST_ADDR, MAX_NODES, Topology, buffer_to_bytes, rate_to_bits
+
+
+# The main job's workloads: the ring workloads on two nodes, and the source article's scenario
+# on the leaf/spine fabric (issue 21).
+DEMO_WORKLOADS = ("backlogged", "onoff", "fabric")
 
 
 def load_policy(args, bins, link_bits):
@@ -45,7 +51,30 @@ def load_policy(args, bins, link_bits):
     return link_bits, headroom, tenants
 
 
+def validate_fabric_policy(bins, link_bps, headroom, tenants, topo):
+    """The fabric workloads' policy (the tenants plus the leaves' shared link class) validated
+    offline, before anything starts: admission on the spine (the guarantees within its
+    capacity minus the headroom) is the policy's own rule."""
+    fd, path = tempfile.mkstemp(prefix="tenantqos-testbed-fabric-", suffix=".yaml")
+    with os.fdopen(fd, "w") as f:
+        f.write(policy_yaml(link_bps, tenants, headroom,
+                            shared=(topo.spine.rate_bits, topo.leaf_groups())))
+    r = subprocess.run([bins.ctl, "validate", path], capture_output=True, text=True)
+    os.unlink(path)
+    if r.returncode != 0:
+        raise SystemExit("tenantqos-testbed: the fabric workloads' policy (the tenants with the "
+                         "leaves' uplinks as a shared link) is invalid; nothing was started:\n"
+                         f"{r.stderr.strip() or r.stdout.strip()}")
+
+
 def describe(topo):
+    if topo.fabric:
+        return (f"{topo.nodes} nodes under two leaf switches joined by one spine link of "
+                f"{topo.spine.rate_bits / 1e9:g} Gbit/s per direction (nodes 1-2, 3-4; "
+                f"{2 * topo.link_bits / topo.spine.rate_bits:g}:1 oversubscribed), emulated link "
+                f"{topo.link_bits / 1e9:g} Gbit/s per node, switch ports of "
+                f"{topo.buffer_bytes / 1e3:g} KB "
+                f"({topo.buffer_bytes * 8 / topo.link_bits * 1e3:.1f} ms at the link rate)")
     rails = f", {topo.rails} rails (a switch each)" if topo.rails > 1 else ""
     return (f"{topo.nodes} nodes behind a switch{rails}, emulated link {topo.link_bits / 1e9:g} "
             f"Gbit/s per node, switch ports of {topo.buffer_bytes / 1e3:g} KB "
@@ -65,13 +94,17 @@ def pick(text, known, what, default=None):
     return [k for k in known if k in wanted]
 
 
-def make_topology(args, link_bps, nodes, rails=1):
+def make_topology(args, link_bps, nodes, rails=1, fabric=False):
     try:
         buf = buffer_to_bytes(args.port_buffer, link_bps) if args.port_buffer else None
+        spine = rate_to_bits(args.spine_rate) if getattr(args, "spine_rate", None) else None
         return Topology(prefix=args.prefix, nodes=nodes, link_bits=int(link_bps),
-                        buffer_bytes=buf, rails=max(rails, args.rails))
+                        buffer_bytes=buf, rails=max(rails, args.rails), fabric=fabric,
+                        spine_bits=spine)
     except ValueError as e:
-        raise SystemExit(f"tenantqos-testbed: {e}")
+        raise SystemExit(f"tenantqos-testbed: {e}" +
+                         (f" (--workloads {','.join(FABRIC_WORKLOADS)} run on the leaf/spine "
+                          "fabric)" if fabric else ""))
 
 
 def run(args, bench):
@@ -81,7 +114,12 @@ def run(args, bench):
     link_bps, headroom, tenants = load_policy(args, bins, link_bits)
     modes = pick(args.modes, MODES, "modes")
     workloads = pick(args.workloads, WORKLOADS, "workloads",
-                     BENCH_WORKLOADS if bench else ("backlogged", "onoff"))
+                     BENCH_WORKLOADS if bench else DEMO_WORKLOADS)
+    if not args.workloads and not report.fabric_fits(tenants):
+        # A user's policy without the fabric's three roles runs the other workloads.
+        say("note: the fabric workloads need two guaranteed tenants and another one in the "
+            "policy; not run")
+        workloads = [w for w in workloads if w not in FABRIC_WORKLOADS]
     many = many_tenants(link_bps)
     try:
         scenarios = (report.bench_scenarios(tenants, link_bps, args.quick, modes, workloads)
@@ -98,9 +136,12 @@ def run(args, bench):
                              ", ".join(s.name for s in scenarios))
         scenarios = [s for s in scenarios if s.name in wanted]
     # The ring workloads run over --nodes; the placed ones need their nodes (4).
+    fabric = any(s.fabric for s in scenarios)
     topo = make_topology(args, link_bps,
                          max([args.nodes] + [s.nodes_used(args.nodes) for s in scenarios]),
-                         max([1] + [s.rails_used() for s in scenarios]))
+                         max([1] + [s.rails_used() for s in scenarios]), fabric=fabric)
+    if fabric:
+        validate_fabric_policy(bins, link_bps, headroom, tenants, topo)
     left = topo.leftovers()
     if left:
         raise SystemExit("tenantqos-testbed: a previous run left these behind: " + ", ".join(left) +
@@ -116,7 +157,13 @@ def run(args, bench):
     try:
         say(f"tenantqos testbed: {describe(topo)}, namespaces {topo.prefix}-*; logs in {workdir}")
         topo.create()
-        say(f"policyd at {cp.start_policyd()} (mutual TLS, a throwaway CA and certificates in "
+        # Two replicas on etcd only when the failover scenario can run (the agents have the
+        # allocator's client); every other run keeps the one policyd with the file store.
+        replicas = 2 if (any(s.kill_allocator_at is not None for s in scenarios) and
+                         agent_fabric_support(bins) is None) else 1
+        say(f"policyd at {cp.start_policyd(replicas)}" +
+            (" (two replicas on etcd: the allocator failover)" if replicas > 1 else "") +
+            f" (mutual TLS, a throwaway CA and certificates in "
             f"{cp.pki}); agents' metrics (while they run): " +
             ", ".join(cp.metrics_url(i) for i in range(1, topo.nodes + 1)) +
             f" (reachable from this host via {HOST_ADDR})")
@@ -133,8 +180,8 @@ def run(args, bench):
         report.print_table(results, link_bps, modes, workloads,
                            lambda w: many if w == "many" else
                            (report.placed_tenants_of(w, tenants) or tenants),
-                           lambda w: report.placement_text(w, tenants) if w in report.PLACED
-                           else None)
+                           lambda w: report.placement_text(w, tenants)
+                           if w in report.PLACED or w in FABRIC_WORKLOADS else None)
         png = write_plot(runner, report.plot_grid(modes, workloads),
                          os.path.join(out_dir, "throughput.png"), workdir)
         if png:
@@ -222,6 +269,9 @@ def main(argv=None):
         sp.add_argument("--rails", type=int, default=1, choices=[1, 2],
                         help="NICs per node, each on its own switch (rail-optimised); tenants "
                              "use rail 0 unless a workload says otherwise (default 1)")
+        sp.add_argument("--spine-rate", default=None,
+                        help="the fabric workloads' spine link, per direction, e.g. 1gbit "
+                             "(default: the node link rate, 2:1 oversubscribed)")
         sp.add_argument("--port-buffer", default=None,
                         help="every emulated switch port's buffer: a time at the link rate or a "
                              "size, e.g. 2ms, 500us, 256KiB (default 4ms: 500 KB at 1 Gbit/s)")
@@ -229,11 +279,12 @@ def main(argv=None):
         sp.add_argument("--modes", help="comma-separated enforcement modes (default: all of "
                                         + ", ".join(MODES) + ")")
         sp.add_argument("--workloads", help="comma-separated workloads of " +
-                        ",".join(WORKLOADS) + " (demo default: backlogged,onoff; bench: all "
-                        "but rails, which adds a second rail)")
+                        ",".join(WORKLOADS) + " (demo default: " + ",".join(DEMO_WORKLOADS) +
+                        "; bench: all but rails, which adds a second rail; fabric and "
+                        "fabric-onoff run on four nodes under two leaves and a spine)")
 
     d = sub.add_parser("demo", help="the main job: the table of standalone / contended runs, "
-                                    "backlogged and on/off, every mode")
+                                    "backlogged, on/off and the leaf/spine fabric, every mode")
     common(d)
     d.add_argument("--duration", type=float, default=8, help="seconds per contended scenario")
     d.add_argument("--json", help="write the results JSON here")

@@ -6,6 +6,8 @@ programs under test.
   sent      the fabric namespace gets a bridge table with one counting rule per (tenant DSCP,
             switch port) on the bridge's prerouting hook: what each node's NIC put on the
             wire, as it enters the switch (after the node's own tc, before any switch queue)
+  spine     in a leaf/spine fabric, the same table counts per (tenant DSCP, direction) what
+            crossed the spine link, as it enters the far leaf (after the uplink port's queue)
 
 A persistent `nft -j -i` per namespace answers "list table" every tick, so a sample costs a pipe
 round trip, not a fork. Payload is estimated as IP bytes - 52 x packets (IPv4 20 B + TCP 32 B
@@ -26,6 +28,7 @@ import time
 TABLE = "tqbedmeter"
 HEADER_BYTES = 52
 SWITCH = "switch"  # the key of the fabric namespace's samples
+SPINE = "spine"    # the node field of the spine's counters (rail field: the direction)
 
 
 def _comment(tenant, node, rail):
@@ -68,6 +71,14 @@ class DscpMeter:
                 self._nft(SWITCH, "add", "rule", "bridge", TABLE, "pre", "iifname", link.port.dev,
                           "ip", "dscp", str(dscp), "counter", "comment",
                           f'"{_comment(tenant, link.node, link.rail)}"')
+        if self.topo.spine:
+            # What crossed the spine in direction d, as it enters the far leaf from the cable
+            # (after the near leaf's uplink port: what the spine delivered).
+            for d, dev in enumerate(self.topo.spine.arrive_dev):
+                for tenant, dscp in self.dscp.items():
+                    self._nft(SWITCH, "add", "rule", "bridge", TABLE, "pre", "iifname", dev,
+                              "ip", "dscp", str(dscp), "counter", "comment",
+                              f'"{_comment(tenant, SPINE, d)}"')
         for key in list(range(1, self.topo.nodes + 1)) + [SWITCH]:
             self._procs[key] = subprocess.Popen(
                 ["ip", "netns", "exec", self._netns(key), "nft", "-j", "-i"],
@@ -91,9 +102,10 @@ class DscpMeter:
             if not rule or "comment" not in rule:
                 continue
             tenant, node, rail = rule["comment"].rsplit("|", 2)
+            node = node if node == SPINE else int(node)
             for e in rule.get("expr", []):
                 if "counter" in e:
-                    out[(tenant, int(node), int(rail))] = (e["counter"]["bytes"],
+                    out[(tenant, node, int(rail))] = (e["counter"]["bytes"],
                                                            e["counter"]["packets"])
         return ((t_ask + t_got) / 2, out)
 
@@ -153,3 +165,7 @@ class DscpMeter:
     def sent_series(self, tenant, node, rail=0):
         """... that `node`'s NIC `rail` sent for the tenant (counted as it entered the switch)."""
         return self._series(SWITCH, (tenant, node, rail))
+
+    def spine_series(self, tenant, direction):
+        """... that crossed the spine in `direction` (topology.SpineLink.DIRECTIONS)."""
+        return self._series(SWITCH, (tenant, SPINE, direction))

@@ -1,6 +1,7 @@
 """Peer enforcement modes: what a platform team would deploy instead of tenantqos, emulated with
 tc on the same link (docs/testbed.md, "Peer modes"). In every peer mode no agent runs and the
-plugin is unpaced (as in `none`); only tc separates tenants:
+plugin is unpaced (as in `none`); only tc separates tenants. The switch modes configure every
+switch port alike, in a leaf/spine fabric the leaves' uplink ports (the spine) included:
 
   caps      per-tenant cap at its limit on each node's NIC, both ways (the Kubernetes CNI
             bandwidth plugin's egress and ingress rates; Cilium Bandwidth Manager has the egress
@@ -158,12 +159,13 @@ def install(topo, mode, tenants, run):
     refuses a part of it (what was built is removed again by the caller, with
     Topology.restore_links()). `run(argv, netns=..., check=...)` runs one command and raises
     RuntimeError when it fails and check is true."""
-    where, pcs = plan(mode, tenants, topo.link_bits)
-    targets = []  # (netns, dev, fifo)
+    where, _ = plan(mode, tenants, topo.link_bits)
+    targets = []  # (netns, dev, fifo, the link's rate)
     if where == "node":
         for l in topo.links.values():
             ifb = l.ingress_ifb
-            targets += [(l.node_ns, l.dev, host_fifo(l.dev)), (l.node_ns, ifb, host_fifo(ifb))]
+            targets += [(l.node_ns, l.dev, host_fifo(l.dev), topo.link_bits),
+                        (l.node_ns, ifb, host_fifo(ifb), topo.link_bits)]
             # Received traffic goes through the ifb's tree before the node's stack.
             for argv in (["ip", "link", "add", ifb, "type", "ifb"],
                          ["ip", "link", "set", ifb, "up"],
@@ -177,10 +179,14 @@ def install(topo, mode, tenants, run):
                     raise PeerUnavailable(f"{mode}: {' '.join(argv)} refused in {l.node_ns}: "
                                           f"{str(e).splitlines()[-1]}") from None
     else:
-        targets += [(p.netns, p.dev, p.fifo) for p in topo.ports()]
-    for netns, dev, fifo in targets:
+        # Every switch port: towards the nodes and, in a leaf/spine fabric, the leaves' uplink
+        # ports (both directions of the spine), each with the classes planned for its own rate,
+        # as a network team configures the same classes on every port.
+        targets += [(p.netns, p.dev, p.fifo, p.rate_bits) for p in topo.ports()]
+    for netns, dev, fifo, rate in targets:
+        _, pcs = plan(mode, tenants, rate)
         run(["tc", "qdisc", "del", "dev", dev, "root"], netns=netns, check=False)
-        for argv in tc_commands(dev, topo.link_bits, pcs, fifo):
+        for argv in tc_commands(dev, rate, pcs, fifo):
             try:
                 run(argv, netns=netns)
             except RuntimeError as e:

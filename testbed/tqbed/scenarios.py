@@ -23,14 +23,22 @@ from .workload import Placement, TenantJob
 WARMUP_S = 2.0   # after the last rank's first report: slow start, the allocator settling on all tenants
 TAIL_S = 0.3     # before the first rank stops (--duration after its start) or its last full report
 WINDOW_S = 0.1   # the figures' windows (attainment, conformance), whatever the meter's tick
+ALLOCATOR_HOLD_MS = 3000  # policyd --allocator-hold's default: how long agents keep caps
 
 MODES = ("none",) + peers.PEER_MODES + ("tenantqos-rdma", "tenantqos-tcp")
 # The first four run every tenant's ring over the same nodes (--nodes, default 2); the others
 # place each tenant on its own nodes (report.py, PLACED) and need 4.
 WORKLOADS = ("backlogged", "onoff", "many", "training", "incast", "alltoall", "asymmetric",
-             "rails")
+             "fabric", "fabric-onoff", "fabric-failover", "rails")
 # What the bench runs without --workloads: `rails` (two NICs per node) is asked for by name.
 BENCH_WORKLOADS = WORKLOADS[:-1]
+# The workloads on the leaf/spine fabric (issue 21): tenants on different node pairs meeting on
+# the spine link; their figures are taken on the spine.
+FABRIC_WORKLOADS = ("fabric", "fabric-onoff", "fabric-failover")
+# fabric-failover: `fabric` under tenantqos with two policyd replicas on etcd, the active
+# allocator killed (-9) this long after the ranks start.
+FAILOVER_KILL_S = 6.0
+SHARED_LINK = "leaf-uplink"  # the policy's shared link class of the fabric's leaves
 MODE_TEXT = {
     "none": "no tenantqos (plugin unpaced, FIFO link)",
     "caps": "per-tenant egress caps at the limit (CNI bandwidth / Cilium model)",
@@ -40,6 +48,33 @@ MODE_TEXT = {
     "tenantqos-rdma": "tenantqos, RDMA-like (pacing + allocator, no tc)",
     "tenantqos-tcp": "tenantqos, TCP (pacing + allocator + HTB)",
 }
+# In the fabric workloads tenantqos runs with the cluster allocator (policyd) as well.
+FABRIC_MODE_TEXT = {
+    "tenantqos-rdma": "tenantqos, RDMA-like, with the cluster allocator (pacing + caps, no tc)",
+    "tenantqos-tcp": "tenantqos, TCP, with the cluster allocator (pacing + caps + HTB)",
+}
+
+
+class FabricUnavailable(RuntimeError):
+    """tenantqos with the cluster allocator cannot run with this build (the reason says why)."""
+
+
+def agent_fabric_support(bins):
+    """None when the built tenantqos-agent has the cluster allocator's client (it streams its
+    demand per shared link to policyd and enforces the caps it gets back, docs/fabric.md), else
+    why not. Checked on the program itself (its --help), never assumed."""
+    import subprocess
+    try:
+        r = subprocess.run([bins.agent, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot run {bins.agent} --help: {e}"
+    if "--fabric-report-interval-ms" not in (r.stdout + r.stderr):
+        return (f"{bins.agent} has no cluster-allocator client (no --fabric-report-interval-ms): "
+                "the agent's side of issue 21 (demand streamed to policyd's allocator, caps "
+                "enforced in the plugin's link buckets) is not in this build, and tenantqos "
+                "without it does not know the spine is shared; not run rather than shown "
+                "without the allocator")
+    return None
 
 
 class TenantSpec:
@@ -76,11 +111,19 @@ def many_tenants(link_bps):
             for i, (n, g, l, w) in enumerate(shapes)]
 
 
-def policy_yaml(link_bps, tenants, headroom=5, capped=None):
-    """The policy file for a run; `capped` names a tenant whose limit is its guarantee."""
+def policy_yaml(link_bps, tenants, headroom=5, capped=None, shared=None):
+    """The policy file for a run; `capped` names a tenant whose limit is its guarantee;
+    `shared` = (capacity bits/s, [(group, [node names])]): the leaf/spine fabric's topology, one
+    shared link class (SHARED_LINK, the leaves' uplinks) whose groups are the leaves."""
     lines = ["apiVersion: tenantqos/v1", "kind: TenantPolicy", "links:",
-             "  - name: fabric", f"    capacity: {int(link_bps)}", f"    headroom: {headroom}%",
-             "tenants:"]
+             "  - name: fabric", f"    capacity: {int(link_bps)}", f"    headroom: {headroom}%"]
+    if shared:
+        capacity, groups = shared
+        lines += ["sharedLinks:", f"  - name: {SHARED_LINK}", f"    capacity: {int(capacity)}",
+                  f"    headroom: {headroom}%", "    groups:"]
+        for g, nodes in groups:
+            lines += [f"      - name: {g}", f"        nodes: [{', '.join(nodes)}]"]
+    lines += ["tenants:"]
     for i, t in enumerate(tenants):
         limit = t.guarantee_bps if capped == t.name else t.limit_bps
         lines += [f"  - name: {t.name}", "    link: fabric", f"    guarantee: {int(t.guarantee_bps)}",
@@ -120,9 +163,15 @@ class Scenario:
         self.size = size          # size per iteration (tenantqos-perf --size)
         # {tenant: Placement}; a tenant not named runs a ring over the runner's nodes.
         self.placement = placement or {}
+        # On the leaf/spine fabric, figures on the spine, the policy with its topology.
+        self.fabric = workload in FABRIC_WORKLOADS
+        self.kill_allocator_at = FAILOVER_KILL_S if workload == "fabric-failover" else None
 
     def nodes_used(self, default_nodes):
         return max([default_nodes] + [max(p.nodes) for p in self.placement.values()])
+
+    def mode_text(self):
+        return (FABRIC_MODE_TEXT.get(self.mode) if self.fabric else None) or MODE_TEXT[self.mode]
 
     def rails_used(self):
         return 1 + max([p.rail for p in self.placement.values()] + [0])
@@ -174,11 +223,21 @@ class Runner:
             return self._empty_run_dir
         if sc.mode in peers.PEER_MODES:
             self.peer_built = True  # restored on the next scenario even if this fails half-way
-            peers.install(self.topo, sc.mode, specs, run_cmd)
+            where = peers.install(self.topo, sc.mode, specs, run_cmd)
+            at = ([f"{l.node_ns} {l.dev} (and its ingress {l.ingress_ifb})"
+                   for l in self.topo.links.values()] if where == "node" else
+                  [f"{p.dev}: {p.label}, {p.rate_bits / 1e6:g} Mbit/s" for p in self.topo.ports()])
             with open(os.path.join(self.workdir, f"peer-{sc.name}.txt"), "w") as f:
-                f.write(peers.describe(sc.mode, specs, self.link_bps) + "\n")
+                f.write(peers.describe(sc.mode, specs, self.link_bps) + "\non:\n  " +
+                        "\n  ".join(at) + "\n")
             return self._empty_run_dir
-        text = policy_yaml(self.link_bps, specs, self.headroom, capped=sc.capped)
+        shared = None
+        if sc.fabric:
+            why = agent_fabric_support(self.bins)
+            if why:
+                raise FabricUnavailable(why)
+            shared = (self.topo.spine.rate_bits, self.topo.leaf_groups())
+        text = policy_yaml(self.link_bps, specs, self.headroom, capped=sc.capped, shared=shared)
         if text != self.applied:
             self.version = self.cp.apply_policy(text, sc.name)
             self.applied = text
@@ -194,9 +253,13 @@ class Runner:
         placed = "".join(f" [{n}: {sc.placement[n].describe()}]" for n in sc.tenants
                          if n in sc.placement)
         say(f"[{index}/{total}] {sc.name}: {', '.join(sc.tenants)}{placed} | "
-            f"{MODE_TEXT[sc.mode]} | {sc.duration:.0f} s")
+            f"{sc.mode_text()} | {sc.duration:.0f} s")
         try:
             run_dir_of = self._enforce(sc)
+        except FabricUnavailable as e:
+            say(f"    not run: {e}")
+            return {"name": sc.name, "workload": sc.workload, "mode": sc.mode,
+                    "skipped": str(e), "tenants": [], "violations": []}
         except peers.PeerUnavailable as e:
             say(f"    skipped: {e}")
             self.topo.restore_links()
@@ -210,7 +273,7 @@ class Runner:
             res = self._run_jobs(sc, index, run_dir_of, meter)
         finally:
             meter.stop()
-        if sc.workload in ("onoff", "incast-wake"):
+        if sc.workload in ("onoff", "incast-wake", "fabric-onoff"):
             res["reaction_ms"] = {s: self.reaction(sc.name, s, [n for n in sc.tenants if n != s])
                                   for s in sc.on_off}
         return res
@@ -225,8 +288,12 @@ class Runner:
             job.start(self.topo, self.bins, self.procs, self.workdir, sc.name, sc.duration,
                       sc.report_ms, run_dir_of)
             jobs.append(job)
-        # The links into the receiving nodes: where the tenants contend.
-        ends = sorted({(n, j.placement.rail) for j in jobs for n in j.placement.receivers()})
+        # The links into the receiving nodes: where the tenants contend; on the fabric, the
+        # spine's directions ("spine", d).
+        if sc.fabric:
+            ends = sorted({("spine", d) for j in jobs for d in self.spine_directions(j.placement)})
+        else:
+            ends = sorted({(n, j.placement.rail) for j in jobs for n in j.placement.receivers()})
         t_start = time.time()
         # Link counters: from when every rank is past setup (~1 s) plus the warm-up.
         t0 = t_start + 1.0 + WARMUP_S
@@ -234,13 +301,26 @@ class Runner:
         port0 = port1 = None
         next_progress = t_start + 2
         deadline = t_start + sc.duration + 40
+        failover = None  # {"killed": replica, "t_kill": wall s, "t_takeover": wall s or None}
         while True:
             now = time.time()
-            for job in jobs:
-                f = job.failed()
-                if f:
-                    raise RuntimeError(f"scenario {sc.name}: {job.tenant} rank {f[0]} exited with "
-                                       f"code {f[1]}:\n{f[2]}")
+            if sc.kill_allocator_at is not None and failover is None and \
+                    now >= t_start + sc.kill_allocator_at:
+                k, t_kill = self.cp.kill_active_allocator()
+                failover = {"killed": k, "t_kill": t_kill, "t_takeover": None}
+                say(f"    t={t_kill - t_start:4.1f}s  killed (-9) the active allocator, policyd "
+                    f"replica {k + 1}")
+            if failover and failover["t_takeover"] is None and \
+                    self.cp.active_allocator() is not None:
+                failover["t_takeover"] = time.time()
+                say(f"    t={failover['t_takeover'] - t_start:4.1f}s  replica "
+                    f"{self.cp.active_allocator() + 1} is the active allocator (seen in its log)")
+            failed = [(job, job.failed()) for job in jobs]
+            failed = [(job, f) for job, f in failed if f]
+            if failed:
+                # A crash (a signal) is the cause; the ranks it was connected to only follow.
+                job, f = min(failed, key=lambda jf: "killed" not in jf[1][1])
+                raise RuntimeError(f"scenario {sc.name}: {job.tenant} rank {f[0]} {f[1]}:\n{f[2]}")
             if meter.error:
                 raise RuntimeError(f"scenario {sc.name}: the traffic meter failed: {meter.error}")
             if sc.mode.startswith("tenantqos") and not self.cp.agents_alive():
@@ -275,7 +355,53 @@ class Runner:
             # tenant's stop, not at the last report.
             t0 = max(firsts) + WARMUP_S
             t1 = min(min(lasts), min(firsts) + sc.duration) - TAIL_S
-        return self._measure(sc, jobs, ends, t0, t1, port0, port1, meter)
+        res = self._measure(sc, jobs, ends, t0, t1, port0, port1, meter)
+        if failover:
+            res["failover"] = self._failover_figures(sc, failover, t0, t1)
+            # The next scenario has both replicas again (the restarted one a standby).
+            self.cp.restart_replica(failover["killed"])
+        return res
+
+    def _failover_figures(self, sc, failover, t0, t1):
+        """After the kill: how long until a standby said it is active (from its log, polled
+        every 100 ms: an upper bound), and per guaranteed tenant the longest run of 100 ms
+        windows on the spine (per direction) in which it got < 0.95 x its guarantee, against
+        the agents' fallback window (policyd --allocator-hold, default 3 s)."""
+        width = WINDOW_S
+        t0 = analysis.align_up(t0, width)
+        out = {"killed_replica": failover["killed"] + 1,
+               "kill_after_s": sc.kill_allocator_at,
+               "takeover_ms": ((failover["t_takeover"] - failover["t_kill"]) * 1000
+                               if failover["t_takeover"] else None),
+               "fallback_ms": ALLOCATOR_HOLD_MS, "longest_below_guarantee_ms": {}}
+        for tenant, series_list in self.received.get(sc.name, {}).items():
+            g = self.tenants[tenant].guarantee_bps
+            if g <= 0:
+                continue
+            longest = 0
+            for s in series_list:
+                run_len = 0
+                for k, r in enumerate(analysis.rebin(s, width, t0, t1)):
+                    if t0 + (k + 1) * width <= failover["t_kill"]:
+                        continue
+                    run_len = run_len + 1 if r < analysis.ATTAINMENT_P1 * g else 0
+                    longest = max(longest, run_len)
+            out["longest_below_guarantee_ms"][tenant] = longest * width * 1000
+        return out
+
+    def spine_directions(self, placement):
+        """The directions in which a placement's traffic crosses the spine (a ring's hops, an
+        all-to-all's pairs, an incast's senders to its first node)."""
+        n = placement.nodes
+        if placement.pattern == "allreduce":
+            hops = [(n[k], n[(k + 1) % len(n)]) for k in range(len(n))]
+            hops += [(b, a) for a, b in hops] if len(n) == 2 else []
+        elif placement.pattern == "alltoall":
+            hops = [(a, b) for a in n for b in n if a != b]
+        else:
+            hops = [(a, n[0]) for a in n[1:]]
+        leaf = self.topo.leaf_of
+        return sorted({leaf(a) for a, b in hops if leaf(a) != leaf(b)})
 
     def _live_rate(self, job):
         """What the job's receiving ranks receive, mean per rank (Gbit/s)."""
@@ -289,11 +415,15 @@ class Runner:
         return total / max(1, len(ranks)) / 1e9
 
     def _measure(self, sc, jobs, ends, t0, t1, port0, port1, meter):
+        # The contended link's rate: the node links', or on the fabric the spine's.
+        rate_bps = self.topo.spine.rate_bits if sc.fabric else self.link_bps
         res = {"name": sc.name, "workload": sc.workload, "mode": sc.mode, "skipped": None,
-               "link_bps": self.link_bps, "tenants": []}
+               "link_bps": rate_bps, "tenants": []}
+        if sc.fabric:
+            res["spine_bps"] = rate_bps
         if port0 and port1 and port1[0] > port0[0]:
             span = port1[0] - port0[0]
-            utils = [(port1[1][e][0] - port0[1][e][0]) * 8 / (self.link_bps * span) for e in ends]
+            utils = [(port1[1][e][0] - port0[1][e][0]) * 8 / (rate_bps * span) for e in ends]
             res["link_utilization"] = sum(utils) / len(utils)
             res["link_drops"] = sum(port1[1][e][2] - port0[1][e][2] for e in ends)
         else:
@@ -303,21 +433,43 @@ class Runner:
         width = WINDOW_S
         # Windows on the wall clock's 100 ms grid: an on/off schedule's edges are window edges.
         t0 = analysis.align_up(t0, width)
-        # What each tenant received at each of its receiving nodes, and sent from each sender.
-        rx = {j.tenant: {(n, j.placement.rail): meter.series(j.tenant, n, j.placement.rail)
-                         for n in j.placement.receivers()} for j in jobs}
+        # What each tenant received at each of its receiving nodes (fabric: what crossed the
+        # spine in each direction it uses), and sent from each sender.
+        if sc.fabric:
+            rx = {j.tenant: {("spine", d): meter.spine_series(j.tenant, d)
+                             for d in self.spine_directions(j.placement)} for j in jobs}
+        else:
+            rx = {j.tenant: {(n, j.placement.rail): meter.series(j.tenant, n, j.placement.rail)
+                             for n in j.placement.receivers()} for j in jobs}
         tx = {j.tenant: {(n, j.placement.rail): meter.sent_series(j.tenant, n, j.placement.rail)
                          for n in j.placement.senders()} for j in jobs}
         # Windows in which a receiving node's link carried >= 90 % of its rate in payload.
         mask = analysis.busy_mask({e: [rx[t][e] for t in rx if e in rx[t]] for e in ends},
-                                  width, t0, t1, self.link_bps)
+                                  width, t0, t1, rate_bps)
         res["busy_windows"] = sum(sum(m) for m in mask.values())
         res["windows_per_node"] = len(next(iter(mask.values()))) if mask else 0
         per_end = {e: [] for e in ends}
-        several = any(len(j.placement.receivers()) > 1 for j in jobs if j.tenant in sc.placement)
+        # A panel line per receiving node (placed workloads); the fabric's: one per tenant (the
+        # spine's first direction; both are in the JSON).
+        several = not sc.fabric and any(len(j.placement.receivers()) > 1 for j in jobs
+                                        if j.tenant in sc.placement)
+        # Each tenant's limit and windows with demand: always (backlogged), the on phases
+        # (on/off), none known (training: compute phases come and go with the iteration times).
+        limits, actives = {}, {}
         for job in jobs:
             spec = self.tenants[job.tenant]
-            limit = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
+            limits[job.tenant] = spec.guarantee_bps if sc.capped == job.tenant else spec.limit_bps
+            actives[job.tenant] = (
+                [False] * res["windows_per_node"] if job.tenant in sc.compute_ms else
+                analysis.on_windows(sc.on_off.get(job.tenant), width, t0, t1))
+        # Per receiving end and window: the tenants with demand there could use more than the
+        # link (where a guarantee is contended, and the busy-window filter means something).
+        contended = {e: [sum(min(limits[t], rate_bps) for t in rx
+                             if e in rx[t] and actives[t][k]) > rate_bps * 1.0001
+                         for k in range(res["windows_per_node"])] for e in ends}
+        for job in jobs:
+            spec = self.tenants[job.tenant]
+            limit = limits[job.tenant]
             rx_ends, tx_ends = list(rx[job.tenant]), list(tx[job.tenant])
             series = [rx[job.tenant][e] for e in rx_ends]
             sent = [tx[job.tenant][e] for e in tx_ends]
@@ -328,17 +480,13 @@ class Runner:
                     self.samples[sc.name][label] = (job.tenant, s)
             with open(os.path.join(self.workdir, f"series-{sc.name}-{job.tenant}.json"), "w") as f:
                 json.dump({"t0": t0, "t1": t1,
-                           "received": {f"node{n}/eth{r}": s
-                                        for (n, r), s in rx[job.tenant].items()},
+                           "received": {self._end_name(e): s for e, s in rx[job.tenant].items()},
                            "sent": {f"node{n}/eth{r}": s for (n, r), s in tx[job.tenant].items()}},
                           f)
-            # The windows with demand: always (backlogged), the on phases (on/off), none known
-            # (training: compute phases come and go with the iteration times).
             training = job.tenant in sc.compute_ms
-            active = ([False] * res["windows_per_node"] if training else
-                      analysis.on_windows(sc.on_off.get(job.tenant), width, t0, t1))
+            active = actives[job.tenant]
             for e, s in zip(rx_ends, series):
-                per_end[e].append((s, active, min(limit, self.link_bps)))
+                per_end[e].append((s, active, min(limit, rate_bps)))
             fig = analysis.tenant_figures(series, spec.guarantee_bps, limit, t0, t1,
                                           width_s=width)
             fig_tx = analysis.tenant_figures(sent, spec.guarantee_bps, limit, t0, t1,
@@ -358,8 +506,9 @@ class Runner:
             for e, s, m in zip(rx_ends, series, busy_masks):
                 f1 = analysis.tenant_figures([s], spec.guarantee_bps, limit, t0, t1, width_s=width)
                 b50, b1 = analysis.attainment_masked([s], spec.guarantee_bps, width, t0, t1, [m])
-                nodes.append({"node": e[0], "rail": e[1], "direction": "rx",
-                              "mean_bps": f1["mean_bps"], "attainment_p50_link_busy": b50,
+                where = ({"link": self._end_name(e), "direction": "spine"} if e[0] == "spine" else
+                         {"node": e[0], "rail": e[1], "direction": "rx"})
+                nodes.append({**where, "mean_bps": f1["mean_bps"], "attainment_p50_link_busy": b50,
                               "attainment_p1_link_busy": b1,
                               "cap_conformance_max": f1["cap_conformance_max"]})
             for e, s in zip(tx_ends, sent):
@@ -378,6 +527,10 @@ class Runner:
                      # figure).
                      "attainment_p50_link_busy": p50_busy,
                      "attainment_p1_link_busy": p1_busy,
+                     "windows_with_demand": sum(sum(active) for _ in rx_ends),
+                     "contended_windows_with_demand": sum(
+                         sum(a and c for a, c in zip(active, contended[e])) for e in rx_ends),
+                     "busy_windows_with_demand": sum(sum(m) for m in busy_masks),
                      # The worst window at either end (received at a node, sent from one).
                      "cap_conformance_max": max(caps) if caps else None,
                      "cap_conformance_rx_max": fig["cap_conformance_max"],
@@ -396,7 +549,7 @@ class Runner:
         # The data frames that carried the payload (ACKs, which use the port too, left out:
         # receivers coalesce them, a lower bound).
         res["utilization_over_demand"] = analysis.utilization_over_demand(
-            per_end, self.link_bps, width, t0, t1,
+            per_end, rate_bps, width, t0, t1,
             lambda p: peers.wire_rate(p, segments_per_ack=0))
         res["violations"] = analysis.violations(res)
         for e in res["tenants"]:
@@ -413,6 +566,12 @@ class Runner:
                 f"  drops {res['link_drops']}"
                 f"  busy windows {res['busy_windows']}/{res['windows_per_node'] * len(mask)}")
         return res
+
+    def _end_name(self, e):
+        """A receiving end's name: node1/eth0, or spine/leaf1->leaf2."""
+        if e[0] == "spine":
+            return "spine/" + self.topo.spine.DIRECTIONS[e[1]]
+        return f"node{e[0]}/eth{e[1]}"
 
     # Reaction times (idle-wake) ------------------------------------------------------------
     def reaction(self, sc_name, sleeper, others):

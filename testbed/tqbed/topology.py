@@ -12,9 +12,13 @@ Objects, so that a switch hierarchy is an extension rather than a rewrite:
             the port towards the node is emulated (the node's side is not: see docs/testbed.md,
             "Limits of the emulation").
 
-Today's shape: one switch per rail (rail-optimised: rail r of every node on switch r), nodes
-1..N on each. A leaf/spine fabric adds switches and inter-switch cables with a Port at each end
-(the same Port class), and chooses each node's switch; nothing else here assumes one switch.
+Two shapes: one switch per rail (rail-optimised: rail r of every node on switch r), nodes 1..N
+on each; or, with `fabric=True`, the article's leaf/spine fabric: nodes 1-2 under leaf switch 1
+(`br0`), nodes 3-4 under leaf switch 2 (`br1`), the two leaves joined by one spine link (a veth
+pair `<prefix>s0` / `<prefix>s1`) with an emulated Port at each end: the leaves' uplink ports,
+one per direction, at the spine rate (default the node link rate: 2:1 oversubscribed). Every
+node keeps its address in one subnet (the leaves bridge it), so traffic between the leaves
+crosses the spine and nothing else changes for the nodes.
 """
 import os
 import re
@@ -26,6 +30,7 @@ SWITCH_ADDR = f"{SUBNET}.254"
 HOST_ADDR = f"{SUBNET}.253"  # root-namespace port, so the host can reach the agents' /metrics
 MAX_NODES = 8
 MAX_RAILS = 2
+FABRIC_NODES = 4  # the leaf/spine fabric: two leaves of two nodes
 # The emulated ports' buffer, as time at the link rate (docs/testbed.md, "Link emulation").
 DEFAULT_BUFFER_S = 0.004
 RTO_MIN = "5ms"  # the nodes' TCP minimum RTO on the fabric's routes (see _cable)
@@ -145,17 +150,37 @@ class NodeLink:
         self.ingress_ifb = f"ifb{rail}"  # where a peer mode shapes what the NIC received
 
 
+class SpineLink:
+    """The cable between the two leaves: `ports[d]` is the uplink port that sends direction d
+    (0: leaf 1 -> leaf 2, at leaf 1's end of the cable; 1: leaf 2 -> leaf 1). What crossed
+    direction d is counted as it enters the far leaf from the cable (`arrive_dev[d]`)."""
+
+    DIRECTIONS = ("leaf1->leaf2", "leaf2->leaf1")
+
+    def __init__(self, prefix, netns, rate_bits, buffer_bytes):
+        self.devs = (f"{prefix}s0", f"{prefix}s1")  # leaf 1's end, leaf 2's end
+        self.ports = tuple(Port(netns, dev, rate_bits, buffer_bytes,
+                                f"leaf{d + 1} uplink port ({self.DIRECTIONS[d]})")
+                           for d, dev in enumerate(self.devs))
+        self.arrive_dev = (self.devs[1], self.devs[0])
+        self.rate_bits = int(rate_bits)
+
+
 class Topology:
-    """`nodes` namespaces with `rails` NICs each; rail r of every node on switch r."""
+    """`nodes` namespaces with `rails` NICs each; rail r of every node on switch r; or, with
+    `fabric`, 4 nodes under two leaves joined by one spine link of `spine_bits` per direction."""
 
     def __init__(self, prefix="tqbed", nodes=2, link_bits=1_000_000_000, buffer_bytes=None,
-                 rails=1):
+                 rails=1, fabric=False, spine_bits=None):
         if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", prefix):
             raise ValueError("prefix: 1-8 lowercase letters/digits, starting with a letter")
         if not 2 <= nodes <= MAX_NODES:
             raise ValueError(f"nodes: 2..{MAX_NODES}")
         if not 1 <= rails <= MAX_RAILS:
             raise ValueError(f"rails: 1..{MAX_RAILS}")
+        if fabric and (nodes != FABRIC_NODES or rails != 1):
+            raise ValueError(f"the leaf/spine fabric has {FABRIC_NODES} nodes and one rail "
+                             f"(asked: {nodes} nodes, {rails} rails)")
         self.prefix = prefix
         self.nodes = nodes
         self.rails = rails
@@ -163,13 +188,23 @@ class Topology:
         self.buffer_bytes = (buffer_bytes if buffer_bytes is not None
                              else buffer_to_bytes(f"{DEFAULT_BUFFER_S}s", link_bits))
         self.switch = f"{prefix}-switch"  # the fabric namespace: every switch, and policyd
-        self.switches = [Switch(self.switch, r) for r in range(rails)]
+        self.fabric = bool(fabric)
+        # Rails: a switch per rail. Fabric: a switch per leaf (nodes 1-2, nodes 3-4).
+        self.switches = [Switch(self.switch, r) for r in range(2 if fabric else rails)]
+        self.spine = None
+        if fabric:
+            # The spine's buffer: the same time at its rate as the node ports'.
+            sb = int(spine_bits or link_bits)
+            self.spine = SpineLink(prefix, self.switch, sb,
+                                   max(int(self.buffer_bytes * sb / link_bits), 2 * 1514))
+            for d in (0, 1):
+                self.switches[d].ports.append(self.spine.ports[d])
         self.links = {}  # (node, rail) -> NodeLink
         for i in range(1, nodes + 1):
             for r in range(rails):
-                sw = self.switches[r]
+                sw = self.switches[self.leaf_of(i) if fabric else r]
                 port = Port(self.switch, self.switch_port(i, r), link_bits, self.buffer_bytes,
-                            f"switch{r} port towards node{i}")
+                            f"switch{sw.index} port towards node{i}")
                 sw.ports.append(port)
                 self.links[(i, r)] = NodeLink(i, r, self.node_ns(i), sw, port)
         self.created = False
@@ -185,6 +220,19 @@ class Topology:
         return f"{self.prefix}p{i}" + (f"r{rail}" if rail else "")  # <= 15 chars
 
     node_dev = "eth0"  # the node's rail-0 NIC inside its namespace
+
+    @staticmethod
+    def leaf_of(i):
+        """The fabric's leaf (0-based) of node i: nodes 1-2 -> 0, nodes 3-4 -> 1."""
+        return (i - 1) // 2
+
+    def leaf_groups(self):
+        """[(group name, [node names])] of the fabric's leaves: the policy's `sharedLinks`
+        groups of the leaf uplink class (the agents' node names)."""
+        groups = {}
+        for i in range(1, self.nodes + 1):
+            groups.setdefault(self.leaf_of(i), []).append(f"node{i}")
+        return [(f"leaf-{k + 1}", v) for k, v in sorted(groups.items())]
 
     def node_devs(self):
         return [f"eth{r}" for r in range(self.rails)]
@@ -265,6 +313,13 @@ class Topology:
         run(["ip", "-n", sw, "link", "set", "lo", "up"])
         for s in self.switches:
             s.create()
+        if self.spine:
+            # The spine: one cable between the leaves, an emulated uplink port at each end.
+            a, b = self.spine.devs
+            run(["ip", "-n", sw, "link", "add", a, "type", "veth", "peer", "name", b])
+            for d in (0, 1):
+                self.switches[d].attach(self.spine.devs[d])
+                self.spine.ports[d].build()
         run(["ip", "-n", sw, "addr", "add", f"{SWITCH_ADDR}/24", "dev", self.switches[0].bridge])
         for i in range(1, self.nodes + 1):
             ns = self.node_ns(i)
@@ -313,5 +368,8 @@ class Topology:
             run(["ip", "link", "del", link.ingress_ifb], netns=link.node_ns, check=False)
 
     def port_stats(self, i, rail=0):
-        """(bytes, packets, drops) sent by the switch towards node i on `rail`."""
+        """(bytes, packets, drops) sent by the switch towards node i on `rail`; i = "spine":
+        sent over the spine in direction `rail` (SpineLink.DIRECTIONS)."""
+        if i == "spine":
+            return self.spine.ports[rail].stats()
         return self.links[(i, rail)].port.stats()

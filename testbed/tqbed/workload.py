@@ -2,6 +2,7 @@
 drive it, streaming for a fixed duration, placed on the nodes a workload chooses."""
 import json
 import os
+import signal
 
 RENDEZVOUS_PORT_BASE = 29500
 PATTERNS = ("allreduce", "alltoall", "incast")
@@ -83,12 +84,22 @@ class TenantJob:
                                           netns=topo.node_ns(node)))
 
     def failed(self):
-        """(rank, exit code, log tail) of the first rank that exited non-zero, else None."""
-        for r, p in enumerate(self.ranks):
-            rc = p.poll()
-            if rc is not None and rc != 0:
-                return r, rc, p.log_tail(8)
-        return None
+        """(rank, how it ended, log tail) of a rank that exited non-zero, else None: one killed
+        by a signal first (a crash is the cause; its peers then fail with "connection closed"),
+        else the first."""
+        ended = [(r, p.poll(), p) for r, p in enumerate(self.ranks)]
+        ended = [(r, rc, p) for r, rc, p in ended if rc is not None and rc != 0]
+        if not ended:
+            return None
+        r, rc, p = min(ended, key=lambda e: (e[1] > 0, e[0]))
+        if rc < 0:
+            try:
+                how = f"was killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                how = f"was killed by signal {-rc}"
+        else:
+            how = f"exited with code {rc}"
+        return r, how, p.log_tail(8)
 
     def done(self):
         return all(p.poll() is not None for p in self.ranks)

@@ -165,8 +165,12 @@ TEST_F(PrivilegedAgentTest, PolicydKilledLeavesEnforcementAndReportsDisconnected
   killPolicyd();
   EXPECT_TRUE(eventually([&] { return metric("tenantqos_policyd_connected") == 0.0; }, 3000))
       << readText(agent_log_);
-  // Three seconds of reconnect attempts later, nothing changed.
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Three more reconnect attempts later (backoff from 100 ms), nothing changed.
+  const double waits = metric("tenantqos_policyd_reconnect_waits_total").value_or(0);
+  ASSERT_TRUE(eventually(
+      [&] { return metric("tenantqos_policyd_reconnect_waits_total").value_or(0) >= waits + 3; },
+      10'000))
+      << readText(agent_log_);
   EXPECT_TRUE(enforces(1, want)) << describe();
   EXPECT_EQ(get("/readyz").status, 200);
   EXPECT_EQ(metric("tenantqos_policy_version"), 1.0);
@@ -184,8 +188,10 @@ TEST_F(PrivilegedAgentTest, RefusesAPolicydWhoseCertificateDoesNotChainToItsCa) 
   startPolicyd();
   const int port = policyd_port_;
   startAgent();
-  // Three seconds of connection attempts: never connected.
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Three connection attempts refused (each waits its backoff): never connected.
+  ASSERT_TRUE(eventually(
+      [&] { return metric("tenantqos_policyd_reconnect_waits_total").value_or(0) >= 3; }, 10'000))
+      << readText(agent_log_);
   EXPECT_EQ(metric("tenantqos_policyd_connected"), 0.0) << readText(agent_log_);
   EXPECT_TRUE(agent_->running());
   // The real policyd on the same address: the agent connects and enforces.
@@ -297,7 +303,9 @@ TEST_F(PrivilegedAgentTest, CorruptedSnapshotIsIgnoredAndAgentWaitsForPolicyd) {
       2000))
       << readText(agent_log_);
   EXPECT_NE(readText(agent_log_).find("checksum mismatch"), std::string::npos);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Two reads of the kernel's counters: the reconcile thread is running and enforces nothing.
+  ASSERT_TRUE(
+      eventually([&] { return metric("tenantqos_stats_reads_total").value_or(0) >= 2; }, 5000));
   auto ready = get("/readyz");
   EXPECT_EQ(ready.status, 503);
   EXPECT_NE(ready.body.find("not ready"), std::string::npos) << ready.body;
@@ -531,8 +539,16 @@ TEST_F(PrivilegedAgentTest, NoRdmaDevicesNoSeriesAndNoLogSpam) {
   startAgent();
   apply(v1());
   ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200; }, 3000));
-  // Let several ~1 s stats ticks pass (a bounded wait: the point is what does NOT happen).
-  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  // Three more reads of the counters (about one a second) and ten more QP scans: what does NOT
+  // happen meanwhile is the point.
+  const double reads = metric("tenantqos_stats_reads_total").value_or(0);
+  const double scans = metric("tenantqos_qp_scans_total").value_or(0);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return metric("tenantqos_stats_reads_total").value_or(0) >= reads + 3 &&
+               metric("tenantqos_qp_scans_total").value_or(0) >= scans + 10;
+      },
+      10'000));
   const std::string body = get("/metrics").body;
   EXPECT_NE(body.find("tenantqos_tc_class_bytes_total"), std::string::npos) << body;
   EXPECT_EQ(body.find("tenantqos_rdma"), std::string::npos) << body;

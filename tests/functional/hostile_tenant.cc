@@ -71,7 +71,7 @@ int nodeWide(const std::string& run, double seconds, int connections) {
   int with_slot = 0, refused = 0, not_held = 0;
   std::string why;
   for (int i = 0; i < connections; ++i) {
-    auto a = at::attachWithin(at::nodeSocketPath(run), "", 2000);
+    auto a = at::attachWithin(at::nodeSocketPath(run), "", 2000, tq::realClock());
     if (!a.ok()) {
       ++refused;
       why = a.status().message();
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
              "create a file in " + run + "/tenants");
 
   // ---- its own tenant ----
-  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000);
+  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000, tq::realClock());
   if (!a.ok()) {
     std::printf("ERROR: cannot attach to own tenant %s: %s\n", own.c_str(),
                 a.status().message().c_str());

@@ -99,7 +99,7 @@ struct AttachedProcess {
   std::unique_ptr<TenantShmView> view;
 };
 inline Result<AttachedProcess> attachAs(const std::string& socket, const std::string& wanted) {
-  TQ_ASSIGN_OR_RETURN(attach::Attached a, attach::attachWithin(socket, wanted, 2000));
+  TQ_ASSIGN_OR_RETURN(attach::Attached a, attach::attachWithin(socket, wanted, 2000, realClock()));
   AttachedProcess p;
   TQ_ASSIGN_OR_RETURN(p.view,
                       TenantShmView::map(std::move(a.params_fd), std::move(a.shared_fd), a.slot));

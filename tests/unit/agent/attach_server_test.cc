@@ -1,6 +1,9 @@
-// The attach server against a hostile node: run directories it did not make (issue 23 item 7)
-// and attached processes that exec another program (item 8). Real sockets and processes; the
-// ownership cases need root (chown to another uid) and are skipped without it.
+// The attach server (agent/attach_server.h): attaching and refusing over real Unix sockets, a
+// silent peer closed at the deadline of the server's injected clock (a FakeClock the test moves;
+// what the test waits for is the server's reply and time-out counters, never a sleep), and a
+// hostile node: run directories it did not make (issue 23 item 7) and attached processes that
+// exec another program (item 8). The ownership cases need root (chown to another uid) and are
+// skipped without it.
 #include "agent/attach_server.h"
 
 #include <fcntl.h>
@@ -16,7 +19,12 @@
 #include <string>
 #include <thread>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include "common/attach_protocol.h"
+#include "common/clock.h"
+#include "common/fd.h"
 #include "common/tenant_shm.h"
 
 namespace tq::agent {
@@ -46,8 +54,104 @@ class AttachServerTest : public ::testing::Test {
     return p;
   }
 
+  // The built-in default tenant (no memory of its own) with a node-wide rate.
+  static std::shared_ptr<DefaultTenant> defaultTenant(Clock& clock) {
+    DefaultTenant::Options o;
+    o.tenant = "default";
+    auto d = std::make_shared<DefaultTenant>(o, nullptr, clock);
+    TenantParams p;
+    p.buckets = nodeBuckets(12'500'000, 4096, 12'500'000);
+    d->setParams(p);
+    return d;
+  }
+  // A connected client of `path` that has sent nothing.
+  static Fd connectTo(const std::string& path) {
+    Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << path;
+    return fd;
+  }
+  // Polls `pred` (another thread's doing) until it holds or `ms` pass.
+  template <typename Pred>
+  static bool eventually(Pred pred, int ms = 5000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
   std::string tmp_;
 };
+
+TEST_F(AttachServerTest, AttachesAndRefusesGarbageSayingWhy) {
+  auto server = startAt(tmp_ + "/run");
+  ASSERT_TRUE(server.ok()) << server.status().toString();
+  const std::string path = attach::nodeSocketPath(tmp_ + "/run");
+  // Before serveDefault() there is no policy: refused with the reason.
+  auto early = attach::attachWithin(path, "", 2000, realClock());
+  ASSERT_FALSE(early.ok());
+  EXPECT_NE(early.status().message().find("refused"), std::string::npos)
+      << early.status().message();
+  (*server)->serveDefault(defaultTenant(realClock()));
+  auto a = attach::attachWithin(path, "anyone", 2000, realClock());
+  ASSERT_TRUE(a.ok()) << a.status().toString();
+  EXPECT_EQ(a->tenant, "default");
+  EXPECT_TRUE(a->params_fd.valid() && a->shared_fd.valid());
+  // Garbage of the request's size: refused with a reply, never a crash.
+  Fd raw = connectTo(path);
+  const std::string junk(attach::kRequestBytes, 'x');
+  ASSERT_EQ(::write(raw.get(), junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+  uint8_t buf[attach::kReplyBytes];
+  std::vector<Fd> fds;
+  size_t got = 0;
+  ASSERT_TRUE(eventually([&] {
+    auto n = attach::recvWithFds(raw.get(), buf + got, sizeof buf - got, &fds);
+    if (n.ok()) got += *n;
+    return got == sizeof buf;
+  }));
+  auto reply = attach::parseReply(buf, got);
+  ASSERT_TRUE(reply.ok()) << reply.status().toString();
+  EXPECT_NE(reply->status, attach::ReplyStatus::kAttached);
+  EXPECT_FALSE(reply->reason.empty());
+  EXPECT_TRUE(fds.empty()) << "no memory for a peer that sent garbage";
+  EXPECT_TRUE(eventually([&] { return (*server)->repliesSent() == 3; }));
+}
+
+TEST_F(AttachServerTest, ASilentPeerIsClosedAtTheDeadlineOfTheServersClock) {
+  FakeClock clock;
+  AttachServer::Options o;
+  o.run_dir = tmp_ + "/run";
+  o.request_timeout_ns = 1'000'000'000;
+  auto server = AttachServer::start(o, clock);
+  ASSERT_TRUE(server.ok()) << server.status().toString();
+  (*server)->serveDefault(defaultTenant(clock));
+  const std::string path = attach::nodeSocketPath(o.run_dir);
+  Fd silent = connectTo(path);
+  // A peer attaching after it: once its reply is out, the silent one (ahead of it in the
+  // listener's queue) was accepted, its deadline one second of the fake clock away.
+  auto first = attach::attachWithin(path, "", 2000, realClock());
+  ASSERT_TRUE(first.ok()) << first.status().toString();
+  // (The server counts a reply just after sending it.)
+  ASSERT_TRUE(eventually([&] { return (*server)->repliesSent() == 1; }));
+  // Half the timeout: another attach is answered after the clock moved, and the silent peer
+  // is still there (nothing happened: the counter says so, no sleep needed).
+  clock.advanceNs(500'000'000);
+  auto second = attach::attachWithin(path, "", 2000, realClock());
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(eventually([&] { return (*server)->repliesSent() == 2; }));
+  EXPECT_EQ((*server)->timedOut(), 0u);
+  // Past the deadline: the clock's move wakes the server, which closes the silent peer.
+  clock.advanceNs(500'000'001);
+  ASSERT_TRUE(eventually([&] { return (*server)->timedOut() == 1; }))
+      << "a silent peer outlived its deadline on the server's clock";
+  char c;
+  EXPECT_EQ(::read(silent.get(), &c, 1), 0) << "closed: the peer reads end of file";
+  EXPECT_EQ((*server)->repliesSent(), 2u) << "the silent peer got no reply";
+}
 
 // Before issue 23 the agent adopted every one of these (a tenant that made the run directory,
 // or can write above it, could later swap tenants/ and answer on tenant-a's socket).
@@ -98,7 +202,7 @@ TEST_F(AttachServerTest, AnAttachmentEndsWhenTheProcessExecsAnotherProgram) {
   if (child == 0) {
     char c;
     if (::read(go[0], &c, 1) != 1) ::_exit(1);
-    auto a = attach::attachWithin(attach::nodeSocketPath(run_dir), "", 2000);
+    auto a = attach::attachWithin(attach::nodeSocketPath(run_dir), "", 2000, realClock());
     if (!a.ok()) ::_exit(2);
     // Keep the connection across exec: the hostile case (the plugin's socket is CLOEXEC).
     if (::fcntl(a->conn.get(), F_SETFD, 0) != 0) ::_exit(3);
@@ -110,26 +214,13 @@ TEST_F(AttachServerTest, AnAttachmentEndsWhenTheProcessExecsAnotherProgram) {
   ASSERT_GT(child, 0);
   auto server = startAt(run_dir);
   ASSERT_TRUE(server.ok()) << server.status().toString();
-  DefaultTenant::Options o;
-  o.tenant = "default";
-  auto d = std::make_shared<DefaultTenant>(o, nullptr, realClock());
-  TenantParams p;
-  p.buckets = nodeBuckets(12'500'000, 4096, 12'500'000);
-  d->setParams(p);
+  auto d = defaultTenant(realClock());
   (*server)->serveDefault(d);
   auto listed = [&] {
     for (const Attachment& a : (*server)->attachments()) {
       if (a.peer.pid == child) return true;
     }
     return false;
-  };
-  auto eventually = [](auto pred, int ms) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (!pred()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return true;
   };
   ASSERT_EQ(::write(go[1], "g", 1), 1);
   char c;

@@ -17,6 +17,7 @@
 
 #include "agent/attach_server.h"
 #include "common/attach_protocol.h"
+#include "common/clock.h"
 #include "test_util.h"
 
 namespace tq::agent {
@@ -258,7 +259,7 @@ class UidPeer {
     while (::read(in, &c, 1) == 1 && c != 'q') {
       std::string line;
       if (c == 'a') {
-        auto a = attach::attachWithin(socket, "", 2000);
+        auto a = attach::attachWithin(socket, "", 2000, realClock());
         if (!a.ok()) {
           line = "error " + a.status().message();
         } else {

@@ -91,6 +91,8 @@ AgentState sampleState() {
   s.rdma_qps = std::vector<RdmaQpCounts>{qps, RdmaQpCounts{"mlx5_0"}};
   s.errors = {"apply policy v8: boom"};
   s.reconcile_errors_total = 3;
+  s.stats_reads_total = 11;
+  s.qp_scans_total = 12;
   s.reconcile_duration.observe(0.002);
   s.reconcile_duration.observe(0.2);
   s.allocation_duration.observe(0.00002);
@@ -126,7 +128,9 @@ Parsed parse(const std::string& text) {
 }
 
 TEST(MetricsTest, NamesLabelsAndValues) {
-  Parsed p = parse(renderMetrics(sampleState(), WatchStatus{true}));
+  WatchStatus watch{true};
+  watch.reconnect_waits = 13;
+  Parsed p = parse(renderMetrics(sampleState(), watch));
   EXPECT_EQ(p.series.at(R"(tenantqos_tenant_transmit_bytes_total{node="node1",tenant="tenant-b"})"),
             2000);
   EXPECT_EQ(
@@ -163,6 +167,10 @@ TEST(MetricsTest, NamesLabelsAndValues) {
   EXPECT_EQ(p.series.at("tenantqos_policyd_connected"), 1);
   EXPECT_EQ(p.series.at("tenantqos_agent_ready"), 1);
   EXPECT_EQ(p.series.at("tenantqos_reconcile_errors_total"), 3);
+  // The counters functional tests wait on to show that nothing happens meanwhile.
+  EXPECT_EQ(p.series.at("tenantqos_stats_reads_total"), 11);
+  EXPECT_EQ(p.series.at("tenantqos_qp_scans_total"), 12);
+  EXPECT_EQ(p.series.at("tenantqos_policyd_reconnect_waits_total"), 13);
   EXPECT_EQ(p.series.at("tenantqos_reconcile_unresolved_errors"), 1);
   EXPECT_EQ(p.series.at("tenantqos_reconcile_duration_seconds_count"), 2);
   EXPECT_NEAR(p.series.at("tenantqos_reconcile_duration_seconds_sum"), 0.202, 1e-9);
@@ -289,8 +297,45 @@ TEST(MetricsTest, EveryFamilyNameCarriesAUnitOrIsDimensionless) {
   const std::regex ok(
       "tenantqos_[a-z_]+(_bytes_total|_packets_total|_drops_total|_overlimits_total|"
       "_seconds_total|_bytes_per_second|_seconds|_errors_total|_bytes|_processes|_version|"
-      "_connected|_ready|_errors|_up|_qps|_qp_owners|_changes_total|_offers_total)");
+      "_connected|_ready|_errors|_up|_qps|_qp_owners|_changes_total|_offers_total|_mode|_term|"
+      "_refusals_total|_waits_total|_scans_total|_reads_total)");
+  AgentState s = sampleState();
+  s.fabric.mode = FabricMode::kHeld;  // the fabric's families too
+  p = parse(renderMetrics(s, WatchStatus{true}));
   for (const auto& [name, type] : p.types) EXPECT_TRUE(std::regex_match(name, ok)) << name;
+}
+
+// A shared fabric link's buckets are series of their own, labelled by link; the caps' mode
+// (allocator, held, static) is one gauge per mode, 1 for the current one.
+TEST(MetricsTest, FabricLinkSeriesAndTheModeOfTheCaps) {
+  AgentState s = sampleState();
+  BucketStatus b;
+  b.device = "leaf-uplink";
+  b.fabric_link = true;
+  b.bytes = 555;
+  b.allocated_bytes_per_second = 75'000'000;
+  b.demand_bytes_per_second = kUnboundedDemand;
+  s.tenants[0].buckets.push_back(b);
+  s.fabric.mode = FabricMode::kStatic;
+  s.fabric.term = 12;
+  s.fabric.last_caps_age_ns = 4'500'000'000;
+  Parsed p = parse(renderMetrics(s, WatchStatus{true}));
+  const std::string labels =
+      "{direction=\"tx\",link=\"leaf-uplink\",node=\"node1\",tenant=\"tenant-a\"}";
+  EXPECT_EQ(p.series["tenantqos_fabric_link_bytes_total" + labels], 555);
+  EXPECT_EQ(p.series["tenantqos_fabric_link_cap_bytes_per_second" + labels], 75'000'000);
+  EXPECT_TRUE(std::isinf(p.series["tenantqos_fabric_link_demand_bytes_per_second" + labels]));
+  EXPECT_EQ(p.types["tenantqos_fabric_link_bytes_total"], "counter");
+  // Not a device: not among the device buckets.
+  for (const auto& [key, v] : p.series)
+    EXPECT_EQ(key.find("device=\"leaf-uplink\""), std::string::npos) << key;
+  EXPECT_EQ(p.series["tenantqos_fabric_mode{mode=\"static\"}"], 1);
+  EXPECT_EQ(p.series["tenantqos_fabric_mode{mode=\"allocator\"}"], 0);
+  EXPECT_EQ(p.series["tenantqos_fabric_caps_age_seconds"], 4.5);
+  EXPECT_EQ(p.series["tenantqos_fabric_allocator_term"], 12);
+  // A node behind no shared link has none of them.
+  p = parse(renderMetrics(sampleState(), WatchStatus{true}));
+  EXPECT_EQ(p.types.count("tenantqos_fabric_mode"), 0u);
 }
 
 class HttpServerTest : public ::testing::Test {};

@@ -30,6 +30,10 @@ bool fileExists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+std::string readWholeFileOr(const std::string& path) {
+  return readFile(path, 1 << 20).valueOr("(unreadable)");
+}
+
 std::string socketOf(const std::string& run_dir, const std::string& tenant) {
   return attach::tenantSocketPath(run_dir, tenant);
 }
@@ -782,6 +786,90 @@ TEST(ReconcileLoopTest, RunsPostedWorkInOrderOnItsThreadAndStopsCleanly) {
   EXPECT_FALSE(loop.postPolicy(samplePolicy(3), PolicySource::kPolicyd));
   EXPECT_FALSE(loop.runSync([](Reconciler&) {}));
   loop.stop();  // idempotent
+}
+
+// The shared fabric links this node is behind (docs/fabric.md): every tenant gets a tx and an
+// rx bucket per link, at the static split until the cluster allocator's caps come, then at the
+// caps, back to the static split once they are older than their hold time; the peers file
+// tells the plugin which peers are in the node's group; the caps' mode is published.
+TEST_F(ReconcilerTest, SharedLinkBucketsEnforceTheAllocatorsCapsThenTheStaticSplit) {
+  auto r = make();
+  VersionedPolicy p = samplePolicy(1);
+  SharedLinkSpec leaf;
+  leaf.name = "leaf-uplink";
+  leaf.capacity_bytes_per_second = 1'000'000'000;
+  leaf.groups = {{"leaf-1", {"node1", "node2"}, 0}, {"leaf-2", {"node3"}, 0}};
+  p.policy.shared_links = {leaf};
+  r->onPolicy(p, PolicySource::kPolicyd);
+  r->tick();
+  auto linkRates = [&](const std::string& tenant) {
+    std::vector<std::pair<shm::Direction, uint64_t>> out;
+    const std::optional<TenantParams> params = r->tenantParams(tenant);
+    for (const BucketSpec& b : params->buckets) {
+      if (b.scope != shm::kScopeFabricLink) continue;
+      EXPECT_EQ(b.name, "leaf-uplink");
+      EXPECT_EQ(b.index, 0u);
+      out.emplace_back(b.direction, b.rate_bytes_per_second);
+    }
+    return out;
+  };
+  using Rates = std::vector<std::pair<shm::Direction, uint64_t>>;
+  // No caps yet: each tenant's guarantee over the group's two nodes (a 500 MB/s, b 250 MB/s).
+  EXPECT_EQ(linkRates("tenant-a"), (Rates{{shm::kTx, 250'000'000}, {shm::kRx, 250'000'000}}));
+  EXPECT_EQ(linkRates("tenant-b"), (Rates{{shm::kTx, 125'000'000}, {shm::kRx, 125'000'000}}));
+  // The device buckets are the node's allocation as before (two per device of the link).
+  EXPECT_EQ(r->tenantParams("tenant-a")->buckets.size(), 4u);
+  EXPECT_EQ(readWholeFileOr(attach::fabricPeersPath(dir_.path())),
+            "tenantqos-fabric-peers 1\nlink 0 leaf-uplink leaf-1 all\n");
+
+  FabricCapsMessage m;
+  m.node = "node1";
+  m.term = 3;
+  m.hold_ns = 3'000'000'000;
+  m.caps = {{"tenant-a", "leaf-uplink", "leaf-1", 600'000'000, 400'000'000, 1, 2}};
+  m.peers = std::vector<FabricGroupPeers>{{"leaf-uplink", "leaf-1", {"10.0.0.2"}}};
+  r->onFabricConnected(true);
+  r->onFabricCaps(m);
+  EXPECT_EQ(linkRates("tenant-a"), (Rates{{shm::kTx, 600'000'000}, {shm::kRx, 400'000'000}}));
+  EXPECT_EQ(linkRates("tenant-b"), (Rates{{shm::kTx, 125'000'000}, {shm::kRx, 125'000'000}}));
+  EXPECT_NE(readWholeFileOr(attach::fabricPeersPath(dir_.path())).find("peer 0 10.0.0.2\n"),
+            std::string::npos);
+  r->tick();
+  AgentState s = r->buildState();
+  EXPECT_EQ(s.fabric.mode, FabricMode::kAllocator);
+  EXPECT_EQ(s.fabric.term, 3u);
+  // Another node's caps, or an older term's, are not taken.
+  m.term = 2;
+  m.caps[0].tx = 1;
+  r->onFabricCaps(m);
+  EXPECT_EQ(linkRates("tenant-a")[0].second, 600'000'000u);
+
+  // The stream is lost; past the hold time the static split with the last round's counts:
+  // tenant-a on 1 node of 2 pairs: 500 + (1000 - 800 guarantees) / 2 = 600 MB/s both ways.
+  r->onFabricConnected(false);
+  r->tick();
+  EXPECT_EQ(r->buildState().fabric.mode, FabricMode::kHeld);
+  clock_.advanceNs(3'000'000'000);
+  r->tick();
+  s = r->buildState();
+  EXPECT_EQ(s.fabric.mode, FabricMode::kStatic);
+  EXPECT_EQ(linkRates("tenant-a"), (Rates{{shm::kTx, 600'000'000}, {shm::kRx, 600'000'000}}));
+  // Link buckets are shown apart from the devices' (metrics label them by link).
+  size_t links = 0;
+  for (const TenantStatus& t : s.tenants)
+    for (const BucketStatus& b : t.buckets) links += b.fabric_link;
+  EXPECT_EQ(links, 6u);  // tx and rx for each of the three tenants
+  // The board has the node's demand for the stream (no process attached: no entries).
+  ASSERT_TRUE(board_.fabricDemand().has_value());
+  EXPECT_TRUE(board_.fabricDemand()->entries.empty());
+
+  // A policy without shared links: no link buckets, no peers file, no demand.
+  VersionedPolicy plain = samplePolicy(2);
+  r->onPolicy(plain, PolicySource::kPolicyd);
+  r->tick();
+  EXPECT_TRUE(linkRates("tenant-a").empty());
+  EXPECT_FALSE(fileExists(attach::fabricPeersPath(dir_.path())));
+  EXPECT_FALSE(board_.fabricDemand().has_value());
 }
 
 }  // namespace

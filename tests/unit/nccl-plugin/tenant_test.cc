@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/attach_protocol.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -59,6 +62,34 @@ class TenantPacerTest : public ::testing::Test {
     return agent_->tenant(tenant, p);
   }
   static TenantUsage usage(TenantShm* w, int64_t now) { return w->collect(now, 0); }
+
+  // Drives the pacer's re-attach to `tenant`. Each step is one admit() a fake millisecond after
+  // the last (the pacer checks again after its recheck interval, and polls an attempt in flight
+  // every millisecond of its clock). When a step leaves an attempt waiting for the agent, whose
+  // thread answers in real time, the test waits for the agent's reply counter (a poll with a
+  // deadline) before the next step, instead of sleeping.
+  bool attachedTo(TenantPacer& p, const std::string& tenant) {
+    PaceState ps;
+    auto done = [&] {
+      return p.mode() == TenantPacer::Mode::kAgent && p.attachedTenant() == tenant;
+    };
+    for (int step = 0; step < 5000 && !done(); ++step) this->step(p, ps, 1 * kMs);
+    return done();
+  }
+
+  // One admit() `ns` of fake time after the last; when it leaves an attempt waiting for the
+  // agent, waits (a poll with a deadline) until the agent's thread has sent one more reply.
+  void step(TenantPacer& p, PaceState& ps, int64_t ns) {
+    const uint64_t replies = agent_->server().repliesSent();
+    clock_.advanceNs(ns);
+    (void)p.admit(1, &ps);
+    if (!p.attaching()) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (agent_->server().repliesSent() == replies &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+  }
 
   std::string dir_;
   std::unique_ptr<testing::TestAgent> agent_;
@@ -431,13 +462,8 @@ TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
   EXPECT_TRUE(p.admit(1 << 20, &ps));  // not yet looked again
   EXPECT_EQ(p.mode(), TenantPacer::Mode::kUnpaced);
   clock_.advanceNs(600 * kMs);
-  (void)p.admit(1, &ps);  // governed now: attaching (never waits in isend)...
-  for (int i = 0; i < 2000 && p.mode() != TenantPacer::Mode::kAgent; ++i) {
-    clock_.advanceNs(1 * kMs);
-    (void)p.admit(1, &ps);
-    ::usleep(500);  // the agent's thread answers in real time
-  }
-  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  // Governed now: attaching, one step per call, never waiting in isend...
+  ASSERT_TRUE(attachedTo(p, "team-b"));
   clock_.advanceNs(1000 * kMs);
   EXPECT_TRUE(p.admit(1'000, &ps));   // ...the agent's 1 KB burst...
   EXPECT_FALSE(p.admit(1'000, &ps));  // ...and nothing more at 1 KB/s
@@ -445,19 +471,6 @@ TEST_F(TenantPacerTest, FileAppearingLaterIsPickedUpAtTheRecheckInterval) {
   bool said = false;
   for (const auto& l : lines()) said |= l.find("appeared") != std::string::npos;
   EXPECT_TRUE(said);
-}
-
-// Drives admit() until the pacer is attached to `tenant` (re-attaching never blocks isend: it
-// takes a few calls).
-bool attachedTo(TenantPacer& p, FakeClock& clock, const std::string& tenant) {
-  PaceState ps;
-  for (int i = 0; i < 2000; ++i) {
-    if (p.mode() == TenantPacer::Mode::kAgent && p.attachedTenant() == tenant) return true;
-    clock.advanceNs(1'000'000);
-    (void)p.admit(1, &ps);
-    if (i % 100 == 99) ::usleep(1000);  // the agent's thread answers in real time
-  }
-  return false;
 }
 
 TEST_F(TenantPacerTest, DeletedTenantFallsBackToTheDefaultAndReattaches) {
@@ -468,11 +481,11 @@ TEST_F(TenantPacerTest, DeletedTenantFallsBackToTheDefaultAndReattaches) {
   ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
   EXPECT_EQ(p.attachedTenant(), "team-c");
   agent_->remove("team-c");  // marked deleted, socket gone
-  ASSERT_TRUE(attachedTo(p, clock_, "default"));
+  ASSERT_TRUE(attachedTo(p, "default"));
   EXPECT_EQ(p.rateBytesPerSecond(), 12'500'000u) << "the default tenant's rate";
   (void)w;
   agent("team-c", 5'000, 5'000, 40);
-  ASSERT_TRUE(attachedTo(p, clock_, "team-c"));
+  ASSERT_TRUE(attachedTo(p, "team-c"));
   EXPECT_EQ(p.qos().dscp, 40);
 }
 
@@ -523,21 +536,15 @@ TEST_F(TenantPacerTest, NotHeldByTheNodeWideSocketPacesWithinItsUidsShareUntilTh
   EXPECT_GE(said("the most one uid may"), 1u);
   // Rechecks while there is no room: the same memory again, nothing new mapped or logged.
   PaceState ps;
-  for (int i = 0; i < 20; ++i) {
-    clock_.advanceNs(10 * kMs);
-    (void)p.admit(1, &ps);
-    ::usleep(2000);  // the agent's thread answers in real time
-  }
+  for (int i = 0; i < 20; ++i) step(p, ps, 10 * kMs);
   EXPECT_EQ(said("attached again"), 0u);
   EXPECT_EQ(p.mode(), TenantPacer::Mode::kAgent);
   // Room: held, with a slot, on the next recheck.
   first.reset();
   bool held = false;
-  for (int i = 0; i < 2000 && !held; ++i) {
-    clock_.advanceNs(10 * kMs);
-    (void)p.admit(1, &ps);
+  for (int i = 0; i < 200 && !held; ++i) {
+    step(p, ps, 10 * kMs);
     held = said("attached again") == 1;
-    if (!held && i % 10 == 9) ::usleep(1000);
   }
   EXPECT_TRUE(held);
   EXPECT_EQ(said("not held by the agent"), 1u);

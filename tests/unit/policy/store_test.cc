@@ -148,6 +148,38 @@ TEST(VersionIndexTest, RetentionAndOtherWriters) {
   EXPECT_EQ(index.next(), 10u);
 }
 
+// The answers every durable store gives from its index alone (IndexedPolicyStore).
+class IndexOnlyStore final : public IndexedPolicyStore {
+ public:
+  void add(PolicyRecord r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.addIntact(std::move(r));
+  }
+  void addCorrupt(uint64_t version) {
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.addCorrupt(version, "bad");
+  }
+  Result<PolicyRecord> append(PolicyRecord) override { return internalError("not here"); }
+  Result<PolicyRecord> get(uint64_t) const override { return internalError("not here"); }
+  std::string epoch() const override { return "e"; }
+  std::string describe() const override { return "index only"; }
+};
+
+TEST(IndexedPolicyStoreTest, LatestListNextAndCorruptComeFromTheIndex) {
+  IndexOnlyStore s;
+  EXPECT_FALSE(s.latest());
+  EXPECT_EQ(s.nextVersion(), 1u);
+  s.add(testRecord(1, 1));
+  s.add(testRecord(2, 2));
+  s.addCorrupt(3);
+  ASSERT_TRUE(s.latest());
+  EXPECT_EQ(s.latest()->version, 2u);
+  EXPECT_EQ(s.nextVersion(), 4u);
+  EXPECT_EQ(s.corruptRecords(), 1u);
+  ASSERT_EQ(s.list().size(), 3u);
+  EXPECT_EQ(s.list().front().version, 3u);
+}
+
 TEST(StoreEpochTest, RandomHexAndLoudWhenTheKernelGivesNoRandomBytes) {
   Result<std::string> a = newStoreEpoch();
   Result<std::string> b = newStoreEpoch();

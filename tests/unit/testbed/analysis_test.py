@@ -191,6 +191,27 @@ class ViolationsTest(unittest.TestCase):
         self.assertEqual([(x["tenant"], x["figure"]) for x in v], [("slow", 1.2)])
         self.assertEqual(analysis.violations({"tenants": [self.tenant()], "link_bps": 1e9}), [])
 
+    def test_a_link_left_mostly_idle_does_not_excuse_the_other_windows(self):
+        # 15 busy of 90 contended windows with demand: the busy filter is not trusted, all
+        # windows count. Windows at a receiver the tenant has to itself never are busy and do
+        # not count against the filter (most: 60 of 90 contended, 180 with demand).
+        few = self.tenant(name="few", attainment_p1=0.3, busy_windows_with_demand=15,
+                          contended_windows_with_demand=90, windows_with_demand=90)
+        most = self.tenant(name="most", attainment_p1=0.3, busy_windows_with_demand=60,
+                           contended_windows_with_demand=90, windows_with_demand=180)
+        self.assertEqual(analysis.target_attainment(few), (1.0, 0.3, ""))
+        self.assertEqual(analysis.target_attainment(most), (1.0, 1.0, "_link_busy"))
+        v = analysis.violations({"link_bps": 1e9, "tenants": [few, most]})
+        self.assertEqual([(x["tenant"], x["measure"]) for x in v], [("few", "attainment_p1")])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.check_targets([{"name": "incast-tenantqos-tcp", "workload": "incast",
+                                   "mode": "tenantqos-tcp", "skipped": None, "link_bps": 1e9,
+                                   "tenants": [few]}], {})
+        self.assertIn("[MISS] incast/tenantqos-tcp: few attainment p50 1.000 (>= 0.99), p1 0.300 "
+                      "(>= 0.95) over all windows with demand (15 busy of 90 contended windows "
+                      "with demand); too few busy windows", out.getvalue())
+
 
 class Spec:
     def __init__(self, name, g, l, w, dscp):
@@ -394,6 +415,112 @@ class ReportTest(unittest.TestCase):
         self.assertIn("incast/none: violates guarantee (tenant-a attainment_p50_link_busy 0.740)",
                       text)
         self.assertEqual(missed, 3)  # attainment, cap conformance, ingress reaction
+
+
+class FabricTest(unittest.TestCase):
+    """The leaf/spine fabric (issue 21): its objects, the peers on the spine's ports, the
+    policy's topology, the workloads and their targets."""
+
+    def topo(self, **kw):
+        return topology.Topology(prefix="tqx", nodes=4, link_bits=int(1e9),
+                                 buffer_bytes=500_000, fabric=True, **kw)
+
+    def test_two_leaves_and_a_spine_with_a_port_at_each_end(self):
+        t = self.topo(spine_bits=int(5e8))
+        self.assertEqual([s.bridge for s in t.switches], ["br0", "br1"])
+        self.assertEqual([t.link(i).switch.bridge for i in range(1, 5)],
+                         ["br0", "br0", "br1", "br1"])
+        self.assertEqual(t.spine.devs, ("tqxs0", "tqxs1"))
+        self.assertEqual(t.spine.arrive_dev, ("tqxs1", "tqxs0"))  # counted at the far leaf
+        self.assertEqual([(p.dev, p.rate_bits, p.buffer_bytes) for p in t.spine.ports],
+                         [("tqxs0", 5e8, 250_000), ("tqxs1", 5e8, 250_000)])  # 4 ms each
+        self.assertEqual(len(t.ports()), 6)  # 4 towards nodes, 2 on the spine
+        self.assertEqual(t.leaf_groups(), [("leaf-1", ["node1", "node2"]),
+                                           ("leaf-2", ["node3", "node4"])])
+        for bad in (dict(nodes=3), dict(nodes=4, rails=2)):
+            with self.assertRaises(ValueError):
+                topology.Topology(prefix="tqx", fabric=True, **bad)
+
+    def test_switch_peers_configure_the_spine_at_its_rate_and_caps_stay_at_hosts(self):
+        calls = []
+        peers.install(self.topo(spine_bits=int(5e8)), "weights", DEMO,
+                      lambda argv, netns=None, check=True: calls.append(argv))
+        roots = sorted(a[4] for a in calls if a[:3] == ["tc", "qdisc", "add"] and "root" in a)
+        self.assertEqual(roots, ["tqxp1", "tqxp2", "tqxp3", "tqxp4", "tqxs0", "tqxs1"])
+        link = {a[4]: a[a.index("rate") + 1] for a in calls
+                if a[:3] == ["tc", "class", "add"] and a[a.index("classid") + 1] == "1:1"}
+        self.assertEqual((link["tqxs0"], link["tqxp1"]), ("500000000bit", "1000000000bit"))
+        calls = []
+        peers.install(self.topo(), "caps", DEMO,
+                      lambda argv, netns=None, check=True: calls.append(argv))
+        self.assertFalse([a for a in calls if "tqxs0" in a or "tqxs1" in a])
+
+    def test_the_policy_has_the_leaves_as_a_shared_link(self):
+        from tqbed import scenarios
+        specs = [scenarios.TenantSpec(t.name, t.guarantee_bps, t.limit_bps, t.weight, k + 1,
+                                      t.dscp) for k, t in enumerate(DEMO)]
+        text = scenarios.policy_yaml(1e9, specs, 5, shared=(1e9, self.topo().leaf_groups()))
+        self.assertIn("sharedLinks:\n  - name: leaf-uplink\n    capacity: 1000000000\n"
+                      "    headroom: 5%\n    groups:\n      - name: leaf-1\n"
+                      "        nodes: [node1, node2]\n      - name: leaf-2\n"
+                      "        nodes: [node3, node4]\ntenants:", text)
+        self.assertNotIn("sharedLinks", scenarios.policy_yaml(1e9, specs, 5))
+
+    def test_the_workloads_cross_the_spine_both_ways(self):
+        from tqbed import scenarios
+        sc = report.workload_scenario("fabric", "static", DEMO, 1e9, 10)
+        self.assertTrue(sc.fabric)
+        self.assertEqual({n: p.nodes for n, p in sc.placement.items()},
+                         {"tenant-a": [1, 3], "tenant-b": [2, 4], "noisy": [1, 4]})
+        self.assertEqual(sc.policy, ["tenant-a", "tenant-b", "noisy"])
+        runner = scenarios.Runner(self.topo(), None, None, None, None, 1e9, 5, DEMO)
+        for p in sc.placement.values():
+            self.assertEqual(runner.spine_directions(p), [0, 1])
+        self.assertEqual(runner.spine_directions(workload.Placement("allreduce", (1, 2))), [])
+        self.assertEqual(runner.spine_directions(workload.Placement("incast", (3, 1, 2))), [0])
+        sc = report.workload_scenario("fabric-onoff", "none", DEMO, 1e9, 10)
+        self.assertEqual(set(sc.on_off), {"tenant-b", "noisy"})
+        self.assertEqual(sc.report_ms, 10)
+        names = [s.name for s in report.bench_scenarios(
+            DEMO, 1e9, True, ["none", "tenantqos-tcp"], ["fabric-failover"])]
+        self.assertEqual(names, ["fabric-failover-tenantqos-tcp"])  # the allocator's own
+        with self.assertRaises(ValueError):  # no tenant-b to place
+            report.workload_scenario("fabric", "none", DEMO[::2], 1e9, 10)
+
+    def test_targets_on_the_spine_a_mode_not_run_and_the_failover(self):
+        a = {"name": "tenant-a", "guarantee_bps": 4e8, "limit_bps": 6e8, "busbw_bps": 5e8,
+             "attainment_p50_link_busy": 1.4, "attainment_p1_link_busy": 1.2,
+             "cap_conformance_max": 1.0, "cap_conformance_rx_max": 1.0,
+             "cap_conformance_tx_max": 0.9}
+        results = [
+            {"name": "fabric-tenantqos-rdma", "workload": "fabric", "mode": "tenantqos-rdma",
+             "skipped": "agent has no cluster-allocator client", "tenants": [],
+             "violations": []},
+            {"name": "fabric-failover-tenantqos-tcp", "workload": "fabric-failover",
+             "mode": "tenantqos-tcp", "skipped": None, "link_bps": 1e9,
+             "utilization_over_demand": 0.97, "tenants": [a], "violations": [],
+             "failover": {"killed_replica": 1, "takeover_ms": 2100.0, "fallback_ms": 3000,
+                          "longest_below_guarantee_ms": {"tenant-a": 3200.0}}},
+            {"name": "fabric-onoff-tenantqos-tcp", "workload": "fabric-onoff",
+             "mode": "tenantqos-tcp", "skipped": None, "link_bps": 1e9, "tenants": [],
+             "reaction_ms": {"tenant-b": {"wake_to_guarantee_p50": 120.0, "cycles": 5}}}]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.print_table(results, 1e9, ["tenantqos-rdma"], ["fabric"], lambda w: DEMO)
+            missed = report.check_targets(results, {})
+        text = out.getvalue()
+        self.assertIn("not run: fabric-tenantqos-rdma: agent has no cluster-allocator client",
+                      text)
+        self.assertIn("[MISS] fabric/tenantqos-rdma: not run: agent has no", text)
+        self.assertIn("[PASS] fabric-failover/tenantqos-tcp: tenant-a attainment on the spine "
+                      "p50 1.400", text)
+        self.assertIn("[MISS] fabric-failover/tenantqos-tcp: active allocator killed (-9): a "
+                      "standby active after 2100 ms; the longest time a tenant had < 0.95 x its "
+                      "guarantee on the spine after it: 3200 ms (tenant-a; <= the fallback "
+                      "window 3000 ms)", text)
+        self.assertIn("[PASS] fabric-onoff/tenantqos-tcp: tenant-b waking has its guarantee on "
+                      "the spine in 120.0 ms p50 (<= 200 ms", text)
+        self.assertEqual(missed, 2)  # not run, failover too long
 
 
 def main():

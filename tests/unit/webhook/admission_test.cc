@@ -266,5 +266,236 @@ TEST(AdmissionHostile, GroupFlagNeverGivesATenantsGroupToAnother) {
   EXPECT_NE(patch.find(R"("supplementalGroups":[7499])"), std::string::npos) << patch;
 }
 
+// --- Every rule admission.h states, one test each where the tests above do not show it. ---
+
+TEST(AdmissionRules, NormalPathIsTheHostsViewOfThePath) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"/run/tenantqos", "/run/tenantqos"},
+      {"/run/tenantqos/", "/run/tenantqos"},
+      {"//run///tenantqos//", "/run/tenantqos"},
+      {"/run/./tenantqos/.", "/run/tenantqos"},
+      {"run/tenantqos", "/run/tenantqos"},
+      {"/var/run/tenantqos", "/run/tenantqos"},
+      {"/var/run", "/run"},
+      {"/var/running", "/var/running"},
+      {"/run/a/../b", "/run/a/../b"},  // `..` is kept for the caller to refuse
+      {"", "/"},
+      {"/", "/"},
+      {".", "/"},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(normalPath(in), want) << in;
+}
+
+// The pod as the API server stores it after the /mutate answer's JSONPatch.
+std::string patched(const std::string& review_body, const ReviewResult& r) {
+  nlohmann::json doc = nlohmann::json::parse(review_body);
+  doc["request"]["object"] = doc["request"]["object"].patch(nlohmann::json::parse(patchOf(r.body)));
+  return doc.dump();
+}
+
+TEST(AdmissionRules, AMutatedPodValidatesAndASecondMutateLeavesItAlone) {
+  const VersionedPolicy vp = groupedPolicy();
+  RecipeOptions o;
+  o.group = 7499;
+  const nlohmann::json spec = {
+      {"containers",
+       {{{"name", "trainer"}, {"env", {{{"name", "LD_LIBRARY_PATH"}, {"value", "/usr/lib/x"}}}}},
+        {{"name", "sidecar"}}}}};
+  const std::string pod = podReview("team-a", {{"labels", {{"app", "x"}}}}, spec);
+  const ReviewResult first = review(Endpoint::kMutate, pod, &vp, o);
+  ASSERT_EQ(first.outcome, "mutated") << first.body;
+  const std::string after = patched(pod, first);
+  const nlohmann::json obj = nlohmann::json::parse(after)["request"]["object"];
+  EXPECT_EQ(obj["metadata"]["labels"][std::string(kTenantLabel)], "tenant-a");
+  EXPECT_EQ(obj["spec"]["securityContext"]["supplementalGroups"], nlohmann::json({7401}))
+      << "the tenant's numeric unixGroup, not --group";
+  EXPECT_EQ(obj["spec"]["initContainers"][0]["name"], "tenantqos-plugin");
+  const nlohmann::json& trainer = obj["spec"]["containers"][0];
+  EXPECT_EQ(trainer["env"][0]["value"], o.plugin_dir + ":/usr/lib/x")
+      << "the plugin's directory first, the container's own path kept";
+  const nlohmann::json& sidecar = obj["spec"]["containers"][1];
+  bool ld = false, tenant = false;
+  for (const auto& e : sidecar["env"]) {
+    if (e["name"] == "LD_LIBRARY_PATH") {
+      ld = e["value"] == o.plugin_dir + ":" + o.default_ld_library_path;
+    }
+    tenant |= e["name"] == "TENANTQOS_TENANT" && e["value"] == "tenant-a";
+  }
+  EXPECT_TRUE(ld && tenant) << sidecar.dump();
+
+  EXPECT_EQ(review(Endpoint::kMutate, after, &vp, o).outcome, "unchanged");
+  const ReviewResult valid = review(Endpoint::kValidate, after, &vp, o);
+  EXPECT_EQ(valid.outcome, "allowed") << valid.message;
+  EXPECT_NE(valid.body.find("\"allowed\":true"), std::string::npos) << valid.body;
+}
+
+TEST(AdmissionRules, ValidateRefusesAPodThatLacksTheRecipe) {
+  const VersionedPolicy vp = groupedPolicy();
+  const ReviewResult r = review(Endpoint::kValidate, podReview("team-a", {}, {}), &vp, {});
+  EXPECT_EQ(r.outcome, "refused");
+  EXPECT_NE(r.message.find("pod team-a/p (tenant \"tenant-a\", from its namespace \"team-a\") "
+                           "lacks its tenant's tenantqos settings (was /mutate skipped?): "),
+            std::string::npos)
+      << r.message;
+  EXPECT_NE(r.message.find("label tenantqos.io/tenant"), std::string::npos) << r.message;
+  EXPECT_NE(r.body.find("\"code\":403"), std::string::npos) << r.body;
+}
+
+TEST(AdmissionRules, APodsOwnTenantqosSettingsAreRefusedWithTheReasons) {
+  const VersionedPolicy vp = groupedPolicy();
+  const RecipeOptions o;
+  const std::pair<nlohmann::json, std::string> claims[] = {
+      {{{"containers", {{{"name", "c"}, {"env", {{{"name", "NCCL_NET"}, {"value", "Socket"}}}}}}}},
+       "container \"c\" sets NCCL_NET=\"Socket\": its tenant's recipe has NCCL_NET=\"tenantqos\""},
+      {{{"containers",
+         {{{"name", "c"}, {"env", {{{"name", "TENANTQOS_TENANT"}, {"value", "tenant-b"}}}}}}}},
+       "sets TENANTQOS_TENANT=\"tenant-b\""},
+      {{{"containers",
+         {{{"name", "c"},
+           {"env", {{{"name", "TENANTQOS_TENANT"}, {"valueFrom", {{"fieldRef", {}}}}}}}}}}},
+       "sets TENANTQOS_TENANT=(valueFrom)"},
+      {{{"containers",
+         {{{"name", "c"}, {"env", {{{"name", "LD_LIBRARY_PATH"}, {"valueFrom", nullptr}}}}}}}},
+       "sets LD_LIBRARY_PATH from valueFrom"},
+      {{{"initContainers", {{{"name", "tenantqos-plugin"}, {"image", "evil"}}}}},
+       "init container name \"tenantqos-plugin\" is reserved"},
+      {{{"volumes", {{{"name", "tenantqos-plugin"}, {"emptyDir", nlohmann::json::object()}}}}},
+       "volume name \"tenantqos-plugin\" is reserved"},
+      {{{"containers",
+         {{{"name", "c"},
+           {"volumeMounts",
+            {{{"name", "tenantqos-tenant"},
+              {"mountPath", "/run/tenantqos/tenants/tenant-a"},
+              {"readOnly", true}}}}}}}},
+       "the plugin opens \"/run/tenantqos/tenants/tenant-a\" read-write"},
+      {{{"containers",
+         {{{"name", "c"},
+           {"volumeMounts", {{{"name", "tenantqos-plugin"}, {"mountPath", "/elsewhere"}}}}}}}},
+       "the recipe mounts it at \"/opt/tenantqos/lib\""},
+  };
+  for (const auto& [spec, why] : claims) {
+    SCOPED_TRACE(spec.dump());
+    expectRefused(podReview("team-a", {}, spec), vp, o, why);
+  }
+  expectRefused(podReview("team-a", {{"labels", {{std::string(kTenantLabel), "tenant-b"}}}}, {}),
+                vp, o,
+                "label tenantqos.io/tenant=\"tenant-b\" contradicts its tenant \"tenant-a\"");
+  // A pod of no tenant may not carry tenantqos settings either, and is told why it has none.
+  expectRefused(podReview("research", {{"labels", {{std::string(kTenantLabel), "tenant-a"}}}}, {}),
+                vp, o, "the pod has no tenant (namespace \"research\" belong");
+}
+
+TEST(AdmissionRules, OnlyCreatesOfPodsAreReviewed) {
+  const VersionedPolicy vp = groupedPolicy();
+  nlohmann::json doc = nlohmann::json::parse(podReview("team-a", {}, {}));
+  doc["request"]["operation"] = "UPDATE";
+  EXPECT_EQ(review(Endpoint::kMutate, doc.dump(), &vp, {}).outcome, "unchanged");
+  EXPECT_EQ(review(Endpoint::kValidate, doc.dump(), &vp, {}).outcome, "allowed");
+  doc["request"]["operation"] = "CREATE";
+  doc["request"]["kind"] = {{"group", "apps"}, {"version", "v1"}, {"kind", "Deployment"}};
+  ReviewResult r = review(Endpoint::kMutate, doc.dump(), &vp, {});
+  EXPECT_EQ(r.outcome, "error");
+  EXPECT_NE(r.message.find("reviews Pods only, got \"apps/Deployment\""), std::string::npos);
+  EXPECT_NE(r.body.find("\"allowed\":false"), std::string::npos) << r.body;
+}
+
+TEST(AdmissionRules, TheBodyIsBoundedAndCheckedBeforeUse) {
+  const VersionedPolicy vp = groupedPolicy();
+  const std::string deep = R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","x":)" +
+                           std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']') + "}";
+  ReviewResult r = review(Endpoint::kMutate, deep, &vp, {});
+  EXPECT_EQ(r.http_status, 400);
+  EXPECT_EQ(r.message, "request JSON nests deeper than 64 levels");
+  for (const char* bad :
+       {R"({"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}})",
+        R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}})",
+        R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":[]})", "[1,2]",
+        "{\"a\":"}) {
+    r = review(Endpoint::kValidate, bad, &vp, {});
+    EXPECT_EQ(r.http_status, 400) << bad;
+    EXPECT_EQ(r.outcome, "error") << bad;
+  }
+  nlohmann::json no_spec = nlohmann::json::parse(podReview("team-a", {}, {}));
+  no_spec["request"]["object"]["spec"] = "x";
+  r = review(Endpoint::kMutate, no_spec.dump(), &vp, {});
+  EXPECT_EQ(r.outcome, "error");
+  EXPECT_NE(r.message.find("not a Pod with a spec"), std::string::npos) << r.message;
+}
+
+TEST(AdmissionRules, MistypedFieldsReadAsAbsentAndNeverCrash) {
+  const VersionedPolicy vp = groupedPolicy();
+  const RecipeOptions o;
+  const nlohmann::json specs[] = {
+      {{"containers", "x"}},
+      {{"containers", {1, "c", nullptr, {{"name", 5}, {"env", {{"x", 1}}}}}}},
+      {{"containers", {{{"name", "c"}, {"env", {{{"name", "A"}, {"value", {1, 2}}}}}}}}},
+      {{"volumes", {1, "v", {{"name", "v"}, {"hostPath", "/run"}}}}},
+      {{"volumes", {{{"name", "v"}, {"hostPath", {{"path", 7}}}}}}},
+      {{"securityContext", {1, 2}}},
+      {{"securityContext", {{"supplementalGroups", "7402"}}}},
+      {{"securityContext", {{"supplementalGroups", {"7402", -1, 1.5, nullptr}}}}},
+      {{"initContainers", {{"name", "tenantqos-plugin"}}}},
+  };
+  for (const nlohmann::json& spec : specs) {
+    SCOPED_TRACE(spec.dump());
+    for (Endpoint e : {Endpoint::kMutate, Endpoint::kValidate}) {
+      const ReviewResult r = review(e, podReview("team-a", {{"labels", 5}}, spec), &vp, o);
+      EXPECT_EQ(r.http_status, 200);
+      EXPECT_TRUE(r.outcome == "mutated" || r.outcome == "refused" || r.outcome == "unchanged")
+          << r.outcome << ": " << r.message;
+      EXPECT_TRUE(nlohmann::json::accept(r.body)) << r.body;
+    }
+  }
+  // A gid spelled as a float is still that gid; a negative number or a string is no group.
+  expectRefused(podReview("team-b", {}, {{"securityContext", {{"fsGroup", 7401.0}}}}), vp, o,
+                "securityContext.fsGroup 7401 is tenant \"tenant-a\"'s unixGroup");
+  EXPECT_EQ(review(Endpoint::kMutate,
+                   podReview("team-b", {}, {{"securityContext", {{"runAsGroup", "7401"}}}}), &vp, o)
+                .outcome,
+            "mutated");
+}
+
+TEST(AdmissionRules, HostPathsAtOrAboveTheRunDirectoryAndAnyDotDotAreRefused) {
+  const VersionedPolicy vp = groupedPolicy();
+  const RecipeOptions o;
+  for (const char* path : {"/", "/run", "/var/run", "/var/run/", "/run/tenantqos/tenants",
+                           "/opt/../run/tenantqos", "/data/..", "/.."}) {
+    SCOPED_TRACE(path);
+    expectRefused(
+        podReview("team-a", {}, {{"volumes", {{{"name", "x"}, {"hostPath", {{"path", path}}}}}}}),
+        vp, o, "mounts host path");
+  }
+  // Elsewhere on the host is not tenantqos's business.
+  const ReviewResult r = review(
+      Endpoint::kMutate,
+      podReview("team-a", {}, {{"volumes", {{{"name", "d"}, {"hostPath", {{"path", "/data"}}}}}}}),
+      &vp, o);
+  EXPECT_EQ(r.outcome, "mutated") << r.message;
+}
+
+TEST(AdmissionRules, EphemeralContainersCannotClaimAnotherTenantsGroup) {
+  const VersionedPolicy vp = groupedPolicy();
+  expectRefused(podReview("team-b", {},
+                          {{"ephemeralContainers",
+                            {{{"name", "debug"}, {"securityContext", {{"runAsGroup", 7401}}}}}}}),
+                vp, {},
+                "container \"debug\": securityContext.runAsGroup 7401 is tenant \"tenant-a\"'s");
+}
+
+TEST(AdmissionRules, ARefusalListsTheFirstTenReasonsAndCountsTheRest) {
+  const VersionedPolicy vp = groupedPolicy();
+  nlohmann::json env = nlohmann::json::array();
+  for (int i = 0; i < 30; ++i) {
+    env.push_back({{"name", "TENANTQOS_X" + std::to_string(i)}, {"value", "1"}});
+  }
+  const ReviewResult r =
+      review(Endpoint::kValidate,
+             podReview("team-a", {}, {{"containers", {{{"name", "c"}, {"env", env}}}}}), &vp, {});
+  EXPECT_EQ(r.outcome, "refused");
+  EXPECT_NE(r.message.find("TENANTQOS_X9 itself"), std::string::npos) << r.message;
+  EXPECT_EQ(r.message.find("TENANTQOS_X10 itself"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("; and 20 more"), std::string::npos) << r.message;
+}
+
 }  // namespace
 }  // namespace tq::webhook

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <set>
@@ -632,7 +633,7 @@ class HandAdmission final : public Admission {
     admitted += bytes;
     return true;
   }
-  int64_t waitNs(uint64_t) const override { return 1'000'000; }
+  int64_t waitNs(uint64_t) const override { return wait_ns.load(); }
   void giveBack(uint64_t) override {}
   void peerWait(int64_t ns) override { peer_wait_ns += ns; }
   uint64_t chunkBytes() const override { return chunk; }
@@ -650,6 +651,7 @@ class HandAdmission final : public Admission {
     return largest;
   }
   std::atomic<uint64_t> chunk{8192};
+  std::atomic<int64_t> wait_ns{1'000'000};  // what waitNs says (INT64_MAX: a rate of 0)
   std::atomic<int64_t> peer_wait_ns{0};
   uint64_t last_pending = 0;
 
@@ -733,6 +735,31 @@ TEST_F(SocketPacingTest, AReceiverReadsNoFasterThanItsBucket) {
   EXPECT_TRUE(drive(sr, rr, 5000, &sd, &rd));
   EXPECT_EQ(buf, msg);
   EXPECT_EQ(rx.admittedBytes(), 300'000u);
+}
+
+// A helper refused by a bucket whose rate is 0 ("never", the allocation of a tenant without a
+// guarantee that looked idle for one agent period) looks again within a millisecond, so the
+// rate the agent raises a period later is used at once; no one wakes it when tokens appear.
+// Before, it slept the poll timeout (1 s): the testbed's noisy receives stalled 0.1-1 s at a time.
+TEST_F(SocketPacingTest, AHelperRefusedAtRateZeroSeesARaisedRateWithinMilliseconds) {
+  HandAdmission rx;
+  rx.wait_ns = std::numeric_limits<int64_t>::max();
+  HandPacing rx_pacing(&rx);
+  recv_->setPacing(&rx_pacing);
+  const std::string msg(100'000, 'z');
+  std::string buf(100'000, '\0');
+  Request* rr = post(&buf);
+  Request* sr = nullptr;
+  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
+  bool sd = false, rd = false;
+  EXPECT_FALSE(drive(sr, rr, 50, &sd, &rd)) << "no tokens at all";
+  rx.add(100'000);  // the raised rate: tokens, and no wake-up
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(drive(sr, rr, 5000, &sd, &rd));
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  EXPECT_LT(waited.count(), 250) << "the helper slept on a wait computed at a rate of 0";
+  EXPECT_EQ(buf, msg);
 }
 
 // An inline message (here up to 1 KiB) waits in the control stream until the rx bucket has it.

@@ -1,0 +1,179 @@
+#include "agent/fabric_client.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <set>
+
+#include "common/fabric_peers.h"
+#include "common/log.h"
+#include "tenantqos/v1/policy.grpc.pb.h"
+
+namespace tq::agent {
+namespace {
+
+namespace v1 = tenantqos::v1;
+
+constexpr size_t kMaxAddresses = 16;  // what policyd accepts
+
+}  // namespace
+
+std::vector<std::string> deviceAddresses(const std::vector<std::string>& devices) {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  std::set<std::string> wanted(devices.begin(), devices.end());
+  for (ifaddrs* i = list; i != nullptr && out.size() < kMaxAddresses; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_name == nullptr || !wanted.count(i->ifa_name)) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (i->ifa_addr->sa_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      if (::inet_ntop(AF_INET, &a->sin_addr, text, sizeof text) == nullptr) continue;
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr)) continue;  // not routed between nodes
+      if (::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text) == nullptr) continue;
+    } else {
+      continue;
+    }
+    if (auto c = canonicalAddress(text)) {
+      if (std::find(out.begin(), out.end(), *c) == out.end()) out.push_back(*c);
+    }
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+v1::DemandReport toDemandReport(const std::string& node, const FabricDemand& demand,
+                                const std::vector<std::string>& addresses, uint64_t sequence) {
+  v1::DemandReport r;
+  r.set_node(node);
+  r.set_policy_version(demand.policy_version);
+  r.set_sequence(sequence);
+  for (const FabricDemandEntry& e : demand.entries) {
+    v1::LinkDemand* d = r.add_demands();
+    d->set_tenant(e.tenant);
+    d->set_link(e.link);
+    d->set_transmit_bytes_per_second(e.tx);
+    d->set_receive_bytes_per_second(e.rx);
+  }
+  for (size_t i = 0; i < addresses.size() && i < kMaxAddresses; ++i) r.add_addresses(addresses[i]);
+  return r;
+}
+
+FabricCapsMessage fromNodeCaps(const v1::NodeCaps& c) {
+  FabricCapsMessage m;
+  m.node = c.node();
+  m.term = c.term();
+  m.round = c.round();
+  m.policy_version = c.policy_version();
+  m.hold_ns = static_cast<int64_t>(c.hold_ms()) * 1'000'000;
+  m.allocator = c.allocator();
+  for (const v1::LinkCap& cap : c.caps()) {
+    m.caps.push_back({cap.tenant(), cap.link(), cap.group(), cap.transmit_cap_bytes_per_second(),
+                      cap.receive_cap_bytes_per_second(), cap.tenant_nodes(), cap.link_pairs()});
+  }
+  if (c.has_peers()) {
+    std::vector<FabricGroupPeers> peers;
+    for (const v1::GroupPeers& g : c.peers()) {
+      peers.push_back({g.link(), g.group(), {g.addresses().begin(), g.addresses().end()}});
+    }
+    m.peers = std::move(peers);
+  }
+  return m;
+}
+
+FabricClient::FabricClient(std::shared_ptr<rpc::ChannelRing> ring, Options options,
+                           const StateBoard& board, std::function<void(FabricCapsMessage)> on_caps,
+                           std::function<void(bool)> on_connected, Clock& clock)
+    : ring_(std::move(ring)),
+      options_(std::move(options)),
+      board_(board),
+      on_caps_(std::move(on_caps)),
+      on_connected_(std::move(on_connected)),
+      clock_(clock),
+      worker_(clock) {}
+
+FabricClient::~FabricClient() { stop(); }
+
+void FabricClient::start() {
+  worker_.start("tq-fabric", [this](std::stop_token stop) { run(stop); });
+}
+
+void FabricClient::stop() {
+  worker_.stop();
+  if (follower_) {
+    follower_->stop();
+    follower_.reset();
+  }
+  following_ = false;
+}
+
+void FabricClient::run(const std::stop_token& stop) {
+  // Follows the allocator while the node is behind a shared link (the reconcile thread
+  // publishes demand then), checked once a second.
+  while (!stop.stop_requested()) {
+    const bool wanted = board_.fabricDemand().has_value();
+    if (wanted && !follower_) {
+      rpc::StreamFollower::Options o;
+      o.what = "cluster allocator stream";
+      o.thread = "tq-allocate";
+      o.backoff = options_.backoff;
+      o.seed = options_.seed;
+      follower_ = std::make_unique<rpc::StreamFollower>(
+          ring_, o,
+          [this](const std::shared_ptr<grpc::Channel>& ch, grpc::ClientContext& ctx,
+                 const std::string& target) { return session(ch, ctx, target); },
+          [this](bool connected) {
+            if (on_connected_) on_connected_(connected);
+          },
+          clock_);
+      follower_->start();
+      following_ = true;
+    } else if (!wanted && follower_) {
+      // The policy no longer puts this node behind a shared link.
+      follower_->stop();
+      follower_.reset();
+      following_ = false;
+    }
+    if (!worker_.waitFor(1'000'000'000)) return;
+  }
+}
+
+rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc::Channel>& channel,
+                                                     grpc::ClientContext& ctx,
+                                                     const std::string& target) {
+  auto stub = v1::PolicyService::NewStub(channel);
+  auto stream = stub->Allocate(&ctx);
+  const std::vector<std::string> addresses =
+      options_.addresses ? options_.addresses() : std::vector<std::string>{};
+  TQ_LOG(kDebug, "cluster allocator stream to %s as %s (%zu addresses)", target.c_str(),
+         options_.node.c_str(), addresses.size());
+  // The writer: one report now (policyd attaches the node on its first), then every interval.
+  // gRPC allows one thread writing while another reads the same stream.
+  Worker writer(clock_);
+  writer.start("tq-demand", [&](std::stop_token st) {
+    do {
+      std::optional<FabricDemand> d = board_.fabricDemand();
+      if (!d) d = FabricDemand{};
+      if (!stream->Write(toDemandReport(options_.node, *d, addresses, ++sequence_))) return;
+      sent_++;
+    } while (!st.stop_requested() && writer.waitFor(options_.interval_ns));
+  });
+  rpc::StreamFollower::StreamEnd end;
+  v1::NodeCaps caps;
+  while (stream->Read(&caps)) {
+    end.delivered = true;
+    received_++;
+    if (on_caps_) on_caps_(fromNodeCaps(caps));
+  }
+  ctx.TryCancel();  // a writer blocked in Write returns
+  writer.stop();
+  end.status = stream->Finish();
+  return end;
+}
+
+}  // namespace tq::agent
