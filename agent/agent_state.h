@@ -15,6 +15,7 @@
 
 #include "agent/fabric_links.h"
 #include "agent/tc_applier.h"
+#include "common/thread_annotations.h"
 
 namespace tq::agent {
 
@@ -150,17 +151,17 @@ struct WatchStatus {
 class StateBoard {
  public:
   void publish(AgentState state) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     state_ = std::move(state);
   }
   // The QP scan thread's result, merged into every snapshot.
   void publishRdmaQps(std::optional<std::vector<RdmaQpCounts>> qps) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     rdma_qps_ = std::move(qps);
     ++qp_scans_;
   }
   AgentState snapshot() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     AgentState s = state_;
     s.rdma_qps = rdma_qps_;
     s.qp_scans_total = qp_scans_;
@@ -175,16 +176,16 @@ class StateBoard {
   void countStoreEpochChange() { epoch_changes_.fetch_add(1, std::memory_order_relaxed); }
   void reportOlderOffered(uint64_t version, std::string notice) {
     older_offered_.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     older_offered_version_ = version;
     store_notice_ = std::move(notice);
   }
   void clearStoreNotice() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     store_notice_.clear();
   }
   WatchStatus watchStatus() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return {policydConnected(), epoch_changes_.load(std::memory_order_relaxed),
             older_offered_.load(std::memory_order_relaxed), older_offered_version_, store_notice_};
   }
@@ -192,25 +193,25 @@ class StateBoard {
   // The node's demand on its shared links (reconcile thread, every publish), for the cluster
   // allocator's stream (agent/fabric_client.h); nullopt until the node is behind one.
   void publishFabricDemand(std::optional<FabricDemand> demand) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     fabric_demand_ = std::move(demand);
   }
   std::optional<FabricDemand> fabricDemand() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return fabric_demand_;
   }
 
  private:
-  mutable std::mutex mu_;
-  AgentState state_;
-  std::optional<std::vector<RdmaQpCounts>> rdma_qps_;
-  uint64_t qp_scans_ = 0;  // guarded by mu_
+  mutable Mutex mu_;
+  AgentState state_ TQ_GUARDED_BY(mu_);
+  std::optional<std::vector<RdmaQpCounts>> rdma_qps_ TQ_GUARDED_BY(mu_);
+  uint64_t qp_scans_ TQ_GUARDED_BY(mu_) = 0;
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> epoch_changes_{0};
   std::atomic<uint64_t> older_offered_{0};
-  uint64_t older_offered_version_ = 0;         // guarded by mu_
-  std::string store_notice_;                   // guarded by mu_
-  std::optional<FabricDemand> fabric_demand_;  // guarded by mu_
+  uint64_t older_offered_version_ TQ_GUARDED_BY(mu_) = 0;
+  std::string store_notice_ TQ_GUARDED_BY(mu_);
+  std::optional<FabricDemand> fabric_demand_ TQ_GUARDED_BY(mu_);
 };
 
 }  // namespace tq::agent

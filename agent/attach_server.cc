@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace tq::agent {
 namespace {
@@ -153,7 +154,10 @@ Result<std::unique_ptr<AttachServer>> AttachServer::start(Options options, Clock
   auto l = std::make_shared<Listener>();
   l->fd = std::move(fd);
   l->path = path;
-  s->listeners_[""] = std::move(l);
+  {
+    MutexLock lock(s->mu_);  // (no other thread yet; the analysis wants it, and it is free)
+    s->listeners_[""] = std::move(l);
+  }
   s->thread_ = std::thread([p = s.get()] { p->run(); });
   s->clock_.subscribe(s.get());
   TQ_LOG(kInfo, "attach: node-wide socket %s (default tenant)", path.c_str());
@@ -165,7 +169,7 @@ AttachServer::~AttachServer() {
   stop_.store(true);
   wake();
   if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& c : conns_) {
     if (c->attached) c->shm->releaseSlot(c->slot, c->peer.pid);
   }
@@ -198,7 +202,7 @@ Status AttachServer::serve(const std::string& tenant, std::shared_ptr<TenantShm>
                            std::optional<gid_t> group) {
   if (!isDns1123Label(tenant)) return invalidArgument("tenant " + tenant + ": not a DNS label");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = listeners_.find(tenant);
     if (it != listeners_.end() && it->second->group == group) {
       it->second->shm = std::move(shm);
@@ -220,7 +224,7 @@ Status AttachServer::serve(const std::string& tenant, std::shared_ptr<TenantShm>
   l->shm = std::move(shm);
   l->group = group;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto& slot = listeners_[tenant];
     if (slot) retired_.push_back(std::move(slot));
     slot = std::move(l);
@@ -234,7 +238,7 @@ Status AttachServer::serve(const std::string& tenant, std::shared_ptr<TenantShm>
 void AttachServer::unserve(const std::string& tenant) {
   std::shared_ptr<Listener> l;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = listeners_.find(tenant);
     if (it == listeners_.end() || tenant.empty()) return;
     l = it->second;
@@ -248,12 +252,12 @@ void AttachServer::unserve(const std::string& tenant) {
 }
 
 void AttachServer::serveDefault(std::shared_ptr<DefaultTenant> tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   listeners_.at("")->default_tenant = std::move(tenant);
 }
 
 std::vector<Attachment> AttachServer::attachments() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Attachment> out;
   bool gone = false;
   for (const auto& c : conns_) {
@@ -292,7 +296,7 @@ void AttachServer::run() {
   while (!stop_.load()) {
     int timeout_ms = -1;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       retired_.clear();  // not in the last poll set any more
       fds.assign(1, pollfd{wake_fd_.get(), POLLIN, 0});
       polled_listeners.clear();
@@ -317,7 +321,7 @@ void AttachServer::run() {
     uint64_t drained = 0;
     [[maybe_unused]] ssize_t n = ::read(wake_fd_.get(), &drained, sizeof(drained));
 
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const int64_t now = clock_.nowNs();
     for (size_t i = 0; i < polled_listeners.size(); ++i) {
       if (fds[1 + i].revents & POLLIN) acceptFrom(polled_listeners[i], now);

@@ -42,6 +42,7 @@
 #include "common/fd.h"
 #include "common/status.h"
 #include "common/tenant_shm.h"
+#include "common/thread_annotations.h"
 
 namespace tq::agent {
 
@@ -130,20 +131,21 @@ class AttachServer final : private ClockListener {
   void onClockMoved() override { wake(); }
   Result<Fd> listenAt(const std::string& path, uint32_t mode, gid_t group);
   void run();
-  void acceptFrom(const std::shared_ptr<Listener>& l, int64_t now);
+  void acceptFrom(const std::shared_ptr<Listener>& l, int64_t now) TQ_REQUIRES(mu_);
   // The node-wide socket's bounds for a new connection of c's uid (above): true to hold it
   // (another uid's connection may have been evicted for it), false when it was answered not
   // held and is to be closed.
-  bool admitNodeWide(Conn* c, int64_t now);
+  bool admitNodeWide(Conn* c, int64_t now) TQ_REQUIRES(mu_);
   // Answers c with its uid's memory, no slot, kReplyNotHeld (`why`), without reading its request.
-  void answerNotHeld(Conn* c, int64_t now, const std::string& why);
+  void answerNotHeld(Conn* c, int64_t now, const std::string& why) TQ_REQUIRES(mu_);
   // Returns false when the connection is done (to be closed).
-  bool onRequest(Conn* c, int64_t now);
-  bool onReadable(Conn* c, int64_t now);
-  void refuse(Conn* c, int64_t now, attach::ReplyStatus status, const std::string& why);
-  void badInput(const Conn& c, int64_t now, const std::string& what);
-  void logLimited(const Conn& c, int64_t now, bool warn, const std::string& what);
-  void close(Conn* c);
+  bool onRequest(Conn* c, int64_t now) TQ_REQUIRES(mu_);
+  bool onReadable(Conn* c, int64_t now) TQ_REQUIRES(mu_);
+  void refuse(Conn* c, int64_t now, attach::ReplyStatus status, const std::string& why)
+      TQ_REQUIRES(mu_);
+  void badInput(const Conn& c, int64_t now, const std::string& what) TQ_REQUIRES(mu_);
+  void logLimited(const Conn& c, int64_t now, bool warn, const std::string& what) TQ_REQUIRES(mu_);
+  void close(Conn* c) TQ_REQUIRES(mu_);
   std::string who(const Conn& c) const;
   void wake() const;
 
@@ -155,12 +157,13 @@ class AttachServer final : private ClockListener {
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Listener>> listeners_;  // by tenant; "" = node-wide
-  std::vector<std::unique_ptr<Conn>> conns_;
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<Listener>> listeners_
+      TQ_GUARDED_BY(mu_);  // by tenant; "" = node-wide
+  std::vector<std::unique_ptr<Conn>> conns_ TQ_GUARDED_BY(mu_);
   // Listeners that unserve() retired: released by the thread once it is past its poll(), so an
   // fd number in flight there is never closed (and reused) underneath it.
-  std::vector<std::shared_ptr<Listener>> retired_;
+  std::vector<std::shared_ptr<Listener>> retired_ TQ_GUARDED_BY(mu_);
 };
 
 }  // namespace tq::agent

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "common/token_bucket.h"
 #include "common/units.h"
 
@@ -48,7 +49,7 @@ DefaultTenant::DefaultTenant(Options options, std::shared_ptr<TenantShm> group, 
 
 Result<std::shared_ptr<TenantShm>> DefaultTenant::shardFor(uid_t uid) {
   const int64_t now = clock_.nowNs();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!have_params_) return unavailable("the default tenant has no parameters yet");
   int64_t key = static_cast<int64_t>(uid);
   if (parts_.count(key) == 0 && uid_shards_ >= options_.max_uids) key = kOverflow;
@@ -132,7 +133,7 @@ void DefaultTenant::publish(Participant* p, TenantParams params) {
 }
 
 void DefaultTenant::setParams(const TenantParams& p) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   template_ = p;
   have_params_ = true;
   redistribute();
@@ -160,7 +161,7 @@ void DefaultTenant::redistribute() {
 }
 
 TenantUsage DefaultTenant::collect(int64_t now_ns, uint64_t max_rate) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   TenantUsage sum = retired_;
   sum.buckets.resize(template_.buckets.size());
   for (auto& [k, p] : parts_) {
@@ -188,7 +189,7 @@ TenantUsage DefaultTenant::collect(int64_t now_ns, uint64_t max_rate) {
 }
 
 void DefaultTenant::split(int64_t now_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = parts_.begin(); it != parts_.end();) {
     Participant& p = it->second;
     if (it->first != kGroup && now_ns - p.handed_out_ns >= options_.idle_grace_ns &&
@@ -208,7 +209,7 @@ void DefaultTenant::split(int64_t now_ns) {
 }
 
 std::vector<std::shared_ptr<TenantShm>> DefaultTenant::retire() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::shared_ptr<TenantShm>> busy;
   for (auto& [k, p] : parts_) {
     if (k == kGroup) continue;
@@ -223,18 +224,18 @@ std::vector<std::shared_ptr<TenantShm>> DefaultTenant::retire() {
 }
 
 size_t DefaultTenant::shards() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return parts_.size() - (group_ ? 1 : 0);
 }
 
 std::shared_ptr<TenantShm> DefaultTenant::shardOf(uid_t uid) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = parts_.find(static_cast<int64_t>(uid));
   return it == parts_.end() ? nullptr : it->second.shm;
 }
 
 uint64_t DefaultTenant::rateOf(int64_t participant, uint32_t b) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = parts_.find(participant);
   if (it == parts_.end() || b >= it->second.published.buckets.size()) return 0;
   return it->second.published.buckets[b].rate_bytes_per_second;

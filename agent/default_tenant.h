@@ -37,6 +37,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/tenant_shm.h"
+#include "common/thread_annotations.h"
 #include "common/token_bucket.h"
 
 namespace tq::agent {
@@ -104,23 +105,23 @@ class DefaultTenant {
   };
   // mu_ held. The participants' rates per bucket by splitRate() over their demands; published
   // where they changed.
-  void redistribute();
+  void redistribute() TQ_REQUIRES(mu_);
   // mu_ held. The template with each bucket at a participant's share (rates: the tenant's).
   TenantParams paramsAt(const std::vector<uint64_t>& rates,
-                        const std::vector<uint64_t>& shares) const;
-  uint64_t depthAt(size_t b, uint64_t share) const;  // mu_ held
-  void publish(Participant* p, TenantParams params);
+                        const std::vector<uint64_t>& shares) const TQ_REQUIRES(mu_);
+  uint64_t depthAt(size_t b, uint64_t share) const TQ_REQUIRES(mu_);
+  void publish(Participant* p, TenantParams params) TQ_REQUIRES(mu_);
 
   const Options options_;
   const std::shared_ptr<TenantShm> group_;
   Clock& clock_;
 
-  mutable std::mutex mu_;
-  TenantParams template_;
-  bool have_params_ = false;
-  std::map<int64_t, Participant> parts_;  // by uid; kGroup, kOverflow
-  uint32_t uid_shards_ = 0;               // entries of parts_ keyed by a uid
-  TenantUsage retired_;                   // totals of the shards dropped
+  mutable Mutex mu_;
+  TenantParams template_ TQ_GUARDED_BY(mu_);
+  bool have_params_ TQ_GUARDED_BY(mu_) = false;
+  std::map<int64_t, Participant> parts_ TQ_GUARDED_BY(mu_);  // by uid; kGroup, kOverflow
+  uint32_t uid_shards_ TQ_GUARDED_BY(mu_) = 0;               // entries of parts_ keyed by a uid
+  TenantUsage retired_ TQ_GUARDED_BY(mu_);                   // totals of the shards dropped
 };
 
 }  // namespace tq::agent

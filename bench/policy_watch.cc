@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "bench/allocate_agents.h"
+#include "common/thread_annotations.h"
 #include "rpc/runtime.h"
 #include "rpc/tls.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
@@ -65,6 +66,8 @@ namespace {
 
 namespace v1 = tenantqos::v1;
 using Clock = std::chrono::steady_clock;
+using tq::Mutex;
+using tq::MutexLock;
 
 constexpr size_t kMaxVersions = 512;
 
@@ -96,20 +99,21 @@ class Tracker {
     if (version <= prev) return;
     for (uint64_t k = prev + 1; k <= version; ++k) first_ns_[w][k] = t;
     held_[w] = version;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (uint64_t k = prev + 1; k <= version; ++k) ++reached_[k];
     cv_.notify_all();
   }
 
   // Waits until `n` watchers hold `version`; false on timeout.
   bool waitAll(uint64_t version, size_t n, std::chrono::seconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return reached_[version] >= n; });
+    MutexLock lock(mu_);
+    return cv_.wait_for(lock.native(), timeout,
+                        [&]() TQ_REQUIRES(mu_) { return reached_[version] >= n; });
   }
 
   // Latest first-hold time of `version` over watchers [0, n).
   int64_t lastNs(uint64_t version, size_t n) {
-    std::lock_guard<std::mutex> lock(mu_);  // orders after the watchers' writes
+    MutexLock lock(mu_);  // orders after the watchers' writes
     int64_t m = 0;
     for (size_t w = 0; w < n; ++w) m = std::max(m, first_ns_[w][version]);
     return m;
@@ -118,9 +122,9 @@ class Tracker {
  private:
   std::vector<std::vector<int64_t>> first_ns_;
   std::vector<uint64_t> held_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  size_t reached_[kMaxVersions];
+  size_t reached_[kMaxVersions] TQ_GUARDED_BY(mu_);
 };
 
 // PolicySnapshot.version, field 1, which the serializer writes first (tag 0x08, a varint); 0
@@ -168,14 +172,14 @@ class Watcher final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::Byt
     StartRead(&snap_);
   }
   void OnDone(const grpc::Status&) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     done_ = true;
     cv_.notify_all();
   }
   void cancelAndWait() {
     ctx_.TryCancel();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return done_; });
+    MutexLock lock(mu_);
+    cv_.wait_for(lock.native(), std::chrono::seconds(10), [&]() TQ_REQUIRES(mu_) { return done_; });
   }
 
  private:
@@ -184,9 +188,9 @@ class Watcher final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::Byt
   grpc::ClientContext ctx_;
   grpc::ByteBuffer req_;
   grpc::ByteBuffer snap_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
+  bool done_ TQ_GUARDED_BY(mu_) = false;
 };
 
 struct Stats {

@@ -16,18 +16,18 @@ int64_t SteadyClock::nowNs() const { return readClock(CLOCK_MONOTONIC); }
 int64_t SteadyClock::wallNs() const { return readClock(CLOCK_REALTIME); }
 
 void FakeClock::subscribe(ClockListener* l) {
-  std::lock_guard<std::mutex> lock(listeners_mu_);
+  MutexLock lock(listeners_mu_);
   listeners_.push_back(l);
 }
 
 void FakeClock::unsubscribe(ClockListener* l) {
-  std::lock_guard<std::mutex> lock(listeners_mu_);
+  MutexLock lock(listeners_mu_);
   std::erase(listeners_, l);
 }
 
 void FakeClock::notifyListeners() {
   // Held while calling, so unsubscribe() (from a listener's destructor) waits for it.
-  std::lock_guard<std::mutex> lock(listeners_mu_);
+  MutexLock lock(listeners_mu_);
   for (ClockListener* l : listeners_) l->onClockMoved();
 }
 

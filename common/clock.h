@@ -7,8 +7,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <vector>
+
+#include "common/thread_annotations.h"
 
 namespace tq {
 
@@ -61,11 +62,11 @@ class FakeClock final : public Clock {
   void unsubscribe(ClockListener* l) override;
 
  private:
-  void notifyListeners();
+  void notifyListeners() TQ_EXCLUDES(listeners_mu_);
 
   std::atomic<int64_t> now_;
-  std::mutex listeners_mu_;
-  std::vector<ClockListener*> listeners_;  // guarded by listeners_mu_
+  Mutex listeners_mu_;
+  std::vector<ClockListener*> listeners_ TQ_GUARDED_BY(listeners_mu_);
 };
 
 constexpr int64_t kNsPerUs = 1000;

@@ -1,4 +1,5 @@
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 #include <algorithm>
 #include <cctype>
@@ -35,8 +36,8 @@ void stderrSink(LogLevel level, const char* file, int line, const char* message)
   char stamp[96];
   std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", t.tm_year + 1900,
                 t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000000);
-  static std::mutex mu;  // keeps lines whole when several threads log at once
-  std::lock_guard<std::mutex> lock(mu);
+  static Mutex mu;  // keeps lines whole when several threads log at once
+  MutexLock lock(mu);
   std::fprintf(stderr, "%s %s %s:%d] %s\n", stamp, logLevelName(level).data(), shortFile(file),
                line, message);
 }

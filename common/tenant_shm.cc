@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010  // Linux 5.1
@@ -318,7 +319,7 @@ TenantShm::~TenantShm() = default;
 
 void TenantShm::publish(const TenantParams& params) {
   writeParams(*page_, params);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   num_buckets_ = static_cast<uint32_t>(std::min<size_t>(params.buckets.size(), shm::kMaxBuckets));
   for (uint32_t i = 0; i < shm::kMaxBuckets; ++i) {
     const uint32_t key = i < num_buckets_ && params.buckets[i].scope != shm::kScopeNone
@@ -364,7 +365,7 @@ bool TenantShm::zeroSlot(uint32_t i) {
 }
 
 std::optional<uint32_t> TenantShm::acquireSlot(const PeerIdentity& peer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
     SlotEntry& e = slots_[i];
     if (e.state != SlotState::kFree) continue;
@@ -387,7 +388,7 @@ std::optional<uint32_t> TenantShm::acquireSlot(const PeerIdentity& peer) {
 }
 
 void TenantShm::releaseSlot(std::optional<uint32_t> slot, pid_t pid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!slot) {
     auto it = std::find_if(slotless_.begin(), slotless_.end(),
                            [&](const PeerIdentity& p) { return p.pid == pid; });
@@ -400,7 +401,7 @@ void TenantShm::releaseSlot(std::optional<uint32_t> slot, pid_t pid) {
 }
 
 std::vector<Attachment> TenantShm::attachments() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Attachment> out;
   for (uint32_t i = 0; i < shm::kMaxSlots; ++i) {
     if (slots_[i].state == SlotState::kAttached) out.push_back({tenant_, i, slots_[i].peer});
@@ -410,14 +411,14 @@ std::vector<Attachment> TenantShm::attachments() const {
 }
 
 bool TenantShm::idle() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!slotless_.empty()) return false;
   return std::all_of(std::begin(slots_), std::end(slots_),
                      [](const SlotEntry& e) { return e.state == SlotState::kFree; });
 }
 
 TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // The first reading of a tenant's memory has no previous one: bound it as a minute's worth
   // (the agent reads within a period of creating the memory, so a tenant gains nothing there).
   const int64_t elapsed = last_collect_ns_ != 0 ? now_ns - last_collect_ns_ : kFirstReadingNs;

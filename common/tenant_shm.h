@@ -27,6 +27,7 @@
 #include "common/mapped_file.h"
 #include "common/shm_layout.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/token_bucket.h"
 
 namespace tq {
@@ -223,7 +224,7 @@ class TenantShm {
     bool logged = false;  // a problem of this attachment was logged already
   };
   // Zeroes slot i's header and counter blocks through the fd (mu_ held).
-  bool zeroSlot(uint32_t i);
+  bool zeroSlot(uint32_t i) TQ_REQUIRES(mu_);
   TenantShm(std::string tenant, Fd params_fd, Fd shared_fd, MappedFile page)
       : tenant_(std::move(tenant)),
         params_fd_(std::move(params_fd)),
@@ -237,16 +238,17 @@ class TenantShm {
   const MappedFile page_mapping_;  // the agent's own writable mapping (created before sealing)
   shm::ParamsPage* const page_;    // into it
 
-  mutable std::mutex mu_;
-  SlotEntry slots_[shm::kMaxSlots];
-  std::vector<PeerIdentity> slotless_;  // attached without a slot
+  mutable Mutex mu_;
+  SlotEntry slots_[shm::kMaxSlots] TQ_GUARDED_BY(mu_);
+  std::vector<PeerIdentity> slotless_ TQ_GUARDED_BY(mu_);  // attached without a slot
   // The published table's keys (reconcile thread; under mu_ for collect): a key that changes
   // at an index resynchronises that index's baselines at the next collect.
-  uint32_t keys_[shm::kMaxBuckets] = {};
-  bool resync_[shm::kMaxBuckets] = {};
-  uint32_t num_buckets_ = 0;
-  TenantUsage totals_;  // counters only (per bucket and sums), and rejected readings
-  int64_t last_collect_ns_ = 0;
+  uint32_t keys_[shm::kMaxBuckets] TQ_GUARDED_BY(mu_) = {};
+  bool resync_[shm::kMaxBuckets] TQ_GUARDED_BY(mu_) = {};
+  uint32_t num_buckets_ TQ_GUARDED_BY(mu_) = 0;
+  TenantUsage totals_
+      TQ_GUARDED_BY(mu_);  // counters only (per bucket and sums), and rejected readings
+  int64_t last_collect_ns_ TQ_GUARDED_BY(mu_) = 0;
 };
 
 // ---- the plugin side --------------------------------------------------------------------------

@@ -19,7 +19,7 @@ Worker::~Worker() {
 }
 
 void Worker::start(std::string name, std::function<void(std::stop_token)> body) {
-  std::lock_guard<std::mutex> lock(mu_);  // the body's first wait reads thread_ under it
+  MutexLock lock(mu_);  // the body's first wait reads thread_ under it
   thread_ = std::jthread([name = std::move(name), body = std::move(body)](std::stop_token st) {
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
     body(std::move(st));
@@ -29,7 +29,7 @@ void Worker::start(std::string name, std::function<void(std::stop_token)> body) 
 void Worker::stop() {
   {
     // Under the mutex, so a wait between its stop check and blocking cannot miss it.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!thread_.joinable()) return;
     thread_.request_stop();
   }
@@ -38,17 +38,12 @@ void Worker::stop() {
 }
 
 bool Worker::stopRequested() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return thread_.get_stop_token().stop_requested();
 }
 
 bool Worker::waitUntil(int64_t deadline_ns, const std::function<bool()>& ready) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return waitUntil(lock, deadline_ns, ready);
-}
-
-bool Worker::waitUntil(std::unique_lock<std::mutex>& lock, int64_t deadline_ns,
-                       const std::function<bool()>& ready) {
+  MutexLock lock(mu_);  // `ready` runs under it
   const std::stop_token st = thread_.get_stop_token();
   sleeping_until_ns_ = deadline_ns;
   for (;;) {
@@ -61,20 +56,20 @@ bool Worker::waitUntil(std::unique_lock<std::mutex>& lock, int64_t deadline_ns,
     // Slices of at most an hour: steady_clock::now() + a far deadline must not overflow.
     const uint64_t seen = generation_;
     cv_.wait_for(lock, st, std::chrono::nanoseconds(std::min<int64_t>(left, kMaxSliceNs)),
-                 [&] { return generation_ != seen; });
+                 [&]() TQ_REQUIRES(mu_) { return generation_ != seen; });
   }
   sleeping_until_ns_ = -1;
   return !st.stop_requested();
 }
 
 int64_t Worker::sleepingUntilNs() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return sleeping_until_ns_;
 }
 
 void Worker::onClockMoved() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++generation_;
   }
   cv_.notify_all();

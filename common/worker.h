@@ -15,12 +15,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <thread>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 
 namespace tq {
 
@@ -39,25 +39,22 @@ class Worker final : private ClockListener {
 
   // Runs `fn` under the wait mutex, then wakes the body's wait so it re-checks `ready`.
   template <typename F>
-  auto withLock(F&& fn) {
+  auto withLock(F&& fn) TQ_EXCLUDES(mu_) {
     struct Waker {
       Worker* w;
       ~Waker() { w->cv_.notify_all(); }
     } waker{this};
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++generation_;
     return fn();
   }
 
   // Body only. Waits until clock().nowNs() >= deadline_ns, or `ready()` (checked under the
   // wait mutex; may be empty) holds. False if stop was requested (then at once), else true.
-  bool waitUntil(int64_t deadline_ns, const std::function<bool()>& ready = {});
-  bool waitFor(int64_t ns, const std::function<bool()>& ready = {}) {
+  bool waitUntil(int64_t deadline_ns, const std::function<bool()>& ready = {}) TQ_EXCLUDES(mu_);
+  bool waitFor(int64_t ns, const std::function<bool()>& ready = {}) TQ_EXCLUDES(mu_) {
     return waitUntil(clock_.nowNs() + ns, ready);
   }
-  // The same with the wait mutex already held through `lock` (it is held again on return).
-  bool waitUntil(std::unique_lock<std::mutex>& lock, int64_t deadline_ns,
-                 const std::function<bool()>& ready);
 
   // The deadline the body is waiting for now, -1 when it is not waiting (tests: advance a
   // FakeClock to it).
@@ -65,14 +62,16 @@ class Worker final : private ClockListener {
   Clock& clock() const { return clock_; }
 
  private:
-  void onClockMoved() override;
+  void onClockMoved() override TQ_EXCLUDES(mu_);
 
   Clock& clock_;
-  mutable std::mutex mu_;
-  std::condition_variable_any cv_;
-  int64_t sleeping_until_ns_ = -1;  // guarded by mu_
-  uint64_t generation_ = 0;         // guarded by mu_; bumped by withLock() and clock moves
-  std::jthread thread_;             // assigned and read under mu_ (join: by stop() only)
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;  // waits on a MutexLock of mu_ (and the stop token)
+  int64_t sleeping_until_ns_ TQ_GUARDED_BY(mu_) = -1;
+  uint64_t generation_ TQ_GUARDED_BY(mu_) = 0;  // bumped by withLock() and clock moves
+  // Assigned and read under mu_; joined by stop() alone, without it (the body may need mu_ to
+  // end), so it is not GUARDED_BY.
+  std::jthread thread_;
 };
 
 }  // namespace tq

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/thread_annotations.h"
 #include "nccl-plugin/nccl_log.h"
 #include "nccl-plugin/plugin.h"
 
@@ -18,7 +19,7 @@ namespace {
 // comm NCCL still holds may still be in use by one of its threads: that plugin is left alone).
 // g_life_mu orders init, finalize, the check after a close and the unload hook; the entry
 // points on the data path only load g_plugin (NCCL calls nothing of a plugin it has finalized).
-std::mutex g_life_mu;  // trivially destructible: safe to lock from the unload hook
+Mutex g_life_mu;  // trivially destructible: safe to lock from the unload hook
 std::atomic<Plugin*> g_plugin{nullptr};
 std::atomic<NetContext*> g_process_ctx{nullptr};  // v9/v10: one context per process
 
@@ -28,7 +29,7 @@ Result<Plugin*> plugin() {
   return p;
 }
 
-void endPluginLocked() {
+void endPluginLocked() TQ_REQUIRES(g_life_mu) {
   Plugin* p = g_plugin.exchange(nullptr, std::memory_order_acq_rel);
   if (NetContext* c = g_process_ctx.exchange(nullptr, std::memory_order_acq_rel)) {
     (void)p->finalize(c);
@@ -41,7 +42,7 @@ void endPluginLocked() {
 // exit, and (registered after the first plugin was made) before the destructors of the statics
 // that plugin uses. NCCL's logger is dropped first: at exit NCCL may be half torn down.
 void unloadHook() {
-  std::lock_guard<std::mutex> lock(g_life_mu);
+  MutexLock lock(g_life_mu);
   Plugin* p = g_plugin.load(std::memory_order_acquire);
   if (p == nullptr || p->liveComms() != 0) return;
   installNcclLogger(nullptr);
@@ -49,7 +50,7 @@ void unloadHook() {
 }
 
 // g_life_mu held.
-Result<Plugin*> pluginForInit(ncclDebugLogger_t logger) {
+Result<Plugin*> pluginForInit(ncclDebugLogger_t logger) TQ_REQUIRES(g_life_mu) {
   if (logger != nullptr) installNcclLogger(logger);
   if (Plugin* p = g_plugin.load(std::memory_order_acquire)) return p;
   TQ_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> made, Plugin::fromEnvironment());
@@ -67,7 +68,7 @@ Result<Plugin*> pluginForInit(ncclDebugLogger_t logger) {
 
 // After a finalize or a close: the last one ends the plugin.
 void endPluginIfIdle() {
-  std::lock_guard<std::mutex> lock(g_life_mu);
+  MutexLock lock(g_life_mu);
   Plugin* p = g_plugin.load(std::memory_order_acquire);
   if (p == nullptr || !p->idle()) return;
   TQ_LOG(kDebug, "last context finalized and last comm closed: the plugin's transport is stopped");
@@ -82,7 +83,7 @@ Result<NetContext*> processContext() {
 }
 
 Status initProcessContext(ncclDebugLogger_t logger) {
-  std::lock_guard<std::mutex> lock(g_life_mu);
+  MutexLock lock(g_life_mu);
   TQ_ASSIGN_OR_RETURN(Plugin * p, pluginForInit(logger));
   if (g_process_ctx.load(std::memory_order_acquire) != nullptr) return okStatus();
   TQ_ASSIGN_OR_RETURN(NetContext * c, p->newContext(0, NCCL_NET_TRAFFIC_CLASS_UNDEF));
@@ -222,7 +223,7 @@ ncclResult_t initV11(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t* conf
   return firewall("init", [&]() -> Status {
     if (ctx == nullptr) return invalidArgument("init: ctx is NULL");
     *ctx = nullptr;
-    std::lock_guard<std::mutex> lock(g_life_mu);
+    MutexLock lock(g_life_mu);
     TQ_ASSIGN_OR_RETURN(Plugin * p, pluginForInit(logger));
     // `config` points at NCCL's stack temporary: copy what we need now.
     const int tc = config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "common/thread_annotations.h"
 #include "nccl-plugin/transport.h"
 
 namespace tq::plugin {
@@ -34,13 +35,13 @@ class HandleStates {
     std::memcpy(&guard, handle + kHandlePrivateOffset, 8);
     std::memcpy(&st, handle + kHandlePrivateOffset + 8, sizeof st);
     if (guard != kGuard || st == nullptr) return nullptr;
-    std::lock_guard<std::mutex> lock(mu());
+    MutexLock lock(mu());
     return live().count(st) != 0 ? st : nullptr;
   }
   // Parks `st` (owned by the registry from now on) in `handle`.
   static void attach(uint8_t* handle, State* st) {
     {
-      std::lock_guard<std::mutex> lock(mu());
+      MutexLock lock(mu());
       live().insert(st);
     }
     const uint64_t guard = kGuard;
@@ -50,7 +51,7 @@ class HandleStates {
   // Forgets and deletes `st`, and clears the private half of `handle`.
   static void detach(uint8_t* handle, State* st) {
     {
-      std::lock_guard<std::mutex> lock(mu());
+      MutexLock lock(mu());
       live().erase(st);
     }
     std::memset(handle + kHandlePrivateOffset, 0, kHandleBytes - kHandlePrivateOffset);
@@ -60,7 +61,7 @@ class HandleStates {
   // NCCL abandoned must not keep its devices, QPs or sockets alive). The handles that still
   // point at them no longer find them: a later connect starts afresh.
   static void eraseOwnedBy(const void* owner) {
-    std::lock_guard<std::mutex> lock(mu());
+    MutexLock lock(mu());
     for (auto it = live().begin(); it != live().end();) {
       if ((*it)->owner == owner) {
         delete *it;
@@ -72,11 +73,11 @@ class HandleStates {
   }
 
  private:
-  static std::mutex& mu() {
-    static auto* m = new std::mutex();  // never destroyed: safe during exit
+  static Mutex& mu() {
+    static auto* m = new Mutex();  // never destroyed: safe during exit
     return *m;
   }
-  static std::unordered_set<State*>& live() {
+  static std::unordered_set<State*>& live() TQ_REQUIRES(mu()) {
     static auto* s = new std::unordered_set<State*>();
     return *s;
   }

@@ -5,6 +5,7 @@
 
 #include "common/attach_protocol.h"
 #include "common/tenant_shm.h"
+#include "common/thread_annotations.h"
 #include "nccl-plugin/ib/ib_factory.h"
 #include "nccl-plugin/socket/socket_transport.h"
 
@@ -49,7 +50,7 @@ class TenantPacing final : public Pacing {
  public:
   TenantPacing(TenantPacer* tenant, int channel) : tenant_(tenant), channel_(channel) {}
   Admission* newAdmission() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     admissions_.push_back(std::make_unique<TenantAdmission>(tenant_, channel_));
     return admissions_.back().get();
   }
@@ -57,8 +58,8 @@ class TenantPacing final : public Pacing {
  private:
   TenantPacer* tenant_;
   const int channel_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<TenantAdmission>> admissions_;
+  Mutex mu_;
+  std::vector<std::unique_ptr<TenantAdmission>> admissions_ TQ_GUARDED_BY(mu_);
 };
 
 // The network device of a transport device, for its tenant's per-device buckets.
@@ -164,7 +165,6 @@ ncclResult_t toNcclResult(const Status& s) {
 Plugin::Plugin(PluginParams params, std::unique_ptr<Transport> transport, Clock& clock,
                TrafficClassLookup lookup)
     : params_(std::move(params)),
-      clock_(clock),
       transport_(std::move(transport)),
       tenants_(params_, clock, std::move(lookup)) {}
 

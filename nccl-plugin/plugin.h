@@ -120,7 +120,6 @@ class Plugin {
 
  private:
   const PluginParams params_;
-  Clock& clock_;
   std::unique_ptr<Transport> transport_;
   TenantRegistry tenants_;
   std::atomic<int> contexts_{0};  // contexts made and not finalized

@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "common/token_bucket.h"
 #include "common/units.h"
 
@@ -60,7 +61,7 @@ TenantPacer::TenantPacer(std::string tenant, PacerConfig cfg, Clock& clock)
   for (auto& c : chan_bucket_) c.store(-1, std::memory_order_relaxed);
   useFallback();
   const int64_t now = clock_.nowNs();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   attachAtStart();
   next_check_ns_.store(now + cfg_.recheck_ns, std::memory_order_relaxed);
 }
@@ -73,7 +74,7 @@ TenantPacer::~TenantPacer() {
 bool TenantPacer::governed() const { return attach::nodeIsGoverned(cfg_.run_dir); }
 
 bool TenantPacer::attaching() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return attempt_ != nullptr;
 }
 
@@ -154,7 +155,7 @@ std::string TenantPacer::describeLocked() const {
 }
 
 std::string TenantPacer::describe() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return describeLocked();
 }
 
@@ -233,7 +234,7 @@ void TenantPacer::mapChannels() {
 }
 
 int TenantPacer::channel(shm::Direction dir, const std::string& netdev) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (size_t c = 0; c < channels_.size(); ++c) {
     if (channels_[c].dir == dir && channels_[c].netdev == netdev) return static_cast<int>(c);
   }
@@ -441,8 +442,9 @@ void TenantPacer::applyParams(const TenantParams& p, uint64_t seq) {
 }
 
 void TenantPacer::refresh(AgentBinding* a) {
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  std::unique_lock<Mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return;  // someone else is refreshing; use the current values
+  mu_.assertHeld();               // (std::unique_lock is not annotated; it holds it now)
   if (agent_.load(std::memory_order_acquire) != a) return;
   uint64_t seq = 0;
   const std::optional<TenantParams> p = a->view->readParams(&seq);
@@ -485,8 +487,9 @@ void TenantPacer::maybeRefresh(int64_t now) {
     refresh(a);
   }
   if (now >= next_check_ns_.load(std::memory_order_relaxed)) {
-    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    std::unique_lock<Mutex> lock(mu_, std::try_to_lock);
     if (lock.owns_lock()) {
+      mu_.assertHeld();
       AgentBinding* cur = agent_.load(std::memory_order_acquire);
       const bool settled = cur != nullptr && !lost_ && cur->held && cur->view->tenant() == tenant_;
       if (settled) {
@@ -650,7 +653,7 @@ std::shared_ptr<TenantPacer> TenantRegistry::forTrafficClass(int traffic_class,
       resolveTenant(params_.tenant, traffic_class, lookup_, params_.default_tenant);
   if (source != nullptr) *source = c.source;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (traffic_class >= 0 && logged_tc_.insert(traffic_class).second) {
       if (c.source == TenantSource::kTrafficClass) {
         TQ_LOG(kInfo, "trafficClass %d -> tenant %s", traffic_class, c.tenant.c_str());
@@ -664,7 +667,7 @@ std::shared_ptr<TenantPacer> TenantRegistry::forTrafficClass(int traffic_class,
 }
 
 std::shared_ptr<TenantPacer> TenantRegistry::byName(const std::string& tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = pacers_.find(tenant);
   if (it != pacers_.end()) return it->second;
   auto p = std::make_shared<TenantPacer>(tenant, pacerConfigFromParams(params_), clock_);

@@ -51,6 +51,7 @@
 #include "common/clock.h"
 #include "common/shm_layout.h"
 #include "common/tenant_shm.h"
+#include "common/thread_annotations.h"
 #include "common/token_bucket.h"
 #include "nccl-plugin/params.h"
 #include "nccl-plugin/transport.h"
@@ -217,21 +218,23 @@ class TenantPacer {
   static constexpr int kCounterBlocks = kNoBucket + 2;
 
   // mu_ held by all of these.
-  std::string describeLocked() const;
-  void attachAtStart();
-  void stepAttach(int64_t now);  // the non-blocking re-attach; never waits
-  void checkConnection(int64_t now);
-  Result<std::unique_ptr<AgentBinding>> bind(attach::Attached a, const std::string& via);
-  void install(std::unique_ptr<AgentBinding> b, bool first);
-  bool governed() const;
-  void refresh(AgentBinding* a);
+  std::string describeLocked() const TQ_REQUIRES(mu_);
+  void attachAtStart() TQ_REQUIRES(mu_);
+  void stepAttach(int64_t now) TQ_REQUIRES(mu_);  // the non-blocking re-attach; never waits
+  void checkConnection(int64_t now) TQ_REQUIRES(mu_);
+  Result<std::unique_ptr<AgentBinding>> bind(attach::Attached a, const std::string& via)
+      TQ_REQUIRES(mu_);
+  void install(std::unique_ptr<AgentBinding> b, bool first) TQ_REQUIRES(mu_);
+  bool governed() const TQ_REQUIRES(mu_);
+  // Try-locks mu_ itself (the hot path never waits for it).
+  void refresh(AgentBinding* a) TQ_EXCLUDES(mu_);
   // Copies the agent's parameters (sequence `seq`) into the hot-path atomics.
-  void applyParams(const TenantParams& p, uint64_t seq);
-  void useFallback();
+  void applyParams(const TenantParams& p, uint64_t seq) TQ_REQUIRES(mu_);
+  void useFallback() TQ_REQUIRES(mu_);
   // Maps every channel to a bucket of params_ (agent) or of the fallback.
-  void mapChannels();
-  int bucketFor(const Channel& c);
-  std::vector<std::string> socketsToTry() const;
+  void mapChannels() TQ_REQUIRES(mu_);
+  int bucketFor(const Channel& c) TQ_REQUIRES(mu_);
+  std::vector<std::string> socketsToTry() const TQ_REQUIRES(mu_);
 
   // Hot path helpers.
   void maybeRefresh(int64_t now);
@@ -282,19 +285,21 @@ class TenantPacer {
   shm::Counters local_counters_[kCounterBlocks] = {};
   shm::SlotHeader local_header_{};
 
-  mutable std::mutex mu_;          // attach / refresh / channels; try-locked from the hot path
-  std::vector<Channel> channels_;  // index = channel
-  TenantParams params_;            // the agent's, as last applied (mu_)
-  std::set<std::string> logged_unknown_devices_;
+  mutable Mutex mu_;  // attach / refresh / channels; try-locked from the hot path
+  std::vector<Channel> channels_ TQ_GUARDED_BY(mu_);  // index = channel
+  TenantParams params_ TQ_GUARDED_BY(mu_);            // the agent's, as last applied
+  std::set<std::string> logged_unknown_devices_ TQ_GUARDED_BY(mu_);
   // Every binding ever made; never freed before the pacer (hot-path callers may hold one).
-  std::vector<std::unique_ptr<AgentBinding>> bindings_;
+  std::vector<std::unique_ptr<AgentBinding>> bindings_ TQ_GUARDED_BY(mu_);
   // The re-attach in progress (mu_): the attempt, which socket of socketsToTry(), its deadline.
-  std::unique_ptr<attach::Attempt> attempt_;
-  size_t attempt_index_ = 0;
-  int64_t attempt_deadline_ns_ = 0;
-  bool lost_ = false;       // the attached agent's connection closed
-  std::string why_;         // why the pacer is not attached to its own tenant (for describe)
-  std::string logged_why_;  // the last `why_` logged, so each reason is logged once
+  std::unique_ptr<attach::Attempt> attempt_ TQ_GUARDED_BY(mu_);
+  size_t attempt_index_ TQ_GUARDED_BY(mu_) = 0;
+  int64_t attempt_deadline_ns_ TQ_GUARDED_BY(mu_) = 0;
+  bool lost_ TQ_GUARDED_BY(mu_) = false;  // the attached agent's connection closed
+  std::string why_
+      TQ_GUARDED_BY(mu_);  // why the pacer is not attached to its own tenant (for describe)
+  std::string logged_why_
+      TQ_GUARDED_BY(mu_);  // the last `why_` logged, so each reason is logged once
 };
 
 // One pacer per tenant name per process, shared by every communicator of that tenant.
@@ -310,9 +315,9 @@ class TenantRegistry {
   const PluginParams params_;
   Clock& clock_;
   TrafficClassLookup lookup_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<TenantPacer>> pacers_;
-  std::set<int> logged_tc_;  // traffic classes whose mapping was logged
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<TenantPacer>> pacers_ TQ_GUARDED_BY(mu_);
+  std::set<int> logged_tc_ TQ_GUARDED_BY(mu_);  // traffic classes whose mapping was logged
 };
 
 }  // namespace tq::plugin

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "common/worker.h"
 #include "etcd/rpc.grpc.pb.h"
 #include "policy/etcd_txn.h"
@@ -86,12 +87,12 @@ class EtcdElection final : public AllocatorElection {
   ~EtcdElection() override { stop(); }
 
   bool activeAt(int64_t now_ns) const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return deadline_.activeAt(now_ns);
   }
   uint64_t term() const override { return term_.load(); }
   std::string holder() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return holder_;
   }
   std::string describe() const override {
@@ -115,16 +116,16 @@ class EtcdElection final : public AllocatorElection {
  private:
   // ---- etcd calls: each on the current endpoint, moving to the next one when unreachable.
   std::shared_ptr<grpc::Channel> channel() const {
-    std::lock_guard<std::mutex> lock(ch_mu_);
+    MutexLock lock(ch_mu_);
     return channels_[at_];
   }
   void failover() {
-    std::lock_guard<std::mutex> lock(ch_mu_);
+    MutexLock lock(ch_mu_);
     channels_[at_] = makeEtcdChannel(o_.etcd.endpoints[at_], creds_);  // a fresh channel
     at_ = (at_ + 1) % channels_.size();
   }
   std::string target() const {
-    std::lock_guard<std::mutex> lock(ch_mu_);
+    MutexLock lock(ch_mu_);
     return o_.etcd.endpoints[at_];
   }
   // A call's deadline: the request timeout, and no later than `until_ns` (monotonic; 0: none),
@@ -168,7 +169,7 @@ class EtcdElection final : public AllocatorElection {
   // Best effort, on each endpoint in turn until one answers: a lease that is not revoked
   // expires after its TTL anyway, but a standby takes over at once when it is.
   void revoke(int64_t lease) {
-    for (size_t attempt = 0; attempt < channels_.size(); ++attempt) {
+    for (size_t attempt = 0; attempt < o_.etcd.endpoints.size(); ++attempt) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
       pb::LeaseRevokeRequest req;
@@ -188,7 +189,7 @@ class EtcdElection final : public AllocatorElection {
     grpc::ClientContext ctx;
     setDeadline(&ctx, std::min(until_ns, clock_.nowNs() + kAttemptNs));
     {
-      std::lock_guard<std::mutex> lock(ctx_mu_);
+      MutexLock lock(ctx_mu_);
       if (worker_.stopRequested()) return unavailable("stopping");
       call_ = &ctx;
     }
@@ -201,7 +202,7 @@ class EtcdElection final : public AllocatorElection {
     if (got) ctx.TryCancel();  // one answer is all this call waits for
     grpc::Status st = stream->Finish();
     {
-      std::lock_guard<std::mutex> lock(ctx_mu_);
+      MutexLock lock(ctx_mu_);
       call_ = nullptr;
     }
     if (!got) return callFailed("keep the lease alive", st);
@@ -214,7 +215,7 @@ class EtcdElection final : public AllocatorElection {
     ctx.set_deadline(std::chrono::system_clock::now() + o_.recheck);
     ctx.AddMetadata("hasleader", "true");  // a member without a leader ends the watch
     {
-      std::lock_guard<std::mutex> lock(ctx_mu_);
+      MutexLock lock(ctx_mu_);
       if (worker_.stopRequested()) return;
       call_ = &ctx;
     }
@@ -235,7 +236,7 @@ class EtcdElection final : public AllocatorElection {
     stream->WritesDone();
     grpc::Status st = stream->Finish();
     {
-      std::lock_guard<std::mutex> lock(ctx_mu_);
+      MutexLock lock(ctx_mu_);
       call_ = nullptr;
     }
     if (!released && st.error_code() == grpc::StatusCode::UNAVAILABLE) failover();
@@ -277,7 +278,7 @@ class EtcdElection final : public AllocatorElection {
       }
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       holder_ = holder;
     }
     if (term == 0) {
@@ -293,7 +294,7 @@ class EtcdElection final : public AllocatorElection {
     term_ = term;
     const int64_t from = clock_.nowNs();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       deadline_.reset();
       deadline_.acknowledged(sent, g->ttl());
       if (!deadline_.activeAt(from)) {
@@ -341,7 +342,7 @@ class EtcdElection final : public AllocatorElection {
         return;
       }
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         deadline_.acknowledged(sent, *ttl);
       }
       next = sent + period;
@@ -351,7 +352,7 @@ class EtcdElection final : public AllocatorElection {
   void stepDown(const char* why, bool revoke_lease) {
     int64_t until;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (lease_ == 0) return;
       deadline_.end(clock_.nowNs());
       until = deadline_.deadlineNs();
@@ -365,7 +366,7 @@ class EtcdElection final : public AllocatorElection {
   }
 
   int64_t deadlineNs() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return deadline_.deadlineNs();
   }
 
@@ -377,7 +378,7 @@ class EtcdElection final : public AllocatorElection {
 
   void run(const std::stop_token& stop) {
     std::stop_callback cancel(stop, [this] {
-      std::lock_guard<std::mutex> lock(ctx_mu_);
+      MutexLock lock(ctx_mu_);
       if (call_ != nullptr) call_->TryCancel();
     });
     while (!stop.stop_requested()) {
@@ -397,13 +398,12 @@ class EtcdElection final : public AllocatorElection {
   Clock& clock_;
   OnChange on_change_;
 
-  mutable std::mutex ch_mu_;
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;  // one per endpoint (ch_mu_)
-  size_t at_ = 0;                                         // the current one (ch_mu_)
-
-  mutable std::mutex mu_;
-  LeaseDeadline deadline_;  // mu_
-  std::string holder_;      // mu_
+  mutable Mutex ch_mu_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_ TQ_GUARDED_BY(ch_mu_);  // one per endpoint
+  size_t at_ TQ_GUARDED_BY(ch_mu_) = 0;                                         // the current one
+  mutable Mutex mu_;
+  LeaseDeadline deadline_ TQ_GUARDED_BY(mu_);
+  std::string holder_ TQ_GUARDED_BY(mu_);
   std::atomic<uint64_t> term_{0};
 
   // Election thread only (and stop(), after the thread has exited).
@@ -412,8 +412,8 @@ class EtcdElection final : public AllocatorElection {
   std::string problem_logged_;
   std::string last_logged_holder_;
 
-  std::mutex ctx_mu_;
-  grpc::ClientContext* call_ = nullptr;  // the blocking call in flight (ctx_mu_)
+  Mutex ctx_mu_;
+  grpc::ClientContext* call_ TQ_GUARDED_BY(ctx_mu_) = nullptr;  // the blocking call in flight
   std::atomic<bool> stopped_{false};
   Worker worker_;  // last: its thread uses everything above
 };

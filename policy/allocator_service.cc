@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "policy/audit_log.h"
 #include "policy/metrics.h"
 #include "policy/service.h"
@@ -67,14 +68,14 @@ uint64_t AllocatorService::term() const {
 }
 
 size_t AllocatorService::streams() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [name, s] : nodes_) n += s.sink != nullptr;
   return n;
 }
 
 size_t AllocatorService::nodesWithDemand() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [name, s] : nodes_) n += !s.entries.empty();
   return n;
@@ -91,12 +92,13 @@ void AllocatorService::onPolicy(const std::shared_ptr<const PolicyRecord>& recor
     } else {
       // Validation admitted it, so this is a bug; the allocator keeps the model it had.
       m.problem = built.status().message();
+      MutexLock lock(mu_);  // the round thread reads model_ under it
       TQ_LOG(kError, "allocator: policy version %" PRIu64 ": %s; keeping version %" PRIu64,
              record->version, m.problem.c_str(), model_.version);
       return;
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (m.version < model_.version) return;  // publishers may deliver out of order
   model_ = std::move(m);
   for (auto& [name, n] : nodes_) n.peers_sent.clear();  // groups may have changed
@@ -128,7 +130,7 @@ Status AllocatorService::attach(const Caller& caller, const std::string& node,
   }
   std::shared_ptr<CapsSink> replaced;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(node);
     if (it == nodes_.end() && nodes_.size() >= kMaxUsageNodes) {
       return resourceExhausted("Allocate from " + node + ": already " +
@@ -151,7 +153,7 @@ Status AllocatorService::attach(const Caller& caller, const std::string& node,
 void AllocatorService::detach(const std::string& node, const CapsSink* sink) {
   std::shared_ptr<CapsSink> gone;  // released outside the lock
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(node);
     if (it == nodes_.end() || it->second.sink.get() != sink) return;  // replaced already
     entries_ -= it->second.entries.size();
@@ -169,7 +171,7 @@ Status AllocatorService::refuse(const Caller& caller, const std::string& node,
   const int64_t now = clock_.nowNs();
   AuditLog::Refusal r;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (audited_ns_.size() >= kMaxUsageNodes && !audited_ns_.count(caller.identity)) {
       audited_ns_.clear();  // bounded: identities are as many as nodes
       audit_suppressed_.clear();
@@ -228,7 +230,7 @@ Status AllocatorService::report(const Caller& caller, const CapsSink* sink,
     }
   }
   const int64_t now = clock_.nowNs();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.sink.get() != sink) {
     return failedPrecondition(
@@ -316,7 +318,7 @@ size_t AllocatorService::runRound() {
   std::vector<fabric::DemandReport> reports;
   std::vector<std::string> node_of;  // model node index -> name, for the nodes in `reports`
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     model = model_.fabric;
     version = model_.version;
     if (!model) return 0;
@@ -347,7 +349,7 @@ size_t AllocatorService::runRound() {
   last_round_ns_ = computed;
   uint64_t round;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     round = ++round_;
   }
   rounds_.fetch_add(1);
@@ -406,7 +408,7 @@ size_t AllocatorService::runRound() {
   std::map<uint32_t, std::vector<std::pair<std::string, std::string>>> members;
   uint64_t peers_generation;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     peers_generation = peers_generation_;
     bool peers_needed = false;
     pending.reserve(nodes_.size());
@@ -477,7 +479,7 @@ size_t AllocatorService::runRound() {
     sent_index.push_back(i);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (size_t k = 0; k < sends.size(); ++k) {
       const Pending& p = pending[sent_index[k]];
       auto it = nodes_.find(p.name);
@@ -503,7 +505,7 @@ size_t AllocatorService::runRound() {
 void AllocatorService::closeAll(const Status& status) {
   std::vector<std::shared_ptr<CapsSink>> sinks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [name, n] : nodes_) {
       if (n.sink != nullptr) sinks.push_back(std::move(n.sink));
     }

@@ -41,6 +41,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/worker.h"
 #include "fabric/cluster_allocator.h"
 #include "fabric/model.h"
@@ -156,14 +157,15 @@ class AllocatorService {
   AuditLog* audit_;
   const AllocatorOptions options_;
 
-  mutable std::mutex mu_;
-  Model model_;
-  std::map<std::string, NodeState> nodes_;  // attached or with demand
-  size_t entries_ = 0;                      // demand entries over nodes_
-  uint64_t round_ = 0;
-  uint64_t peers_generation_ = 0;              // bumped whenever every node's peers must be resent
-  std::map<std::string, int64_t> audited_ns_;  // identity -> last refusal line
-  std::map<std::string, uint64_t> audit_suppressed_;
+  mutable Mutex mu_;
+  Model model_ TQ_GUARDED_BY(mu_);
+  std::map<std::string, NodeState> nodes_ TQ_GUARDED_BY(mu_);  // attached or with demand
+  size_t entries_ TQ_GUARDED_BY(mu_) = 0;                      // demand entries over nodes_
+  uint64_t round_ TQ_GUARDED_BY(mu_) = 0;
+  // Bumped whenever every node's peers must be resent.
+  uint64_t peers_generation_ TQ_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> audited_ns_ TQ_GUARDED_BY(mu_);  // identity -> last refusal line
+  std::map<std::string, uint64_t> audit_suppressed_ TQ_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> rounds_{0};
   std::atomic<int64_t> last_round_ns_{0};

@@ -5,6 +5,7 @@
 
 #include "common/file_util.h"
 #include "common/text.h"
+#include "common/thread_annotations.h"
 
 namespace tq::policy {
 
@@ -57,7 +58,7 @@ Status AuditLog::append(const PolicyRecord& record) { return appendLine(line(rec
 
 Status AuditLog::appendLine(const std::string& line) {
   const std::string text = line + "\n";
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   TQ_RETURN_IF_ERROR(writeAll(fd_.get(), text, "audit log " + path_));
   if (::fdatasync(fd_.get()) != 0) return errnoStatus("fdatasync audit log " + path_);
   return okStatus();

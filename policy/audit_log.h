@@ -21,6 +21,7 @@
 
 #include "common/fd.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "policy/store.h"
 
 namespace tq::policy {
@@ -52,10 +53,10 @@ class AuditLog {
 
  private:
   AuditLog(std::string path, Fd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
-  Status appendLine(const std::string& line);
+  Status appendLine(const std::string& line) TQ_EXCLUDES(mu_);
   const std::string path_;
-  std::mutex mu_;
-  Fd fd_;
+  Mutex mu_;
+  Fd fd_ TQ_GUARDED_BY(mu_);
 };
 
 }  // namespace tq::policy

@@ -16,6 +16,7 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "etcd/rpc.grpc.pb.h"
 #include "policy/etcd_txn.h"
 #include "rpc/channel_ring.h"
@@ -95,13 +96,13 @@ class EtcdStore final : public IndexedPolicyStore {
 
   ~EtcdStore() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
       if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
     }
     cv_.notify_all();
     {
-      std::lock_guard<std::mutex> lock(leader_mu_);
+      MutexLock lock(leader_mu_);
       leader_stopping_ = true;
     }
     leader_cv_.notify_all();
@@ -112,21 +113,28 @@ class EtcdStore final : public IndexedPolicyStore {
   Status open() {
     findLeader();  // before the first call: the loads and the first apply already go there
     TQ_RETURN_IF_ERROR(loadEpoch());
+    TQ_ASSIGN_OR_RETURN(Snapshot all, readAll());
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      TQ_RETURN_IF_ERROR(loadAllLocked());
+      MutexLock lock(mu_);
+      installLocked(all);
     }
     watcher_ = std::thread([this] { watchLoop(); });
     leader_finder_ = std::thread([this] { leaderLoop(); });
     return okStatus();
   }
 
+  // The transaction runs without mu_ (readers and the watch go on meanwhile); etcd's compare
+  // on `latest`'s revision decides between racing appends, of this replica or another.
   Result<PolicyRecord> append(PolicyRecord record) override {
-    std::lock_guard<std::mutex> lock(mu_);
     const uint64_t n = record.version;
-    if (n != index_.next()) {
-      return failedPrecondition("append version " + std::to_string(n) +
-                                ": the store expects version " + std::to_string(index_.next()));
+    int64_t latest_rev = 0;
+    {
+      MutexLock lock(mu_);
+      if (n != index_.next()) {
+        return failedPrecondition("append version " + std::to_string(n) +
+                                  ": the store expects version " + std::to_string(index_.next()));
+      }
+      latest_rev = latest_rev_;
     }
     record.checksum = 0;
     const std::string bytes = encodeRecord(record);
@@ -138,7 +146,7 @@ class EtcdStore final : public IndexedPolicyStore {
     c->set_key(latest_key_);
     c->set_target(pb::Compare::MOD);
     c->set_result(pb::Compare::EQUAL);
-    c->set_mod_revision(latest_rev_);
+    c->set_mod_revision(latest_rev);
     c = txn.add_compare();  // and version n was never created (numbers are never reused)
     c->set_key(key);
     c->set_target(pb::Compare::CREATE);
@@ -163,6 +171,7 @@ class EtcdStore final : public IndexedPolicyStore {
         unary("store policy version " + std::to_string(n), &pb::KV::Stub::Txn, txn, &resp),
         "store policy version " + std::to_string(n));
     int64_t rev = resp.header().revision();
+    MutexLock lock(mu_);
     if (!resp.succeeded()) {
       // Lost the compare. Either another replica moved on, or this very transaction committed
       // on an attempt whose answer was lost (then versions/n holds exactly our bytes).
@@ -191,7 +200,7 @@ class EtcdStore final : public IndexedPolicyStore {
 
   Result<PolicyRecord> get(uint64_t version) const override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (auto answer = index_.answerWithoutReading(version)) return std::move(*answer);
     }
     pb::RangeRequest req;
@@ -216,17 +225,27 @@ class EtcdStore final : public IndexedPolicyStore {
     req.set_key(latest_key_);
     pb::RangeResponse resp;
     TQ_RETURN_IF_ERROR(unary("read the latest policy version", &pb::KV::Stub::Range, req, &resp));
-    std::lock_guard<std::mutex> lock(mu_);
-    if (resp.kvs().empty() || resp.kvs(0).mod_revision() <= latest_rev_) return okStatus();
-    // Load the versions this replica has not seen, as of that read.
-    const uint64_t from = index_.newest() + 1;
-    TQ_RETURN_IF_ERROR(loadRangeLocked(etcdRecordKey(o_.prefix, from), resp.header().revision()));
+    uint64_t from = 0;
+    {
+      MutexLock lock(mu_);
+      if (resp.kvs().empty() || resp.kvs(0).mod_revision() <= latest_rev_) return okStatus();
+      from = index_.newest() + 1;
+    }
+    // The versions this replica has not seen, as of that read, read without mu_.
+    const int64_t as_of = resp.header().revision();
+    TQ_ASSIGN_OR_RETURN(std::vector<pb::KeyValue> records,
+                        readRange(etcdRecordKey(o_.prefix, from), as_of));
+    MutexLock lock(mu_);
+    // The watch applied everything up to watched_rev_ in order, deletions included: when it
+    // is past this read, the read adds nothing (and could only bring back what it retired).
+    if (watched_rev_ >= as_of) return okStatus();
+    for (const pb::KeyValue& kv : records) applyRecordKvLocked(kv);
     applyLatestKvLocked(resp.kvs(0));
     return okStatus();
   }
 
   void setOnExternalAppend(std::function<void()> fn) override {
-    std::lock_guard<std::mutex> lock(cb_mu_);
+    MutexLock lock(cb_mu_);
     on_external_ = std::move(fn);
   }
 
@@ -310,16 +329,18 @@ class EtcdStore final : public IndexedPolicyStore {
   }
 
   void requestLeaderLookup() const {
-    std::lock_guard<std::mutex> lock(leader_mu_);
+    MutexLock lock(leader_mu_);
     find_leader_ = true;
     leader_cv_.notify_one();
   }
 
   void leaderLoop() {
     pthread_setname_np(pthread_self(), "tq-etcd-leader");
-    std::unique_lock<std::mutex> lock(leader_mu_);
+    MutexLock lock(leader_mu_);
     for (;;) {
-      leader_cv_.wait(lock, [this] { return leader_stopping_ || find_leader_; });
+      leader_cv_.wait(lock.native(), [this]() TQ_REQUIRES(leader_mu_) {
+        return leader_stopping_ || find_leader_;
+      });
       if (leader_stopping_) return;
       find_leader_ = false;
       lock.unlock();
@@ -391,7 +412,7 @@ class EtcdStore final : public IndexedPolicyStore {
   }
 
   // A put of versions/N (from a load or the watch): idempotent.
-  void applyRecordKvLocked(const pb::KeyValue& kv) {
+  void applyRecordKvLocked(const pb::KeyValue& kv) TQ_REQUIRES(mu_) {
     auto version = parseDecimal(std::string_view(kv.key()).substr(versions_prefix_.size()));
     if (!version) {
       TQ_LOG(kWarn, "policy store: ignoring unexpected etcd key %s", kv.key().c_str());
@@ -407,15 +428,18 @@ class EtcdStore final : public IndexedPolicyStore {
     index_.addIntact(std::move(*rec));
   }
 
-  void applyLatestKvLocked(const pb::KeyValue& kv) {
+  void applyLatestKvLocked(const pb::KeyValue& kv) TQ_REQUIRES(mu_) {
     if (kv.mod_revision() <= latest_rev_) return;
     latest_rev_ = kv.mod_revision();
     if (auto v = parseDecimal(kv.value())) index_.sawVersion(*v);
   }
 
-  // Loads versions/[from_key, end) as of `revision` (0 = now), page by page.
-  Status loadRangeLocked(std::string from_key, int64_t revision) {
+  // Reads versions/[from_key, end) as of `revision` (0 = now), page by page. Round trips:
+  // never under mu_.
+  Result<std::vector<pb::KeyValue>> readRange(std::string from_key, int64_t revision) const
+      TQ_EXCLUDES(mu_) {
     const std::string end = prefixEnd(versions_prefix_);
+    std::vector<pb::KeyValue> out;
     for (;;) {
       pb::RangeRequest req;
       req.set_key(from_key);
@@ -424,29 +448,40 @@ class EtcdStore final : public IndexedPolicyStore {
       req.set_revision(revision);
       pb::RangeResponse resp;
       TQ_RETURN_IF_ERROR(unary("read policy versions", &pb::KV::Stub::Range, req, &resp));
-      for (const pb::KeyValue& kv : resp.kvs()) applyRecordKvLocked(kv);
-      if (!resp.more() || resp.kvs().empty()) return okStatus();
+      for (pb::KeyValue& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));
+      if (!resp.more() || resp.kvs().empty()) return out;
       from_key = resp.kvs(resp.kvs_size() - 1).key() + std::string(1, '\0');
     }
   }
 
-  // Everything, consistently as of one revision; the watch resumes after it.
-  Status loadAllLocked() {
+  // Everything under the prefix, consistently as of one revision.
+  struct Snapshot {
+    int64_t revision = 0;
+    std::optional<pb::KeyValue> latest;
+    std::vector<pb::KeyValue> records;
+  };
+  Result<Snapshot> readAll() const TQ_EXCLUDES(mu_) {
     pb::RangeRequest req;
     req.set_key(latest_key_);
     pb::RangeResponse resp;
     TQ_RETURN_IF_ERROR(unary("read the latest policy version", &pb::KV::Stub::Range, req, &resp));
-    const int64_t rev = resp.header().revision();
+    Snapshot s;
+    s.revision = resp.header().revision();
+    if (!resp.kvs().empty()) s.latest = resp.kvs(0);
+    TQ_ASSIGN_OR_RETURN(s.records, readRange(versions_prefix_, s.revision));
+    return s;
+  }
+  // Replaces what the index holds with `s`; the watch resumes after its revision.
+  void installLocked(const Snapshot& s) TQ_REQUIRES(mu_) {
     index_.clear();
     latest_rev_ = 0;
-    TQ_RETURN_IF_ERROR(loadRangeLocked(versions_prefix_, rev));
-    if (!resp.kvs().empty()) applyLatestKvLocked(resp.kvs(0));
-    watched_rev_ = rev;
-    return okStatus();
+    for (const pb::KeyValue& kv : s.records) applyRecordKvLocked(kv);
+    if (s.latest) applyLatestKvLocked(*s.latest);
+    watched_rev_ = s.revision;
   }
 
   // True if anything changed.
-  bool applyEventsLocked(const pb::WatchResponse& w) {
+  bool applyEventsLocked(const pb::WatchResponse& w) TQ_REQUIRES(mu_) {
     bool changed = false;
     for (const pb::Event& e : w.events()) {
       const pb::KeyValue& kv = e.kv();
@@ -476,7 +511,7 @@ class EtcdStore final : public IndexedPolicyStore {
   void notifyExternal() {
     std::function<void()> fn;
     {
-      std::lock_guard<std::mutex> lock(cb_mu_);
+      MutexLock lock(cb_mu_);
       fn = on_external_;
     }
     if (fn) fn();
@@ -492,16 +527,23 @@ class EtcdStore final : public IndexedPolicyStore {
       ctx.AddMetadata("hasleader", "true");
       pb::WatchRequest req;
       bool reloaded = false;
+      std::optional<Snapshot> all;
+      if (reload) {  // read without mu_, installed under it below
+        Result<Snapshot> got = readAll();
+        if (got.ok()) {
+          all = std::move(*got);
+        } else {
+          TQ_LOG(kWarn, "policy store: reload after compaction: %s",
+                 got.status().message().c_str());
+        }
+      }
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (stopping_) return;
-        if (reload) {
-          Status st = loadAllLocked();
-          if (!st.ok()) {
-            TQ_LOG(kWarn, "policy store: reload after compaction: %s", st.message().c_str());
-          }
-          reload = !st.ok();
-          reloaded = st.ok();
+        if (all) {
+          installLocked(*all);
+          reload = false;
+          reloaded = true;
         }
         watch_ctx_ = &ctx;
         pb::WatchCreateRequest* create = req.mutable_create_request();
@@ -526,21 +568,22 @@ class EtcdStore final : public IndexedPolicyStore {
         }
         bool changed;
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           changed = applyEventsLocked(resp);
         }
         if (changed) notifyExternal();
       }
       stream->WritesDone();
       grpc::Status st = stream->Finish();
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       watch_ctx_ = nullptr;
       if (stopping_) return;
       TQ_LOG(kDebug, "policy store: etcd watch on %s ended (%s); resuming from revision %" PRId64,
              at.target.c_str(), st.error_message().c_str(), watched_rev_ + 1);
       at.channel.renew();
       watch_at_ = (watch_at_ + 1) % endpoints_.size();
-      cv_.wait_for(lock, std::chrono::milliseconds(kWatchRetryMs), [this] { return stopping_; });
+      cv_.wait_for(lock.native(), std::chrono::milliseconds(kWatchRetryMs),
+                   [this]() TQ_REQUIRES(mu_) { return stopping_; });
     }
   }
 
@@ -558,20 +601,21 @@ class EtcdStore final : public IndexedPolicyStore {
   std::string epoch_;    // set in open(), then constant
 
   // The leader finder thread runs findLeader() when a KV call asks for it.
-  mutable std::mutex leader_mu_;
+  mutable Mutex leader_mu_;
   mutable std::condition_variable leader_cv_;
-  mutable bool find_leader_ = false;
-  bool leader_stopping_ = false;
+  mutable bool find_leader_ TQ_GUARDED_BY(leader_mu_) = false;
+  bool leader_stopping_ TQ_GUARDED_BY(leader_mu_) = false;
   std::thread leader_finder_;
 
   std::condition_variable cv_;  // with mu_ (IndexedPolicyStore)
-  int64_t latest_rev_ = 0;      // mod_revision of <prefix>latest as last seen (0: absent)
-  int64_t watched_rev_ = 0;     // everything up to this etcd revision is applied
-  bool stopping_ = false;
-  grpc::ClientContext* watch_ctx_ = nullptr;
+  // mod_revision of <prefix>latest as last seen (0: absent).
+  int64_t latest_rev_ TQ_GUARDED_BY(mu_) = 0;
+  int64_t watched_rev_ TQ_GUARDED_BY(mu_) = 0;  // everything up to this etcd revision is applied
+  bool stopping_ TQ_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* watch_ctx_ TQ_GUARDED_BY(mu_) = nullptr;
 
-  std::mutex cb_mu_;  // the callback is called without mu_ (it reads the store)
-  std::function<void()> on_external_;
+  Mutex cb_mu_;  // the callback is called without mu_ (it reads the store)
+  std::function<void()> on_external_ TQ_GUARDED_BY(cb_mu_);
   std::thread watcher_;
 };
 

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace tq::policy {
 namespace {
@@ -40,6 +41,7 @@ class FileStore final : public IndexedPolicyStore {
       : dir_(std::move(dir)), epoch_(std::move(epoch)), options_(options) {}
 
   Status load() {
+    MutexLock lock(mu_);  // before any other thread; the analysis wants it and it is free
     DIR* d = ::opendir(dir_.c_str());
     if (d == nullptr) return errnoStatus("open policy store directory " + dir_);
     std::vector<std::pair<uint64_t, std::string>> files;
@@ -85,7 +87,7 @@ class FileStore final : public IndexedPolicyStore {
   }
 
   Result<PolicyRecord> append(PolicyRecord record) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (record.version != index_.next()) {
       return failedPrecondition("append version " + std::to_string(record.version) +
                                 ": the store expects version " + std::to_string(index_.next()));
@@ -104,7 +106,7 @@ class FileStore final : public IndexedPolicyStore {
   }
 
   Result<PolicyRecord> get(uint64_t version) const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (auto answer = index_.answerWithoutReading(version)) return std::move(*answer);
     return readRecord(dir_ + "/" + recordFileName(version), version);
   }
@@ -115,7 +117,7 @@ class FileStore final : public IndexedPolicyStore {
  private:
   // Retention: removes the records of versions <= newestRetiredVersion(newest). A file that
   // cannot be removed stays listed and is retried after the next append.
-  void pruneLocked(uint64_t newest) {
+  void pruneLocked(uint64_t newest) TQ_REQUIRES(mu_) {
     const uint64_t retired = newestRetiredVersion(newest, options_.retain_versions);
     for (uint64_t version : index_.versions()) {
       if (version > retired) break;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "policy/allocator_service.h"
 #include "policy/authz.h"
 #include "policy/wire.h"
@@ -138,7 +139,7 @@ void fillApplyResponse(const ApplyResult& r, v1::ApplyPolicyResponse* resp) {
 }  // namespace
 
 Status ResponseBudget::take(const std::string& identity, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t& mine = by_identity_[identity];
   if (mine + bytes > per_identity_ || held_ + bytes > total_) {
     const bool own = mine + bytes > per_identity_;
@@ -156,7 +157,7 @@ Status ResponseBudget::take(const std::string& identity, size_t bytes) {
 }
 
 void ResponseBudget::give(const std::string& identity, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = by_identity_.find(identity);
   if (it != by_identity_.end()) {
     it->second -= std::min(it->second, bytes);
@@ -166,7 +167,7 @@ void ResponseBudget::give(const std::string& identity, size_t bytes) {
 }
 
 size_t ResponseBudget::held() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return held_;
 }
 
@@ -225,7 +226,7 @@ class WatchHub {
   void publish(std::shared_ptr<const EncodedSnapshot> snapshot);
   void close(const grpc::Status& status);
   size_t size() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return reactors_.size();
   }
 
@@ -233,15 +234,17 @@ class WatchHub {
   void fanOut();  // the fan-out thread's body
 
   PolicydMetrics* metrics_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable fan_out_cv_;
-  std::shared_ptr<const EncodedSnapshot> latest_;
-  std::shared_ptr<const EncodedSnapshot> to_offer_;  // published, not yet offered to every stream
-  bool stopping_ = false;
-  std::unordered_map<WatchReactor*, std::shared_ptr<WatchReactor>> reactors_;
-  std::unordered_map<std::string, size_t> per_identity_;  // open streams per caller identity
+  std::shared_ptr<const EncodedSnapshot> latest_ TQ_GUARDED_BY(mu_);
+  // Published, not yet offered to every stream.
+  std::shared_ptr<const EncodedSnapshot> to_offer_ TQ_GUARDED_BY(mu_);
+  bool stopping_ TQ_GUARDED_BY(mu_) = false;
+  std::unordered_map<WatchReactor*, std::shared_ptr<WatchReactor>> reactors_ TQ_GUARDED_BY(mu_);
+  std::unordered_map<std::string, size_t> per_identity_
+      TQ_GUARDED_BY(mu_);  // open streams per caller identity
   const size_t max_per_identity_;
-  std::optional<grpc::Status> closed_;
+  std::optional<grpc::Status> closed_ TQ_GUARDED_BY(mu_);
   std::thread fan_out_;  // last: started once the members above exist
 };
 
@@ -251,14 +254,14 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       : hub_(hub), peer_(std::move(peer)), identity_(std::move(identity)) {}
 
   void setWatcher(std::string node, uint64_t known_version) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     node_ = std::move(node);
     newest_ = known_version;
   }
 
   // Queues `s` unless the watcher already has it or something newer. Any thread.
   void offer(const std::shared_ptr<const EncodedSnapshot>& s) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (finishing_ || s->version <= newest_) return;
     newest_ = s->version;
     if (writing_) {
@@ -273,7 +276,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // Ends the stream with `status` (after the write in flight, if any). Idempotent.
   void close(const grpc::Status& status) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (finishing_) return;
     finishing_ = true;
     final_ = status;
@@ -284,7 +287,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     writing_ = false;
     in_flight_.Clear();
     if (!ok && !finishing_) {
@@ -310,7 +313,12 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnCancel() override { close(grpc::Status::CANCELLED); }
 
   void OnDone() override {
-    TQ_LOG(kDebug, "watch from %s (node %s) ended", peer_.c_str(), node_.c_str());
+    std::string node;
+    {
+      MutexLock lock(mu_);
+      node = node_;
+    }
+    TQ_LOG(kDebug, "watch from %s (node %s) ended", peer_.c_str(), node.c_str());
     // Drops the hub's reference: `this` may be deleted inside, so nothing may follow.
     hub_->remove(this);
   }
@@ -322,14 +330,15 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   WatchHub* const hub_;
   const std::string peer_;
   const std::string identity_;
-  std::mutex mu_;
-  std::string node_;
-  uint64_t newest_ = 0;  // newest version written or pending (or known to the client)
-  std::shared_ptr<const EncodedSnapshot> pending_;
+  Mutex mu_;
+  std::string node_ TQ_GUARDED_BY(mu_);
+  uint64_t newest_ TQ_GUARDED_BY(mu_) =
+      0;  // newest version written or pending (or known to the client)
+  std::shared_ptr<const EncodedSnapshot> pending_ TQ_GUARDED_BY(mu_);
   grpc::ByteBuffer in_flight_;  // stays untouched while writing_
-  bool writing_ = false;
-  bool finishing_ = false;
-  grpc::Status final_;
+  bool writing_ TQ_GUARDED_BY(mu_) = false;
+  bool finishing_ TQ_GUARDED_BY(mu_) = false;
+  grpc::Status final_ TQ_GUARDED_BY(mu_);
 };
 
 WatchHub::WatchHub(PolicydMetrics* metrics, size_t max_per_identity)
@@ -339,13 +348,13 @@ WatchHub::WatchHub(PolicydMetrics* metrics, size_t max_per_identity)
 
 WatchHub::~WatchHub() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   fan_out_cv_.notify_all();
   fan_out_.join();
   // Normally empty: grpc::Server::Shutdown waits for every reactor's OnDone.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!reactors_.empty()) {
     TQ_LOG(kWarn, "policy service destroyed with %zu watch streams still open", reactors_.size());
   }
@@ -353,9 +362,10 @@ WatchHub::~WatchHub() {
 
 void WatchHub::fanOut() {
   pthread_setname_np(pthread_self(), "tq-watch-fanout");
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    fan_out_cv_.wait(lock, [&] { return stopping_ || to_offer_ != nullptr; });
+    fan_out_cv_.wait(lock.native(),
+                     [this]() TQ_REQUIRES(mu_) { return stopping_ || to_offer_ != nullptr; });
     if (stopping_) return;
     std::shared_ptr<const EncodedSnapshot> snapshot = std::move(to_offer_);
     to_offer_.reset();
@@ -375,7 +385,7 @@ void WatchHub::add(std::shared_ptr<WatchReactor> reactor) {
   std::optional<grpc::Status> closed;
   size_t n;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     reactors_.emplace(raw, std::move(reactor));
     latest = latest_;
     closed = closed_;
@@ -401,7 +411,7 @@ void WatchHub::remove(WatchReactor* reactor) {
   std::shared_ptr<WatchReactor> keep;
   size_t n;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = reactors_.find(reactor);
     if (it != reactors_.end()) {
       keep = std::move(it->second);
@@ -417,7 +427,7 @@ void WatchHub::remove(WatchReactor* reactor) {
 
 void WatchHub::publish(std::shared_ptr<const EncodedSnapshot> snapshot) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (latest_ && latest_->version >= snapshot->version) return;
     latest_ = snapshot;
     to_offer_ = std::move(snapshot);
@@ -428,7 +438,7 @@ void WatchHub::publish(std::shared_ptr<const EncodedSnapshot> snapshot) {
 void WatchHub::close(const grpc::Status& status) {
   std::vector<std::shared_ptr<WatchReactor>> targets;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     closed_ = status;
     for (auto& [raw, r] : reactors_) targets.push_back(r);
   }
@@ -448,14 +458,15 @@ class AllocateHub {
   void remove(AllocateReactor* r);
   void close(const grpc::Status& status);
   size_t size() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return reactors_.size();
   }
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<AllocateReactor*, std::shared_ptr<AllocateReactor>> reactors_;
-  std::optional<grpc::Status> closed_;
+  mutable Mutex mu_;
+  std::unordered_map<AllocateReactor*, std::shared_ptr<AllocateReactor>> reactors_
+      TQ_GUARDED_BY(mu_);
+  std::optional<grpc::Status> closed_ TQ_GUARDED_BY(mu_);
 };
 
 class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
@@ -486,10 +497,14 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
       st = invalidArgument("Allocate: a message is not a valid tenantqos.v1.DemandReport");
     } else {
       try {
-        if (node_.empty()) {
+        const bool first = [&] {
+          MutexLock lock(mu_);  // (OnDone reads node_ on another thread)
+          return node_.empty();
+        }();
+        if (first) {
           st = allocator_->attach(caller_, report.node(), shared_from_this());
           if (st.ok()) {
-            std::lock_guard<std::mutex> lock(mu_);
+            MutexLock lock(mu_);
             node_ = report.node();
           }
         }
@@ -512,7 +527,7 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   void sendCaps(std::shared_ptr<const v1::NodeCaps> caps) override {
     grpc::ByteBuffer bytes;
     if (!serializeMessage(*caps, &bytes).ok()) return;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (finishing_) return;
     if (writing_) {
       pending_ = std::move(bytes);  // the newest caps replace any not yet written
@@ -528,7 +543,7 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   void close(const Status& status) override { finish(toGrpcStatus(status)); }
 
   void OnWriteDone(bool ok) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     writing_ = false;
     out_.Clear();
     if (!ok && !finishing_) {
@@ -556,7 +571,7 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   void OnDone() override {
     std::string node;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       node = node_;
     }
     if (!node.empty()) allocator_->detach(node, this);
@@ -569,12 +584,12 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   // StartRead and Finish under op_mu_, so that no read starts after Finish. Recursive: gRPC
   // may run a reaction inline.
   void readNext() {
-    std::lock_guard<std::recursive_mutex> lock(op_mu_);
+    RecursiveMutexLock lock(op_mu_);
     if (finished_) return;
     StartRead(&in_);
   }
   void doFinish(const grpc::Status& status) {
-    std::lock_guard<std::recursive_mutex> lock(op_mu_);
+    RecursiveMutexLock lock(op_mu_);
     if (finished_) return;
     finished_ = true;
     Finish(status);
@@ -582,7 +597,7 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
 
   // Ends the stream (after the write in flight, if any). Idempotent.
   void finish(const grpc::Status& status) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (finishing_) return;
     finishing_ = true;
     final_ = status;
@@ -597,23 +612,23 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   const Caller caller_;
   const std::string peer_;
   grpc::ByteBuffer in_;  // the read in flight (gRPC thread of OnReadDone only)
-  std::recursive_mutex op_mu_;
-  bool finished_ = false;  // Finish was called (op_mu_)
-  std::mutex mu_;
-  std::string node_;      // set by the first report (mu_)
-  grpc::ByteBuffer out_;  // the write in flight: untouched while writing_
-  grpc::ByteBuffer pending_;
-  bool has_pending_ = false;
-  bool writing_ = false;
-  bool finishing_ = false;
-  grpc::Status final_;
+  RecursiveMutex op_mu_;
+  bool finished_ TQ_GUARDED_BY(op_mu_) = false;  // Finish was called
+  Mutex mu_;
+  std::string node_ TQ_GUARDED_BY(mu_);  // set by the first report
+  grpc::ByteBuffer out_;                 // the write in flight: untouched while writing_
+  grpc::ByteBuffer pending_ TQ_GUARDED_BY(mu_);
+  bool has_pending_ TQ_GUARDED_BY(mu_) = false;
+  bool writing_ TQ_GUARDED_BY(mu_) = false;
+  bool finishing_ TQ_GUARDED_BY(mu_) = false;
+  grpc::Status final_ TQ_GUARDED_BY(mu_);
 };
 
 void AllocateHub::add(std::shared_ptr<AllocateReactor> r) {
   std::optional<grpc::Status> closed;
   AllocateReactor* raw = r.get();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     reactors_.emplace(raw, std::move(r));
     closed = closed_;
   }
@@ -623,7 +638,7 @@ void AllocateHub::add(std::shared_ptr<AllocateReactor> r) {
 void AllocateHub::remove(AllocateReactor* r) {
   std::shared_ptr<AllocateReactor> keep;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = reactors_.find(r);
     if (it == reactors_.end()) return;
     keep = std::move(it->second);
@@ -634,7 +649,7 @@ void AllocateHub::remove(AllocateReactor* r) {
 void AllocateHub::close(const grpc::Status& status) {
   std::vector<std::shared_ptr<AllocateReactor>> targets;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     closed_ = status;
     for (auto& [raw, r] : reactors_) targets.push_back(r);
   }
@@ -881,22 +896,22 @@ class CallGate {
   explicit CallGate(GrpcServiceOptions options) : options_(options) {}
   const GrpcServiceOptions& options() const { return options_; }
   bool enter(const std::string& identity) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     size_t& n = open_[identity];
     if (n >= options_.max_streams_per_identity) return false;
     ++n;
     return true;
   }
   void leave(const std::string& identity) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = open_.find(identity);
     if (it != open_.end() && --it->second == 0) open_.erase(it);
   }
 
  private:
   const GrpcServiceOptions options_;
-  std::mutex mu_;
-  std::unordered_map<std::string, size_t> open_;  // streams open per identity, guarded by mu_
+  Mutex mu_;
+  std::unordered_map<std::string, size_t> open_ TQ_GUARDED_BY(mu_);  // streams open per identity
 };
 
 class GateInterceptor final : public grpc::experimental::Interceptor {

@@ -31,6 +31,7 @@
 
 #include <grpcpp/support/server_interceptor.h>
 
+#include "common/thread_annotations.h"
 #include "policy/service.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
@@ -72,9 +73,9 @@ class ResponseBudget {
 
  private:
   const size_t per_identity_, total_;
-  mutable std::mutex mu_;
-  size_t held_ = 0;                                      // guarded by mu_
-  std::unordered_map<std::string, size_t> by_identity_;  // guarded by mu_
+  mutable Mutex mu_;
+  size_t held_ TQ_GUARDED_BY(mu_) = 0;
+  std::unordered_map<std::string, size_t> by_identity_ TQ_GUARDED_BY(mu_);
 };
 
 class PolicyGrpcService final : public RawPolicyServiceBase {

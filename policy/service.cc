@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "common/thread_annotations.h"
 #include "policy/audit_log.h"
 #include "policy/policy_file.h"
 
@@ -34,7 +35,7 @@ PolicyCore::PolicyCore(PolicyStore& store, Clock& clock, PolicydMetrics* metrics
   }
   store_.setOnExternalAppend([this] {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       refreshLocked();
     }
     publishLatest();
@@ -46,7 +47,7 @@ PolicyCore::~PolicyCore() { store_.setOnExternalAppend(nullptr); }
 Status PolicyCore::sync() {
   Status st = store_.sync();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     refreshLocked();
   }
   publishLatest();
@@ -64,7 +65,7 @@ void PolicyCore::refreshLocked() {
 }
 
 void PolicyCore::setPublisher(Publisher publisher) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   publisher_ = std::move(publisher);
 }
 
@@ -95,10 +96,10 @@ Result<ApplyResult> PolicyCore::apply(const ApplyRequest& request) {
                                " applies are already in progress or waiting (at most " +
                                std::to_string(kMaxWaitingApplies + 1) + "); retry shortly");
     }
-    std::lock_guard<std::mutex> serial(apply_mu_);
+    MutexLock serial(apply_mu_);
     ParsedPolicy parsed = parsePolicyYaml(request.yaml, request.source_name);
     if (!parsed.ok()) return parsed.status();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return commitLocked({std::move(parsed.policy), request.yaml, request.source_name,
                          request.dry_run, request.expected_version, request.author, 0});
   }();
@@ -129,7 +130,7 @@ Result<ApplyResult> PolicyCore::rollback(uint64_t version, std::optional<uint64_
                                 ": it no longer passes validation:\n" +
                                 errorsToStatus(errors).message());
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return commitLocked({std::move(target->policy), std::move(target->source_yaml),
                          target->source_name, false, expected_version, author, version});
   }();
@@ -226,7 +227,7 @@ void PolicyCore::publishLatest() {
   std::shared_ptr<const PolicyRecord> latest;
   Publisher publisher;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!latest_ || !publisher_ || latest_->version <= published_version_) return;
     latest = latest_;
     publisher = publisher_;
@@ -245,7 +246,7 @@ Result<PolicyRecord> PolicyCore::get(uint64_t version) const {
 }
 
 std::shared_ptr<const PolicyRecord> PolicyCore::latest() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return latest_;
 }
 
@@ -308,7 +309,7 @@ Status PolicyCore::reportUsage(NodeUsageReport report) {
   for (std::string& e : report.errors) {
     if (e.size() > kMaxUsageErrorBytes) e.resize(kMaxUsageErrorBytes);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   expireUsageLocked();
   auto old = usage_.find(report.node);
   const size_t before = old == usage_.end() ? 0 : old->second.report.tenants.size();
@@ -334,7 +335,7 @@ Status PolicyCore::reportUsage(NodeUsageReport report) {
 ClusterUsage PolicyCore::usage(const std::string& page_token) {
   ClusterUsage out;
   std::map<std::string, TenantUsageReport> totals;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   expireUsageLocked();
   if (metrics_ != nullptr) metrics_->setUsageNodes(usage_.size());
   out.latest_version = latest_ ? latest_->version : 0;

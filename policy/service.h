@@ -37,6 +37,7 @@
 #include "common/clock.h"
 #include "common/policy.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "policy/metrics.h"
 #include "policy/policy_diff.h"
 #include "policy/store.h"
@@ -142,27 +143,28 @@ class PolicyCore {
     Author author;
     uint64_t rollback_of = 0;
   };
-  Result<ApplyResult> commitLocked(const Commit& commit);
-  Result<ApplyResult> commitOnceLocked(const Commit& commit);
+  Result<ApplyResult> commitLocked(const Commit& commit) TQ_REQUIRES(mu_);
+  Result<ApplyResult> commitOnceLocked(const Commit& commit) TQ_REQUIRES(mu_);
   void publishLatest();
-  void expireUsageLocked();
+  void expireUsageLocked() TQ_REQUIRES(mu_);
   // Takes the store's latest if it is newer than latest_ (another replica appended it).
-  void refreshLocked();
+  void refreshLocked() TQ_REQUIRES(mu_);
 
   PolicyStore& store_;
   Clock& clock_;
   PolicydMetrics* metrics_;
   AuditLog* audit_;
   const CoreOptions options_;
-  std::mutex apply_mu_;  // serialises applies, parse included (one parse in memory at a time)
+  Mutex apply_mu_;  // serialises applies, parse included (one parse in memory at a time)
   std::atomic<int> applies_waiting_{0};
-  mutable std::mutex mu_;
-  std::shared_ptr<const PolicyRecord> latest_;
-  Publisher publisher_;
-  uint64_t published_version_ = 0;  // newest version handed to the publisher
-  std::map<std::string, NodeUsageEntry> usage_;
-  std::map<std::string, int64_t> usage_seen_ns_;  // node -> clock_.nowNs() of its last report
-  size_t usage_entries_ = 0;                      // tenant entries over all of usage_
+  mutable Mutex mu_;
+  std::shared_ptr<const PolicyRecord> latest_ TQ_GUARDED_BY(mu_);
+  Publisher publisher_ TQ_GUARDED_BY(mu_);
+  uint64_t published_version_ TQ_GUARDED_BY(mu_) = 0;  // newest version handed to the publisher
+  std::map<std::string, NodeUsageEntry> usage_ TQ_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> usage_seen_ns_
+      TQ_GUARDED_BY(mu_);                        // node -> clock_.nowNs() of its last report
+  size_t usage_entries_ TQ_GUARDED_BY(mu_) = 0;  // tenant entries over all of usage_
 };
 
 }  // namespace tq::policy

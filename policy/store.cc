@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "common/file_util.h"
+#include "common/thread_annotations.h"
 #include "policy/wire.h"
 
 namespace tq::policy {
@@ -50,7 +51,7 @@ class MemoryStore final : public PolicyStore {
   explicit MemoryStore(uint64_t retain) : retain_(retain) {}
 
   Result<PolicyRecord> append(PolicyRecord record) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (record.version != next_) {
       return failedPrecondition("append version " + std::to_string(record.version) +
                                 ": the store expects version " + std::to_string(next_));
@@ -65,19 +66,19 @@ class MemoryStore final : public PolicyStore {
     return record;
   }
   std::optional<PolicyRecord> latest() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (records_.empty()) return std::nullopt;
     return records_.rbegin()->second;
   }
   Result<PolicyRecord> get(uint64_t version) const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = records_.find(version);
     if (it == records_.end())
       return notFound("policy version " + std::to_string(version) + " does not exist");
     return it->second;
   }
   std::vector<VersionSummary> list() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::vector<VersionSummary> out;
     for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
       out.push_back(summarize(it->second));
@@ -85,7 +86,7 @@ class MemoryStore final : public PolicyStore {
     return out;
   }
   uint64_t nextVersion() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return next_;
   }
   uint64_t corruptRecords() const override { return 0; }
@@ -95,9 +96,9 @@ class MemoryStore final : public PolicyStore {
  private:
   const uint64_t retain_;
   const std::string epoch_ = epochOrAbort();
-  mutable std::mutex mu_;
-  std::map<uint64_t, PolicyRecord> records_;
-  uint64_t next_ = 1;
+  mutable Mutex mu_;
+  std::map<uint64_t, PolicyRecord> records_ TQ_GUARDED_BY(mu_);
+  uint64_t next_ TQ_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace
@@ -227,22 +228,22 @@ std::optional<Result<PolicyRecord>> VersionIndex::answerWithoutReading(uint64_t 
 }
 
 std::optional<PolicyRecord> IndexedPolicyStore::latest() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return index_.latest();
 }
 
 std::vector<VersionSummary> IndexedPolicyStore::list() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return index_.list();
 }
 
 uint64_t IndexedPolicyStore::nextVersion() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return index_.next();
 }
 
 uint64_t IndexedPolicyStore::corruptRecords() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return index_.corrupt();
 }
 

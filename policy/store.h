@@ -39,6 +39,7 @@
 
 #include "common/policy.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace tq::policy {
 
@@ -173,8 +174,8 @@ class IndexedPolicyStore : public PolicyStore {
   uint64_t corruptRecords() const override;
 
  protected:
-  mutable std::mutex mu_;  // guards index_ and whatever state the backend adds
-  VersionIndex index_;     // guarded by mu_
+  mutable Mutex mu_;  // guards index_ and whatever state the backend adds
+  VersionIndex index_ TQ_GUARDED_BY(mu_);
 };
 
 // A new random epoch (getrandom): 32 lowercase hex digits. kInternal naming the errno when the

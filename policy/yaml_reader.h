@@ -221,19 +221,20 @@ class FieldReader {
   }
 
   bool readRate(const Entry& e, const std::string& path, uint64_t* out) {
-    if (!scalar(e, path, "a rate such as \"40Gbps\"")) return false;
-    auto r = parseRate(e.value.Scalar());
-    if (!r.ok()) {
-      bad(path, e.pos, r.status().message());
-      return false;
-    }
-    *out = *r;
-    return true;
+    return readParsed(e, path, "a rate such as \"40Gbps\"", parseRate, out);
   }
 
   bool readPercent(const Entry& e, const std::string& path, double* out) {
-    if (!scalar(e, path, "a percentage such as \"5%\"")) return false;
-    auto r = parsePercent(e.value.Scalar());
+    return readParsed(e, path, "a percentage such as \"5%\"", parsePercent, out);
+  }
+
+  // A scalar that `parse` (common/units.h: Result<T>(std::string_view)) turns into *out; its
+  // error, at the entry, otherwise. `expected` names the form for a value that is not a scalar.
+  template <typename T, typename Parse>
+  bool readParsed(const Entry& e, const std::string& path, std::string_view expected, Parse parse,
+                  T* out) {
+    if (!scalar(e, path, expected)) return false;
+    auto r = parse(e.value.Scalar());
     if (!r.ok()) {
       bad(path, e.pos, r.status().message());
       return false;

@@ -1,4 +1,5 @@
 #include "rpc/channel_ring.h"
+#include "common/thread_annotations.h"
 
 namespace tq::rpc {
 
@@ -8,22 +9,22 @@ ChannelRing::ChannelRing(std::vector<std::string> targets, Factory make)
 }
 
 std::shared_ptr<grpc::Channel> ChannelRing::current() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return channels_[current_];
 }
 
 std::string ChannelRing::currentTarget() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return targets_[current_];
 }
 
 void ChannelRing::renew() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   channels_[current_] = make_(targets_[current_]);
 }
 
 std::string ChannelRing::failover() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   channels_[current_] = make_(targets_[current_]);
   current_ = (current_ + 1) % targets_.size();
   return targets_[current_];

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/backoff.h"
+#include "common/thread_annotations.h"
 
 namespace tq::rpc {
 
@@ -43,9 +44,9 @@ class ChannelRing {
  private:
   const std::vector<std::string> targets_;
   const Factory make_;
-  mutable std::mutex mu_;
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;  // guarded by mu_
-  size_t current_ = 0;                                    // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_ TQ_GUARDED_BY(mu_);
+  size_t current_ TQ_GUARDED_BY(mu_) = 0;
 };
 
 // A channel whose own reconnect backoff is bounded like `backoff` (gRPC's default grows to

@@ -1,6 +1,7 @@
 #include "rpc/policy_follower.h"
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "proto/convert.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
@@ -36,7 +37,7 @@ void PolicyFollower::start() { stream_.start(); }
 void PolicyFollower::stop() { stream_.stop(); }
 
 HeldPolicy PolicyFollower::known() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return known_;
 }
 
@@ -82,7 +83,7 @@ StreamFollower::StreamEnd PolicyFollower::watch(const std::shared_ptr<grpc::Chan
     held.version = offered.version;
     if (!offered.store_epoch.empty()) held.store_epoch = offered.store_epoch;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       known_ = held;
     }
     if (handlers_.on_policy) handlers_.on_policy(std::move(offered), verdict, replaced);

@@ -22,6 +22,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/policy.h"
+#include "common/thread_annotations.h"
 #include "rpc/channel_ring.h"
 #include "rpc/stream_follower.h"
 
@@ -79,8 +80,8 @@ class PolicyFollower {
 
   const std::string node_;
   Handlers handlers_;
-  mutable std::mutex mu_;
-  HeldPolicy known_;       // guarded by mu_
+  mutable Mutex mu_;
+  HeldPolicy known_ TQ_GUARDED_BY(mu_);
   StreamFollower stream_;  // last: its thread uses the members above
 };
 

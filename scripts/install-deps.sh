@@ -10,7 +10,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 pkgs=(
-  # toolchain
+  # toolchain (clang-14: the fuzz tests and scripts/check-thread-safety.sh)
   build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev
   # style: clang-format (scripts/check-format.sh) and clang-tidy (.clang-tidy)
   clang-format clang-tidy

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: install what is needed (Debian packages), build, and pass the tests.
 #   scripts/test.sh [ctest args...]      e.g. scripts/test.sh -L unit
+# Before the tests: the thread-safety analysis (scripts/check-thread-safety.sh, clang over every
+# unit that sees an annotation).
 # Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,7 @@ echo "== configure ($build)"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_WERROR=ON >/dev/null
 echo "== build (-j$jobs)"
 ninja -C "$build" -j"$jobs"
+echo "== thread-safety analysis (clang -Wthread-safety -Werror)"
+TQ_JOBS=$jobs scripts/check-thread-safety.sh "$build"
 echo "== test"
-cd "$build"
-ctest --output-on-failure --timeout 900 "$@"
+(cd "$build" && ctest --output-on-failure --timeout 900 "$@")

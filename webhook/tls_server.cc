@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/endpoints.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace tq::webhook {
 namespace {
@@ -141,8 +142,12 @@ Result<std::unique_ptr<TlsServer>> TlsServer::start(Options options, Handler han
   std::unique_ptr<TlsServer> s(new TlsServer());
   s->options_ = std::move(options);
   s->handler_ = std::move(handler);
-  TQ_ASSIGN_OR_RETURN(s->ctx_, loadContext(s->options_.cert_file, s->options_.key_file));
-  s->files_mtime_ns_ = mtimeNs(s->options_.cert_file) ^ mtimeNs(s->options_.key_file);
+  TQ_ASSIGN_OR_RETURN(auto ctx, loadContext(s->options_.cert_file, s->options_.key_file));
+  {
+    MutexLock lock(s->ctx_mu_);  // (no other thread yet)
+    s->ctx_ = std::move(ctx);
+    s->files_mtime_ns_ = mtimeNs(s->options_.cert_file) ^ mtimeNs(s->options_.key_file);
+  }
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -176,7 +181,7 @@ TlsServer::~TlsServer() {
   if (listen_fd_.valid()) ::shutdown(listen_fd_.get(), SHUT_RDWR);  // wakes accept()
   if (acceptor_.joinable()) acceptor_.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     queue_.clear();
   }
   cv_.notify_all();
@@ -193,7 +198,7 @@ void TlsServer::acceptLoop() {
       if (errno == EMFILE || errno == ENFILE) ::usleep(100'000);  // let workers free fds
       continue;
     }
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (queue_.size() >= kQueueDepth) {
       lock.unlock();
       continue;  // overloaded: closed; the API server retries or applies failurePolicy
@@ -208,8 +213,8 @@ void TlsServer::workerLoop() {
   for (;;) {
     Fd fd;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      cv_.wait(lock.native(), [&]() TQ_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
       fd = std::move(queue_.front());
       queue_.pop_front();
@@ -219,7 +224,7 @@ void TlsServer::workerLoop() {
 }
 
 std::shared_ptr<SSL_CTX> TlsServer::context() {
-  std::lock_guard<std::mutex> lock(ctx_mu_);
+  MutexLock lock(ctx_mu_);
   const int64_t now_ms = options_.clock->nowNs() / kNsPerMs;
   if (now_ms >= next_check_ms_) {
     next_check_ms_ = now_ms + kReloadCheckMs;

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "common/fd.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
 
@@ -79,14 +80,13 @@ class TlsServer {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Fd> queue_;  // accepted connections waiting for a worker; guarded by mu_
-
-  std::mutex ctx_mu_;
-  std::shared_ptr<SSL_CTX> ctx_;  // guarded by ctx_mu_
-  int64_t files_mtime_ns_ = 0;    // of cert + key when ctx_ was loaded; guarded by ctx_mu_
-  int64_t next_check_ms_ = 0;     // guarded by ctx_mu_
+  std::deque<Fd> queue_ TQ_GUARDED_BY(mu_);  // accepted connections waiting for a worker
+  Mutex ctx_mu_;
+  std::shared_ptr<SSL_CTX> ctx_ TQ_GUARDED_BY(ctx_mu_);
+  int64_t files_mtime_ns_ TQ_GUARDED_BY(ctx_mu_) = 0;  // of cert + key when ctx_ was loaded
+  int64_t next_check_ms_ TQ_GUARDED_BY(ctx_mu_) = 0;
 
   std::thread acceptor_;
   std::vector<std::thread> workers_;

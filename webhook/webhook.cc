@@ -17,6 +17,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"  // isDns1123Label
+#include "common/thread_annotations.h"
 #include "webhook/tls_server.h"
 
 namespace tq::webhook {
@@ -171,7 +172,7 @@ rpc::PolicyFollower::Handlers PolicyHolder::handlers() {
            static_cast<unsigned long long>(p.version), p.store_epoch.c_str(),
            p.policy.tenants.size());
     auto fresh = std::make_shared<const VersionedPolicy>(std::move(p));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (verdict == rpc::SnapshotVerdict::kTakeNewStore) {
       // The follower logged it too; /readyz keeps saying it until the next store change.
       store_notice_ = "adopted a re-created policy store " + fresh->store_epoch + " (v" +
@@ -183,7 +184,7 @@ rpc::PolicyFollower::Handlers PolicyHolder::handlers() {
     policy_ = std::move(fresh);
   };
   h.on_older = [this](const VersionedPolicy&, const std::string& notice) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     store_notice_ = notice;
   };
   h.on_connected = [this](bool up) { connected_ = up; };
@@ -191,12 +192,12 @@ rpc::PolicyFollower::Handlers PolicyHolder::handlers() {
 }
 
 std::shared_ptr<const VersionedPolicy> PolicyHolder::current() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return policy_;
 }
 
 std::pair<int, std::string> PolicyHolder::readiness(const std::string& policyd) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!policy_) return {503, "no policy from " + policyd + " yet\n"};
   std::string body = "ready: policy v" + std::to_string(policy_->version) + " of store " +
                      (policy_->store_epoch.empty() ? "-" : policy_->store_epoch) + " from " +

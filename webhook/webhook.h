@@ -22,6 +22,7 @@
 #include "common/flags.h"
 #include "common/policy.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "rpc/policy_follower.h"
 #include "rpc/tls.h"
 #include "webhook/admission.h"
@@ -77,9 +78,9 @@ class PolicyHolder {
   std::pair<int, std::string> readiness(const std::string& policyd) const;
 
  private:
-  mutable std::mutex mu_;
-  std::shared_ptr<const VersionedPolicy> policy_;  // guarded by mu_
-  std::string store_notice_;                       // guarded by mu_
+  mutable Mutex mu_;
+  std::shared_ptr<const VersionedPolicy> policy_ TQ_GUARDED_BY(mu_);
+  std::string store_notice_ TQ_GUARDED_BY(mu_);
   std::atomic<bool> connected_{false};
 };
 

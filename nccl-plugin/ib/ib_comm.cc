@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "common/units.h"
 
 namespace tq::plugin::ib {
@@ -166,7 +167,7 @@ Status CommMrs::reg(void* data, size_t size, MemType type, MemRegion** out) {
   h->addr = reinterpret_cast<uintptr_t>(data);
   h->size = size;
   h->type = type;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   *out = h.get();
   handles_.push_back(std::move(h));
   return okStatus();
@@ -179,14 +180,14 @@ Status CommMrs::regDmabuf(void* data, size_t size, uint64_t offset, int fd, MemR
   h->addr = reinterpret_cast<uintptr_t>(data);
   h->size = size;
   h->type = MemType::kCuda;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   *out = h.get();
   handles_.push_back(std::move(h));
   return okStatus();
 }
 
 Status CommMrs::dereg(MemRegion* mr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = std::find_if(handles_.begin(), handles_.end(),
                          [mr](const std::unique_ptr<IbMr>& h) { return h.get() == mr; });
   if (it == handles_.end()) return invalidArgument("deregMr: unknown memory handle");
@@ -204,7 +205,7 @@ Result<const IbMr*> CommMrs::resolve(MemRegion* mr, const void* data, size_t siz
     }
     return h;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& h : implicit_) {
     if (h->covers(data, size)) return h.get();
   }
@@ -397,7 +398,7 @@ bool IbSendComm::loadSlot() {
 
 Status IbSendComm::isend(void* data, size_t size, int tag, MemRegion* mr, Request** out) {
   *out = nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   TQ_RETURN_IF_ERROR(progress());
   if (!slot_loaded_ && !loadSlot()) {
     if (failed()) return failure();
@@ -644,7 +645,7 @@ Status IbSendComm::progress() {
 
 Status IbSendComm::test(IbSendRequest* r, bool* done, size_t* sizes) {
   *done = false;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!r->in_use) return invalidArgument("test: request already completed (reused pointer?)");
   Status s = progress();
   if (!s.ok()) {
@@ -709,7 +710,7 @@ Status IbRecvComm::irecv(int n, void** data, const size_t* sizes, const int* tag
     return invalidArgument("irecv: " + std::to_string(n) + " buffers (1-" +
                            std::to_string(kMaxRecvs) + ")");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (failed()) return failure();
   TQ_RETURN_IF_ERROR(pollCq());
   const size_t slot = static_cast<size_t>(recv_seq_ % kCtsSlots);
@@ -827,7 +828,7 @@ Status IbRecvComm::iflush(int n, void** data, const int* sizes, MemRegion** mrs,
     if (h != nullptr && h->type == MemType::kCuda && sizes[i] > 0) last = i;
   }
   if (last < 0) return okStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (failed()) return failure();
   IbRecvRequest* r = allocRequest(flush_reqs_, flush_free_);
   if (r == nullptr) {
@@ -933,7 +934,7 @@ std::string IbRecvComm::describeWr(uint64_t wr_id) const {
 
 Status IbRecvComm::test(IbRecvRequest* r, bool* done, size_t* sizes) {
   *done = false;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!r->in_use) return invalidArgument("test: request already completed (reused pointer?)");
   auto release = [&] {
     r->in_use = false;

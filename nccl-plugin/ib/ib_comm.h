@@ -55,6 +55,7 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
+#include "common/thread_annotations.h"
 #include "ib/rc_qp.h"
 #include "ib/sysfs.h"
 #include "nccl-plugin/ib/ib_device.h"
@@ -156,9 +157,9 @@ class CommMrs {
 
  private:
   std::shared_ptr<IbDevice> dev_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<IbMr>> handles_;
-  std::vector<std::unique_ptr<IbMr>> implicit_;
+  Mutex mu_;
+  std::vector<std::unique_ptr<IbMr>> handles_ TQ_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<IbMr>> implicit_ TQ_GUARDED_BY(mu_);
 };
 
 // Shared by both ends: QPs, CQ, health, liveness, error text.
@@ -180,23 +181,23 @@ class IbConnection {
   std::string qpText(int q) const;
   // Polls the CQ once (a batch); calls onCompletion for each; the first failed completion
   // fails the comm. Returns the comm's error, if any.
-  Status pollCq();
-  virtual void onCompletion(const ibv_wc& wc) = 0;
+  Status pollCq() TQ_REQUIRES(mu_);
+  virtual void onCompletion(const ibv_wc& wc) TQ_REQUIRES(mu_) = 0;
   // What a work request was, from its wr_id, for error messages.
-  virtual std::string describeWr(uint64_t wr_id) const = 0;
+  virtual std::string describeWr(uint64_t wr_id) const TQ_REQUIRES(mu_) = 0;
   // Work the peer still has to take part in (receives posted, sends queued or waiting for a
   // clear-to-send).
-  virtual bool outstanding() const = 0;
+  virtual bool outstanding() const TQ_REQUIRES(mu_) = 0;
   // If outstanding() and the interval has passed: checks the out-of-band link; a closed or
   // reset link fails the comm (after collecting completions that arrived before).
-  void checkPeer();
+  void checkPeer() TQ_REQUIRES(mu_);
   // Destroys the QPs (flushing their work) before anything they use; derived destructors call
   // it first, while their members still exist.
   void destroyQps();
   Status failure() const { return health_->status(); }
   bool failed() const { return health_->failed(); }
   void fail(const Status& s) { health_->fail(s); }
-  Status postSend(int q, ibv_send_wr* wr);
+  Status postSend(int q, ibv_send_wr* wr) TQ_REQUIRES(mu_);
 
   std::unique_ptr<IbConnResources> res_;
   const IbEndpointInfo remote_;
@@ -205,10 +206,10 @@ class IbConnection {
   const IbCommConfig cfg_;
   Clock& clock_;
   std::shared_ptr<CommHealth> health_;
-  std::vector<uint32_t> sq_out_;  // outstanding send work requests per QP
-  uint32_t sq_depth_ = 0;
-  int64_t next_peer_check_ns_ = 0;
-  mutable std::mutex mu_;  // caller side (isend/irecv/test)
+  std::vector<uint32_t> sq_out_ TQ_GUARDED_BY(mu_);  // outstanding send work requests per QP
+  uint32_t sq_depth_ TQ_GUARDED_BY(mu_) = 0;
+  int64_t next_peer_check_ns_ TQ_GUARDED_BY(mu_) = 0;
+  mutable Mutex mu_;  // caller side (isend/irecv/test)
 };
 
 // wr_id: kind (bits 56-63) | QP index (48-55) | slot sequence or request index (0-47).
@@ -292,17 +293,19 @@ class IbSendComm final : public SendComm, public IbConnection {
     uint32_t refused_imm = 0;
   };
 
-  Status progress();
-  Status postJobs();
-  void onCompletion(const ibv_wc& wc) override;
-  std::string describeWr(uint64_t wr_id) const override;
-  bool outstanding() const override { return !jobs_.empty() || cts_waiting_ || slot_matched_ > 0; }
-  void updateHwRate();
-  IbSendRequest* allocRequest();
-  void releaseRequest(IbSendRequest* r);
-  const CtsEntry* slotEntries(uint64_t slot) const;
+  Status progress() TQ_REQUIRES(mu_);
+  Status postJobs() TQ_REQUIRES(mu_);
+  void onCompletion(const ibv_wc& wc) override TQ_REQUIRES(mu_);
+  std::string describeWr(uint64_t wr_id) const override TQ_REQUIRES(mu_);
+  bool outstanding() const override TQ_REQUIRES(mu_) {
+    return !jobs_.empty() || cts_waiting_ || slot_matched_ > 0;
+  }
+  void updateHwRate() TQ_REQUIRES(mu_);
+  IbSendRequest* allocRequest() TQ_REQUIRES(mu_);
+  void releaseRequest(IbSendRequest* r) TQ_REQUIRES(mu_);
+  const CtsEntry* slotEntries(uint64_t slot) const TQ_REQUIRES(mu_);
   // The current slot is fully present (all n entries carry its sequence): copy it in.
-  bool loadSlot();
+  bool loadSlot() TQ_REQUIRES(mu_);
 
   CommMrs mrs_;
   Admission* admission_ = nullptr;
@@ -310,21 +313,21 @@ class IbSendComm final : public SendComm, public IbConnection {
   const uint32_t sizes_rkey_;
   uint64_t max_wr_bytes_;
 
-  std::vector<IbSendRequest> reqs_;
-  std::vector<int> free_;
-  uint64_t slot_seq_ = 0;  // next CTS slot to match
-  bool slot_loaded_ = false;
-  int slot_n_ = 0;
-  CtsEntry slot_entries_[kMaxRecvs] = {};
-  IbSendRequest* slot_reqs_[kMaxRecvs] = {};
-  int slot_matched_ = 0;
-  bool cts_waiting_ = false;  // the last isend found no clear-to-send
-  std::deque<Job> jobs_;      // slot order; popped when completed
-  size_t post_idx_ = 0;       // first job not fully posted
-  uint64_t unposted_bytes_ = 0;
-  uint64_t hw_rate_ = 0;  // the rate the QPs are limited to (bytes/s), 0: none
-  int64_t next_hw_check_ns_ = 0;
-  bool hw_rate_warned_ = false;
+  std::vector<IbSendRequest> reqs_ TQ_GUARDED_BY(mu_);
+  std::vector<int> free_ TQ_GUARDED_BY(mu_);
+  uint64_t slot_seq_ TQ_GUARDED_BY(mu_) = 0;  // next CTS slot to match
+  bool slot_loaded_ TQ_GUARDED_BY(mu_) = false;
+  int slot_n_ TQ_GUARDED_BY(mu_) = 0;
+  CtsEntry slot_entries_[kMaxRecvs] TQ_GUARDED_BY(mu_) = {};
+  IbSendRequest* slot_reqs_[kMaxRecvs] TQ_GUARDED_BY(mu_) = {};
+  int slot_matched_ TQ_GUARDED_BY(mu_) = 0;
+  bool cts_waiting_ TQ_GUARDED_BY(mu_) = false;  // the last isend found no clear-to-send
+  std::deque<Job> jobs_ TQ_GUARDED_BY(mu_);      // slot order; popped when completed
+  size_t post_idx_ TQ_GUARDED_BY(mu_) = 0;       // first job not fully posted
+  uint64_t unposted_bytes_ TQ_GUARDED_BY(mu_) = 0;
+  uint64_t hw_rate_ TQ_GUARDED_BY(mu_) = 0;  // the rate the QPs are limited to (bytes/s), 0: none
+  int64_t next_hw_check_ns_ TQ_GUARDED_BY(mu_) = 0;
+  bool hw_rate_warned_ TQ_GUARDED_BY(mu_) = false;
 };
 
 class IbRecvComm final : public RecvComm, public IbConnection {
@@ -351,31 +354,34 @@ class IbRecvComm final : public RecvComm, public IbConnection {
   Status test(IbRecvRequest* r, bool* done, size_t* sizes);
 
  private:
-  void onCompletion(const ibv_wc& wc) override;
-  std::string describeWr(uint64_t wr_id) const override;
-  bool outstanding() const override { return outstanding_ > 0; }
-  IbRecvRequest* allocRequest(std::vector<IbRecvRequest>& pool, std::vector<int>& free_list);
+  void onCompletion(const ibv_wc& wc) override TQ_REQUIRES(mu_);
+  std::string describeWr(uint64_t wr_id) const override TQ_REQUIRES(mu_);
+  bool outstanding() const override TQ_REQUIRES(mu_) { return outstanding_ > 0; }
+  IbRecvRequest* allocRequest(std::vector<IbRecvRequest>& pool, std::vector<int>& free_list)
+      TQ_REQUIRES(mu_);
   // The rx bucket's admission of a waiting request's clear-to-send (true: it may go out now).
-  bool admitCts(IbRecvRequest* r);
-  Status postCts(IbRecvRequest* r);
+  bool admitCts(IbRecvRequest* r) TQ_REQUIRES(mu_);
+  Status postCts(IbRecvRequest* r) TQ_REQUIRES(mu_);
   // Sends the waiting clear-to-send entries, in order, as long as the rx bucket admits them.
-  Status flushCts();
+  Status flushCts() TQ_REQUIRES(mu_);
 
   CommMrs mrs_;
   Admission* admission_ = nullptr;  // the tenant's rx bucket for this device (setPacing)
-  std::deque<int> cts_waiting_;     // requests whose clear-to-send waits for tokens, in order
-  uint64_t cts_waiting_bytes_ = 0;
+  std::deque<int> cts_waiting_
+      TQ_GUARDED_BY(mu_);  // requests whose clear-to-send waits for tokens, in order
+  uint64_t cts_waiting_bytes_ TQ_GUARDED_BY(mu_) = 0;
   const TrafficQos peer_qos_;
   const uint64_t cts_addr_;  // the sender's CTS ring
   const uint32_t cts_rkey_;
-  std::vector<IbRecvRequest> reqs_;
-  std::vector<int> free_;
-  std::vector<IbRecvRequest> flush_reqs_;
-  std::vector<int> flush_free_;
-  uint64_t recv_seq_ = 0;
-  std::array<bool, kCtsSlots> cts_busy_{};  // staging slot's CTS write not yet completed
-  std::array<int, kCtsSlots> slot_req_{};   // request index waiting on each slot
-  int outstanding_ = 0;
+  std::vector<IbRecvRequest> reqs_ TQ_GUARDED_BY(mu_);
+  std::vector<int> free_ TQ_GUARDED_BY(mu_);
+  std::vector<IbRecvRequest> flush_reqs_ TQ_GUARDED_BY(mu_);
+  std::vector<int> flush_free_ TQ_GUARDED_BY(mu_);
+  uint64_t recv_seq_ TQ_GUARDED_BY(mu_) = 0;
+  std::array<bool, kCtsSlots> cts_busy_
+      TQ_GUARDED_BY(mu_){};  // staging slot's CTS write not yet completed
+  std::array<int, kCtsSlots> slot_req_ TQ_GUARDED_BY(mu_){};  // request index waiting on each slot
+  int outstanding_ TQ_GUARDED_BY(mu_) = 0;
 };
 
 // The QPs of an ib comm (empty for other transports' comms). For tests of the marking.

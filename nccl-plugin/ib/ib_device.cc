@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace tq::plugin::ib {
 namespace {
@@ -24,14 +25,14 @@ bool exists(const char* path) { return ::access(path, F_OK) == 0; }
 }  // namespace
 
 void CommHealth::fail(const Status& s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (failed_.load(std::memory_order_relaxed)) return;
   status_ = s;
   failed_.store(true, std::memory_order_release);
 }
 
 Status CommHealth::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return status_;
 }
 
@@ -86,7 +87,7 @@ void IbDevice::eventLoop() {
       case IBV_EVENT_QP_REQ_ERR:
       case IBV_EVENT_QP_ACCESS_ERR:
       case IBV_EVENT_PATH_MIG_ERR: {
-        std::lock_guard<std::mutex> lock(watch_mu_);
+        MutexLock lock(watch_mu_);
         auto it = by_qpn_.find(e.qp_num);
         if (it != by_qpn_.end()) {
           if (auto h = it->second.health.lock()) h->fail(s);
@@ -100,7 +101,7 @@ void IbDevice::eventLoop() {
 }
 
 void IbDevice::failWatched(int port, const Status& s) {
-  std::lock_guard<std::mutex> lock(watch_mu_);
+  MutexLock lock(watch_mu_);
   for (auto& [qpn, w] : by_qpn_) {
     if (port != 0 && w.port != port) continue;
     char q[16];
@@ -113,12 +114,12 @@ void IbDevice::failWatched(int port, const Status& s) {
 
 void IbDevice::watch(const std::shared_ptr<CommHealth>& health, int port,
                      const std::vector<uint32_t>& qpns) {
-  std::lock_guard<std::mutex> lock(watch_mu_);
+  MutexLock lock(watch_mu_);
   for (uint32_t q : qpns) by_qpn_[q] = Watched{health, port};
 }
 
 void IbDevice::unwatch(const std::vector<uint32_t>& qpns) {
-  std::lock_guard<std::mutex> lock(watch_mu_);
+  MutexLock lock(watch_mu_);
   for (uint32_t q : qpns) by_qpn_.erase(q);
 }
 
@@ -132,7 +133,7 @@ Result<std::shared_ptr<CachedMr>> IbDevice::regMem(void* data, size_t size, MemT
   const auto a = reinterpret_cast<uintptr_t>(data);
   const uintptr_t start = a & ~(page - 1);
   const uintptr_t end = (a + std::max<size_t>(size, 1) + page - 1) & ~(page - 1);
-  std::lock_guard<std::mutex> lock(mr_mu_);
+  MutexLock lock(mr_mu_);
   for (size_t i = 0; i < mrs_.size();) {
     std::shared_ptr<CachedMr> m = mrs_[i].lock();
     if (!m) {
@@ -170,7 +171,7 @@ Result<std::shared_ptr<CachedMr>> IbDevice::regDmabuf(void* data, size_t size, u
 }
 
 size_t IbDevice::cachedRegions() {
-  std::lock_guard<std::mutex> lock(mr_mu_);
+  MutexLock lock(mr_mu_);
   size_t n = 0;
   for (auto& w : mrs_) n += w.expired() ? 0 : 1;
   return n;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "ib/verbs.h"
 #include "nccl-plugin/transport.h"
 
@@ -38,8 +39,8 @@ class CommHealth {
 
  private:
   std::atomic<bool> failed_{false};
-  mutable std::mutex mu_;
-  Status status_;
+  mutable Mutex mu_;
+  Status status_ TQ_GUARDED_BY(mu_);
 };
 
 // A registration in the device's cache. The cache keeps weak references: the region is
@@ -111,15 +112,15 @@ class IbDevice {
   bool gdr_ = false;
   bool dmabuf_ = false;
 
-  std::mutex mr_mu_;
-  std::vector<std::weak_ptr<CachedMr>> mrs_;
+  Mutex mr_mu_;
+  std::vector<std::weak_ptr<CachedMr>> mrs_ TQ_GUARDED_BY(mr_mu_);
 
   struct Watched {
     std::weak_ptr<CommHealth> health;
     int port = 0;
   };
-  std::mutex watch_mu_;
-  std::unordered_map<uint32_t, Watched> by_qpn_;
+  Mutex watch_mu_;
+  std::unordered_map<uint32_t, Watched> by_qpn_ TQ_GUARDED_BY(watch_mu_);
 
   std::atomic<bool> stop_{false};
   std::thread events_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace tq::plugin::socket {
 
@@ -311,8 +312,8 @@ Status SockRequest::test(bool* done, size_t* bytes) { return comm->test(this, do
 // ---------------------------------------------------------------------------------------------
 // SocketComm
 
-SocketComm::SocketComm(Side side, Fd ctl, std::vector<Fd> data, int family, SocketCommConfig cfg)
-    : side_(side), ctl_(std::move(ctl)), family_(family), cfg_(std::move(cfg)) {
+SocketComm::SocketComm(Side side, Fd ctl, std::vector<Fd> data, SocketCommConfig cfg)
+    : side_(side), ctl_(std::move(ctl)), cfg_(std::move(cfg)) {
   for (Fd& fd : data) {
     auto s = std::make_unique<Stream>();
     s->fd = std::move(fd);
@@ -364,7 +365,7 @@ std::vector<int> SocketComm::fds() const {
 }
 
 void SocketComm::fail(const Status& s) {
-  std::lock_guard<std::mutex> lock(err_mu_);
+  MutexLock lock(err_mu_);
   if (failed_.load(std::memory_order_relaxed)) return;
   error_ = s;
   failed_.store(true, std::memory_order_release);
@@ -373,7 +374,7 @@ void SocketComm::fail(const Status& s) {
 }
 
 Status SocketComm::error() const {
-  std::lock_guard<std::mutex> lock(err_mu_);
+  MutexLock lock(err_mu_);
   return error_;
 }
 
@@ -424,7 +425,7 @@ void SocketComm::queueStripes(SockRequest* r) {
 }
 
 Status SocketComm::isend(void* data, size_t size, Request** out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   progressControl();
   if (failed()) return failedError();
   if (peer_closed_)
@@ -461,7 +462,7 @@ Status SocketComm::isend(void* data, size_t size, Request** out) {
 }
 
 Status SocketComm::irecv(void* data, size_t size, Request** out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (failed()) return failedError();
   SockRequest* r = allocRequest();
   if (r == nullptr) return tooManyRequests("irecv");
@@ -475,7 +476,7 @@ Status SocketComm::irecv(void* data, size_t size, Request** out) {
 }
 
 Status SocketComm::test(SockRequest* r, bool* done, size_t* bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   *done = false;
   if (!r->in_use) return invalidArgument("test: request is not in flight (already completed?)");
   progressControl();

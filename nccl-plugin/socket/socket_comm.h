@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "nccl-plugin/oob/tcp.h"
 #include "nccl-plugin/socket/wire.h"
 #include "nccl-plugin/transport.h"
@@ -101,7 +102,7 @@ struct SocketCommConfig {
 class SocketComm {
  public:
   enum class Side { kSend, kRecv };
-  SocketComm(Side side, Fd ctl, std::vector<Fd> data, int family, SocketCommConfig cfg);
+  SocketComm(Side side, Fd ctl, std::vector<Fd> data, SocketCommConfig cfg);
   ~SocketComm();
   SocketComm(const SocketComm&) = delete;
   SocketComm& operator=(const SocketComm&) = delete;
@@ -145,71 +146,71 @@ class SocketComm {
     SockRequest* req = nullptr;
   };
 
-  SockRequest* allocRequest();
-  void releaseRequest(SockRequest* r);
+  SockRequest* allocRequest() TQ_REQUIRES(mu_);
+  void releaseRequest(SockRequest* r) TQ_REQUIRES(mu_);
   Status tooManyRequests(const char* op) const;
-  void queueStripes(SockRequest* r);
+  void queueStripes(SockRequest* r) TQ_REQUIRES(mu_);
   // Caller-side progress of the control stream; mu_ held.
   // `from_isend_or_test`: the send side reads the (rarely used) reverse direction of the
   // control stream only every kSendSideReadEvery calls, keeping syscalls off the hot path.
-  void progressControl();
-  void flushControlOut();
-  void readControlSend();
-  void readControlRecv();
+  void progressControl() TQ_REQUIRES(mu_);
+  void flushControlOut() TQ_REQUIRES(mu_);
+  void readControlSend() TQ_REQUIRES(mu_);
+  void readControlRecv() TQ_REQUIRES(mu_);
   // Receive side: fills the staging buffer with one recv (frame + small payload + maybe the
   // next frames in a single syscall). kWouldBlock/kClosed/kError as oob::recvSome.
-  oob::IoResult fillStage(size_t max_bytes, int* err);
+  oob::IoResult fillStage(size_t max_bytes, int* err) TQ_REQUIRES(mu_);
   // Receive side, caller: bytes of an inline payload the rx bucket lets it move now (admitting
   // one chunk when the credit is spent; 0: refused) and what it moved of them.
-  uint64_t inlineAllowance(uint64_t need);
-  void consumeCredit(uint64_t bytes);
-  void rejectMessage(SockRequest* r, const Frame& f);
+  uint64_t inlineAllowance(uint64_t need) TQ_REQUIRES(mu_);
+  void consumeCredit(uint64_t bytes) TQ_REQUIRES(mu_);
+  void rejectMessage(SockRequest* r, const Frame& f) TQ_REQUIRES(mu_);
 
   const Side side_;
   Fd ctl_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Helper>> helpers_;
-  const int family_;
   const SocketCommConfig cfg_;
 
-  mutable std::mutex mu_;  // caller side: pool, control stream, sequence numbers
-  std::array<SockRequest, kMaxRequests> reqs_;
-  std::vector<int> free_;
-  uint32_t next_seq_ = 0;
-  std::deque<CtlOut> ctl_out_;
+  mutable Mutex mu_;  // caller side: pool, control stream, sequence numbers
+  std::array<SockRequest, kMaxRequests> reqs_ TQ_GUARDED_BY(mu_);
+  std::vector<int> free_ TQ_GUARDED_BY(mu_);
+  uint32_t next_seq_ TQ_GUARDED_BY(mu_) = 0;
+  std::deque<CtlOut> ctl_out_ TQ_GUARDED_BY(mu_);
   // Receive side: posted, not yet matched requests (posting order); bytes read from the control
   // stream and not consumed yet (stage_[stage_begin_, stage_end_)); an inline payload in
   // progress. Small messages arrive with one recv into the stage; large remainders of inline
   // payloads are read straight into the user's buffer.
-  std::deque<SockRequest*> posted_;
+  std::deque<SockRequest*> posted_ TQ_GUARDED_BY(mu_);
   static constexpr size_t kStageBytes = 32 * 1024 + 64;
   static constexpr size_t kDirectReadBytes = 1024;
   // A frame read also takes up to this much of what follows (a small payload, further frames),
   // but not more: a larger payload is better read straight into the user's buffer.
   static constexpr size_t kFrameReadAhead = 16 * 1024;
-  std::unique_ptr<uint8_t[]> stage_;
-  size_t stage_begin_ = 0, stage_end_ = 0;
-  SockRequest* inline_req_ = nullptr;  // receiving its inline payload
-  uint64_t inline_got_ = 0;
+  std::unique_ptr<uint8_t[]> stage_ TQ_GUARDED_BY(mu_);
+  size_t stage_begin_ TQ_GUARDED_BY(mu_) = 0;
+  size_t stage_end_ TQ_GUARDED_BY(mu_) = 0;
+  SockRequest* inline_req_ TQ_GUARDED_BY(mu_) = nullptr;  // receiving its inline payload
+  uint64_t inline_got_ TQ_GUARDED_BY(mu_) = 0;
   // Send side: the reverse direction carries only error frames; read it every few calls.
   static constexpr uint32_t kSendSideReadEvery = 32;
-  uint32_t calls_since_read_ = 0;
-  uint8_t in_frame_[kFrameBytes];
-  size_t in_frame_got_ = 0;
+  uint32_t calls_since_read_ TQ_GUARDED_BY(mu_) = 0;
+  uint8_t in_frame_[kFrameBytes] TQ_GUARDED_BY(mu_);
+  size_t in_frame_got_ TQ_GUARDED_BY(mu_) = 0;
   // Send side: an error frame's text being read.
-  bool reading_error_text_ = false;
-  std::string error_text_;
-  uint64_t error_text_len_ = 0;
-  bool peer_closed_ = false;
+  bool reading_error_text_ TQ_GUARDED_BY(mu_) = false;
+  std::string error_text_ TQ_GUARDED_BY(mu_);
+  uint64_t error_text_len_ TQ_GUARDED_BY(mu_) = 0;
+  bool peer_closed_ TQ_GUARDED_BY(mu_) = false;
 
   // The caller's admitter (inline messages); null until setPacing. Its credit: bytes admitted
   // and not moved yet (receive side, mu_).
   std::atomic<Admission*> admission_{nullptr};
-  uint64_t ctl_credit_ = 0;
+  uint64_t ctl_credit_ TQ_GUARDED_BY(mu_) = 0;
 
   std::atomic<bool> failed_{false};
-  mutable std::mutex err_mu_;
-  Status error_;
+  mutable Mutex err_mu_;
+  Status error_ TQ_GUARDED_BY(err_mu_);
 };
 
 }  // namespace tq::plugin::socket

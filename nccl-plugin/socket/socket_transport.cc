@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "nccl-plugin/handle_state.h"
 #include "nccl-plugin/oob/handshake.h"
 #include "nccl-plugin/oob/tcp.h"
@@ -45,13 +46,13 @@ class MrTable {
           "CUDA buffers are not supported");
     }
     auto mr = std::make_unique<SockMr>(data, size);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     *out = mr.get();
     regions_.insert(mr.release());
     return okStatus();
   }
   Status dereg(MemRegion* mr) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = regions_.find(static_cast<SockMr*>(mr));
     if (it == regions_.end()) return invalidArgument("deregMr: unknown memory handle");
     delete *it;
@@ -63,8 +64,8 @@ class MrTable {
   }
 
  private:
-  std::mutex mu_;  // regMr may run on NCCL's service thread while its progress thread tests
-  std::unordered_set<SockMr*> regions_;
+  Mutex mu_;  // regMr may run on NCCL's service thread while its progress thread tests
+  std::unordered_set<SockMr*> regions_ TQ_GUARDED_BY(mu_);
 };
 
 class SocketSendComm final : public SendComm {
@@ -289,7 +290,6 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
     ConnectStates::attach(h, st);
   }
   const std::string peer = st->target.addr.toString();
-  const int family = st->target.addr.family();
 
   auto finish = [&](Status s) {
     ConnectStates::detach(h, st);
@@ -333,7 +333,7 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
       }
       SocketCommConfig cc{cfg_.nthreads, cfg_.inline_max, cfg_.min_chunk, peer};
       auto comm = std::make_unique<SocketComm>(SocketComm::Side::kSend, std::move(ctl.dial.fd),
-                                               std::move(data), family, cc);
+                                               std::move(data), cc);
       Status started = comm->start();
       if (!started.ok()) return finish(started);
       TQ_LOG(kDebug, "connected to %s: %d data streams, dscp %d, tenant %s", peer.c_str(),
@@ -482,7 +482,7 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
       data.push_back(std::move(g.socks[static_cast<size_t>(i)]));
     SocketCommConfig cc{cfg_.nthreads, cfg_.inline_max, g.control.min_chunk, g.peer};
     auto comm = std::make_unique<SocketComm>(SocketComm::Side::kRecv, std::move(g.socks.back()),
-                                             std::move(data), lc->info.addr.family(), cc);
+                                             std::move(data), cc);
     lc->groups.erase(it);
     TQ_RETURN_IF_ERROR_CTX(comm->start(), from);
     TQ_LOG(kDebug, "accepted %s: tenant %s, dscp %d", from.c_str(), peer_qos.tenant.c_str(),

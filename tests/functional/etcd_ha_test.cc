@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "agent/policy_watcher.h"
+#include "common/thread_annotations.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "tests/functional/etcd_cluster.h"
 #include "tests/functional/subprocess.h"
@@ -138,7 +139,7 @@ struct AgentWatch {
         rpc::makeChannelRing(order, o.backoff, grpc::InsecureChannelCredentials()), o, &store,
         &board,
         [this](VersionedPolicy p) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(mu);
           versions.push_back(p.version);
         },
         realClock());
@@ -146,14 +147,14 @@ struct AgentWatch {
   }
   ~AgentWatch() { watcher->stop(); }
   uint64_t last() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     return versions.empty() ? 0 : versions.back();
   }
   agent::SnapshotStore store;
   agent::StateBoard board;
   std::unique_ptr<agent::PolicyWatcher> watcher;
-  std::mutex mu;
-  std::vector<uint64_t> versions;
+  Mutex mu;
+  std::vector<uint64_t> versions TQ_GUARDED_BY(mu);
 };
 
 TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
@@ -162,7 +163,7 @@ TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
     agents.push_back(std::make_unique<AgentWatch>(addrs_, cluster_->dir(), i));
   }
 
-  std::mutex mu;
+  Mutex mu;
   std::map<uint64_t, std::string> acked;  // version -> the YAML acknowledged for it
   int double_acks = 0;
   std::atomic<int> attempts{0}, conflicts{0}, unavailable{0}, other{0};
@@ -186,7 +187,7 @@ TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
       v1::ApplyPolicyResponse resp;
       grpc::Status st = apply(*s, yaml, *v, &resp);
       if (st.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         if (!acked.emplace(resp.version(), yaml).second) double_acks++;
       } else if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
                  st.error_code() == grpc::StatusCode::ABORTED) {
@@ -198,7 +199,7 @@ TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
         s = stub(replica);
       } else {
         other++;
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         other_errors += st.error_message() + "\n";
       }
     }
@@ -247,7 +248,7 @@ TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
     t1.join();
     both += r0.ok() && r1.ok();
     neither += !r0.ok() && !r1.ok();
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (r0.ok()) acked.emplace(a0.version(), policyNumber(10000 + 2 * round));
     if (r1.ok()) acked.emplace(a1.version(), policyNumber(10001 + 2 * round));
     for (const grpc::Status* r : {&r0, &r1}) {
@@ -298,7 +299,7 @@ TEST_F(EtcdHaTest, JepsenLoopWithReplicaAndMemberKills) {
   for (int i = 0; i < kWatchers; ++i) {
     EXPECT_TRUE(pollUntil([&] { return agents[i]->last() == newest; }, 30s))
         << "agent " << i << " holds " << agents[i]->last() << ", latest " << newest;
-    std::lock_guard<std::mutex> lock(agents[i]->mu);
+    MutexLock lock(agents[i]->mu);
     for (size_t k = 1; k < agents[i]->versions.size(); ++k) {
       EXPECT_LT(agents[i]->versions[k - 1], agents[i]->versions[k]) << "agent " << i;
     }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "common/file_util.h"
 #include "etcd/rpc.grpc.pb.h"
@@ -131,6 +132,54 @@ TEST(EtcdStore, LosingQuorumFailsUnavailableAndChangesNothing) {
   }
   ASSERT_TRUE(again.ok()) << again.status().toString();
   EXPECT_EQ(s->list().size(), again->version);
+}
+
+// The store's network round trips run without its mutex (issue 22 item 4): while an append
+// waits for an etcd without quorum (up to request_timeout), latest(), list() and nextVersion()
+// keep answering from memory. Before, append() held the mutex across its transaction, so every
+// reader (policyd's status, the watch's delivery) waited out the timeout with it.
+TEST(EtcdStore, ReadersAreAnsweredWhileAnAppendWaitsForEtcd) {
+  if (g_cluster == nullptr) GTEST_SKIP() << "no etcd: " << EtcdCluster::error();
+  EtcdStoreOptions o = optionsFor(freshPrefix());
+  auto opened = openEtcdStore(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().toString();
+  auto& s = *opened;
+  ASSERT_TRUE(s->append(testRecord(1)).ok());
+  g_cluster->kill(1);
+  g_cluster->kill(2);
+  std::atomic<bool> done{false};
+  Result<PolicyRecord> r = internalError("unset");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread writer([&] {
+    r = s->append(testRecord(2));
+    done = true;
+  });
+  // The start of the last reader call that also ended while the append was still waiting.
+  auto last_start = t0;
+  int answered = 0;
+  while (!done) {
+    const auto t = std::chrono::steady_clock::now();
+    const std::optional<PolicyRecord> latest = s->latest();
+    const uint64_t next = s->nextVersion();
+    const size_t listed = s->list().size();
+    if (done) break;
+    EXPECT_EQ(latest ? latest->version : 0u, 1u);
+    EXPECT_EQ(next, 2u);
+    EXPECT_EQ(listed, 1u);
+    last_start = t;
+    ++answered;
+    std::this_thread::sleep_for(1ms);  // the pace of the readers, not a wait for anything
+  }
+  writer.join();
+  ASSERT_FALSE(r.ok()) << "the append committed without quorum";
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().toString();
+  EXPECT_GE(last_start - t0, o.request_timeout / 2)
+      << answered << " reader calls answered; none began after the first "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(last_start - t0).count()
+      << " ms of the append's wait";
+  g_cluster->restart(1);
+  g_cluster->restart(2);
+  ASSERT_TRUE(g_cluster->waitQuorum(0, 30s));
 }
 
 // Every apply is one transaction, sent to the raft leader (a follower would forward it: two

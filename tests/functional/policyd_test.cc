@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "policy/file_store.h"
 #include "policy/policy_file.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
@@ -57,12 +58,12 @@ class Watcher {
       started_ = true;
       v1::PolicySnapshot s;
       while (reader->Read(&s)) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         versions_.push_back(s.version());
         last_ = s;
       }
       grpc::Status st = reader->Finish();
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       status_ = st;
       done_ = true;
     });
@@ -73,17 +74,17 @@ class Watcher {
     thread_.join();
   }
   std::vector<uint64_t> versions() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return versions_;
   }
   v1::PolicySnapshot last() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return last_;
   }
   bool waitForVersion(uint64_t v, std::chrono::milliseconds timeout = 10s) {
     return pollUntil(
         [&] {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           return !versions_.empty() && versions_.back() >= v;
         },
         timeout);
@@ -91,13 +92,13 @@ class Watcher {
   bool waitDone(std::chrono::milliseconds timeout) {
     return pollUntil(
         [&] {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           return done_;
         },
         timeout);
   }
   grpc::Status status() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return status_;
   }
 
@@ -105,11 +106,11 @@ class Watcher {
   grpc::ClientContext ctx_;
   std::thread thread_;
   std::atomic<bool> started_{false};
-  std::mutex mu_;
-  std::vector<uint64_t> versions_;
-  v1::PolicySnapshot last_;
-  grpc::Status status_;
-  bool done_ = false;
+  Mutex mu_;
+  std::vector<uint64_t> versions_ TQ_GUARDED_BY(mu_);
+  v1::PolicySnapshot last_ TQ_GUARDED_BY(mu_);
+  grpc::Status status_ TQ_GUARDED_BY(mu_);
+  bool done_ TQ_GUARDED_BY(mu_) = false;
 };
 
 class PolicydTest : public ::testing::Test {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/thread_annotations.h"
 #include "policy/allocator_election.h"
 #include "policy/allocator_service.h"
 #include "policy/grpc_service.h"
@@ -87,7 +88,7 @@ TEST(FabricClientTest, StreamsTheBoardsDemandAndTakesItsNodesCaps) {
 
   StateBoard board;
   board.publishFabricDemand(FabricDemand{1, {{"tenant-a", "leaf-uplink", 10 * kGbps, 0}}});
-  std::mutex mu;
+  Mutex mu;
   std::vector<FabricCapsMessage> got;
   std::atomic<int> ups{0}, downs{0};
   FabricClient::Options o;
@@ -101,13 +102,13 @@ TEST(FabricClientTest, StreamsTheBoardsDemandAndTakesItsNodesCaps) {
                            grpc::InsecureChannelCredentials()),
       o, board,
       [&](FabricCapsMessage m) {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         got.push_back(std::move(m));
       },
       [&](bool up) { (up ? ups : downs)++; }, realClock());
   client.start();
   auto capOfA = [&]() -> uint64_t {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     for (auto it = got.rbegin(); it != got.rend(); ++it) {
       for (const FabricCap& c : it->caps)
         if (c.tenant == "tenant-a") return c.tx;
@@ -117,7 +118,7 @@ TEST(FabricClientTest, StreamsTheBoardsDemandAndTakesItsNodesCaps) {
   // 10 Gbit/s of demand, alone on leaf-1: its demand plus the rest of its 40 Gbit/s guarantee.
   ASSERT_TRUE(waitFor([&] { return capOfA() == 40 * kGbps; })) << capOfA();
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     EXPECT_EQ(got.front().node, "node-1");
     EXPECT_TRUE(got.front().peers.has_value());
     EXPECT_EQ(got.front().hold_ns, 3'000'000'000);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/thread_annotations.h"
 #include "test_util.h"
 #include "tests/unit/rpc/fake_policyd.h"
 
@@ -39,7 +40,7 @@ class PolicyWatcherTest : public ::testing::Test {
         [this](VersionedPolicy p) {
           // Persisted BEFORE it reaches the reconciler.
           auto on_disk = store_.load();
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           persisted_first_.push_back(on_disk.ok() && on_disk->has_value() &&
                                      (*on_disk)->version == p.version);
           received_.push_back(std::move(p));
@@ -47,7 +48,7 @@ class PolicyWatcherTest : public ::testing::Test {
         clock_);
   }
   size_t received() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return received_.size();
   }
 
@@ -55,9 +56,9 @@ class PolicyWatcherTest : public ::testing::Test {
   TempDir dir_;
   SnapshotStore store_{dir_.path()};
   StateBoard board_;
-  std::mutex mu_;
-  std::vector<VersionedPolicy> received_;
-  std::vector<bool> persisted_first_;
+  Mutex mu_;
+  std::vector<VersionedPolicy> received_ TQ_GUARDED_BY(mu_);
+  std::vector<bool> persisted_first_ TQ_GUARDED_BY(mu_);
 };
 
 TEST_F(PolicyWatcherTest, ReceivesPersistsThenDelivers) {
@@ -72,7 +73,7 @@ TEST_F(PolicyWatcherTest, ReceivesPersistsThenDelivers) {
   ASSERT_TRUE(waitFor([&] { return received() == 2; }));
   w->stop();
   EXPECT_FALSE(board_.policydConnected());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   VersionedPolicy expect = samplePolicy(4);
   expect.store_epoch = kEpochA;
   EXPECT_EQ(received_[0], expect);

@@ -3,6 +3,7 @@
 // audit log, and a FakeClock driving the round thread. The Allocate stream over real gRPC with
 // mutual TLS is in tests/functional/policyd_test.cc; the etcd election in etcd_ha_test.cc.
 #include "policy/allocator_service.h"
+#include "common/thread_annotations.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -54,30 +55,30 @@ class FakeElection final : public AllocatorElection {
 class FakeSink final : public CapsSink {
  public:
   void sendCaps(std::shared_ptr<const v1::NodeCaps> caps) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     caps_.push_back(std::move(caps));
   }
   void close(const Status& status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!closed_) closed_ = status;
   }
   size_t count() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return caps_.size();
   }
   std::shared_ptr<const v1::NodeCaps> last() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return caps_.empty() ? nullptr : caps_.back();
   }
   std::optional<Status> closed() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return closed_;
   }
 
  private:
-  std::mutex mu_;
-  std::vector<std::shared_ptr<const v1::NodeCaps>> caps_;
-  std::optional<Status> closed_;
+  Mutex mu_;
+  std::vector<std::shared_ptr<const v1::NodeCaps>> caps_ TQ_GUARDED_BY(mu_);
+  std::optional<Status> closed_ TQ_GUARDED_BY(mu_);
 };
 
 Caller agent(const std::string& node) { return Caller{node, {"tenantqos:agents"}, true, false}; }

@@ -16,6 +16,7 @@
 #include <fstream>
 
 #include "common/file_util.h"
+#include "common/thread_annotations.h"
 #include "policy/file_store.h"
 #include "tests/unit/policy/store_conformance.h"
 
@@ -152,11 +153,11 @@ TEST(VersionIndexTest, RetentionAndOtherWriters) {
 class IndexOnlyStore final : public IndexedPolicyStore {
  public:
   void add(PolicyRecord r) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     index_.addIntact(std::move(r));
   }
   void addCorrupt(uint64_t version) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     index_.addCorrupt(version, "bad");
   }
   Result<PolicyRecord> append(PolicyRecord) override { return internalError("not here"); }

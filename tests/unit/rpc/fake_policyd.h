@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/policy.h"
+#include "common/thread_annotations.h"
 #include "common/worker.h"
 #include "proto/convert.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
@@ -30,7 +31,7 @@ class FakePolicyService final : public v1::PolicyService::Service {
  public:
   grpc::Status WatchPolicy(grpc::ServerContext* ctx, const v1::WatchPolicyRequest* req,
                            grpc::ServerWriter<v1::PolicySnapshot>* writer) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     watch_requests.push_back(*req);
     size_t next = 0;
     // Like policyd: send the latest at once if newer than known, then every later version; all
@@ -48,13 +49,13 @@ class FakePolicyService final : public v1::PolicyService::Service {
         lock.lock();
         continue;
       }
-      cv_.wait_for(lock, std::chrono::milliseconds(10));
+      cv_.wait_for(lock.native(), std::chrono::milliseconds(10));
     }
     return grpc::Status::CANCELLED;
   }
   grpc::Status ReportUsage(grpc::ServerContext*, const v1::ReportUsageRequest* req,
                            v1::ReportUsageResponse*) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     reports.push_back(*req);
     return grpc::Status::OK;
   }
@@ -63,17 +64,17 @@ class FakePolicyService final : public v1::PolicyService::Service {
     s.set_version(p.version);
     s.set_store_epoch(epoch);
     *s.mutable_policy() = proto::toProto(p.policy);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     snapshots_.push_back(s);
     cv_.notify_all();
   }
   void closeStreams() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     closed_ = true;
   }
   template <typename F>
   auto locked(F f) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return f();
   }
 
@@ -83,10 +84,10 @@ class FakePolicyService final : public v1::PolicyService::Service {
   bool offer_older = false;
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::vector<v1::PolicySnapshot> snapshots_;
-  bool closed_ = false;
+  std::vector<v1::PolicySnapshot> snapshots_ TQ_GUARDED_BY(mu_);
+  bool closed_ TQ_GUARDED_BY(mu_) = false;
 };
 
 struct FakeServer {

@@ -3,6 +3,7 @@
 // reconnects and fails over. Backoff waits run on a FakeClock that the tests move to the
 // deadline the thread waits for; no test sleeps through one.
 #include "rpc/policy_follower.h"
+#include "common/thread_annotations.h"
 
 #include <gtest/gtest.h>
 
@@ -62,11 +63,11 @@ class PolicyFollowerTest : public ::testing::Test {
     for (int p : ports) targets.push_back("127.0.0.1:" + std::to_string(p));
     PolicyFollower::Handlers h;
     h.on_policy = [this](VersionedPolicy p, SnapshotVerdict v, const HeldPolicy& replaced) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       taken_.push_back({std::move(p), v, replaced});
     };
     h.on_older = [this](const VersionedPolicy& offered, const std::string& notice) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       older_.push_back(notice + " [v" + std::to_string(offered.version) + "]");
     };
     h.on_connected = [this](bool up) { connected_ = up; };
@@ -74,14 +75,14 @@ class PolicyFollowerTest : public ::testing::Test {
         makeChannelRing(targets, o.backoff, grpc::InsecureChannelCredentials()), o, h, clock_);
   }
   size_t taken() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return taken_.size();
   }
 
   FakeClock clock_;
-  std::mutex mu_;
-  std::vector<Taken> taken_;
-  std::vector<std::string> older_;
+  Mutex mu_;
+  std::vector<Taken> taken_ TQ_GUARDED_BY(mu_);
+  std::vector<std::string> older_ TQ_GUARDED_BY(mu_);
   std::atomic<bool> connected_{false};
 };
 
@@ -99,7 +100,7 @@ TEST_F(PolicyFollowerTest, SendsWhatItHoldsAndTakesWhatIsNewer) {
   EXPECT_EQ(f->known().store_epoch, kEpochA);
   f->stop();
   EXPECT_FALSE(connected_.load());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   VersionedPolicy expect = policyV(4);
   expect.store_epoch = kEpochA;
   EXPECT_EQ(taken_[0].policy, expect);
@@ -121,7 +122,7 @@ TEST_F(PolicyFollowerTest, AdoptsARecreatedStoreWhateverItsVersion) {
   f->start();
   ASSERT_TRUE(waitFor([&] { return taken() == 1; }));
   f->stop();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   EXPECT_EQ(taken_[0].verdict, SnapshotVerdict::kTakeNewStore);
   EXPECT_EQ(taken_[0].policy.version, 1u);
   EXPECT_EQ(taken_[0].replaced.version, 7u);
@@ -138,13 +139,13 @@ TEST_F(PolicyFollowerTest, AnOlderVersionOfTheSameStoreIsNeverTaken) {
   auto f = follow({server.port}, 4, kEpochA);
   f->start();
   ASSERT_TRUE(waitFor([&] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return older_.size() == 1;
   }));
   EXPECT_EQ(taken(), 0u);
   EXPECT_EQ(f->known().version, 4u);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     EXPECT_NE(older_[0].find("older than the v4 held"), std::string::npos) << older_[0];
   }
   server.service.publish(policyV(5));  // the operator applies again
@@ -191,7 +192,7 @@ TEST_F(PolicyFollowerTest, FailsOverToTheNextReplicaAndResumesFromTheHeldVersion
   ASSERT_TRUE(driveUntil(clock_, f->stream().worker(), [&] { return taken() == 2; }));
   EXPECT_EQ(f->stream().currentTarget(), "127.0.0.1:" + std::to_string(b.port));
   f->stop();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   EXPECT_EQ(taken_[1].policy.version, 2u);  // v1 was not delivered twice
   auto reqs = b.service.locked([&] { return b.service.watch_requests; });
   ASSERT_GE(reqs.size(), 1u);

@@ -3,6 +3,7 @@
 // truncated or missing handshakes) failing connect/accept with a message within the deadline.
 // Deadlines run on a FakeClock, so no test waits for them.
 #include "nccl-plugin/socket/socket_transport.h"
+#include "common/thread_annotations.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -625,7 +626,7 @@ TEST_F(SocketTransportTest, ManyMessagesInFlightStayInOrder) {
 class HandAdmission final : public Admission {
  public:
   bool tryAdmit(uint64_t bytes, uint64_t pending) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     last_pending = pending;
     largest = std::max(largest, bytes);
     if (bytes > tokens) return false;
@@ -639,15 +640,15 @@ class HandAdmission final : public Admission {
   uint64_t chunkBytes() const override { return chunk; }
   uint64_t rateBytesPerSecond() const override { return 1; }
   void add(uint64_t n) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     tokens += n;
   }
   uint64_t admittedBytes() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return admitted;
   }
   uint64_t largestAdmission() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return largest;
   }
   std::atomic<uint64_t> chunk{8192};
@@ -656,10 +657,10 @@ class HandAdmission final : public Admission {
   uint64_t last_pending = 0;
 
  private:
-  std::mutex mu_;
-  uint64_t tokens = 0;
-  uint64_t admitted = 0;
-  uint64_t largest = 0;
+  Mutex mu_;
+  uint64_t tokens TQ_GUARDED_BY(mu_) = 0;
+  uint64_t admitted TQ_GUARDED_BY(mu_) = 0;
+  uint64_t largest TQ_GUARDED_BY(mu_) = 0;
 };
 
 // Every admitter of a comm shares one hand-filled bucket.
