@@ -147,14 +147,17 @@ class AllocateAgents::Agent final : public grpc::ClientBidiReactor<v1::DemandRep
     stub_->async()->Allocate(&ctx_, this);
     AddHold();
     StartRead(&in_);
-    writing_ = true;
-    out_ = std::move(first);
+    {
+      MutexLock lock(mu_);
+      writing_ = true;
+      out_ = std::move(first);
+    }
     StartWrite(&out_);
     StartCall();
   }
 
   void write(v1::DemandReport r) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (ended_) return;
     if (writing_) {
       pending_ = std::move(r);
@@ -168,7 +171,7 @@ class AllocateAgents::Agent final : public grpc::ClientBidiReactor<v1::DemandRep
   }
 
   void OnWriteDone(bool ok) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (ok && !ended_ && has_pending_) {
       has_pending_ = false;
       out_ = std::move(pending_);
@@ -185,7 +188,7 @@ class AllocateAgents::Agent final : public grpc::ClientBidiReactor<v1::DemandRep
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ended_ = true;
       const bool release = !writing_ && !released_;
       released_ |= release;
@@ -199,7 +202,7 @@ class AllocateAgents::Agent final : public grpc::ClientBidiReactor<v1::DemandRep
   }
 
   void OnDone(const grpc::Status& s) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     done_ = true;
     status_ = s;
     cv_.notify_all();
@@ -207,15 +210,15 @@ class AllocateAgents::Agent final : public grpc::ClientBidiReactor<v1::DemandRep
 
   // Whether the stream ended; its status in *s.
   bool done(grpc::Status* s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (done_ && s != nullptr) *s = status_;
     return done_;
   }
 
   void cancelAndWait() {
     ctx_.TryCancel();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return done_; });
+    MutexLock lock(mu_);
+    cv_.wait_for(lock.native(), std::chrono::seconds(10), [&]() TQ_REQUIRES(mu_) { return done_; });
   }
 
  private:
@@ -224,16 +227,17 @@ class AllocateAgents::Agent final : public grpc::ClientBidiReactor<v1::DemandRep
   std::unique_ptr<v1::PolicyService::Stub> stub_;
   grpc::ClientContext ctx_;
   v1::NodeCaps in_;  // the read in flight (reactor only)
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  v1::DemandReport out_;  // the write in flight: untouched while writing_
-  v1::DemandReport pending_;
-  bool has_pending_ = false;
-  bool writing_ = false;
-  bool ended_ = false;     // the read failed: the stream is over
-  bool released_ = false;  // the hold was removed
-  bool done_ = false;
-  grpc::Status status_;
+  // The write in flight: written under mu_ only while no write is, untouched while writing_.
+  v1::DemandReport out_;
+  v1::DemandReport pending_ TQ_GUARDED_BY(mu_);
+  bool has_pending_ TQ_GUARDED_BY(mu_) = false;
+  bool writing_ TQ_GUARDED_BY(mu_) = false;
+  bool ended_ TQ_GUARDED_BY(mu_) = false;     // the read failed: the stream is over
+  bool released_ TQ_GUARDED_BY(mu_) = false;  // the hold was removed
+  bool done_ TQ_GUARDED_BY(mu_) = false;
+  grpc::Status status_ TQ_GUARDED_BY(mu_);
 };
 
 AllocateAgents::AllocateAgents(Options options, std::vector<Node> nodes)
@@ -262,7 +266,7 @@ void AllocateAgents::writeReport(size_t id, uint64_t sequence, uint64_t demand) 
 Status AllocateAgents::open(uint64_t demand, std::chrono::milliseconds timeout) {
   const std::string ca = readFile(options_.pki_dir + "/ca.crt");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     held_sequence_.assign(nodes_.size(), 0);
     receipts_.assign(nodes_.size(), {});
   }
@@ -299,7 +303,7 @@ Status AllocateAgents::open(uint64_t demand, std::chrono::milliseconds timeout) 
   if (waitAll(sequence_, timeout)) return okStatus();
   std::string why;
   if (streamsEnded(&why) > 0) return unavailable("an Allocate stream ended: " + why);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return deadlineExceeded(std::to_string(below_target_) + " of " + std::to_string(nodes_.size()) +
                           " bench agents hold no caps after " + std::to_string(timeout.count()) +
                           " ms");
@@ -313,7 +317,7 @@ uint64_t AllocateAgents::reportAll(const std::function<uint64_t(size_t)>& demand
 
 void AllocateAgents::received(size_t id, const CapsReceipt& r) {
   caps_received_.fetch_add(1);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   receipts_[id].push_back(r);
   uint64_t& held = held_sequence_[id];
   if (r.demand_sequence <= held) return;
@@ -322,15 +326,16 @@ void AllocateAgents::received(size_t id, const CapsReceipt& r) {
 }
 
 bool AllocateAgents::waitAll(uint64_t sequence, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   target_ = sequence;
   below_target_ = static_cast<size_t>(std::count_if(held_sequence_.begin(), held_sequence_.end(),
                                                     [&](uint64_t h) { return h < sequence; }));
-  return cv_.wait_for(lock, timeout, [&] { return below_target_ == 0; });
+  return cv_.wait_for(lock.native(), timeout,
+                      [&]() TQ_REQUIRES(mu_) { return below_target_ == 0; });
 }
 
 std::vector<std::vector<CapsReceipt>> AllocateAgents::takeReceipts() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::vector<CapsReceipt>> out(receipts_.size());
   out.swap(receipts_);
   return out;
@@ -383,7 +388,7 @@ void AllocateAgents::stopLoad() {
   if (!load_.joinable()) return;
   load_stop_ = true;
   load_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& r : receipts_) r.clear();  // the load's receipts are not measured
 }
 

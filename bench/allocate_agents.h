@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace tq::bench {
 
@@ -101,12 +102,13 @@ class AllocateAgents {
   std::atomic<uint64_t> reports_sent_{0}, caps_received_{0};
   uint64_t sequence_ = 0;  // the last reportAll's (the opening thread's)
 
-  mutable std::mutex mu_;  // guards what follows
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::vector<uint64_t> held_sequence_;  // per node: newest NodeCaps.demand_sequence
-  std::vector<std::vector<CapsReceipt>> receipts_;
-  uint64_t target_ = 0;      // waitAll's sequence
-  size_t below_target_ = 0;  // nodes whose held_sequence_ < target_
+  // Per node: newest NodeCaps.demand_sequence.
+  std::vector<uint64_t> held_sequence_ TQ_GUARDED_BY(mu_);
+  std::vector<std::vector<CapsReceipt>> receipts_ TQ_GUARDED_BY(mu_);
+  uint64_t target_ TQ_GUARDED_BY(mu_) = 0;      // waitAll's sequence
+  size_t below_target_ TQ_GUARDED_BY(mu_) = 0;  // nodes whose held_sequence_ < target_
 
   std::atomic<bool> load_stop_{false};
   std::thread load_;
