@@ -12,8 +12,8 @@ from .cluster import Binaries, ControlPlane
 from .procs import ProcSet
 from . import report
 from .scenarios import (BENCH_WORKLOADS, FABRIC_WORKLOADS, MODES, WORKLOADS, Runner,
-                        agent_fabric_support, demo_tenants, many_tenants, policy_yaml, say, tenants_from_json,
-                        write_plot)
+                        agent_fabric_support, demo_tenants, many_tenants, policy_yaml, say,
+                        tenants_from_json, write_plot)
 from .topology import HOST_ADDR, MAX_NODES, Topology, buffer_to_bytes, rate_to_bits
 
 

@@ -339,6 +339,16 @@ def fabric_reaction_targets(line, tag, sc):
     """fabric-onoff: a demand change on the spine reaches the caps within FABRIC_REACTION_MS
     p50, measured end to end on the spine (the agents' report, the allocator's round, the caps'
     stream, the buckets, the traffic): the caps' own latency is at most this."""
+    caps = sc.get("caps_reaction_ms")
+    if caps and "error" in caps:
+        line(False, f"{tag}: a demand change reaching the caps: not measured: {caps['error']}")
+    for tenant, c in sorted((caps or {}).items()):
+        if tenant == "error":
+            continue
+        line(c["p50"] is not None and c["p50"] <= FABRIC_REACTION_MS,
+             f"{tag}: {tenant}'s demand change reaches its caps in "
+             f"{_fmt(c['p50'], '{:.0f}')} ms p50 (<= {FABRIC_REACTION_MS} ms; {c['edges']} "
+             f"edges, the agents' caps scraped every {c['scrape_ms']:.0f} ms)")
     for tenant, rx in sorted(sc.get("reaction_ms", {}).items()):
         if "idle_to_others_p50" in rx:
             line(rx["idle_to_others_p50"] <= FABRIC_REACTION_MS,

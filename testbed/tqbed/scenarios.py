@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 
-from . import analysis, peers
+from . import analysis, capsprobe, peers
 from .meter import DscpMeter
 from .procs import run as run_cmd
 from .workload import Placement, TenantJob
@@ -269,10 +269,21 @@ class Runner:
         meter = DscpMeter(self.topo, {n: self.tenants[n].dscp for n in sc.tenants},
                           sc.report_ms / 1000.0)
         meter.start()
+        # fabric-onoff under tenantqos: the caps the agents enforce, for the demand-to-caps
+        # figure (issue 21's 200 ms target).
+        probe = None
+        if sc.workload == "fabric-onoff" and sc.mode.startswith("tenantqos"):
+            probe = capsprobe.CapsProbe({i: self.cp.metrics_url(i)
+                                         for i in range(1, self.topo.nodes + 1)})
+            probe.start()
         try:
             res = self._run_jobs(sc, index, run_dir_of, meter)
         finally:
             meter.stop()
+            if probe:
+                probe.stop()
+        if probe:
+            res["caps_reaction_ms"] = self._caps_reaction(sc, probe)
         if sc.workload in ("onoff", "incast-wake", "fabric-onoff"):
             res["reaction_ms"] = {s: self.reaction(sc.name, s, [n for n in sc.tenants if n != s])
                                   for s in sc.on_off}
@@ -361,6 +372,23 @@ class Runner:
             # The next scenario has both replicas again (the restarted one a standby).
             self.cp.restart_replica(failover["killed"])
         return res
+
+    def _caps_reaction(self, sc, probe):
+        """Per on/off tenant: how long after each of its demand edges (its wall-clock schedule)
+        its caps, summed over its nodes, moved half-way to where they settled (p50, ms, and the
+        edges counted); {"error": why} when the agents exported no caps."""
+        if not any(caps for _, _, caps in probe.samples):
+            return {"error": f"no {capsprobe.METRIC} in the agents' /metrics "
+                             f"({len(probe.samples)} scrapes, {probe.errors} failed)"}
+        t_lo = min(t for t, _, _ in probe.samples) + 1.0
+        t_hi = max(t for t, _, _ in probe.samples)
+        out = {}
+        for tenant, on_off in sc.on_off.items():
+            delays = capsprobe.reaction_ms(capsprobe.tenant_caps(probe.samples, tenant),
+                                           capsprobe.schedule_edges(on_off, t_lo, t_hi))
+            out[tenant] = {"p50": analysis.percentile(delays, 50) if delays else None,
+                           "edges": len(delays), "scrape_ms": probe.interval_s * 1000}
+        return out
 
     def _failover_figures(self, sc, failover, t0, t1):
         """After the kill: how long until a standby said it is active (from its log, polled
@@ -706,4 +734,5 @@ def _plot_panel(runner, name, workdir):
         if spec.limit_bps < runner.link_bps:
             plots.append(f"{spec.limit_bps / 1e9:.4f} with lines dt 3 lc {i + 1} "
                          f"title '{tenant} limit'")
-    return [f"set title '{name}'", "set xlabel 's'", "plot " + ", ".join(plots)]
+    where = " (on the spine, leaf1->leaf2)" if name.startswith("fabric") else ""
+    return [f"set title '{name}{where}'", "set xlabel 's'", "plot " + ", ".join(plots)]

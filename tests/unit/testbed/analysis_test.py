@@ -487,6 +487,34 @@ class FabricTest(unittest.TestCase):
         with self.assertRaises(ValueError):  # no tenant-b to place
             report.workload_scenario("fabric", "none", DEMO[::2], 1e9, 10)
 
+    def test_the_caps_reaction_from_the_agents_metrics(self):
+        from tqbed import capsprobe
+        text = ('# HELP x\ntenantqos_fabric_link_cap_bytes_per_second{direction="tx",'
+                'link="leaf-uplink",node="node2",tenant="tenant-b"} 2.5e+07\n'
+                'tenantqos_fabric_link_cap_bytes_per_second{direction="rx",link="leaf-uplink",'
+                'node="node2",tenant="noisy"} 1e6\ntenantqos_fabric_link_bytes_total{} 5\n')
+        self.assertEqual(capsprobe.parse_caps(text),
+                         {("tenant-b", "leaf-uplink", "tx"): 2.5e7,
+                          ("noisy", "leaf-uplink", "rx"): 1e6})
+        # Two nodes; tenant-b's caps rise 120 ms after its wake at t=10 and fall 70 ms after it
+        # sleeps at 10.3; the edge at 11.0 changes nothing (left out).
+        samples = []
+        for k in range(0, 40):
+            t = 9.9 + k * 0.05
+            v = 3e7 if 10.12 <= t < 10.37 else 1e7
+            for node in (2, 4):
+                samples.append((t + node * 1e-4, node, {("tenant-b", "l", "tx"): v / 2,
+                                                        ("noisy", "l", "tx"): 5.0}))
+        series = capsprobe.tenant_caps(samples, "tenant-b")
+        self.assertEqual(series[-1][1], 1e7)
+        delays = capsprobe.reaction_ms(series, [10.0, 10.3, 11.0])
+        self.assertEqual(len(delays), 2)
+        self.assertAlmostEqual(delays[0], 150, delta=1)  # first scrape round after the rise
+        self.assertAlmostEqual(delays[1], 100, delta=1)
+        # Wakes at 0.8 s of every second, sleeps at 0.1 s (the wall clock's).
+        edges = capsprobe.schedule_edges("300:700:800", 10.0, 12.0)
+        self.assertEqual([round(e, 3) for e in edges], [10.1, 10.8, 11.1, 11.8])
+
     def test_targets_on_the_spine_a_mode_not_run_and_the_failover(self):
         a = {"name": "tenant-a", "guarantee_bps": 4e8, "limit_bps": 6e8, "busbw_bps": 5e8,
              "attainment_p50_link_busy": 1.4, "attainment_p1_link_busy": 1.2,
