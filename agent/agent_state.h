@@ -30,6 +30,8 @@ struct BucketStatus {
   uint64_t allocated_bytes_per_second = 0;  // the bucket's rate
   uint64_t depth_bytes = 0;
   uint64_t demand_bytes_per_second = 0;  // the estimate; kUnboundedDemand when backlogged
+  uint64_t overrun_bytes = 0;            // used beyond what it was allowed (agent/fence.h)
+  bool fenced = false;                   // its rate is lowered while that is paid back
 };
 
 struct TenantStatus {

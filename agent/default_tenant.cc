@@ -44,7 +44,10 @@ void addGauges(TenantUsage* sum, const TenantUsage& u) {
 
 DefaultTenant::DefaultTenant(Options options, std::shared_ptr<TenantShm> group, Clock& clock)
     : options_(std::move(options)), group_(std::move(group)), clock_(clock) {
-  if (group_) parts_[kGroup].shm = group_;
+  if (group_) {
+    parts_[kGroup].shm = group_;
+    parts_[kGroup].shares = ProcessShares(options_.demand);
+  }
 }
 
 Result<std::shared_ptr<TenantShm>> DefaultTenant::shardFor(uid_t uid) {
@@ -86,6 +89,7 @@ Result<std::shared_ptr<TenantShm>> DefaultTenant::shardFor(uid_t uid) {
   const size_t n = parts_.size();
   for (size_t b = 0; b < shares.size(); ++b) shares[b] = std::max(shares[b], rates[b] / (n + 1));
   Participant& p = parts_[key];
+  p.shares = ProcessShares(options_.demand);
   p.shm = shm;
   p.handed_out_ns = now;
   publish(&p, paramsAt(rates, shares));
@@ -182,6 +186,7 @@ TenantUsage DefaultTenant::collect(int64_t now_ns, uint64_t max_rate) {
     addTotals(&sum, u);
     addGauges(&sum, u);
     p.usage = std::move(u);
+    p.period_ns = period;
     p.usage_at_ns = now_ns;
     p.shm->heartbeat(now_ns);
   }
@@ -205,7 +210,12 @@ void DefaultTenant::split(int64_t now_ns) {
     }
     ++it;
   }
-  if (have_params_) redistribute();
+  if (!have_params_) return;
+  redistribute();
+  for (auto& [k, p] : parts_) {
+    if (p.usage_at_ns == 0) continue;  // not read yet: its processes keep their full rates
+    p.shm->publishProcessRates(p.shares.update(p.usage, bucketRates(p.published), p.period_ns));
+  }
 }
 
 std::vector<std::shared_ptr<TenantShm>> DefaultTenant::retire() {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "agent/allocator.h"
+#include "agent/process_shares.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/tenant_shm.h"
@@ -75,8 +76,8 @@ class DefaultTenant {
   // as a whole used (sums; the totals of dropped shards are kept, so counters stay monotonic).
   TenantUsage collect(int64_t now_ns, uint64_t max_rate);
   // Reconcile thread, after collect() and setParams(): splits each bucket among the
-  // participants by the demands collect() estimated, publishes what changed, and drops shards
-  // idle past the grace.
+  // participants by the demands collect() estimated, each participant's share among its
+  // processes (ProcessShares), publishes what changed, and drops shards idle past the grace.
   void split(int64_t now_ns);
   // Reconcile thread: another tenant became the default, or the agent stops. Marks every shard
   // deleted (their processes attach again) and returns those a process still holds, for the
@@ -98,6 +99,8 @@ class DefaultTenant {
     TenantParams published;
     TenantUsage usage;  // as last read
     int64_t usage_at_ns = 0;
+    int64_t period_ns = 0;                    // between its last two readings
+    ProcessShares shares;                     // its processes' own buckets
     std::vector<DemandEstimator> estimators;  // per bucket of the table
     std::vector<uint64_t> demand;             // per bucket, bytes/s or kUnboundedDemand
     int64_t handed_out_ns = 0;                // last shardFor(), on the clock

@@ -127,6 +127,13 @@ std::vector<MetricFamily> metricFamilies(const AgentState& s, const WatchStatus&
                     ? std::numeric_limits<double>::infinity()
                     : double(b.demand_bytes_per_second);
        }},
+      {"tenantqos_bucket_overrun_bytes_total",
+       "Bytes the tenant used on the device beyond what the bucket allowed, as its processes' "
+       "counters or the kernel's count of its class showed them (it pays them back: fenced).",
+       MetricType::Counter, [](const BucketStatus& b) { return double(b.overrun_bytes); }},
+      {"tenantqos_bucket_fenced",
+       "1 while the bucket's rate is lowered to pay back an overrun, else 0.", MetricType::Gauge,
+       [](const BucketStatus& b) { return b.fenced ? 1.0 : 0.0; }},
   };
   for (const BucketFamily& bf : kBucketFamilies) {
     MetricFamily f = family(bf.name, bf.help, bf.type);

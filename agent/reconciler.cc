@@ -296,6 +296,7 @@ Status Reconciler::syncShm(const DesiredNode& desired) {
         }
         e.shm = std::move(created).value();
       }
+      e.shares = ProcessShares(options_.demand);
       // A new tenant's buckets start at its guarantee, the rate the allocator gives a tenant
       // without processes.
       e.spec = spec;
@@ -508,6 +509,7 @@ void Reconciler::allocate(int64_t now) {
         b.demand = b.estimator.update(sig, period, g);
       }
       b.usage = cur;
+      b.period_bytes = sig.bytes_sent;
       // A shared link's bucket is not the node's to allocate: it enforces the fabric's cap
       // (refreshLinkRates), and its demand goes to the cluster allocator (fabricDemand).
       if (b.spec.scope != shm::kScopeDevice) continue;
@@ -515,6 +517,7 @@ void Reconciler::allocate(int64_t now) {
       groups[{b.spec.name, b.spec.direction}].bucket.push_back(i);
     }
     e.usage = std::move(u);
+    e.period_ns = period;
     e.usage_at_ns = now;
     e.shm->heartbeat(now);
   }
@@ -533,8 +536,27 @@ void Reconciler::allocate(int64_t now) {
       TenantEntry& e = *g.tenants[k];
       BucketEntry& b = e.buckets[g.bucket[k]];
       b.allocation = out[k].rate;
-      if (out[k].bucket_rate != b.spec.rate_bytes_per_second) {
-        setRate(&b.spec, e.spec, out[k].bucket_rate);
+      // What the tenant sent against what it was allowed: a tenant over it pays it back. Sends
+      // only: a send is counted as it is admitted (chunk by chunk), a receive when it completes
+      // (a whole message in one period), so a receiver's count says nothing per window.
+      BucketSpec next = b.spec;
+      setRate(&next, e.spec, out[k].bucket_rate);
+      const uint64_t rate = b.spec.direction == shm::kTx
+                                ? b.fence.step(now, e.period_ns, next.rate_bytes_per_second,
+                                               b.period_bytes, next.depth_bytes, e.usage.processes)
+                                : next.rate_bytes_per_second;
+      if (auto report = b.fence.takeReport()) {
+        TQ_LOG(kWarn,
+               "tenant %s, %s %s: %s; fenced: its rate is lowered to %s until that is paid back",
+               e.spec.name.c_str(), b.spec.direction == shm::kTx ? "tx" : "rx", b.spec.name.c_str(),
+               report->c_str(), formatRate(rate).c_str());
+      }
+      if (rate != next.rate_bytes_per_second) {
+        next.rate_bytes_per_second = rate;  // below the guarantee too: it overran
+        next.depth_bytes = bucketDepthBytes(rate, options_.bucket_depth_ns, options_.burst_bytes);
+      }
+      if (!(next == b.spec)) {
+        b.spec = next;
         e.params.buckets[g.bucket[k]] = b.spec;
         changed.insert(&e);
       }
@@ -545,6 +567,12 @@ void Reconciler::allocate(int64_t now) {
     if (refreshLinkRates(e, now)) changed.insert(&e);
   }
   for (TenantEntry* e : changed) publishTenant(*e);
+  // Each process's own buckets: its share of each of its tenant's (the default tenant's
+  // participants get theirs in split() below).
+  for (auto& [name, e] : tenants_) {
+    if (default_ && default_->group() == e.shm) continue;
+    e.shm->publishProcessRates(e.shares.update(e.usage, bucketRates(e.params), e.period_ns));
+  }
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     it->second->collect(now, 0);  // drains the slots of processes that left
     it->second->heartbeat(now);
@@ -565,6 +593,17 @@ void Reconciler::allocate(int64_t now) {
     it = (*it)->idle() ? retiring_shards_.erase(it) : it + 1;
   }
   allocation_hist_.observe(secondsBetween(start, clock_.nowNs()));
+}
+
+std::optional<uint64_t> Reconciler::kernelBytes(const std::string& tenant,
+                                                const BucketSpec& b) const {
+  if (options_.tc_mode != TcMode::kHtb || b.direction != shm::kTx || b.scope != shm::kScopeDevice) {
+    return std::nullopt;
+  }
+  for (const ClassStat& c : class_stats_) {
+    if (c.device == b.name && c.tenant == tenant) return c.bytes;
+  }
+  return std::nullopt;
 }
 
 bool Reconciler::refreshLinkRates(TenantEntry& e, int64_t now) {
@@ -676,6 +715,14 @@ void Reconciler::refreshClassStats() {
     all.insert(all.end(), r->begin(), r->end());
   }
   class_stats_ = std::move(all);
+  // What the kernel counted in each tenant's class, against what its buckets allowed.
+  for (auto& [name, e] : tenants_) {
+    for (BucketEntry& b : e.buckets) {
+      if (auto total = kernelBytes(name, b.spec)) {
+        b.fence.kernelReading(*total, b.spec.depth_bytes, e.usage.processes);
+      }
+    }
+  }
 }
 
 AgentState Reconciler::buildState() const {
@@ -708,6 +755,8 @@ AgentState Reconciler::buildState() const {
       bs.allocated_bytes_per_second = b.spec.rate_bytes_per_second;
       bs.depth_bytes = b.spec.depth_bytes;
       bs.demand_bytes_per_second = b.demand;
+      bs.overrun_bytes = b.fence.overrunBytesTotal();
+      bs.fenced = b.fence.fenced();
       if (!bs.receive && !bs.fabric_link) {
         t.allocated_bytes_per_second += bs.allocated_bytes_per_second;
       }

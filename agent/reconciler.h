@@ -32,6 +32,8 @@
 #include "agent/config.h"
 #include "agent/desired_state.h"
 #include "agent/fabric_links.h"
+#include "agent/fence.h"
+#include "agent/process_shares.h"
 #include "agent/rdma_ports.h"
 #include "agent/tc_applier.h"
 #include "common/backoff.h"
@@ -125,6 +127,8 @@ class Reconciler {
     uint64_t demand = 0;        // bytes/s or kUnboundedDemand, from the last allocation pass
     uint64_t allocation = 0;    // the allocator's share (the bucket may be refilled faster)
     BucketUsage usage;          // as last read
+    uint64_t period_bytes = 0;  // counted by its processes in the last period
+    Fence fence;                // what it used against what it was allowed
   };
   struct TenantEntry {
     TenantSpec spec;
@@ -133,7 +137,9 @@ class Reconciler {
     TenantParams params;               // as last published (the agent's own copy, never read back)
     TenantUsage usage;                 // as last read
     int64_t usage_at_ns = 0;           // 0: not read yet
+    int64_t period_ns = 0;             // between the last two readings
     std::vector<BucketEntry> buckets;  // index = entry of the bucket table
+    ProcessShares shares;              // its processes' own buckets
   };
 
   void attempt(const VersionedPolicy& policy);
@@ -166,8 +172,11 @@ class Reconciler {
   void removeStaleEntries(const DesiredNode& desired);
   void writeTrafficClasses(const DesiredNode& desired);
   void allocate(int64_t now);
+  // The kernel's count of the tenant's class on the bucket's device (htb mode, tx); nullopt
+  // otherwise.
+  std::optional<uint64_t> kernelBytes(const std::string& tenant, const BucketSpec& b) const;
   void resync();
-  void refreshClassStats();
+  void refreshClassStats();  // and hands each tenant's count to its buckets' fences
   void publish(int64_t now);
 
   ReconcilerOptions options_;

@@ -29,6 +29,16 @@
 // index of a key stays the same while the tenant's devices do; a key that moves to another
 // index resets that index's readings (the agent takes its next values as the new baseline).
 //
+// Process buckets (issue 23 item 9). The shared bucket words are writable by every process of the
+// tenant, so one process could reset them and let its co-tenants admit more than the tenant's
+// rate (each keeps its own floor, so each gets the whole rate). Each take therefore also passes
+// a bucket of the process's own, in its own memory, refilled at the rate the agent writes for
+// its slot here (ProcessRates, read-only to tenants): the agent splits each bucket's rate among
+// the tenant's processes by demand, so the processes together stay within the tenant's rate
+// whatever anyone writes. `slotless` is the rate of each process attached without a slot. 0: no
+// process bucket for that entry (the shared one alone, which the process's own floor already
+// bounds to the tenant's rate for that process).
+//
 // Slot s belongs to the process the agent assigned it to when that process connected; it is
 // released when the process's socket closes (the kernel closes it when the process dies). The
 // agent zeroes a slot's header and its counters in every bucket before handing it out and counts
@@ -36,8 +46,9 @@
 // comparable across processes). Counters are 64-byte blocks: one process writes one cache line
 // per bucket, the agent reads a bucket's blocks of every slot with one pread.
 //
-// Layout v3 (offsets checked by static_asserts below):
-//   ParamsPage:  0 Header (128 B), 128 Params (192 B), 320 BucketParams[32] (64 B each); 2368 B
+// Layout v4 (offsets checked by static_asserts below):
+//   ParamsPage:  0 Header (128 B), 128 Params (192 B), 320 BucketParams[32] (64 B each),
+//                2368 ProcessRates[64] by slot (256 B each), 18752 ProcessRates slotless; 19008 B
 //   SharedPage:  0 Bucket[32] (64 B each), 2048 SlotHeader[64] (64 B each),
 //                6144 Counters[32][64] (64 B each); 137216 B
 #pragma once
@@ -48,8 +59,8 @@
 
 namespace tq::shm {
 
-inline constexpr uint64_t kMagic = 0x334d48535154514eULL;  // bytes "NQTQSHM3"
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint64_t kMagic = 0x344d48535154514eULL;  // bytes "NQTQSHM4"
+inline constexpr uint32_t kLayoutVersion = 4;
 inline constexpr uint32_t kMaxSlots = 64;
 inline constexpr uint32_t kTenantNameBytes = 64;  // DNS-1123 label (<= 63) + NUL
 inline constexpr uint32_t kMaxTrafficClasses = 8;
@@ -118,10 +129,17 @@ struct BucketParams {
   uint8_t pad[64 - 56];
 };
 
+// One process's own bucket rates, per entry of the bucket table (under the Params seqlock).
+struct ProcessRates {
+  std::atomic<uint64_t> rate_bytes_per_second[kMaxBuckets];
+};
+
 struct ParamsPage {
   Header header;
   Params params;
   BucketParams buckets[kMaxBuckets];
+  ProcessRates processes[kMaxSlots];  // by slot
+  ProcessRates slotless;              // each process attached without a slot
 };
 
 struct Bucket {
@@ -171,7 +189,10 @@ static_assert(sizeof(Params) == 192);
 static_assert(sizeof(BucketParams) == 64);
 static_assert(offsetof(ParamsPage, params) == 128);
 static_assert(offsetof(ParamsPage, buckets) == 320);
-static_assert(sizeof(ParamsPage) == 2368);
+static_assert(sizeof(ProcessRates) == 256);
+static_assert(offsetof(ParamsPage, processes) == 2368);
+static_assert(offsetof(ParamsPage, slotless) == 18752);
+static_assert(sizeof(ParamsPage) == 19008);
 static_assert(offsetof(Header, agent_pid) == 88);
 static_assert(offsetof(Params, traffic_classes) == 52);
 static_assert(offsetof(Params, num_buckets) == 84);

@@ -224,7 +224,10 @@ CounterCheck checkCounters(CounterBaseline* base, const CounterSample& cur, int6
   return c;
 }
 
-std::optional<TenantParams> readParams(const shm::ParamsPage& page, uint64_t* seq_out) {
+std::optional<TenantParams> readParams(const shm::ParamsPage& page, uint64_t* seq_out,
+                                       std::optional<uint32_t> slot) {
+  const shm::ProcessRates* row = nullptr;
+  if (slot) row = *slot < shm::kMaxSlots ? &page.processes[*slot] : &page.slotless;
   const shm::Params& p = page.params;
   TenantParams v;
   for (int attempt = 0; attempt < kSeqlockRetries; ++attempt) {
@@ -272,6 +275,13 @@ std::optional<TenantParams> readParams(const shm::ParamsPage& page, uint64_t* se
       b.guarantee_bytes_per_second = bp.guarantee_bytes_per_second.load(std::memory_order_relaxed);
       b.limit_bytes_per_second = bp.limit_bytes_per_second.load(std::memory_order_relaxed);
     }
+    v.process_rates.clear();
+    if (row != nullptr) {
+      v.process_rates.resize(nb);
+      for (uint32_t i = 0; i < nb; ++i) {
+        v.process_rates[i] = row->rate_bytes_per_second[i].load(std::memory_order_relaxed);
+      }
+    }
     std::atomic_thread_fence(std::memory_order_acquire);
     if (p.seq.load(std::memory_order_relaxed) == s1) {
       if (seq_out != nullptr) *seq_out = s1;
@@ -318,7 +328,12 @@ Result<std::shared_ptr<TenantShm>> TenantShm::create(const std::string& tenant,
 TenantShm::~TenantShm() = default;
 
 void TenantShm::publish(const TenantParams& params) {
-  writeParams(*page_, params);
+  {
+    MutexLock w(write_mu_);
+    writeParams(*page_, params);
+    published_ = params;
+    published_.process_rates.clear();
+  }
   MutexLock lock(mu_);
   num_buckets_ = static_cast<uint32_t>(std::min<size_t>(params.buckets.size(), shm::kMaxBuckets));
   for (uint32_t i = 0; i < shm::kMaxBuckets; ++i) {
@@ -336,9 +351,34 @@ void TenantShm::publish(const TenantParams& params) {
 }
 
 TenantParams TenantShm::published() const {
-  // Only this process writes the page, and only from the thread calling published(): a read
-  // never races a write, so it never fails.
-  return tq::readParams(*page_).value_or(TenantParams{});
+  MutexLock w(write_mu_);
+  return published_;
+}
+
+void TenantShm::writeProcessRatesLocked() {
+  shm::Params& p = page_->params;
+  const uint64_t seq = p.seq.load(std::memory_order_relaxed);
+  p.seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  for (size_t r = 0; r <= shm::kMaxSlots; ++r) {
+    shm::ProcessRates& row = r < shm::kMaxSlots ? page_->processes[r] : page_->slotless;
+    for (size_t b = 0; b < shm::kMaxBuckets; ++b) {
+      row.rate_bytes_per_second[b].store(rates_[r][b], std::memory_order_relaxed);
+    }
+  }
+  p.seq.store(seq + 2, std::memory_order_release);
+}
+
+void TenantShm::publishProcessRates(const ProcessRateTable& rates) {
+  MutexLock w(write_mu_);
+  if (rates == rates_) return;
+  rates_ = rates;
+  writeProcessRatesLocked();
+}
+
+ProcessRateTable TenantShm::processRates() const {
+  MutexLock w(write_mu_);
+  return rates_;
 }
 
 void TenantShm::heartbeat(int64_t now_ns) {
@@ -431,6 +471,8 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
   TenantUsage u;
   u.buckets.resize(num_buckets_);
   bool throttled[shm::kMaxSlots] = {};
+  std::vector<std::vector<CounterCheck>> readings(slots_used,
+                                                  std::vector<CounterCheck>(num_buckets_));
   for (uint32_t b = 0; b < num_buckets_ && slots_used > 0; ++b) {
     if (keys_[b] == 0) continue;
     // One copy of this bucket's counter blocks: the tenant may rewrite them meanwhile, so every
@@ -476,6 +518,7 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
         if (tx) totals_.throttled_ns += c.throttled_ns;
       }
       if (e.state == SlotState::kDraining) continue;
+      readings[i][b] = c;
       u.buckets[b].backlog_bytes += c.backlog_bytes;
       u.buckets[b].throttled_processes += c.throttled_now ? 1 : 0;
       if (tx && device && c.throttled_now) throttled[i] = true;
@@ -490,9 +533,10 @@ TenantUsage TenantShm::collect(int64_t now_ns, uint64_t max_rate) {
     }
     u.processes++;
     u.throttled_processes += throttled[i] ? 1 : 0;
-    u.slots.push_back({i, e.peer.pid});
+    u.slots.push_back({i, e.peer.pid, std::move(readings[i])});
   }
-  u.processes += static_cast<uint32_t>(slotless_.size());
+  u.slotless = static_cast<uint32_t>(slotless_.size());
+  u.processes += u.slotless;
   for (uint32_t b = 0; b < num_buckets_; ++b) {
     BucketUsage& out = u.buckets[b];
     const BucketUsage& total = totals_.buckets[b];

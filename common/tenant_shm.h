@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -64,6 +65,9 @@ struct TenantParams {
   // The bucket table, index = table entry (at most shm::kMaxBuckets; an entry with scope
   // kScopeNone is unused).
   std::vector<BucketSpec> buckets;
+  // Read for one process (readParams with a slot): its own buckets' rates, per table entry
+  // (shm_layout.h "Process buckets"; 0: none). publish() does not write them.
+  std::vector<uint64_t> process_rates;
 
   friend bool operator==(const TenantParams&, const TenantParams&) = default;
 };
@@ -129,15 +133,20 @@ CounterCheck checkCounters(CounterBaseline* base, const CounterSample& cur, int6
 // Consistent snapshot of agent-written parameters, or nullopt when the seqlock stayed odd or
 // changing for kSeqlockRetries tries (the caller keeps the values it had). Bucket entries with
 // a key out of range are returned as unused (scope kScopeNone).
+// `slot`: also read that process's own bucket rates (kMaxSlots: the slotless row).
 inline constexpr int kSeqlockRetries = 64;
-std::optional<TenantParams> readParams(const shm::ParamsPage& p, uint64_t* seq_out = nullptr);
+std::optional<TenantParams> readParams(const shm::ParamsPage& p, uint64_t* seq_out = nullptr,
+                                       std::optional<uint32_t> slot = std::nullopt);
 
 // ---- the agent side ---------------------------------------------------------------------------
 
-// A live (or just closed) process's slot.
+// A live process's slot.
 struct SlotUsage {
   uint32_t index = 0;
   pid_t pid = 0;  // from SO_PEERCRED, in the agent's pid namespace
+  // This reading of its counters, per entry of the table: increments since the last reading
+  // (zero for a value checkCounters refused) and its backlog now.
+  std::vector<CounterCheck> buckets;
 };
 
 // One bucket of a tenant on this node: totals since the agent created its memory (sums of the
@@ -161,7 +170,8 @@ struct TenantUsage {
   uint64_t rx_bytes = 0;
   uint64_t throttled_ns = 0;
   uint64_t backlog_bytes = 0;
-  uint32_t processes = 0;            // attached processes
+  uint32_t processes = 0;            // attached processes (with a slot or not)
+  uint32_t slotless = 0;             // of those, attached without a slot
   uint32_t throttled_processes = 0;  // with a refused send waiting (any tx device bucket)
   uint64_t rejected_readings = 0;    // values checkCounters refused, since creation
   std::vector<SlotUsage> slots;
@@ -182,6 +192,11 @@ struct Attachment {
   PeerIdentity peer;
 };
 
+// The rates of the processes' own buckets (shm_layout.h "Process buckets"): row s for slot s,
+// row shm::kMaxSlots for each process attached without a slot; per entry of the table.
+using ProcessRateRow = std::array<uint64_t, shm::kMaxBuckets>;
+using ProcessRateTable = std::array<ProcessRateRow, shm::kMaxSlots + 1>;
+
 class TenantShm {
  public:
   // Two new memfds, sealed as shm_layout.h says; parameters zero until publish().
@@ -197,6 +212,11 @@ class TenantShm {
   // Seqlock write (reconcile thread); readers never observe a mix of old and new fields.
   void publish(const TenantParams& params);
   TenantParams published() const;
+  // The processes' own bucket rates (reconcile thread), written only when they changed. A slot
+  // handed out by acquireSlot keeps the row it had (0, none, or its last owner's share) until the
+  // next table: at most a period.
+  void publishProcessRates(const ProcessRateTable& rates);
+  ProcessRateTable processRates() const;
   void heartbeat(int64_t now_ns);
 
   // Attach thread. A free slot for `peer`, zeroed (pwrite) and counted from zero; nullopt when
@@ -225,6 +245,7 @@ class TenantShm {
   };
   // Zeroes slot i's header and counter blocks through the fd (mu_ held).
   bool zeroSlot(uint32_t i) TQ_REQUIRES(mu_);
+  void writeProcessRatesLocked() TQ_REQUIRES(write_mu_);
   TenantShm(std::string tenant, Fd params_fd, Fd shared_fd, MappedFile page)
       : tenant_(std::move(tenant)),
         params_fd_(std::move(params_fd)),
@@ -237,6 +258,11 @@ class TenantShm {
   const Fd shared_fd_;
   const MappedFile page_mapping_;  // the agent's own writable mapping (created before sealing)
   shm::ParamsPage* const page_;    // into it
+
+  // Every write of page_ (publish, publishProcessRates), whichever thread makes it.
+  mutable Mutex write_mu_;
+  TenantParams published_ TQ_GUARDED_BY(write_mu_);       // as last published
+  ProcessRateTable rates_ TQ_GUARDED_BY(write_mu_) = {};  // as last written
 
   mutable Mutex mu_;
   SlotEntry slots_[shm::kMaxSlots] TQ_GUARDED_BY(mu_);
@@ -264,8 +290,9 @@ class TenantShmView {
 
   // The tenant the agent created this memory for (its header, which only the agent can write).
   const std::string& tenant() const { return tenant_; }
+  // The parameters and this process's own bucket rates (its slot's, or the slotless row).
   std::optional<TenantParams> readParams(uint64_t* seq_out = nullptr) const {
-    return tq::readParams(*params_, seq_out);
+    return tq::readParams(*params_, seq_out, slot_);
   }
   bool paramsChanged(uint64_t seq) const {
     return params_->params.seq.load(std::memory_order_acquire) != seq;

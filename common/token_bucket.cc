@@ -60,6 +60,12 @@ bool bucketTryTake(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t b
   }
 }
 
+uint64_t bucketMaxTakeBytes(uint64_t rate) {
+  const unsigned __int128 b = static_cast<unsigned __int128>(rate) *
+                              static_cast<uint64_t>(kMaxBucketDebtNs / 2) / 1'000'000'000u;
+  return std::max<uint64_t>(b > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(b), 1);
+}
+
 uint64_t bucketDepthBytes(uint64_t rate, int64_t depth_ns, uint64_t floor) {
   const unsigned __int128 d = static_cast<unsigned __int128>(rate) *
                               static_cast<uint64_t>(std::max<int64_t>(depth_ns, 0)) /

@@ -42,8 +42,14 @@ inline constexpr uint64_t kDefaultMinBucketDepthBytes = 4096;
 // max(rate x depth_ns, floor), saturating.
 uint64_t bucketDepthBytes(uint64_t rate_bytes_per_second, int64_t depth_ns, uint64_t floor);
 
-// Most debt a bucket carries: one message never costs more than this much of the rate.
+// Most debt a bucket carries: one take never costs more than this much of the rate.
 inline constexpr int64_t kMaxBucketDebtNs = 10'000'000'000;
+
+// Most bytes one take should carry at `rate`: half the debt bound's worth (at least 1). A larger
+// message is charged in parts of this size, the rest before its admitter's next admission
+// (TenantPacer::admit), so its whole cost is paid, where one take of it would be capped at the
+// debt bound (a 32 MiB message at 1 Mbit/s would cost 10 s instead of 268 s).
+uint64_t bucketMaxTakeBytes(uint64_t rate_bytes_per_second);
 
 // ns needed to earn `bytes` at `rate` (rounded up), saturating.
 int64_t bucketCostNs(uint64_t bytes, uint64_t rate_bytes_per_second);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <climits>
@@ -194,6 +195,7 @@ void TenantPacer::useFallback() {
     hot_[b].rate.store(spec ? spec->rate_bytes_per_second : 0, std::memory_order_relaxed);
     hot_[b].depth.store(spec ? spec->depth_bytes : 0, std::memory_order_relaxed);
     hot_[b].limit.store(spec ? spec->limit_bytes_per_second : 0, std::memory_order_relaxed);
+    hot_[b].own_rate.store(0, std::memory_order_relaxed);  // no agent: nobody to share with
   }
   paced_.store(p.paced, std::memory_order_relaxed);
   dscp_.store(static_cast<int>(p.dscp), std::memory_order_relaxed);
@@ -529,6 +531,18 @@ void TenantPacer::applyParams(const TenantParams& p, uint64_t seq) {
     const uint64_t limit = spec && spec->limit_bytes_per_second != 0 ? spec->limit_bytes_per_second
                                                                      : p.limit_bytes_per_second;
     hot_[b].limit.store(limit, std::memory_order_relaxed);
+    // This process's own bucket: as deep in time as the shared one, and at least two of the
+    // smallest chunks (a chunk then fits a bucket that is not full, as chunkBytes() keeps for
+    // the shared one).
+    const uint64_t own = spec && b < p.process_rates.size() ? p.process_rates[b] : 0;
+    const uint64_t rate = spec ? spec->rate_bytes_per_second : 0;
+    const unsigned __int128 own_depth =
+        rate != 0 ? static_cast<unsigned __int128>(depth) * own / rate : depth;
+    hot_[b].own_depth.store(
+        std::max<uint64_t>(static_cast<uint64_t>(std::min<unsigned __int128>(own_depth, depth)),
+                           2 * kMinPaceChunk),
+        std::memory_order_relaxed);
+    hot_[b].own_rate.store(own, std::memory_order_relaxed);
   }
   paced_.store(p.paced, std::memory_order_relaxed);
   dscp_.store(static_cast<int>(p.dscp & 63), std::memory_order_relaxed);
@@ -559,12 +573,21 @@ void TenantPacer::refresh(AgentBinding* a) {
 }
 
 BucketConfig TenantPacer::chargedConfig(int channel) const {
-  BucketConfig c = configOf(bucketOf(channel));
-  for (uint32_t m = linkBuckets(channel); m != 0; m &= m - 1) {
-    const BucketConfig l = configOf(std::countr_zero(m));
-    c.rate_bytes_per_second = std::min(c.rate_bytes_per_second, l.rate_bytes_per_second);
-    c.burst_bytes = std::min(c.burst_bytes, l.burst_bytes);
-  }
+  // The device's bucket and every shared link's, each with this process's own (when the agent
+  // gave it one): the least rate and the least depth.
+  BucketConfig c{UINT64_MAX, UINT64_MAX};
+  auto tighten = [&](int k) {
+    const BucketConfig shared = configOf(k);
+    c.rate_bytes_per_second = std::min(c.rate_bytes_per_second, shared.rate_bytes_per_second);
+    c.burst_bytes = std::min(c.burst_bytes, shared.burst_bytes);
+    const BucketConfig own = ownConfigOf(k);
+    if (own.rate_bytes_per_second != 0) {
+      c.rate_bytes_per_second = std::min(c.rate_bytes_per_second, own.rate_bytes_per_second);
+      c.burst_bytes = std::min(c.burst_bytes, own.burst_bytes);
+    }
+  };
+  tighten(bucketOf(channel));
+  for (uint32_t m = linkBuckets(channel); m != 0; m &= m - 1) tighten(std::countr_zero(m));
   return c;
 }
 
@@ -577,6 +600,8 @@ uint64_t TenantPacer::rateBytesPerSecond(int channel) const {
 uint64_t TenantPacer::chunkBytes(int channel) const {
   const int b = bucketOf(channel);
   if (!paced_.load(std::memory_order_relaxed) || b < 0) return 0;
+  // The tightest of the channel's buckets (its device's, every shared link's, and this
+  // process's own of each): a chunk fits them all.
   const BucketConfig bc = chargedConfig(channel);
   const unsigned __int128 by_time = static_cast<unsigned __int128>(bc.rate_bytes_per_second) *
                                     static_cast<uint64_t>(cfg_.chunk_ns) / 1'000'000'000u;
@@ -629,14 +654,21 @@ BucketConfig TenantPacer::withCatchUp(int b, int64_t lag_ns) const {
   return eff;
 }
 
-int64_t TenantPacer::readyAtAll(AgentBinding* a, int b, uint32_t links, int64_t now,
-                                uint64_t bytes) const {
+int64_t TenantPacer::readyAtAll(AgentBinding* a, int channel, int64_t now, uint64_t bytes) const {
   auto* self = const_cast<TenantPacer*>(this);
-  int64_t at = bucketReadyAt(self->wordFor(a, b), now, bytes, configOf(b), self->floorFor(a, b));
-  for (uint32_t m = links; m != 0; m &= m - 1) {
-    const int l = std::countr_zero(m);
+  const int b = bucketOf(channel);
+  int64_t at = now;
+  auto wait_for = [&](int k) {
     at = std::max(
-        at, bucketReadyAt(self->wordFor(a, l), now, bytes, configOf(l), self->floorFor(a, l)));
+        at, bucketReadyAt(self->wordFor(a, k), now, bytes, configOf(k), self->floorFor(a, k)));
+    const BucketConfig own = ownConfigOf(k);
+    if (own.rate_bytes_per_second != 0) {
+      at = std::max(at, bucketReadyAt(self->own_words_[k], now, bytes, own));
+    }
+  };
+  wait_for(b);
+  if (a != nullptr) {
+    for (uint32_t m = linkBuckets(channel); m != 0; m &= m - 1) wait_for(std::countr_zero(m));
   }
   return at;
 }
@@ -659,28 +691,73 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
     if (ps->refused_bytes != 0 && ps->ready_at_ns != 0 && now > ps->ready_at_ns) {
       ps->lag_ns = std::max(ps->lag_ns, std::min(now - ps->ready_at_ns, cfg_.catchup_ns));
     }
-    // The device's bucket, then each shared link's: all of them or none (what was taken before
-    // a refusal goes back), so the connection runs at the least of the allocation and the caps.
-    const BucketConfig dev = withCatchUp(b, ps->lag_ns);
-    ok = bucketTryTake(wordFor(a, b), now, bytes, dev, floorFor(a, b));
-    uint32_t taken = 0;
-    for (uint32_t m = links; ok && m != 0; m &= m - 1) {
-      const int l = std::countr_zero(m);
-      if (bucketTryTake(wordFor(a, l), now, bytes, withCatchUp(l, ps->lag_ns), floorFor(a, l))) {
-        taken |= 1u << l;
-        continue;
+    // Every bucket the channel charges: the device's, then each shared link's, each behind
+    // this process's own (nobody else can refill that one, so it goes first). All of them or
+    // none: what was taken before a refusal goes back, so the connection runs at the least of
+    // its share, the node's allocation and the caps.
+    struct Charge {
+      std::atomic<int64_t>* word;
+      std::atomic<int64_t>* floor;
+      BucketConfig eff;   // with the catch-up allowance
+      BucketConfig back;  // what a give-back refills against
+      shm::Counters* counters;
+    };
+    std::array<Charge, 2 * (1 + shm::kMaxLinkBuckets)> charges{};
+    size_t n_charges = 0;
+    auto add = [&](int k) {
+      const BucketConfig base = configOf(k);
+      const BucketConfig eff = withCatchUp(k, ps->lag_ns);
+      shm::Counters* c = k == b ? ctr : countersFor(a, k);
+      const BucketConfig own = ownConfigOf(k);
+      if (own.rate_bytes_per_second != 0) {
+        // The own bucket catches up in proportion: together the processes make up at most
+        // what the tenant may.
+        BucketConfig own_eff = own;
+        if (base.rate_bytes_per_second != 0 && eff.burst_bytes > base.burst_bytes) {
+          own_eff.burst_bytes += static_cast<uint64_t>(std::min<unsigned __int128>(
+              static_cast<unsigned __int128>(eff.burst_bytes - base.burst_bytes) *
+                  own.rate_bytes_per_second / base.rate_bytes_per_second,
+              UINT64_MAX / 2));
+        }
+        charges[n_charges++] = {&own_words_[k], nullptr, own_eff, own, c};
       }
-      ok = false;
-      refused = countersFor(a, l);
-      bucketGiveBack(wordFor(a, b), now, bytes, dev, floorFor(a, b));
-      for (uint32_t t = taken; t != 0; t &= t - 1) {
-        const int k = std::countr_zero(t);
-        bucketGiveBack(wordFor(a, k), now, bytes, withCatchUp(k, ps->lag_ns), floorFor(a, k));
+      charges[n_charges++] = {&wordFor(a, k), floorFor(a, k), eff, eff, c};
+    };
+    add(b);
+    for (uint32_t m = links; m != 0; m &= m - 1) add(std::countr_zero(m));
+    auto take = [&](uint64_t n) {
+      for (size_t i = 0; i < n_charges; ++i) {
+        const Charge& c = charges[i];
+        if (bucketTryTake(*c.word, now, n, c.eff, c.floor)) continue;
+        refused = c.counters;
+        while (i-- > 0) {
+          bucketGiveBack(*charges[i].word, now, n, charges[i].back, charges[i].floor);
+        }
+        return false;
       }
+      return true;
+    };
+    // What one take may carry (bucketMaxTakeBytes, at the slowest bucket charged): a larger
+    // message is charged in parts, the first when it is admitted and the rest, owed, before
+    // this admitter admits anything else.
+    const uint64_t max_take = bucketMaxTakeBytes(chargedConfig(ps->channel).rate_bytes_per_second);
+    uint64_t part = 0;  // what the refusal below waited for
+    if (ps->owed_bytes > 0) {
+      part = std::min(ps->owed_bytes, max_take);
+      if (take(part)) {
+        ps->owed_bytes -= part;
+        part = ps->owed_bytes > 0 ? std::min(ps->owed_bytes, max_take) : 0;
+      }
+      ok = part == 0;
+    }
+    if (ok) {
+      part = std::min(bytes, max_take);
+      ok = take(part);
+      if (ok) ps->owed_bytes = bytes - part;
     }
     if (!ok) {
       ps->lag_ns = 0;  // caught up: refused on time
-      ps->ready_at_ns = readyAtAll(a, b, links, now, bytes);
+      ps->ready_at_ns = readyAtAll(a, ps->channel, now, part);
     }
   }
   if (!ok) {
@@ -721,21 +798,31 @@ int64_t TenantPacer::waitNs(uint64_t bytes, const PaceState& ps) const {
   if (b < 0 || !paced_.load(std::memory_order_relaxed)) return 0;
   const int64_t now = clock_.nowNs();
   AgentBinding* a = agent_.load(std::memory_order_acquire);
-  const uint32_t links = a != nullptr ? linkBuckets(ps.channel) : 0;
-  return readyAtAll(a, b, links, now, bytes) - now;
+  // The next part it takes: of what it still owes, else of these bytes (admit()).
+  const uint64_t part =
+      std::min(ps.owed_bytes > 0 ? ps.owed_bytes : bytes,
+               bucketMaxTakeBytes(chargedConfig(ps.channel).rate_bytes_per_second));
+  return readyAtAll(a, ps.channel, now, part) - now;
 }
 
 void TenantPacer::giveBack(uint64_t bytes, PaceState* ps) {
   const int b = bucketOf(ps->channel);
   if (b < 0 || bytes == 0 || !paced_.load(std::memory_order_relaxed)) return;
+  // What it still owes was never taken: that goes first.
+  const uint64_t unowed = std::min(bytes, ps->owed_bytes);
+  ps->owed_bytes -= unowed;
+  bytes -= unowed;
+  if (bytes == 0) return;
   AgentBinding* a = agent_.load(std::memory_order_acquire);
   const int64_t now = clock_.nowNs();
-  bucketGiveBack(wordFor(a, b), now, bytes, configOf(b), floorFor(a, b));
+  auto give = [&](int k) {
+    bucketGiveBack(wordFor(a, k), now, bytes, configOf(k), floorFor(a, k));
+    const BucketConfig own = ownConfigOf(k);
+    if (own.rate_bytes_per_second != 0) bucketGiveBack(own_words_[k], now, bytes, own);
+  };
+  give(b);
   if (a == nullptr) return;
-  for (uint32_t m = linkBuckets(ps->channel); m != 0; m &= m - 1) {
-    const int l = std::countr_zero(m);
-    bucketGiveBack(wordFor(a, l), now, bytes, configOf(l), floorFor(a, l));
-  }
+  for (uint32_t m = linkBuckets(ps->channel); m != 0; m &= m - 1) give(std::countr_zero(m));
 }
 
 void TenantPacer::onReceived(uint64_t bytes, const PaceState& ps) {

@@ -32,11 +32,14 @@
 // the agent's <run-dir>/fabric-peers map (common/fabric_peers.h) whose group does not list the
 // peer's address. An unknown peer, a missing or unreadable map, a map not written by root (or
 // TENANTQOS_AGENT_UID) or writable by others: every link (the safe side). The map is re-read
-// when it changes, checked every TENANTQOS_SHM_RECHECK_MS. A send or receive is admitted only
-// when every bucket it charges has the tokens (all or none are taken), so it gets the least of
-// the node's allocation and the caps; the bytes are counted on each of them, a refusal's backlog
-// and throttled time on the bucket that refused. Rails: the plugin does not know a device's
-// rail, so a link class with a rail is charged by every device (the safe side).
+// when it changes, checked every TENANTQOS_SHM_RECHECK_MS. Attached, the device's bucket is
+// also charged to a bucket of this process's own at the rate the agent gives its slot
+// (shm_layout.h "Process buckets"), so that a co-tenant resetting the shared word cannot lift
+// this process past its share of the tenant's rate. A send or receive is admitted only when
+// every bucket it charges has the tokens (all or none are taken), so it gets the least of its
+// share, the node's allocation and the caps; the bytes are counted on each shared bucket, a
+// refusal's backlog and throttled time on the bucket that refused. Rails: the plugin does not
+// know a device's rail, so a link class with a rail is charged by every device (the safe side).
 // Without the agent the fallback has one tx and one rx bucket (rx unpaced unless
 // TENANTQOS_RX_RATE, or conservative).
 //
@@ -46,6 +49,7 @@
 // Clock, the same clock in every process sharing a bucket.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -92,9 +96,12 @@ struct PaceState {
   shm::Counters* refused_counters = nullptr;  // the counters that backlog was added to
   int64_t ready_at_ns = 0;                    // when the refused bytes could first be admitted
   int64_t lag_ns = 0;                         // how late the retry came (catch-up allowance)
-  std::atomic<int64_t> in_flight{0};          // sends handed to the transport, not completed
-  int busy_index = -1;                        // the bucket those sends keep busy
-  uint32_t busy_links = 0;                    // and the link buckets (table indices, bits)
+  // Of a message admitted earlier whose cost was more than one take carries (a 32 MiB message at
+  // 1 Mbit/s): bytes still to take before this admitter admits anything else.
+  uint64_t owed_bytes = 0;
+  std::atomic<int64_t> in_flight{0};  // sends handed to the transport, not completed
+  int busy_index = -1;                // the bucket those sends keep busy
+  uint32_t busy_links = 0;            // and the link buckets (table indices, bits)
 };
 
 struct PacerConfig {
@@ -163,6 +170,11 @@ class TenantPacer {
   // the caller retries later: a NULL request for NCCL, or a transport thread's wait). Updates
   // the counters. Never blocks.
   //
+  // Large messages: one take carries at most bucketMaxTakeBytes (5 s at the rate). A larger
+  // message is admitted with that part taken and the rest owed (ps->owed_bytes): this admitter's
+  // next calls take the owed bytes part by part, refusing, before they admit anything else, so
+  // the long-run rate holds for any message size.
+  //
   // Late retries: a token bucket caps saved-up tokens at its depth, so an admitter that comes
   // back later than `depth / rate` after a refusal (descheduled, or napping between polls)
   // would lose its allocation for the time it was late. When refused bytes are retried after
@@ -183,7 +195,7 @@ class TenantPacer {
   // already possible or unpaced. A transport thread sleeps that long.
   int64_t waitNs(uint64_t bytes, const PaceState& ps) const;
   // Tokens taken for bytes that did not come (a receive admitted at its posted size that
-  // carried less): back into the bucket of ps->channel.
+  // carried less): off what ps still owes first, the rest back into the bucket of ps->channel.
   void giveBack(uint64_t bytes, PaceState* ps);
   // Chunk size for admitters of chunks: min(depth / 2, rate x cfg.chunk_ns) of the channel's
   // bucket, rounded down to a multiple of kMinPaceChunk and at least kMinPaceChunk; 0 when unpaced.
@@ -215,6 +227,10 @@ class TenantPacer {
     std::atomic<uint64_t> rate{0};
     std::atomic<uint64_t> depth{0};
     std::atomic<uint64_t> limit{0};  // 0: none (fallback, env)
+    // This process's own bucket (shm_layout.h "Process buckets"): its rate from the agent and
+    // a depth as deep in time as the shared one; rate 0: none.
+    std::atomic<uint64_t> own_rate{0};
+    std::atomic<uint64_t> own_depth{0};
   };
   struct AgentBinding {
     std::unique_ptr<TenantShmView> view;
@@ -282,15 +298,21 @@ class TenantPacer {
   std::atomic<int64_t>* floorFor(AgentBinding* a, int b) {
     return a != nullptr ? &a->floor[b] : &local_floors_[b];
   }
+  BucketConfig ownConfigOf(int b) const {
+    return {hot_[b].own_rate.load(std::memory_order_relaxed),
+            hot_[b].own_depth.load(std::memory_order_relaxed)};
+  }
   BucketConfig configOf(int b) const {
     return {hot_[b].rate.load(std::memory_order_relaxed),
             hot_[b].depth.load(std::memory_order_relaxed)};
   }
   // Bucket `b`'s config with the catch-up allowance of an admitter `lag_ns` late (admit()).
   BucketConfig withCatchUp(int b, int64_t lag_ns) const;
-  // The earliest time every bucket the channel charges could admit `bytes`.
-  int64_t readyAtAll(AgentBinding* a, int b, uint32_t links, int64_t now, uint64_t bytes) const;
-  // The tightest of the channel's buckets: the least rate and the least depth.
+  // The earliest time every bucket the channel charges (and this process's own of each) could
+  // admit `bytes`.
+  int64_t readyAtAll(AgentBinding* a, int channel, int64_t now, uint64_t bytes) const;
+  // The tightest of the channel's buckets and this process's own of each: the least rate and
+  // the least depth.
   BucketConfig chargedConfig(int channel) const;
 
   const std::string tenant_;
@@ -310,6 +332,9 @@ class TenantPacer {
   shm::Direction channels_dir_[kMaxChannels] = {};  // written before the channel is handed out
   std::atomic<int> num_channels_{2};
   std::atomic<int64_t> local_words_[shm::kMaxBuckets] = {};
+  // This process's own buckets (agent mode): in its own memory, so no other process of the
+  // tenant can refill them; every take passes one and the shared word.
+  std::atomic<int64_t> own_words_[shm::kMaxBuckets] = {};
   std::atomic<int64_t> local_floors_[shm::kMaxBuckets] = {};
   // Sends in flight per counter block, this process, all comms of the tenant.
   std::atomic<int64_t> sends_in_flight_[kCounterBlocks] = {};

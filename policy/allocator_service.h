@@ -26,7 +26,8 @@
 //
 // Thread-safety: report()/attach()/detach() from gRPC threads, onPolicy() from the applying
 // thread, the round on the service's own thread (tq-allocate); one mutex guards the table and
-// the sinks, released while a round computes and while sinks are written to.
+// the sinks, released while a round computes, while its messages are built and while sinks are
+// written to.
 #pragma once
 
 #include <atomic>
@@ -161,6 +162,8 @@ class AllocatorService {
   std::map<std::string, NodeState> nodes_ TQ_GUARDED_BY(mu_);  // attached or with demand
   size_t entries_ TQ_GUARDED_BY(mu_) = 0;                      // demand entries over nodes_
   uint64_t round_ TQ_GUARDED_BY(mu_) = 0;
+  // Bumped whenever every node's peers must be resent.
+  uint64_t peers_generation_ TQ_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> audited_ns_ TQ_GUARDED_BY(mu_);  // identity -> last refusal line
   std::map<std::string, uint64_t> audit_suppressed_ TQ_GUARDED_BY(mu_);
 

@@ -1,11 +1,15 @@
 #include "policy/grpc_service.h"
 
 #include <grpcpp/support/proto_buffer_reader.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -202,10 +206,13 @@ class WatchReactor;
 
 // The set of open watch streams and the latest snapshot. Calls into reactors are made outside
 // the hub's mutex, because a reactor's OnDone (which may run on any gRPC thread) takes it.
+// A new version is offered to the streams by the hub's own thread (tq-watch-fanout), not by the
+// apply that published it: each offer's StartWrite runs gRPC's framing, TLS and sendmsg on the
+// calling thread, and 1,000 watchers of a 1000-tenant policy made the apply wait for all of
+// them (docs/cli.md, "Fan-out and the allocator's load").
 class WatchHub {
  public:
-  WatchHub(PolicydMetrics* metrics, size_t max_per_identity)
-      : metrics_(metrics), max_per_identity_(max_per_identity) {}
+  WatchHub(PolicydMetrics* metrics, size_t max_per_identity);
   ~WatchHub();
 
   // Registers a reactor (the hub owns it until its OnDone) and offers it the latest snapshot,
@@ -213,6 +220,9 @@ class WatchHub {
   // has max_per_identity streams open is ended with RESOURCE_EXHAUSTED instead.
   void add(std::shared_ptr<WatchReactor> reactor);
   void remove(WatchReactor* reactor);
+  // Makes `snapshot` the latest (new streams get it at once) and hands it to the fan-out
+  // thread; returns without waiting for the writes. A newer snapshot published before the
+  // thread got to an older one replaces it (watchers may skip intermediate versions).
   void publish(std::shared_ptr<const EncodedSnapshot> snapshot);
   void close(const grpc::Status& status);
   size_t size() const {
@@ -221,14 +231,21 @@ class WatchHub {
   }
 
  private:
+  void fanOut();  // the fan-out thread's body
+
   PolicydMetrics* metrics_;
   mutable Mutex mu_;
+  std::condition_variable fan_out_cv_;
   std::shared_ptr<const EncodedSnapshot> latest_ TQ_GUARDED_BY(mu_);
+  // Published, not yet offered to every stream.
+  std::shared_ptr<const EncodedSnapshot> to_offer_ TQ_GUARDED_BY(mu_);
+  bool stopping_ TQ_GUARDED_BY(mu_) = false;
   std::unordered_map<WatchReactor*, std::shared_ptr<WatchReactor>> reactors_ TQ_GUARDED_BY(mu_);
   std::unordered_map<std::string, size_t> per_identity_
       TQ_GUARDED_BY(mu_);  // open streams per caller identity
   const size_t max_per_identity_;
   std::optional<grpc::Status> closed_ TQ_GUARDED_BY(mu_);
+  std::thread fan_out_;  // last: started once the members above exist
 };
 
 class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
@@ -324,11 +341,41 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   grpc::Status final_ TQ_GUARDED_BY(mu_);
 };
 
+WatchHub::WatchHub(PolicydMetrics* metrics, size_t max_per_identity)
+    : metrics_(metrics), max_per_identity_(max_per_identity) {
+  fan_out_ = std::thread([this] { fanOut(); });
+}
+
 WatchHub::~WatchHub() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  fan_out_cv_.notify_all();
+  fan_out_.join();
   // Normally empty: grpc::Server::Shutdown waits for every reactor's OnDone.
   MutexLock lock(mu_);
   if (!reactors_.empty()) {
     TQ_LOG(kWarn, "policy service destroyed with %zu watch streams still open", reactors_.size());
+  }
+}
+
+void WatchHub::fanOut() {
+  pthread_setname_np(pthread_self(), "tq-watch-fanout");
+  MutexLock lock(mu_);
+  for (;;) {
+    fan_out_cv_.wait(lock.native(),
+                     [this]() TQ_REQUIRES(mu_) { return stopping_ || to_offer_ != nullptr; });
+    if (stopping_) return;
+    std::shared_ptr<const EncodedSnapshot> snapshot = std::move(to_offer_);
+    to_offer_.reset();
+    std::vector<std::shared_ptr<WatchReactor>> targets;
+    targets.reserve(reactors_.size());
+    for (auto& [raw, r] : reactors_) targets.push_back(r);
+    lock.unlock();
+    for (auto& r : targets) r->offer(snapshot);
+    targets.clear();  // a reactor's last reference may go here: outside the lock
+    lock.lock();
   }
 }
 
@@ -379,15 +426,13 @@ void WatchHub::remove(WatchReactor* reactor) {
 }
 
 void WatchHub::publish(std::shared_ptr<const EncodedSnapshot> snapshot) {
-  std::vector<std::shared_ptr<WatchReactor>> targets;
   {
     MutexLock lock(mu_);
     if (latest_ && latest_->version >= snapshot->version) return;
     latest_ = snapshot;
-    targets.reserve(reactors_.size());
-    for (auto& [raw, r] : reactors_) targets.push_back(r);
+    to_offer_ = std::move(snapshot);
   }
-  for (auto& r : targets) r->offer(snapshot);
+  fan_out_cv_.notify_all();
 }
 
 void WatchHub::close(const grpc::Status& status) {

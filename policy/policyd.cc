@@ -23,6 +23,7 @@
 #include "policy/grpc_service.h"
 #include "policy/metrics.h"
 #include "policy/service.h"
+#include "rpc/runtime.h"
 
 namespace tq::policy {
 namespace {
@@ -346,6 +347,7 @@ int policydMain(int argc, char** argv) {
   }
   const PolicydOptions& opt = args->options;
   setLogLevel(opt.log_level);
+  rpc::configureGrpcRuntime();
   // Policy-sized buffers (a 4 MiB source, its snapshot, their gRPC slices) come and go with
   // callers. glibc raises its mmap threshold after such a buffer is freed, after which the
   // next ones come from the heap and stay in policyd's RSS when freed (issue 23: 461 MiB kept

@@ -2,8 +2,10 @@
 # README command 2: install what is needed (Debian packages), build, and pass the tests.
 #   scripts/test.sh [ctest args...]      e.g. scripts/test.sh -L unit
 # Before the tests: the thread-safety analysis (scripts/check-thread-safety.sh, clang over every
-# unit that sees an annotation).
-# Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc).
+# unit that sees an annotation). After them, with TQ_SANITIZERS=1: the sanitizer build
+# (scripts/test-sanitizers.sh: ASan + UBSan over the unit and functional tests, in build-asan);
+# not by default yet, for CI's time (docs/development.md "Sanitizer build").
+# Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc), TQ_SANITIZERS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TQ_BUILD_DIR:-build}
@@ -22,3 +24,6 @@ echo "== thread-safety analysis (clang -Wthread-safety -Werror)"
 TQ_JOBS=$jobs scripts/check-thread-safety.sh "$build"
 echo "== test"
 (cd "$build" && ctest --output-on-failure --timeout 900 "$@")
+if [[ "${TQ_SANITIZERS:-0}" == 1 ]]; then
+  TQ_JOBS=$jobs scripts/test-sanitizers.sh "$build"
+fi

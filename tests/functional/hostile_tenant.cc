@@ -11,6 +11,10 @@
 // tenant) tries on the node-wide socket: attaches CONNECTIONS times and keeps them open (every
 // default-tenant slot and connection it can get), and writes 9 s of debt into every bucket word
 // of the memory it was given, every 1 ms, for SECONDS. Prints one line of what it got.
+//
+// tq-hostile-tenant --reset-words RUN_DIR OWN SECONDS: a process of tenant OWN that attaches and
+// then, for SECONDS, writes 0 (an empty bucket long ago: a full one now) into every bucket word
+// of its tenant every 100 us, so that its co-tenants' takes find tokens they never earned.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -103,7 +107,37 @@ int nodeWide(const std::string& run, double seconds, int connections) {
   return 0;
 }
 
+// --reset-words: see the file comment.
+int resetWords(const std::string& run, const std::string& own, double seconds) {
+  namespace at = tq::attach;
+  auto a = at::attachWithin(at::tenantSocketPath(run, own), own, 2000, tq::realClock());
+  if (!a.ok() || a->tenant != own) {
+    std::printf("ERROR: cannot attach to own tenant %s: %s\n", own.c_str(),
+                a.ok() ? a->tenant.c_str() : a.status().message().c_str());
+    return 1;
+  }
+  auto* shared = static_cast<tq::shm::SharedPage*>(::mmap(nullptr, sizeof(tq::shm::SharedPage),
+                                                          PROT_READ | PROT_WRITE, MAP_SHARED,
+                                                          a->shared_fd.get(), 0));
+  if (shared == MAP_FAILED) return 1;
+  std::printf("reset-words: attached to %s, slot %u\n", own.c_str(), a->slot);
+  const double end = now() + seconds;
+  uint64_t writes = 0;
+  while (now() < end) {
+    for (auto& b : shared->buckets) b.empty_at_ns.store(0);
+    ++writes;
+    ::usleep(100);
+  }
+  std::printf("reset-words: %llu resets of every bucket word\n",
+              static_cast<unsigned long long>(writes));
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--reset-words") {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    return resetWords(argv[2], argv[3], std::atof(argv[4]));
+  }
   if (argc == 5 && std::string(argv[1]) == "--node-wide") {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
     return nodeWide(argv[2], std::atof(argv[3]), std::atoi(argv[4]));
@@ -111,7 +145,8 @@ int main(int argc, char** argv) {
   if (argc != 5) {
     std::fprintf(stderr,
                  "usage: tq-hostile-tenant RUN_DIR VICTIM OWN SECONDS\n"
-                 "       tq-hostile-tenant --node-wide RUN_DIR SECONDS CONNECTIONS\n");
+                 "       tq-hostile-tenant --node-wide RUN_DIR SECONDS CONNECTIONS\n"
+                 "       tq-hostile-tenant --reset-words RUN_DIR OWN SECONDS\n");
     return 2;
   }
   const std::string run = argv[1], victim = argv[2], own = argv[3];

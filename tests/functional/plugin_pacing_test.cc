@@ -4,6 +4,7 @@
 // after a 0.5 s warm-up, must be within [0.97, 1.01] of the allocated rate. Fail closed: a
 // process that cannot attach to the tenant it names is paced at the default tenant's rate.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -187,6 +188,61 @@ TEST_F(PluginPacingTest, TwoProcessesOfATenantShareOneBucket) {
   // Four processes (two per job) attached; all exited: their sockets closed, slots released.
   EXPECT_TRUE(allDetached());
   EXPECT_EQ(w->collect(0, rate).processes, 0u);
+}
+
+// Issue 23 item 10: a tenant at 1 Mbit/s holds its rate whatever the message size (a 32 MiB
+// message costs 268 s there). What its sender admitted (its slot's tx count, counted as chunks
+// are admitted onto the socket) is read while it runs, for 6 s per size: at most the rate over
+// the time since the job started plus one depth, and the rate within [0.9, 1.05] from its first
+// bytes on. Before the socket transport admitted chunks (5265e3d), a whole message was
+// charged at once with its cost capped at 10 s: 3.6 Mbit/s with 4 MiB, 27.3 with 32 MiB.
+TEST_F(PluginPacingTest, OneMbitHoldsForAnyMessageSize) {
+  constexpr uint64_t kRate = 1'000'000 / 8;
+  constexpr double kSeconds = 6.0;
+  for (const std::string size : {"256K", "4M", "32M"}) {
+    const std::string tenant = "tqplg-low-" + std::string(size == "256K" ? "a"
+                                                          : size == "4M" ? "b"
+                                                                         : "c");
+    TenantShm* w = agent(tenant, kRate);
+    const double started = monotonicSeconds();
+    Proc p(perf(600, size, tenant), env());
+    auto sample = [&] { return w->collect(SteadyClock().nowNs(), 10 * kRate); };
+    // The first bytes admitted (the ranks set up their buffers first): measured from there.
+    double t0 = 0;
+    uint64_t b0 = 0;
+    while (monotonicSeconds() - started < 10) {
+      ASSERT_TRUE(p.poll()) << p.err();
+      const TenantUsage u = sample();
+      if (u.tx_bytes > 0) {
+        t0 = monotonicSeconds();
+        b0 = u.tx_bytes;
+        break;
+      }
+      ::usleep(10'000);
+    }
+    ASSERT_GT(t0, 0) << "nothing was sent within 10 s: " << p.err();
+    uint64_t most_over = 0;  // the most the count was above the rate since the start, bytes
+    TenantUsage u;
+    while (monotonicSeconds() - t0 < kSeconds) {
+      ASSERT_TRUE(p.poll()) << p.err();
+      u = sample();
+      const auto allowed = static_cast<uint64_t>(kRate * (monotonicSeconds() - started));
+      most_over = std::max(most_over, u.tx_bytes > allowed ? u.tx_bytes - allowed : 0);
+      ::usleep(50'000);
+    }
+    const double rate = static_cast<double>(u.tx_bytes - b0) / (monotonicSeconds() - t0);
+    p.kill(SIGTERM);
+    p.wait(10);
+    std::printf(
+        "%s messages at 1 Mbit/s: %.3f Mbit/s admitted over %.1f s, at most %llu B over "
+        "the rate since the start\n",
+        size.c_str(), rate * 8e-6, kSeconds, static_cast<unsigned long long>(most_over));
+    const uint64_t depth = bucketDepthBytes(kRate, kDefaultBucketDepthNs, 4096);
+    EXPECT_LE(most_over, depth) << size;
+    EXPECT_GE(rate / kRate, 0.9) << size;
+    EXPECT_LE(rate / kRate, 1.05) << size;
+    EXPECT_TRUE(allDetached());
+  }
 }
 
 // A job started before the agent is unpaced, then governed once the file appears.

@@ -126,6 +126,8 @@ UNMIRRORED = {
     "tc/netns.cc": "network namespaces need root: the privileged functional tests "
                    "(tests/functional/tc_executor_test.cc)",
     "tc/netlink.cc": "libnl sockets need a namespace: tests/functional/tc_executor_test.cc",
+    "rpc/runtime.cc": "one abseil setting (no deadlock tracking): every policyd test runs with it; "
+                      "its effect is measured by bench/fabric's caps push (docs/fabric.md)",
     "rpc/stream_follower.cc": "the reconnecting stream under rpc::PolicyFollower: "
                               "tests/unit/rpc/policy_follower_test.cc drives it over real gRPC",
     "nccl-plugin/glibc_compat.cc": "symbol versions of the shared object: "

@@ -297,7 +297,8 @@ TEST(MetricsTest, EveryFamilyNameCarriesAUnitOrIsDimensionless) {
   const std::regex ok(
       "tenantqos_[a-z_]+(_bytes_total|_packets_total|_drops_total|_overlimits_total|"
       "_seconds_total|_bytes_per_second|_seconds|_errors_total|_bytes|_processes|_version|"
-      "_connected|_ready|_errors|_up|_qps|_qp_owners|_changes_total|_offers_total|_mode|_term|"
+      "_connected|_ready|_errors|_up|_fenced|_qps|_qp_owners|_changes_total|_offers_total|_mode|_"
+      "term|"
       "_refusals_total|_waits_total|_scans_total|_reads_total)");
   AgentState s = sampleState();
   s.fabric.mode = FabricMode::kHeld;  // the fabric's families too

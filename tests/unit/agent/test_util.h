@@ -111,13 +111,16 @@ class FakeTc : public TcApplier {
     for (const TenantSpec& t : it->second.tenants) {
       char id[16];
       snprintf(id, sizeof id, "1:%x", minor++);
-      out.push_back({device, id, t.name, 1000, 7, 1, 2});
+      const auto bytes = class_bytes.find(t.name);
+      out.push_back(
+          {device, id, t.name, bytes != class_bytes.end() ? bytes->second : 1000, 7, 1, 2});
     }
     return out;
   }
 
   std::map<std::string, DesiredDevice> trees;
   std::set<std::string> fail_devices;
+  std::map<std::string, uint64_t> class_bytes;  // a tenant's class's byte count (default 1000)
   int applies = 0;
   int removes = 0;
   int writes = 0;

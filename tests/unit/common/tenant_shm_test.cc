@@ -40,6 +40,13 @@ TenantParams sample(uint64_t k) {
   return p;
 }
 
+// `p` as a process reads it: with its own bucket rates (`rates`, else none: zeros).
+TenantParams asRead(TenantParams p, std::vector<uint64_t> rates = {}) {
+  if (rates.empty()) rates.assign(p.buckets.size(), 0);
+  p.process_rates = std::move(rates);
+  return p;
+}
+
 // The view a process gets from the agent's fds (dup'd: the agent keeps its own).
 std::unique_ptr<TenantShmView> viewOf(const TenantShm& shm, uint32_t slot) {
   auto v = TenantShmView::map(Fd(::dup(shm.paramsFd())), Fd(::dup(shm.sharedFd())), slot);
@@ -54,12 +61,41 @@ TEST(TenantShm, AgentPublishesProcessReads) {
   ASSERT_NE(v, nullptr);
   EXPECT_EQ(v->tenant(), "tenant-a");
   uint64_t seq = 0;
-  EXPECT_EQ(v->readParams(&seq), sample(42));
+  EXPECT_EQ(v->readParams(&seq), asRead(sample(42)));
   EXPECT_FALSE(v->paramsChanged(seq));
   shm->publish(sample(43));
   EXPECT_TRUE(v->paramsChanged(seq));
-  EXPECT_EQ(v->readParams(), sample(43));
+  EXPECT_EQ(v->readParams(), asRead(sample(43)));
   EXPECT_EQ(shm->published(), sample(43));
+}
+
+// Each process reads its own row of the process buckets' rates (issue 23 item 9): its slot's, or
+// the slotless one; a new table is a new sequence number, so it is read on the next admission.
+TEST(TenantShm, EachProcessReadsItsOwnBucketRates) {
+  auto shm = TenantShm::create("tenant-a", 1).value();
+  shm->publish(sample(5));
+  auto v0 = viewOf(*shm, 0), v3 = viewOf(*shm, 3), none = viewOf(*shm, shm::kMaxSlots);
+  uint64_t seq = 0;
+  ASSERT_TRUE(v0->readParams(&seq).has_value());
+  ProcessRateTable t{};
+  t[0] = {100, 200, 300};
+  t[3] = {7, 8, 9};
+  t[shm::kMaxSlots] = {1, 2, 3};
+  shm->publishProcessRates(t);
+  EXPECT_TRUE(v0->paramsChanged(seq));
+  EXPECT_EQ(v0->readParams()->process_rates, (std::vector<uint64_t>{100, 200, 300}));
+  EXPECT_EQ(v3->readParams()->process_rates, (std::vector<uint64_t>{7, 8, 9}));
+  EXPECT_EQ(none->readParams()->process_rates, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(shm->processRates(), t);
+  EXPECT_EQ(shm->published(), sample(5)) << "the agent's copy has no process rows";
+  // The same table again writes nothing.
+  ASSERT_TRUE(v0->readParams(&seq).has_value());
+  shm->publishProcessRates(t);
+  EXPECT_FALSE(v0->paramsChanged(seq));
+  // A process cannot write its rates (the page is sealed; the pwrite is refused).
+  const uint64_t evil = 1ull << 40;
+  EXPECT_LT(::pwrite(shm->paramsFd(), &evil, sizeof(evil), offsetof(shm::ParamsPage, processes)),
+            0);
 }
 
 // What the kernel refuses a tenant's process, whatever it tries with the fds it was given.
@@ -276,7 +312,7 @@ TEST(ReadParams, NeverTornUnderConcurrentPublishes) {
     auto p = v->readParams();
     if (!p) continue;  // gave up (bounded): the caller keeps what it had
     ++read;
-    ASSERT_EQ(*p, sample(p->policy_version));
+    ASSERT_EQ(*p, asRead(sample(p->policy_version)));
   }
   stop.store(true);
   writer.join();
