@@ -448,9 +448,14 @@ class EtcdStore final : public IndexedPolicyStore {
       req.set_revision(revision);
       pb::RangeResponse resp;
       TQ_RETURN_IF_ERROR(unary("read policy versions", &pb::KV::Stub::Range, req, &resp));
-      for (pb::KeyValue& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));
-      if (!resp.more() || resp.kvs().empty()) return out;
+      if (!resp.more() || resp.kvs().empty()) {
+        for (pb::KeyValue& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));
+        return out;
+      }
+      // The next page starts right after this one's last key: taken before the records are
+      // moved out (a moved-from key is empty, and a page from "\0" starts over, for ever).
       from_key = resp.kvs(resp.kvs_size() - 1).key() + std::string(1, '\0');
+      for (pb::KeyValue& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));
     }
   }
 
