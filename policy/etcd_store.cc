@@ -147,11 +147,7 @@ class EtcdStore final : public IndexedPolicyStore {
     c->set_target(pb::Compare::MOD);
     c->set_result(pb::Compare::EQUAL);
     c->set_mod_revision(latest_rev);
-    c = txn.add_compare();  // and version n was never created (numbers are never reused)
-    c->set_key(key);
-    c->set_target(pb::Compare::CREATE);
-    c->set_result(pb::Compare::EQUAL);
-    c->set_create_revision(0);
+    compareKeyAbsent(&txn, key);  // and version n was never created (numbers are never reused)
     pb::PutRequest* put = txn.add_success()->mutable_request_put();
     put->set_key(key);
     put->set_value(bytes);

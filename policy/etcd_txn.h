@@ -9,6 +9,9 @@
 
 namespace tq::policy {
 
+// Adds the compare "`key` was never created" (its create revision is 0) to `txn`.
+void compareKeyAbsent(etcdserverpb::TxnRequest* txn, const std::string& key);
+
 // Creates `key` = `value` (attached to `lease` when it is not 0) only if the key does not exist
 // (its create revision is 0); otherwise changes nothing and reads it. On success the put's
 // revision is the response header's; on failure responses(0).response_range().kvs() holds the
