@@ -159,8 +159,8 @@ Status KeyedState<E>::apply(const google::protobuf::RepeatedPtrField<E>& entries
 template class KeyedState<v1::LinkDemand>;
 template class KeyedState<v1::LinkCap>;
 
-std::optional<v1::DemandReport> DemandEncoder::encode(const v1::DemandReport& whole,
-                                                      int64_t now_ns) {
+std::optional<v1::DemandReport> DemandEncoder::encode(const v1::DemandReport& whole, int64_t now_ns,
+                                                      bool force) {
   std::vector<std::string> addresses(whole.addresses().begin(), whole.addresses().end());
   std::vector<uint32_t> keys;
   keys.reserve(static_cast<size_t>(whole.demands_size()));
@@ -185,7 +185,7 @@ std::optional<v1::DemandReport> DemandEncoder::encode(const v1::DemandReport& wh
     std::sort(removed.begin(), removed.end());
   }
   moved = moved || !removed.empty();
-  if (!moved && now_ns - last_ns_ < options_.refresh_ns) return std::nullopt;
+  if (!moved && !force && now_ns - last_ns_ < options_.refresh_ns) return std::nullopt;
 
   const bool whole_message = !peer_compact_ || !started_ || addresses != addresses_ ||
                              now_ns - last_whole_ns_ >= options_.full_every_ns;

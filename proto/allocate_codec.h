@@ -82,10 +82,12 @@ class DemandEncoder {
 
   // `whole` is the node's demand as an older agent sends it (names, no keys). Returns what to
   // write now, or nullopt when no entry moved past the deadband, the entries, addresses and
-  // policy version are those last written, and the refresh is not due. What it returns is
-  // taken as written (a new stream needs a new encoder). The caller sets the sequence.
+  // policy version are those last written, the refresh is not due and `force` is false (a
+  // caller that paces its reports itself forces: then a message always, maybe a delta with no
+  // entries). What it returns is taken as written (a new stream needs a new encoder). The
+  // caller sets the sequence.
   std::optional<tenantqos::v1::DemandReport> encode(const tenantqos::v1::DemandReport& whole,
-                                                    int64_t now_ns);
+                                                    int64_t now_ns, bool force = false);
 
  private:
   const Options options_;

@@ -88,6 +88,12 @@ TEST(DemandCodecTest, DeltasCarryOnlyWhatMovedAndDecodeToTheWholeState) {
   EXPECT_FALSE(step(100 * kMs));  // nothing moved, no refresh due
   now[{"a", "leaf"}] = 1005;      // within the 1 % deadband
   EXPECT_FALSE(step(200 * kMs));
+  // A caller that paces itself gets a message when it asks: the deadband still applies.
+  auto forced = enc.encode(demand(now), 250 * kMs, /*force=*/true);
+  ASSERT_TRUE(forced);
+  EXPECT_TRUE(forced->delta());
+  EXPECT_EQ(forced->demands_size(), 0);
+  ASSERT_TRUE(dec.decode(*forced).ok());
   now[{"b", "leaf"}] = 3000;
   auto msg = step(300 * kMs);
   ASSERT_TRUE(msg);
