@@ -1326,15 +1326,27 @@ TEST_F(PolicydTest, AllocateStreamsEachAgentItsOwnCapsAndRefusesOthersWithAnAudi
     d->set_transmit_bytes_per_second(bytes);
     d->set_receive_bytes_per_second(bytes);
     r.add_addresses(node == "node-1" ? "10.0.0.1" : "10.0.0.3");
+    r.set_sequence(1);
     return r;
+  };
+  // The first message of a round that used the node's report (NodeCaps.demand_sequence echoes
+  // it): a round may run between the stream's attach and its first report, and its message has
+  // no caps yet. Bounded by the stream's 30 s deadline.
+  auto capsAfterReport = [](Stream& s, v1::NodeCaps* caps) {
+    while (s.rw->Read(caps)) {
+      if (caps->demand_sequence() >= 1) return true;
+    }
+    return false;
   };
   auto n1 = open("agent-node-1");
   auto n3 = open("agent-node-3");
-  ASSERT_TRUE(n1->rw->Write(report("node-1", "tenant-a", 1'250'000'000)));  // 10 Gbit/s
-  ASSERT_TRUE(n3->rw->Write(report("node-3", "tenant-b", 1'000'000'000)));
+  // node-3 first, and node-1 only once a round has used node-3's report: node-1's first caps
+  // then come from a round that knew node-3's address (its peers below).
   v1::NodeCaps c1, c3;
-  ASSERT_TRUE(n1->rw->Read(&c1));
-  ASSERT_TRUE(n3->rw->Read(&c3));
+  ASSERT_TRUE(n3->rw->Write(report("node-3", "tenant-b", 1'000'000'000)));
+  ASSERT_TRUE(capsAfterReport(*n3, &c3));
+  ASSERT_TRUE(n1->rw->Write(report("node-1", "tenant-a", 1'250'000'000)));  // 10 Gbit/s
+  ASSERT_TRUE(capsAfterReport(*n1, &c1));
   EXPECT_EQ(c1.node(), "node-1");
   ASSERT_EQ(c1.caps_size(), 1);
   EXPECT_EQ(c1.caps(0).tenant(), "tenant-a");
