@@ -176,7 +176,8 @@ rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc:
   // when an entry moved past the deadband, else at the refresh: a demand change goes out
   // within an interval, and a steady node costs one small report a second. Once policyd said
   // it reads them (NodeCaps.compact_reports), reports carry keys and only what moved
-  // (proto/allocate_codec.h); before, and for an older policyd, whole reports with names.
+  // (proto/allocate_codec.h); before, and for an older policyd, whole reports with names. The
+  // caps are decoded as compact ones would be, but not asked for yet (below).
   // gRPC allows one thread writing while another reads the same stream.
   std::atomic<bool> peer_compact{false};
   Worker writer(clock_);
@@ -184,6 +185,10 @@ rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc:
     proto::DemandEncoder::Options eo;
     eo.deadband = options_.deadband;
     eo.refresh_ns = options_.refresh_ns;
+    // Not yet: with compact caps the static split after a lost allocator did not take hold in
+    // PrivilegedFabricAgentTest (the caps stayed at the held ones); until that is understood
+    // the agent takes whole NodeCaps, and only its reports are compact.
+    eo.compact_caps = false;
     proto::DemandEncoder encoder(eo);
     do {
       std::optional<FabricDemand> d = board_.fabricDemand();

@@ -191,7 +191,7 @@ std::optional<v1::DemandReport> DemandEncoder::encode(const v1::DemandReport& wh
                              now_ns - last_whole_ns_ >= options_.full_every_ns;
   v1::DemandReport out;
   out.set_policy_version(whole.policy_version());
-  out.set_compact_caps(true);
+  out.set_compact_caps(options_.compact_caps);
   if (whole_message) {
     out.set_node(whole.node());
     *out.mutable_addresses() = whole.addresses();

@@ -73,6 +73,7 @@ class DemandEncoder {
     double deadband = 0.01;
     int64_t refresh_ns = 1'000'000'000;  // a message at least this often (the node's heartbeat)
     int64_t full_every_ns = kAllocateFullEveryNs;
+    bool compact_caps = true;  // DemandReport.compact_caps: ask policyd for compact NodeCaps
   };
   explicit DemandEncoder(Options options) : options_(options) {}
 
