@@ -277,14 +277,13 @@ Status AllocatorService::report(const Caller& caller, const CapsSink* sink,
     entries.push_back(
         {d.tenant(), d.link(), d.transmit_bytes_per_second(), d.receive_bytes_per_second()});
   }
-  // Checked in full first (a hostile report is refused however fast it came), then dropped
-  // when it follows the previous one too closely: a flood costs its parse, nothing more.
-  if (n.received_ns != 0 && now - n.received_ns < options_.min_report_interval_ns) {
-    ++n.reports_dropped;
-    lock.unlock();
-    if (metrics_ != nullptr) metrics_->countDemandReport("too_frequent");
-    return okStatus();
-  }
+  // Checked in full first (a hostile report is refused however fast it came). One that follows
+  // the previous one too closely is counted (too_frequent) and still replaces the node's
+  // demand, without renewing the node's clock: on a compact stream it is the decoder's whole
+  // state after a delta, and dropping it would lose that delta until the next whole message.
+  // A flood costs its parse and one report's room per node, never a round (rounds are timed).
+  const bool early = n.received_ns != 0 && now - n.received_ns < options_.min_report_interval_ns;
+  if (early) ++n.reports_dropped;
   if (entries_ - n.entries.size() + entries.size() > options_.max_entries) {
     return resourceExhausted("Allocate from " + node + ": " + std::to_string(entries.size()) +
                              " demand entries would exceed the " +
@@ -300,8 +299,12 @@ Status AllocatorService::report(const Caller& caller, const CapsSink* sink,
   }
   n.policy_version = r.policy_version();
   n.sequence = r.sequence();
-  n.received_ns = now;
+  if (!early) n.received_ns = now;
   lock.unlock();
+  if (early) {
+    if (metrics_ != nullptr) metrics_->countDemandReport("too_frequent");
+    return okStatus();
+  }
   if (metrics_ != nullptr) {
     metrics_->countDemandReport("accepted");
     if (skipped > 0) metrics_->countDemandEntriesSkipped(skipped);

@@ -16,8 +16,10 @@
 //   - the table holds the latest report per node (a newer one replaces it), at most
 //     kMaxUsageNodes nodes and max_entries entries over all nodes (kResourceExhausted for more),
 //     and a node's entries leave it when its stream ends or it has not reported for
-//     stale_after; reports closer together than min_report_interval are read and dropped
-//     (counted): a flood costs its parse, never memory or rounds.
+//     stale_after; reports closer together than min_report_interval are read, counted, and
+//     replace the node's demand without renewing its clock (a compact stream's report is its
+//     whole state after a delta: none may be lost): a flood costs its parse and one report's
+//     room per node, never a round.
 // Caps: a node gets the caps of its own reports only, after every round that changed them and
 // at least every keepalive interval (its hold timer's heartbeat), with the addresses of its
 // groups' other nodes when they changed. An address two nodes claim is in no map.
@@ -66,7 +68,7 @@ struct AllocatorOptions {
   int64_t hold_ns = 3'000'000'000;
   int64_t keepalive_ns = 1'000'000'000;         // unchanged caps are re-sent this often
   int64_t stale_after_ns = 2'000'000'000;       // a node silent this long has no demand
-  int64_t min_report_interval_ns = 20'000'000;  // closer reports are dropped
+  int64_t min_report_interval_ns = 20'000'000;  // closer ones: counted, no new clock
   size_t max_entries = 1'000'000;               // demand entries over all nodes
   uint32_t hierarchy_passes = 1;                // fabric::RoundOptions
 };

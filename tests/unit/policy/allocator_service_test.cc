@@ -292,7 +292,9 @@ TEST_F(AllocatorServiceTest, HostileReportsAreBounded) {
   EXPECT_EQ(svc_->report(agent("node-1"), n1.get(), r).code(), StatusCode::kInvalidArgument);
   r = demand(std::string(300, 'n'), {});
   EXPECT_EQ(svc_->report(agent("node-1"), n1.get(), r).code(), StatusCode::kInvalidArgument);
-  // A flood: reports closer than 20 ms are read and dropped; the table keeps the last taken.
+  // A flood: reports closer than 20 ms are read, counted, and each replaces the node's demand
+  // (on a compact stream a report is the whole state after a delta: none may be lost); the
+  // table holds one report per node whatever the rate.
   ASSERT_TRUE(svc_->report(agent("node-1"), n1.get(),
                            demand("node-1", {{"tenant-a", "leaf-uplink", 5 * kGbps}}))
                   .ok());
@@ -304,14 +306,6 @@ TEST_F(AllocatorServiceTest, HostileReportsAreBounded) {
   EXPECT_NE(metrics_.serialize().find(
                 "tenantqos_policyd_allocator_demand_reports_total{result=\"too_frequent\"} 1000"),
             std::string::npos);
-  step();
-  // Absurd demand would be clamped to the limit anyway; here the flood never got in.
-  EXPECT_EQ(capOf(*n1->last(), "tenant-a", "leaf-uplink")->transmit_cap_bytes_per_second(),
-            40 * kGbps);  // 5 of demand plus the unused guarantee 35
-  clock_.advanceNs(20 * kMs);
-  ASSERT_TRUE(svc_->report(agent("node-1"), n1.get(),
-                           demand("node-1", {{"tenant-a", "leaf-uplink", UINT64_MAX}}))
-                  .ok());
   step();
   // Unbounded demand: clamped to the tenant's limit on the link.
   EXPECT_EQ(capOf(*n1->last(), "tenant-a", "leaf-uplink")->transmit_cap_bytes_per_second(),
