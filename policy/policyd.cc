@@ -336,6 +336,7 @@ std::string policydFlagsMarkdown() {
 }
 
 int policydMain(int argc, char** argv) {
+  rpc::configureGrpcRuntime();  // first: before any gRPC object (rpc/runtime.h)
   Result<PolicydArgs> args = parsePolicydArgs(argc, argv);
   if (!args.ok()) {
     std::cerr << usageErrorText("tenantqos-policyd", args.status());
@@ -347,7 +348,6 @@ int policydMain(int argc, char** argv) {
   }
   const PolicydOptions& opt = args->options;
   setLogLevel(opt.log_level);
-  rpc::configureGrpcRuntime();
   // Policy-sized buffers (a 4 MiB source, its snapshot, their gRPC slices) come and go with
   // callers. glibc raises its mmap threshold after such a buffer is freed, after which the
   // next ones come from the heap and stay in policyd's RSS when freed (issue 23: 461 MiB kept
