@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -291,6 +292,11 @@ Status AllocatorService::report(const Caller& caller, const CapsSink* sink,
                              std::to_string(options_.max_entries) + " kept over all nodes");
   }
   entries_ = entries_ - n.entries.size() + entries.size();
+  const bool changed = !std::equal(
+      entries.begin(), entries.end(), n.entries.begin(), n.entries.end(),
+      [](const Entry& a, const Entry& b) {
+        return a.tx == b.tx && a.rx == b.rx && a.tenant == b.tenant && a.link == b.link;
+      });
   n.entries = std::move(entries);
   std::vector<std::string> addresses(r.addresses().begin(), r.addresses().end());
   if (addresses != n.addresses) {
@@ -302,6 +308,14 @@ Status AllocatorService::report(const Caller& caller, const CapsSink* sink,
   n.sequence = r.sequence();
   n.received_ns = now;
   lock.unlock();
+  if (changed) {
+    // A round soon rather than at the period: the first change since the last round sets the
+    // time, later ones join it (coalescing).
+    int64_t none = 0;
+    if (round_wanted_ns_.compare_exchange_strong(none, now + options_.coalesce_ns)) {
+      worker_.withLock([] {});  // the round loop re-checks its deadline
+    }
+  }
   if (metrics_ != nullptr) {
     metrics_->countDemandReport("accepted");
     if (skipped > 0) metrics_->countDemandEntriesSkipped(skipped);
@@ -518,10 +532,20 @@ void AllocatorService::closeAll(const Status& status) {
 
 void AllocatorService::run(const std::stop_token& stop) {
   int64_t next = clock_.nowNs() + options_.period_ns;
+  int64_t last_round = INT64_MIN / 2;
   bool was_active = false;
   while (!stop.stop_requested()) {
-    if (!worker_.waitUntil(next)) return;
+    // The period's round, or an earlier one a report asked for (not within the minimum gap of
+    // the last round); a new request re-computes the deadline.
+    const int64_t wanted = round_wanted_ns_.load();
+    const int64_t deadline =
+        wanted == 0 ? next
+                    : std::min(next, std::max(wanted, last_round + options_.min_round_gap_ns));
+    if (!worker_.waitUntil(deadline, [&] { return round_wanted_ns_.load() != wanted; })) return;
     const int64_t now = clock_.nowNs();
+    if (now < deadline) continue;  // asked for a round: a new deadline
+    // Reports from now on ask for the next round: this one may have read them already, or not.
+    round_wanted_ns_.store(0);
     const bool is_active = active();
     if (was_active && !is_active) {
       // The deadline passed before the election thread said so: end the streams now.
@@ -531,7 +555,8 @@ void AllocatorService::run(const std::stop_token& stop) {
     }
     was_active = is_active;
     if (is_active) runRound();
-    next = std::max(next + options_.period_ns, now);
+    last_round = now;
+    if (now >= next) next = std::max(next + options_.period_ns, now);
   }
 }
 

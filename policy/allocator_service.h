@@ -18,6 +18,8 @@
 //     and a node's entries leave it when its stream ends or it has not reported for
 //     stale_after; reports closer together than min_report_interval are read and dropped
 //     (counted): a flood costs its parse, never memory or rounds.
+// Rounds: one every period, and one soon after a report that changed a node's demand
+// (AllocatorOptions::coalesce_ns, at most one per min_round_gap_ns).
 // Caps: a node gets the caps of its own reports only, after every round that changed them and
 // at least every keepalive interval (its hold timer's heartbeat), with the addresses of its
 // groups' other nodes when they changed. An address two nodes claim is in no map.
@@ -59,7 +61,13 @@ inline constexpr size_t kMaxDemandEntries = 4096 * 64;  // tenants per agent x c
 inline constexpr size_t kMaxNodeAddresses = 16;
 
 struct AllocatorOptions {
-  int64_t period_ns = 100'000'000;  // one round per period
+  int64_t period_ns = 100'000'000;  // one round per period, whatever else
+  // An accepted report that changes a node's demand asks for a round soon: coalesce_ns after
+  // it (the other nodes of an all-reduce that starts or stops report the same edge within a
+  // few ms: one round for all), never within min_round_gap_ns of the previous round (at most
+  // 1 / min_round_gap early rounds a second, however many agents report).
+  int64_t coalesce_ns = 5'000'000;
+  int64_t min_round_gap_ns = 20'000'000;
   // How long an agent keeps caps without a newer message (NodeCaps.hold_ms): longer than a
   // failover (the lease TTL plus a reconnect), short enough that caps computed for old demand
   // do not outlive it by much.
@@ -167,6 +175,9 @@ class AllocatorService {
   std::map<std::string, int64_t> audited_ns_ TQ_GUARDED_BY(mu_);  // identity -> last refusal line
   std::map<std::string, uint64_t> audit_suppressed_ TQ_GUARDED_BY(mu_);
 
+  // Monotonic time at which a round is asked for by a report that changed demand (0: none);
+  // set by report(), taken by the round thread (it waits on worker_ for it).
+  std::atomic<int64_t> round_wanted_ns_{0};
   std::atomic<uint64_t> rounds_{0};
   std::atomic<int64_t> last_round_ns_{0};
   std::atomic<bool> started_{false};

@@ -224,6 +224,55 @@ TEST_F(AllocatorServiceTest, UnchangedCapsAreResentOnlyAsAKeepalive) {
             50 * kGbps);
 }
 
+// A report that changes a node's demand asks for a round 5 ms later (coalescing the other
+// nodes' reports of the same edge), never within 20 ms of the last round; a report that
+// changes nothing asks for none; the period's round runs whatever happens.
+TEST_F(AllocatorServiceTest, AChangeOfDemandAsksForACoalescedRoundSoonAfterIt) {
+  auto n1 = open("node-1");
+  auto n2 = open("node-2");
+  auto n3 = open("node-3");
+  const int64_t t0 = clock_.nowNs();
+  const int64_t period_round = t0 + options_.period_ns;
+  auto sleepsUntil = [&](int64_t at) {
+    return waitFor([&] { return svc_->worker().sleepingUntilNs() == at; });
+  };
+  auto report = [&](const std::string& node, const std::shared_ptr<FakeSink>& sink, uint64_t d) {
+    Status st =
+        svc_->report(agent(node), sink.get(), demand(node, {{"tenant-a", "leaf-uplink", d}}));
+    ASSERT_TRUE(st.ok()) << st.toString();
+  };
+  ASSERT_TRUE(sleepsUntil(period_round));
+  report("node-1", n1, kGbps);
+  ASSERT_TRUE(sleepsUntil(t0 + 5 * kMs)) << svc_->worker().sleepingUntilNs() - t0;
+  clock_.setNs(t0 + 2 * kMs);
+  report("node-3", n3, kGbps);  // the same edge on another node: joins that round
+  ASSERT_TRUE(sleepsUntil(t0 + 5 * kMs));
+  clock_.setNs(t0 + 5 * kMs);
+  ASSERT_TRUE(waitFor([&] { return svc_->rounds() == 1 && n1->count() == 1 && n3->count() == 1; }));
+  ASSERT_TRUE(sleepsUntil(period_round));
+  // node-2 1 ms after that round: not before 20 ms after it.
+  clock_.setNs(t0 + 6 * kMs);
+  report("node-2", n2, kGbps);
+  ASSERT_TRUE(sleepsUntil(t0 + 25 * kMs)) << svc_->worker().sleepingUntilNs() - t0;
+  clock_.setNs(t0 + 25 * kMs);
+  ASSERT_TRUE(waitFor([&] { return svc_->rounds() == 2 && n2->count() == 2; }));
+  ASSERT_TRUE(sleepsUntil(period_round));
+  // The same demand again asks for nothing: by t0 + 60 ms no round ran, and a change then
+  // makes the third.
+  clock_.setNs(t0 + 30 * kMs);
+  report("node-1", n1, kGbps);
+  clock_.setNs(t0 + 60 * kMs);
+  report("node-1", n1, 2 * kGbps);
+  ASSERT_TRUE(sleepsUntil(t0 + 65 * kMs)) << svc_->worker().sleepingUntilNs() - t0;
+  clock_.setNs(t0 + 65 * kMs);
+  ASSERT_TRUE(waitFor([&] { return svc_->rounds() >= 3; }));
+  EXPECT_EQ(svc_->rounds(), 3u);
+  // The period's round runs too.
+  ASSERT_TRUE(sleepsUntil(period_round));
+  clock_.setNs(period_round);
+  ASSERT_TRUE(waitFor([&] { return svc_->rounds() == 4; }));
+}
+
 TEST_F(AllocatorServiceTest, AnotherNodesReportIsRefusedAndAudited) {
   auto n1 = open("node-1");
   Status st = svc_->report(agent("node-1"), n1.get(),
