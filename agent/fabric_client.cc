@@ -48,6 +48,27 @@ std::vector<std::string> deviceAddresses(const std::vector<std::string>& devices
   return out;
 }
 
+bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadband) {
+  if (sent.policy_version != now.policy_version || sent.entries.size() != now.entries.size()) {
+    return true;
+  }
+  auto moved = [deadband](uint64_t a, uint64_t b) {
+    if (a == b) return false;
+    if (a == 0 || b == 0 || a == kUnboundedDemand || b == kUnboundedDemand) return true;
+    const double hi = static_cast<double>(std::max(a, b));
+    const double lo = static_cast<double>(std::min(a, b));
+    return hi - lo > deadband * hi;
+  };
+  for (size_t i = 0; i < now.entries.size(); ++i) {
+    const FabricDemandEntry& a = sent.entries[i];
+    const FabricDemandEntry& b = now.entries[i];
+    if (a.tenant != b.tenant || a.link != b.link || moved(a.tx, b.tx) || moved(a.rx, b.rx)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int64_t DemandReportPacer::dueNs(const FabricDemand& demand, int64_t now_ns) const {
   if (!last_) return now_ns;
   if (demandEdge(*last_, demand, options_.edge_fraction)) return last_ns_ + options_.min_gap_ns;

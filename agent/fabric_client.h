@@ -43,6 +43,21 @@ namespace tq::agent {
 // most 16), what the node reports so that its groups' other nodes know it.
 std::vector<std::string> deviceAddresses(const std::vector<std::string>& devices);
 
+// Whether `now` differs from `sent` by more than `deadband` (a fraction) in any entry, or to or
+// from zero or backlogged, or in its entries or policy version: worth a report before the refresh.
+bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadband);
+
+// Whether `now` is a demand *edge* against `before`: a tenant started or stopped (its entries,
+// or an entry to or from zero), became backlogged or stopped being so, or an entry changed by
+// more than `fraction` of the larger value (a large step): a move past a wide deadband. The
+// reconcile thread tells the StateBoard of an edge after its pass; the writer reports it at
+// once (DemandReportPacer).
+inline constexpr double kDemandEdgeFraction = 0.25;
+inline bool demandEdge(const FabricDemand& before, const FabricDemand& now,
+                       double fraction = kDemandEdgeFraction) {
+  return demandMoved(before, now, fraction);
+}
+
 // When the stream's writer sends the node's demand (times on the caller's clock, ns):
 //   - an edge against the last report sent (demandEdge: a tenant started or stopped, became
 //     backlogged or stopped being so, or moved by more than edge_fraction): at once, but never

@@ -3,48 +3,12 @@
 #include <algorithm>
 #include <cinttypes>
 
-#include "common/allocation.h"
 #include "common/capacity.h"
 #include "common/log.h"
 #include "common/topology.h"
 #include "common/units.h"
 
 namespace tq::agent {
-
-namespace {
-
-// Whether two demand figures differ by more than `fraction` of the larger, or to or from zero
-// or backlogged (kUnboundedDemand).
-bool differs(uint64_t a, uint64_t b, double fraction) {
-  if (a == b) return false;
-  if (a == 0 || b == 0 || a == kUnboundedDemand || b == kUnboundedDemand) return true;
-  const double hi = static_cast<double>(std::max(a, b));
-  const double lo = static_cast<double>(std::min(a, b));
-  return hi - lo > fraction * hi;
-}
-
-bool changedBy(const FabricDemand& a, const FabricDemand& b, double fraction) {
-  if (a.policy_version != b.policy_version || a.entries.size() != b.entries.size()) return true;
-  for (size_t i = 0; i < b.entries.size(); ++i) {
-    const FabricDemandEntry& x = a.entries[i];
-    const FabricDemandEntry& y = b.entries[i];
-    if (x.tenant != y.tenant || x.link != y.link || differs(x.tx, y.tx, fraction) ||
-        differs(x.rx, y.rx, fraction)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
-bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadband) {
-  return changedBy(sent, now, deadband);
-}
-
-bool demandEdge(const FabricDemand& before, const FabricDemand& now, double fraction) {
-  return changedBy(before, now, fraction);
-}
 
 const char* fabricModeName(FabricMode mode) {
   switch (mode) {

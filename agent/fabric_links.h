@@ -104,19 +104,6 @@ struct FabricDemand {
   friend bool operator==(const FabricDemand&, const FabricDemand&) = default;
 };
 
-// Whether `now` differs from `sent` by more than `deadband` (a fraction) in any entry, or to or
-// from zero or backlogged, or in its entries or policy version: worth a report before the
-// refresh (the periodic path, agent/fabric_client.h).
-bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadband);
-
-// Whether `now` is a demand *edge* against `before`: a tenant started or stopped (its entries,
-// or an entry to or from zero), became backlogged or stopped being so, or an entry changed by
-// more than `fraction` of the larger value (a large step). An edge is reported at once, rate
-// limited (agent/fabric_client.h); smaller moves wait for the periodic deadband check.
-inline constexpr double kDemandEdgeFraction = 0.25;
-bool demandEdge(const FabricDemand& before, const FabricDemand& now,
-                double fraction = kDemandEdgeFraction);
-
 // The fabric's state for metrics and /readyz.
 struct FabricStatus {
   FabricMode mode = FabricMode::kNone;

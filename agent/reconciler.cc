@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "agent/fabric_client.h"
 #include "common/attach_protocol.h"
 #include "common/capacity.h"
 #include "common/fabric_peers.h"
