@@ -341,7 +341,9 @@ TEST_F(AllocatorServiceTest, HostileReportsAreBounded) {
   EXPECT_EQ(svc_->report(agent("node-1"), n1.get(), r).code(), StatusCode::kInvalidArgument);
   r = demand(std::string(300, 'n'), {});
   EXPECT_EQ(svc_->report(agent("node-1"), n1.get(), r).code(), StatusCode::kInvalidArgument);
-  // A flood: reports closer than 20 ms are read and dropped; the table keeps the last taken.
+  // A flood: reports closer than 20 ms to the last taken are read and wait, the newest
+  // replacing the one waiting; the table keeps the last taken until 20 ms after it.
+  const int64_t t0 = clock_.nowNs();
   ASSERT_TRUE(svc_->report(agent("node-1"), n1.get(),
                            demand("node-1", {{"tenant-a", "leaf-uplink", 5 * kGbps}}))
                   .ok());
@@ -353,14 +355,12 @@ TEST_F(AllocatorServiceTest, HostileReportsAreBounded) {
   EXPECT_NE(metrics_.serialize().find(
                 "tenantqos_policyd_allocator_demand_reports_total{result=\"too_frequent\"} 1000"),
             std::string::npos);
-  step();
-  // Absurd demand would be clamped to the limit anyway; here the flood never got in.
+  ASSERT_TRUE(waitFor([&] { return svc_->worker().sleepingUntilNs() == t0 + 5 * kMs; }));
+  step();  // 5 ms after the first: the flood waits
   EXPECT_EQ(capOf(*n1->last(), "tenant-a", "leaf-uplink")->transmit_cap_bytes_per_second(),
             40 * kGbps);  // 5 of demand plus the unused guarantee 35
-  clock_.advanceNs(20 * kMs);
-  ASSERT_TRUE(svc_->report(agent("node-1"), n1.get(),
-                           demand("node-1", {{"tenant-a", "leaf-uplink", UINT64_MAX}}))
-                  .ok());
+  // 20 ms after the first the flood's newest is due; the round 20 ms after the last takes it.
+  ASSERT_TRUE(waitFor([&] { return svc_->worker().sleepingUntilNs() == t0 + 25 * kMs; }));
   step();
   // Unbounded demand: clamped to the tenant's limit on the link.
   EXPECT_EQ(capOf(*n1->last(), "tenant-a", "leaf-uplink")->transmit_cap_bytes_per_second(),
