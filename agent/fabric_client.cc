@@ -11,6 +11,7 @@
 #include "common/allocation.h"
 #include "common/fabric_peers.h"
 #include "common/log.h"
+#include "proto/allocate_codec.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
 namespace tq::agent {
@@ -18,7 +19,8 @@ namespace {
 
 namespace v1 = tenantqos::v1;
 
-constexpr size_t kMaxAddresses = 16;  // what policyd accepts
+constexpr size_t kMaxAddresses = 16;        // what policyd accepts
+constexpr size_t kMaxCapsKeys = 4096 * 64;  // (tenant, link) pairs a node's caps may hold
 
 }  // namespace
 
@@ -53,11 +55,7 @@ bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadb
     return true;
   }
   auto moved = [deadband](uint64_t a, uint64_t b) {
-    if (a == b) return false;
-    if (a == 0 || b == 0 || a == kUnboundedDemand || b == kUnboundedDemand) return true;
-    const double hi = static_cast<double>(std::max(a, b));
-    const double lo = static_cast<double>(std::min(a, b));
-    return hi - lo > deadband * hi;
+    return proto::demandMovedPast(a, b, deadband);
   };
   for (size_t i = 0; i < now.entries.size(); ++i) {
     const FabricDemandEntry& a = sent.entries[i];
@@ -193,12 +191,20 @@ rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc:
          options_.node.c_str(), addresses.size());
   // The writer: one report now (policyd attaches the node on its first), then as
   // DemandReportPacer says: an edge at once (the board's listener wakes this wait), at most one
-  // per min_gap; a move past the deadband at the next interval; else the heartbeat.
+  // per min_gap; a move past the deadband at the next interval; else the heartbeat. Once
+  // policyd said it reads them (NodeCaps.compact_reports), reports carry keys and only what
+  // moved (proto/allocate_codec.h, forced: the pacer says when); before, and for an older
+  // policyd, whole reports with names.
   // gRPC allows one thread writing while another reads the same stream.
+  std::atomic<bool> peer_compact{false};
   Worker writer(clock_);
   writer.start("tq-demand", [&](std::stop_token st) {
     DemandReportPacer pacer({options_.interval_ns, options_.refresh_ns, options_.min_gap_ns,
                              options_.deadband, options_.edge_fraction});
+    proto::DemandEncoder::Options eo;
+    eo.deadband = options_.deadband;
+    eo.refresh_ns = options_.refresh_ns;
+    proto::DemandEncoder encoder(eo);
     while (!st.stop_requested()) {
       const uint64_t edges = edges_.load();
       std::optional<FabricDemand> d = board_.fabricDemand();
@@ -206,8 +212,14 @@ rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc:
       const int64_t now = clock_.nowNs();
       const int64_t due = pacer.dueNs(*d, now);
       if (due <= now) {
-        if (!stream->Write(toDemandReport(options_.node, *d, addresses, ++sequence_))) return;
-        sent_++;
+        if (peer_compact.load() && !encoder.peerCompact()) encoder.setPeerCompact();
+        std::optional<v1::DemandReport> msg =
+            encoder.encode(toDemandReport(options_.node, *d, addresses, 0), now, /*force=*/true);
+        if (msg) {
+          msg->set_sequence(++sequence_);
+          if (!stream->Write(*msg)) return;
+          sent_++;
+        }
         pacer.sent(std::move(*d), now);
         continue;
       }
@@ -225,10 +237,18 @@ rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc:
   }
   rpc::StreamFollower::StreamEnd end;
   v1::NodeCaps caps;
+  proto::CapsDecoder decoder(kMaxCapsKeys);
+  std::optional<Status> refused;
   while (stream->Read(&caps)) {
     end.delivered = true;
     received_++;
-    if (on_caps_) on_caps_(fromNodeCaps(caps));
+    if (caps.compact_reports()) peer_compact = true;
+    Result<v1::NodeCaps> whole = decoder.decode(caps);
+    if (!whole.ok()) {  // a policyd bug or a corrupted stream: a new stream starts whole
+      refused = whole.status();
+      break;
+    }
+    if (on_caps_) on_caps_(fromNodeCaps(*whole));
   }
   ctx.TryCancel();  // a writer blocked in Write returns
   {
@@ -237,6 +257,11 @@ rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc:
   }
   writer.stop();
   end.status = stream->Finish();
+  if (refused) {
+    TQ_LOG(kWarn, "cluster allocator stream to %s: %s; reconnecting", target.c_str(),
+           refused->message().c_str());
+    end.status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused->message());
+  }
   return end;
 }
 

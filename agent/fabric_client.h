@@ -33,6 +33,7 @@
 #include "common/clock.h"
 #include "common/thread_annotations.h"
 #include "common/worker.h"
+#include "proto/allocate_codec.h"
 #include "rpc/channel_ring.h"
 #include "rpc/stream_follower.h"
 #include "tenantqos/v1/policy.pb.h"
@@ -52,7 +53,7 @@ bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadb
 // more than `fraction` of the larger value (a large step): a move past a wide deadband. The
 // reconcile thread tells the StateBoard of an edge after its pass; the writer reports it at
 // once (DemandReportPacer).
-inline constexpr double kDemandEdgeFraction = 0.25;
+using proto::kDemandEdgeFraction;
 inline bool demandEdge(const FabricDemand& before, const FabricDemand& now,
                        double fraction = kDemandEdgeFraction) {
   return demandMoved(before, now, fraction);

@@ -341,6 +341,7 @@ bool AllocatorService::take(NodeState& n, Report report, int64_t now) {
 }
 
 void AllocatorService::askRound(int64_t at_ns) {
+  if (options_.coalesce_ns <= 0) return;  // rounds only every period
   // The earliest time asked for since the last round wins; later asks join it (coalescing).
   int64_t cur = round_wanted_ns_.load();
   while (cur == 0 || at_ns < cur) {

@@ -21,7 +21,7 @@
 //     after that interval: a flood costs its parse and one report's room per node (counted in
 //     max_entries), never a round more than min_round_gap allows, and a late report is never
 //     lost.
-// Rounds: one every period, and one soon after a report that changed a node's demand
+// Rounds: one every period, and one soon after a report that is an edge of a node's demand
 // (AllocatorOptions::coalesce_ns, at most one per min_round_gap_ns).
 // Caps: a node gets the caps of its own reports only, after every round that changed them and
 // at least every keepalive interval (its hold timer's heartbeat), with the addresses of its
@@ -65,10 +65,11 @@ inline constexpr size_t kMaxNodeAddresses = 16;
 
 struct AllocatorOptions {
   int64_t period_ns = 100'000'000;  // one round per period, whatever else
-  // An accepted report that changes a node's demand asks for a round soon: coalesce_ns after
-  // it (the other nodes of an all-reduce that starts or stops report the same edge within a
-  // few ms: one round for all), never within min_round_gap_ns of the previous round (at most
-  // 1 / min_round_gap early rounds a second, however many agents report).
+  // An accepted report that is a demand edge for its node (proto::kDemandEdgeFraction: a
+  // tenant starting, stopping or jumping) asks for a round soon: coalesce_ns after it (the other
+  // nodes of an all-reduce that starts or stops report the same edge within a few ms: one round for
+  // all), never within min_round_gap_ns of the previous round (at most 1 / min_round_gap early
+  // rounds a second, however many agents report). 0: no early rounds (--allocator-coalesce-ms 0).
   int64_t coalesce_ns = 5'000'000;
   int64_t min_round_gap_ns = 20'000'000;
   // How long an agent keeps caps without a newer message (NodeCaps.hold_ms): longer than a
@@ -166,7 +167,7 @@ class AllocatorService {
   };
 
   void run(const std::stop_token& stop);
-  // Makes `report` the node's demand (received at `now`); true if its entries changed.
+  // Makes `report` the node's demand (received at `now`); true if it is an edge there.
   // entries_ must already count the report's entries; the node's old ones leave it here.
   bool take(NodeState& n, Report report, int64_t now) TQ_REQUIRES(mu_);
   // Asks the round thread for a round at `at_ns` (or earlier, if one is asked for already).
