@@ -14,6 +14,7 @@
 #include "policy/audit_log.h"
 #include "policy/metrics.h"
 #include "policy/service.h"
+#include "proto/allocate_codec.h"
 
 namespace tq::policy {
 namespace {
@@ -322,10 +323,13 @@ Status AllocatorService::report(const Caller& caller, const CapsSink* sink,
 }
 
 bool AllocatorService::take(NodeState& n, Report report, int64_t now) {
-  const bool changed =
+  // The agent's edge rule: smaller moves are for the period's round.
+  const bool edge =
       !std::equal(report.entries.begin(), report.entries.end(), n.entries.begin(), n.entries.end(),
                   [](const Entry& a, const Entry& b) {
-                    return a.tx == b.tx && a.rx == b.rx && a.tenant == b.tenant && a.link == b.link;
+                    return a.tenant == b.tenant && a.link == b.link &&
+                           !proto::demandMovedPast(a.tx, b.tx, proto::kDemandEdgeFraction) &&
+                           !proto::demandMovedPast(a.rx, b.rx, proto::kDemandEdgeFraction);
                   });
   entries_ -= n.entries.size();  // the caller counted the new entries in
   n.entries = std::move(report.entries);
@@ -337,7 +341,7 @@ bool AllocatorService::take(NodeState& n, Report report, int64_t now) {
   n.policy_version = report.policy_version;
   n.sequence = report.sequence;
   n.received_ns = now;
-  return changed;
+  return edge;
 }
 
 void AllocatorService::askRound(int64_t at_ns) {

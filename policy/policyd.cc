@@ -299,7 +299,8 @@ void addPolicydFlags(FlagTable& t, PolicydOptions* o) {
            "the cluster allocator computes one round of shared-link caps this often "
            "(docs/fabric.md)");
   t.millis("--allocator-coalesce-ms", &o->allocator.coalesce_ns, 0, 1000,
-           "a report that changes a node's demand asks for a round this long after it (one "
+           "a report that is an edge of a node's demand (a tenant starting, stopping or "
+           "jumping by over 25 %) asks for a round this long after it (one "
            "round for the nodes that report the same edge; at most one such round per 20 ms); "
            "0: rounds only every --allocator-period");
   t.integer("--allocator-lease-ttl", "SECONDS", &o->allocator_lease_ttl, 1, 60,
