@@ -32,8 +32,9 @@ using oob::sendSome;
 // Windows of paced streams
 
 namespace {
-// Paced data streams of this process, [0] sending, [1] receiving (SocketComm::setPacing to its
-// destruction). Relaxed: a helper that reads a stale count resizes at its next round.
+// Paced streams (data and control) of this process, [0] sending, [1] receiving
+// (SocketComm::setPacing to its destruction). Relaxed: a helper that reads a stale count resizes at
+// its next round.
 std::atomic<int> g_paced_streams[2];
 }  // namespace
 
@@ -159,16 +160,25 @@ class SocketComm::Helper {
     sized_rate_ = rate;
     sized_count_ = count;
     sized_paced_ = paced;
-    for (Stream* s : streams_) {
-      if (s->window == 0 && !paced) continue;  // never sized: nothing to undo
-      if (s->mss == 0) s->mss = segmentBytes(s->fd.get());
-      const uint64_t w = paced
-                             ? pacedWindowBytes(rate, cfg.window_ns, count, cfg.window_min, s->mss)
-                             : kMaxStreamWindowBytes;
-      const uint64_t diff = w > s->window ? w - s->window : s->window - w;
-      if (s->window != 0 && diff <= s->window / 8) continue;
-      if (setWindow(s, w)) s->window = w;
+    for (Stream* s : streams_)
+      sizeWindow(s->fd.get(), s->index, paced, rate, count, &s->window, &s->mss);
+    // The control stream carries inline messages (up to TENANTQOS_SOCKET_INLINE: all of an
+    // all-to-all's small pieces), paced by NCCL's thread: the first helper sizes it too.
+    if (index_ == 0) {
+      sizeWindow(comm_->ctl_.get(), -1, paced, rate, count, &comm_->ctl_window_, &comm_->ctl_mss_);
     }
+  }
+
+  void sizeWindow(int fd, int index, bool paced, uint64_t rate, int count, uint64_t* window,
+                  uint32_t* mss) {
+    if (*window == 0 && !paced) return;  // never sized: nothing to undo
+    if (*mss == 0) *mss = segmentBytes(fd);
+    const SocketCommConfig& cfg = comm_->cfg_;
+    const uint64_t w = paced ? pacedWindowBytes(rate, cfg.window_ns, count, cfg.window_min, *mss)
+                             : kMaxStreamWindowBytes;
+    const uint64_t diff = w > *window ? w - *window : *window - w;
+    if (*window != 0 && diff <= *window / 8) return;
+    if (setWindow(fd, index, w)) *window = w;
   }
 
   // The connection's segment size (TCP_MAXSEG; 1448 on a 1500-byte Ethernet, 65483 on loopback).
@@ -179,8 +189,7 @@ class SocketComm::Helper {
     return static_cast<uint32_t>(mss);
   }
 
-  bool setWindow(Stream* s, uint64_t bytes) {
-    const int fd = s->fd.get();
+  bool setWindow(int fd, int index, uint64_t bytes) {
     const int w = static_cast<int>(bytes);
     int rc = 0;
     const char* what = nullptr;
@@ -204,9 +213,9 @@ class SocketComm::Helper {
     }
     if (rc != 0 && !window_error_logged_) {
       window_error_logged_ = true;
-      TQ_LOG(kWarn, "%s comm with %s: setting %s to %d bytes on data stream %d failed: %s",
-             send_ ? "send" : "receive", comm_->peer().c_str(), what, w, s->index,
-             std::strerror(errno));
+      TQ_LOG(kWarn, "%s comm with %s: setting %s to %d bytes on %s stream %d failed: %s",
+             send_ ? "send" : "receive", comm_->peer().c_str(), what, w,
+             index < 0 ? "the control" : "data", index, std::strerror(errno));
     }
     return rc == 0;
   }
@@ -435,7 +444,7 @@ SocketComm::~SocketComm() {
   for (auto& h : helpers_) h->stop();
   helpers_.clear();
   if (counted_) {
-    g_paced_streams[side_ == Side::kSend ? 0 : 1].fetch_sub(static_cast<int>(streams_.size()),
+    g_paced_streams[side_ == Side::kSend ? 0 : 1].fetch_sub(static_cast<int>(streams_.size()) + 1,
                                                             std::memory_order_relaxed);
   }
 }
@@ -461,7 +470,7 @@ Status SocketComm::start() {
 void SocketComm::setPacing(Pacing* pacing) {
   if (!counted_) {
     counted_ = true;
-    g_paced_streams[side_ == Side::kSend ? 0 : 1].fetch_add(static_cast<int>(streams_.size()),
+    g_paced_streams[side_ == Side::kSend ? 0 : 1].fetch_add(static_cast<int>(streams_.size()) + 1,
                                                             std::memory_order_relaxed);
   }
   admission_.store(pacing->newAdmission(), std::memory_order_release);

