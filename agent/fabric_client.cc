@@ -11,6 +11,7 @@
 #include "common/allocation.h"
 #include "common/fabric_peers.h"
 #include "common/log.h"
+#include "proto/allocate_codec.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
 namespace tq::agent {
@@ -18,7 +19,8 @@ namespace {
 
 namespace v1 = tenantqos::v1;
 
-constexpr size_t kMaxAddresses = 16;  // what policyd accepts
+constexpr size_t kMaxAddresses = 16;        // what policyd accepts
+constexpr size_t kMaxCapsKeys = 4096 * 64;  // (tenant, link) pairs a node's caps may hold
 
 }  // namespace
 
@@ -53,11 +55,7 @@ bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadb
     return true;
   }
   auto moved = [deadband](uint64_t a, uint64_t b) {
-    if (a == b) return false;
-    if (a == 0 || b == 0 || a == kUnboundedDemand || b == kUnboundedDemand) return true;
-    const double hi = static_cast<double>(std::max(a, b));
-    const double lo = static_cast<double>(std::min(a, b));
-    return hi - lo > deadband * hi;
+    return proto::demandMovedPast(a, b, deadband);
   };
   for (size_t i = 0; i < now.entries.size(); ++i) {
     const FabricDemandEntry& a = sent.entries[i];
@@ -67,6 +65,15 @@ bool demandMoved(const FabricDemand& sent, const FabricDemand& now, double deadb
     }
   }
   return false;
+}
+
+int64_t DemandReportPacer::dueNs(const FabricDemand& demand, int64_t now_ns) const {
+  if (!last_) return now_ns;
+  if (demandEdge(*last_, demand, options_.edge_fraction)) return last_ns_ + options_.min_gap_ns;
+  if (demandMoved(*last_, demand, options_.deadband)) {
+    return last_ns_ + std::max(options_.interval_ns, options_.min_gap_ns);
+  }
+  return last_ns_ + options_.refresh_ns;
 }
 
 v1::DemandReport toDemandReport(const std::string& node, const FabricDemand& demand,
@@ -109,7 +116,7 @@ FabricCapsMessage fromNodeCaps(const v1::NodeCaps& c) {
 }
 
 FabricClient::FabricClient(std::shared_ptr<rpc::ChannelRing> ring, Options options,
-                           const StateBoard& board, std::function<void(FabricCapsMessage)> on_caps,
+                           StateBoard& board, std::function<void(FabricCapsMessage)> on_caps,
                            std::function<void(bool)> on_connected, Clock& clock)
     : ring_(std::move(ring)),
       options_(std::move(options)),
@@ -122,10 +129,12 @@ FabricClient::FabricClient(std::shared_ptr<rpc::ChannelRing> ring, Options optio
 FabricClient::~FabricClient() { stop(); }
 
 void FabricClient::start() {
+  board_.setFabricEdgeListener([this] { onEdge(); });
   worker_.start("tq-fabric", [this](std::stop_token stop) { run(stop); });
 }
 
 void FabricClient::stop() {
+  board_.setFabricEdgeListener({});  // no call into this client once it returns
   worker_.stop();
   if (follower_) {
     follower_->stop();
@@ -165,6 +174,12 @@ void FabricClient::run(const std::stop_token& stop) {
   }
 }
 
+void FabricClient::onEdge() {
+  edges_.fetch_add(1);
+  MutexLock lock(writer_mu_);
+  if (writer_ != nullptr) writer_->withLock([] {});  // its wait re-checks edges_
+}
+
 rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc::Channel>& channel,
                                                      grpc::ClientContext& ctx,
                                                      const std::string& target) {
@@ -174,38 +189,79 @@ rpc::StreamFollower::StreamEnd FabricClient::session(const std::shared_ptr<grpc:
       options_.addresses ? options_.addresses() : std::vector<std::string>{};
   TQ_LOG(kDebug, "cluster allocator stream to %s as %s (%zu addresses)", target.c_str(),
          options_.node.c_str(), addresses.size());
-  // The writer: one report now (policyd attaches the node on its first), then at each interval
-  // when the demand moved past the deadband, else at the refresh: a demand change goes out
-  // within an interval, and a steady node costs one report a second.
+  // The writer: one report now (policyd attaches the node on its first), then as
+  // DemandReportPacer says: an edge at once (the board's listener wakes this wait), at most one
+  // per min_gap; a move past the deadband at the next interval; else the heartbeat. Once
+  // policyd said it reads them (NodeCaps.compact_reports), reports carry keys and only what
+  // moved (proto/allocate_codec.h, forced: the pacer says when); before, and for an older
+  // policyd, whole reports with names.
   // gRPC allows one thread writing while another reads the same stream.
+  std::atomic<bool> peer_compact{false};
   Worker writer(clock_);
   writer.start("tq-demand", [&](std::stop_token st) {
-    std::optional<FabricDemand> last;
-    int64_t last_at = 0;
-    do {
+    DemandReportPacer pacer({options_.interval_ns, options_.refresh_ns, options_.min_gap_ns,
+                             options_.deadband, options_.edge_fraction});
+    proto::DemandEncoder::Options eo;
+    eo.deadband = options_.deadband;
+    eo.refresh_ns = options_.refresh_ns;
+    proto::DemandEncoder encoder(eo);
+    while (!st.stop_requested()) {
+      const uint64_t edges = edges_.load();
       std::optional<FabricDemand> d = board_.fabricDemand();
       if (!d) d = FabricDemand{};
       const int64_t now = clock_.nowNs();
-      if (last && now - last_at < options_.refresh_ns &&
-          !demandMoved(*last, *d, options_.deadband)) {
+      const int64_t due = pacer.dueNs(*d, now);
+      if (due <= now) {
+        if (peer_compact.load() && !encoder.peerCompact()) encoder.setPeerCompact();
+        std::optional<v1::DemandReport> msg =
+            encoder.encode(toDemandReport(options_.node, *d, addresses, 0), now, /*force=*/true);
+        if (msg) {
+          msg->set_sequence(++sequence_);
+          if (!stream->Write(*msg)) return;
+          sent_++;
+        }
+        pacer.sent(std::move(*d), now);
         continue;
       }
-      if (!stream->Write(toDemandReport(options_.node, *d, addresses, ++sequence_))) return;
-      sent_++;
-      last = std::move(d);
-      last_at = now;
-    } while (!st.stop_requested() && writer.waitFor(options_.interval_ns));
+      // Until it is due, or the next look for a move past the deadband (the board does not
+      // say those), or an edge.
+      if (!writer.waitUntil(std::min(due, now + options_.interval_ns),
+                            [&] { return edges_.load() != edges; })) {
+        return;
+      }
+    }
   });
+  {
+    MutexLock lock(writer_mu_);
+    writer_ = &writer;
+  }
   rpc::StreamFollower::StreamEnd end;
   v1::NodeCaps caps;
+  proto::CapsDecoder decoder(kMaxCapsKeys);
+  std::optional<Status> refused;
   while (stream->Read(&caps)) {
     end.delivered = true;
     received_++;
-    if (on_caps_) on_caps_(fromNodeCaps(caps));
+    if (caps.compact_reports()) peer_compact = true;
+    Result<v1::NodeCaps> whole = decoder.decode(caps);
+    if (!whole.ok()) {  // a policyd bug or a corrupted stream: a new stream starts whole
+      refused = whole.status();
+      break;
+    }
+    if (on_caps_) on_caps_(fromNodeCaps(*whole));
   }
   ctx.TryCancel();  // a writer blocked in Write returns
+  {
+    MutexLock lock(writer_mu_);
+    writer_ = nullptr;
+  }
   writer.stop();
   end.status = stream->Finish();
+  if (refused) {
+    TQ_LOG(kWarn, "cluster allocator stream to %s: %s; reconnecting", target.c_str(),
+           refused->message().c_str());
+    end.status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused->message());
+  }
   return end;
 }
 

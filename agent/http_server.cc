@@ -16,6 +16,7 @@
 
 #include "common/endpoints.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace tq::agent {
 
@@ -37,21 +38,8 @@ int64_t nowMs() {
       .count();
 }
 
-const char* reasonPhrase(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
-  }
-}
-
 std::string render(const HttpResponse& r, bool head) {
-  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reasonPhrase(r.status) +
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + httpReasonPhrase(r.status) +
                     "\r\nContent-Type: " + r.content_type +
                     "\r\nContent-Length: " + std::to_string(r.body.size()) +
                     "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";

@@ -8,8 +8,10 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/policy.h"
+#include "rpc/runtime.h"
 
 int main(int argc, char** argv) {
+  tq::rpc::configureGrpcRuntime();  // first: before any gRPC object (rpc/runtime.h)
   using namespace tq::agent;
   auto config = parseAgentArgs(argc, argv);
   if (!config.ok()) {

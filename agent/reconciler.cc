@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "agent/fabric_client.h"
 #include "common/attach_protocol.h"
 #include "common/capacity.h"
 #include "common/fabric_peers.h"
@@ -632,11 +633,15 @@ void Reconciler::onFabricCaps(FabricCapsMessage message) {
     return;
   }
   if (peers) writeFabricPeers();
-  // The new caps go into the buckets now rather than at the next pass.
+  // The new caps go into the buckets now rather than at the next pass, and into /metrics at
+  // this tick rather than at the next publish (up to 100 ms later).
   const int64_t now = clock_.nowNs();
   fabric_.logTransitions(now);
   for (auto& [name, e] : tenants_) {
-    if (refreshLinkRates(e, now)) publishTenant(e);
+    if (refreshLinkRates(e, now)) {
+      publishTenant(e);
+      dirty_ = true;
+    }
   }
 }
 
@@ -788,12 +793,27 @@ AgentState Reconciler::buildState() const {
   return s;
 }
 
-void Reconciler::publish(int64_t now) {
-  if (board_ != nullptr) {
-    board_->publish(buildState());
-    board_->publishFabricDemand(fabric_.links().empty() ? std::nullopt
-                                                        : std::optional(fabricDemand()));
+void Reconciler::publishFabricDemand() {
+  if (board_ == nullptr) return;
+  if (fabric_.links().empty()) {
+    if (fabric_published_ || !fabric_nothing_published_) board_->publishFabricDemand(std::nullopt);
+    fabric_published_.reset();
+    fabric_nothing_published_ = true;
+    return;
   }
+  FabricDemand d = fabricDemand();
+  if (fabric_published_ && *fabric_published_ == d) return;
+  // An edge against the last pass's demand (a tenant started or stopped, a large step) wakes
+  // the allocator stream's writer now; smaller moves wait for its periodic look.
+  const bool edge = !fabric_published_ || demandEdge(*fabric_published_, d);
+  board_->publishFabricDemand(d, edge);
+  fabric_published_ = std::move(d);
+  fabric_nothing_published_ = false;
+}
+
+void Reconciler::publish(int64_t now) {
+  if (board_ != nullptr) board_->publish(buildState());
+  publishFabricDemand();
   dirty_ = false;
   publish_due_ns_ = now + options_.publish_interval_ns;
 }
@@ -812,6 +832,7 @@ void Reconciler::tick() {
   }
   if (now >= alloc_due_ns_) {
     allocate(now);
+    publishFabricDemand();  // each pass: an edge reaches the allocator stream at once
     // Keep the cadence, but never try to catch up on missed periods.
     alloc_due_ns_ = std::max(alloc_due_ns_ + options_.period_ns, now + options_.period_ns / 2);
   }

@@ -251,6 +251,7 @@ void AllocateAgents::writeReport(size_t id, uint64_t sequence, uint64_t demand) 
   r.set_node(n.name);
   r.set_policy_version(options_.policy_version);
   r.set_sequence(sequence);
+  r.set_compact_caps(true);  // caps as policyd sends them to current agents (deltas, keys)
   r.add_addresses(nodeAddress(id));
   for (const std::string& t : n.tenants) {
     v1::LinkDemand* d = r.add_demands();
@@ -289,6 +290,7 @@ Status AllocateAgents::open(uint64_t demand, std::chrono::milliseconds timeout) 
     first.set_node(nodes_[i].name);
     first.set_policy_version(options_.policy_version);
     first.set_sequence(sequence_);
+    first.set_compact_caps(true);
     first.add_addresses(nodeAddress(i));
     for (const std::string& t : nodes_[i].tenants) {
       v1::LinkDemand* d = first.add_demands();

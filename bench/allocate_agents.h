@@ -3,7 +3,9 @@
 // CN is the node, made with openssl here), reporting demand and recording when each NodeCaps
 // arrives. Used by bench/fabric (one round of caps pushed to 1,000 agents: when the last one
 // holds them) and bench/policy_watch (1,000 agents reporting at 10 Hz as load on policyd).
-// The agents speak the gRPC API directly; they are not the node agent's client.
+// The agents speak the gRPC API directly; they are not the node agent's client. They ask for
+// compact caps (DemandReport.compact_caps: keys and deltas, proto/allocate_codec.h) as current
+// agents do, and write whole reports with names, as older agents do (policyd reads both).
 //
 // Thread-safety: open(), reportAll(), startLoad()/stopLoad() and close() from one thread; the
 // receipts and counters from any thread (gRPC's threads write them).

@@ -8,13 +8,14 @@
 //      one). Baseline in the same run: the same with a single watcher.
 //   2. apply latency of a generated T-tenant file (default 1000), with the watchers connected
 //      (ApplyPolicy round trip: parse, validate, durable store, publish), and its fan-out.
-//   3. with --allocator-agents N (e.g. 1000): the T-tenant policy also describes a topology (one
-//      shared link class, a group per 64 of N nodes), and step 2's applies with the watchers
-//      connected are measured twice: without, then with the cluster allocator's load on the
-//      same policyd (N Allocate streams to the active allocator, each its own TCP connection
-//      and agent certificate, reporting 4 tenants' demand at --allocator-hz, default 10, the
-//      demand jittered so that most rounds change most caps: the busy case); printed side by
-//      side with the ratio with/without (a ratio taken in one run survives a busy machine).
+//   3. with --allocator-agents N (default 1000; 0 skips it, as does --insecure without the
+//      flag): the T-tenant policy also describes a topology (one shared link class, a group
+//      per 64 of N nodes), and step 2's applies with the watchers connected are measured
+//      twice: without, then with the cluster allocator's load on the same policyd (N Allocate
+//      streams to the active allocator, each its own TCP connection and agent certificate,
+//      reporting 4 tenants' demand at --allocator-hz, default 10, the demand jittered so that
+//      most rounds change most caps: the busy case); printed side by side with the ratio
+//      with/without (a ratio taken in one run survives a busy machine).
 // Both against the file store (one policyd) and the etcd store (a 3-member etcd on loopback
 // started here, --replicas policyd replicas, watchers spread over them), then both side by
 // side with the ratio of their apply latencies.
@@ -243,11 +244,13 @@ struct Args {
   int tenants = 1000;
   size_t connections = 0;  // 0 = one per watcher
   std::string policyd = TQ_POLICYD_BIN;
-  std::string store = "both";   // file, etcd, or both (then the ratio)
-  int replicas = 3;             // policyd replicas on the etcd store
-  bool insecure = false;        // plaintext to policyd instead of mutual TLS
-  size_t allocator_agents = 0;  // Allocate streams as load (0: none)
-  double allocator_hz = 10;     // their report rate
+  std::string store = "both";  // file, etcd, or both (then the ratio)
+  int replicas = 3;            // policyd replicas on the etcd store
+  bool insecure = false;       // plaintext to policyd instead of mutual TLS
+  // Allocate streams as load (0: none); default 1000, or 0 with --insecure (they need TLS).
+  std::optional<size_t> allocator_agents_flag;
+  size_t allocator_agents = 1000;
+  double allocator_hz = 10;  // their report rate
 };
 
 constexpr int kAllocatorTenantsPerNode = 4;
@@ -700,7 +703,7 @@ int main(int argc, char** argv) {
     else if (f == "--insecure")
       a.insecure = true;
     else if (f == "--allocator-agents")
-      a.allocator_agents = std::stoul(next());
+      a.allocator_agents_flag = std::stoul(next());
     else if (f == "--allocator-hz")
       a.allocator_hz = std::stod(next());
     else {
@@ -711,6 +714,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  a.allocator_agents = a.allocator_agents_flag.value_or(a.insecure ? 0 : 1000);
   if (a.applies < 1 || a.applies > 100 || a.watchers < 1 || a.tenants < 1 || a.replicas < 1 ||
       (a.store != "file" && a.store != "etcd" && a.store != "both")) {
     std::cerr << "--applies must be 1..100, --watchers, --tenants and --replicas >= 1, --store "

@@ -21,4 +21,9 @@ std::string jsonQuote(std::string_view s);
 // Unix milliseconds as UTC to the second: "2026-11-29T19:35:57Z".
 std::string utcTimestamp(int64_t unix_ms);
 
+// The reason phrase of an HTTP status code the tree's HTTP servers send (the agent's, the
+// webhook's): "Not Found"; "Status" for any other code (the phrase is informative only, RFC
+// 9112 section 4).
+const char* httpReasonPhrase(int status);
+
 }  // namespace tq

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 #include "policy/audit_log.h"
 #include "policy/metrics.h"
 #include "policy/service.h"
+#include "proto/allocate_codec.h"
 
 namespace tq::policy {
 namespace {
@@ -139,7 +141,7 @@ Status AllocatorService::attach(const Caller& caller, const std::string& node,
     }
     NodeState& n = nodes_[node];
     replaced = std::move(n.sink);
-    entries_ -= n.entries.size();
+    entries_ -= n.entries.size() + (n.waiting ? n.waiting->entries.size() : 0);
     n = NodeState{};
     n.sink = std::move(sink);
   }
@@ -156,7 +158,8 @@ void AllocatorService::detach(const std::string& node, const CapsSink* sink) {
     MutexLock lock(mu_);
     auto it = nodes_.find(node);
     if (it == nodes_.end() || it->second.sink.get() != sink) return;  // replaced already
-    entries_ -= it->second.entries.size();
+    const NodeState& n = it->second;
+    entries_ -= n.entries.size() + (n.waiting ? n.waiting->entries.size() : 0);
     gone = std::move(it->second.sink);
     nodes_.erase(it);
   }
@@ -277,36 +280,80 @@ Status AllocatorService::report(const Caller& caller, const CapsSink* sink,
     entries.push_back(
         {d.tenant(), d.link(), d.transmit_bytes_per_second(), d.receive_bytes_per_second()});
   }
-  // Checked in full first (a hostile report is refused however fast it came), then dropped
-  // when it follows the previous one too closely: a flood costs its parse, nothing more.
-  if (n.received_ns != 0 && now - n.received_ns < options_.min_report_interval_ns) {
-    ++n.reports_dropped;
-    lock.unlock();
-    if (metrics_ != nullptr) metrics_->countDemandReport("too_frequent");
-    return okStatus();
-  }
-  if (entries_ - n.entries.size() + entries.size() > options_.max_entries) {
+  // Checked in full first (a hostile report is refused however fast it came). One that follows
+  // the last taken too closely waits: the node's newest such report replaces the one waiting
+  // and is taken by the first round min_report_interval after the last taken (a flood costs
+  // its parse and one report's room per node, never a round more than min_round_gap allows;
+  // and an edge that came right after a periodic report is late, never lost).
+  const bool early = n.received_ns != 0 && now - n.received_ns < options_.min_report_interval_ns;
+  const size_t replaced = early ? (n.waiting ? n.waiting->entries.size() : 0) : n.entries.size();
+  if (entries_ - replaced + entries.size() > options_.max_entries) {
     return resourceExhausted("Allocate from " + node + ": " + std::to_string(entries.size()) +
                              " demand entries would exceed the " +
                              std::to_string(options_.max_entries) + " kept over all nodes");
   }
-  entries_ = entries_ - n.entries.size() + entries.size();
-  n.entries = std::move(entries);
-  std::vector<std::string> addresses(r.addresses().begin(), r.addresses().end());
-  if (addresses != n.addresses) {
-    n.addresses = std::move(addresses);
-    for (auto& [name, other] : nodes_) other.peers_sent.clear();
-    ++peers_generation_;
+  entries_ += entries.size();
+  Report taken{std::move(entries),
+               std::vector<std::string>(r.addresses().begin(), r.addresses().end()),
+               r.policy_version(), r.sequence()};
+  int64_t round_at = 0;
+  if (early) {
+    ++n.reports_dropped;
+    if (n.waiting) entries_ -= n.waiting->entries.size();
+    n.waiting = std::move(taken);
+    round_at = n.received_ns + options_.min_report_interval_ns;
+  } else {
+    if (n.waiting) {  // superseded by this one
+      entries_ -= n.waiting->entries.size();
+      n.waiting.reset();
+    }
+    if (take(n, std::move(taken), now)) round_at = now + options_.coalesce_ns;
   }
-  n.policy_version = r.policy_version();
-  n.sequence = r.sequence();
-  n.received_ns = now;
   lock.unlock();
+  if (round_at != 0) askRound(round_at);
+  if (early) {
+    if (metrics_ != nullptr) metrics_->countDemandReport("too_frequent");
+    return okStatus();
+  }
   if (metrics_ != nullptr) {
     metrics_->countDemandReport("accepted");
     if (skipped > 0) metrics_->countDemandEntriesSkipped(skipped);
   }
   return okStatus();
+}
+
+bool AllocatorService::take(NodeState& n, Report report, int64_t now) {
+  // The agent's edge rule: smaller moves are for the period's round.
+  const bool edge =
+      !std::equal(report.entries.begin(), report.entries.end(), n.entries.begin(), n.entries.end(),
+                  [](const Entry& a, const Entry& b) {
+                    return a.tenant == b.tenant && a.link == b.link &&
+                           !proto::demandMovedPast(a.tx, b.tx, proto::kDemandEdgeFraction) &&
+                           !proto::demandMovedPast(a.rx, b.rx, proto::kDemandEdgeFraction);
+                  });
+  entries_ -= n.entries.size();  // the caller counted the new entries in
+  n.entries = std::move(report.entries);
+  if (report.addresses != n.addresses) {
+    n.addresses = std::move(report.addresses);
+    for (auto& [name, other] : nodes_) other.peers_sent.clear();
+    ++peers_generation_;
+  }
+  n.policy_version = report.policy_version;
+  n.sequence = report.sequence;
+  n.received_ns = now;
+  return edge;
+}
+
+void AllocatorService::askRound(int64_t at_ns) {
+  if (options_.coalesce_ns <= 0) return;  // rounds only every period
+  // The earliest time asked for since the last round wins; later asks join it (coalescing).
+  int64_t cur = round_wanted_ns_.load();
+  while (cur == 0 || at_ns < cur) {
+    if (round_wanted_ns_.compare_exchange_weak(cur, at_ns)) {
+      worker_.withLock([] {});  // the round loop re-checks its deadline
+      return;
+    }
+  }
 }
 
 size_t AllocatorService::runRound() {
@@ -317,6 +364,7 @@ size_t AllocatorService::runRound() {
   uint64_t version;
   std::vector<fabric::DemandReport> reports;
   std::vector<std::string> node_of;  // model node index -> name, for the nodes in `reports`
+  int64_t next_waiting = 0;          // the earliest report still waiting, to ask a round for
   {
     MutexLock lock(mu_);
     model = model_.fabric;
@@ -324,6 +372,16 @@ size_t AllocatorService::runRound() {
     if (!model) return 0;
     for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
       NodeState& n = it->second;
+      if (n.waiting) {
+        const int64_t due = n.received_ns + options_.min_report_interval_ns;
+        if (start >= due) {
+          Report w = std::move(*n.waiting);
+          n.waiting.reset();
+          take(n, std::move(w), start);
+        } else if (next_waiting == 0 || due < next_waiting) {
+          next_waiting = due;
+        }
+      }
       if (!n.entries.empty() && start - n.received_ns > options_.stale_after_ns) {
         entries_ -= n.entries.size();
         n.entries.clear();  // silent: no demand (its stream stays for its caps)
@@ -339,6 +397,7 @@ size_t AllocatorService::runRound() {
       }
     }
   }
+  if (next_waiting != 0) askRound(next_waiting);
   fabric::RoundOptions ro;
   ro.hierarchy_passes = options_.hierarchy_passes;
   const fabric::RoundResult rr = fabric::allocateRound(*model, reports, ro);
@@ -518,10 +577,20 @@ void AllocatorService::closeAll(const Status& status) {
 
 void AllocatorService::run(const std::stop_token& stop) {
   int64_t next = clock_.nowNs() + options_.period_ns;
+  int64_t last_round = INT64_MIN / 2;
   bool was_active = false;
   while (!stop.stop_requested()) {
-    if (!worker_.waitUntil(next)) return;
+    // The period's round, or an earlier one a report asked for (not within the minimum gap of
+    // the last round); a new request re-computes the deadline.
+    const int64_t wanted = round_wanted_ns_.load();
+    const int64_t deadline =
+        wanted == 0 ? next
+                    : std::min(next, std::max(wanted, last_round + options_.min_round_gap_ns));
+    if (!worker_.waitUntil(deadline, [&] { return round_wanted_ns_.load() != wanted; })) return;
     const int64_t now = clock_.nowNs();
+    if (now < deadline) continue;  // asked for a round: a new deadline
+    // Reports from now on ask for the next round: this one may have read them already, or not.
+    round_wanted_ns_.store(0);
     const bool is_active = active();
     if (was_active && !is_active) {
       // The deadline passed before the election thread said so: end the streams now.
@@ -531,7 +600,8 @@ void AllocatorService::run(const std::stop_token& stop) {
     }
     was_active = is_active;
     if (is_active) runRound();
-    next = std::max(next + options_.period_ns, now);
+    last_round = now;
+    if (now >= next) next = std::max(next + options_.period_ns, now);
   }
 }
 

@@ -16,8 +16,13 @@
 //   - the table holds the latest report per node (a newer one replaces it), at most
 //     kMaxUsageNodes nodes and max_entries entries over all nodes (kResourceExhausted for more),
 //     and a node's entries leave it when its stream ends or it has not reported for
-//     stale_after; reports closer together than min_report_interval are read and dropped
-//     (counted): a flood costs its parse, never memory or rounds.
+//     stale_after; a report closer than min_report_interval to the last taken is read,
+//     counted, and waits (the node's newest such replaces the one waiting) for the first round
+//     after that interval: a flood costs its parse and one report's room per node (counted in
+//     max_entries), never a round more than min_round_gap allows, and a late report is never
+//     lost.
+// Rounds: one every period, and one soon after a report that is an edge of a node's demand
+// (AllocatorOptions::coalesce_ns, at most one per min_round_gap_ns).
 // Caps: a node gets the caps of its own reports only, after every round that changed them and
 // at least every keepalive interval (its hold timer's heartbeat), with the addresses of its
 // groups' other nodes when they changed. An address two nodes claim is in no map.
@@ -59,14 +64,21 @@ inline constexpr size_t kMaxDemandEntries = 4096 * 64;  // tenants per agent x c
 inline constexpr size_t kMaxNodeAddresses = 16;
 
 struct AllocatorOptions {
-  int64_t period_ns = 100'000'000;  // one round per period
+  int64_t period_ns = 100'000'000;  // one round per period, whatever else
+  // An accepted report that is a demand edge for its node (proto::kDemandEdgeFraction: a
+  // tenant starting, stopping or jumping) asks for a round soon: coalesce_ns after it (the other
+  // nodes of an all-reduce that starts or stops report the same edge within a few ms: one round for
+  // all), never within min_round_gap_ns of the previous round (at most 1 / min_round_gap early
+  // rounds a second, however many agents report). 0: no early rounds (--allocator-coalesce-ms 0).
+  int64_t coalesce_ns = 5'000'000;
+  int64_t min_round_gap_ns = 20'000'000;
   // How long an agent keeps caps without a newer message (NodeCaps.hold_ms): longer than a
   // failover (the lease TTL plus a reconnect), short enough that caps computed for old demand
   // do not outlive it by much.
   int64_t hold_ns = 3'000'000'000;
   int64_t keepalive_ns = 1'000'000'000;         // unchanged caps are re-sent this often
   int64_t stale_after_ns = 2'000'000'000;       // a node silent this long has no demand
-  int64_t min_report_interval_ns = 20'000'000;  // closer reports are dropped
+  int64_t min_report_interval_ns = 20'000'000;  // closer reports wait (the newest)
   size_t max_entries = 1'000'000;               // demand entries over all nodes
   uint32_t hierarchy_passes = 1;                // fabric::RoundOptions
 };
@@ -126,6 +138,12 @@ class AllocatorService {
     std::string tenant, link;
     uint64_t tx = 0, rx = 0;
   };
+  struct Report {
+    std::vector<Entry> entries;  // checked names
+    std::vector<std::string> addresses;
+    uint64_t policy_version = 0;
+    uint64_t sequence = 0;
+  };
   struct NodeState {
     std::shared_ptr<CapsSink> sink;
     std::vector<Entry> entries;  // checked names
@@ -133,7 +151,10 @@ class AllocatorService {
     uint64_t policy_version = 0;
     uint64_t sequence = 0;
     int64_t received_ns = 0;
-    int64_t reports_dropped = 0;
+    int64_t reports_dropped = 0;  // reports that came too soon (waited, or were replaced)
+    // The newest report that came within min_report_interval of the last taken: taken by the
+    // first round after that interval (its entries count in entries_).
+    std::optional<Report> waiting;
     // Last sent (round thread): to send only what changed.
     std::shared_ptr<const tenantqos::v1::NodeCaps> sent;
     int64_t sent_ns = 0;
@@ -146,6 +167,11 @@ class AllocatorService {
   };
 
   void run(const std::stop_token& stop);
+  // Makes `report` the node's demand (received at `now`); true if it is an edge there.
+  // entries_ must already count the report's entries; the node's old ones leave it here.
+  bool take(NodeState& n, Report report, int64_t now) TQ_REQUIRES(mu_);
+  // Asks the round thread for a round at `at_ns` (or earlier, if one is asked for already).
+  void askRound(int64_t at_ns);
   void onElection(bool active, uint64_t term);
   // Refuses with kPermissionDenied and an audit line (rate-limited per identity).
   Status refuse(const Caller& caller, const std::string& node, const std::string& why);
@@ -167,6 +193,9 @@ class AllocatorService {
   std::map<std::string, int64_t> audited_ns_ TQ_GUARDED_BY(mu_);  // identity -> last refusal line
   std::map<std::string, uint64_t> audit_suppressed_ TQ_GUARDED_BY(mu_);
 
+  // Monotonic time at which a round is asked for by a report that changed demand (0: none);
+  // set by report(), taken by the round thread (it waits on worker_ for it).
+  std::atomic<int64_t> round_wanted_ns_{0};
   std::atomic<uint64_t> rounds_{0};
   std::atomic<int64_t> last_round_ns_{0};
   std::atomic<bool> started_{false};

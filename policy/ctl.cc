@@ -10,6 +10,7 @@
 #include "policy/ctl_policy.h"
 #include "policy/ctl_render.h"
 #include "policy/ctl_top.h"
+#include "rpc/runtime.h"
 
 namespace tq::policy {
 
@@ -40,6 +41,7 @@ int runCtl(const std::vector<std::string>& args, CtlContext& ctx) {
 }
 
 int ctlMain(int argc, char** argv) {
+  rpc::configureGrpcRuntime();  // first: before any gRPC object (rpc/runtime.h)
   std::vector<std::string> args(argv + 1, argv + argc);
   CtlContext ctx{std::cout, std::cerr, std::cin, [](const std::string& name) {
                    const char* v = std::getenv(name.c_str());

@@ -18,6 +18,7 @@
 #include "policy/allocator_service.h"
 #include "policy/authz.h"
 #include "policy/wire.h"
+#include "proto/allocate_codec.h"
 #include "proto/convert.h"
 
 namespace tq::policy {
@@ -489,28 +490,15 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
       finish(grpc::Status::OK);
       return;
     }
-    v1::DemandReport report;
+    v1::DemandReport wire;
     grpc::ByteBuffer copy(in_);
     in_.Clear();
     Status st;
-    if (!grpc::SerializationTraits<v1::DemandReport>::Deserialize(&copy, &report).ok()) {
+    if (!grpc::SerializationTraits<v1::DemandReport>::Deserialize(&copy, &wire).ok()) {
       st = invalidArgument("Allocate: a message is not a valid tenantqos.v1.DemandReport");
     } else {
       try {
-        const bool first = [&] {
-          MutexLock lock(mu_);  // (OnDone reads node_ on another thread)
-          return node_.empty();
-        }();
-        if (first) {
-          st = allocator_->attach(caller_, report.node(), shared_from_this());
-          if (st.ok()) {
-            MutexLock lock(mu_);
-            node_ = report.node();
-          }
-        }
-        // Authorizes first (a report for another node is refused and audited), then checks
-        // that it is this stream's node.
-        if (st.ok()) st = allocator_->report(caller_, this, report);
+        st = onReport(wire);
       } catch (const std::exception& e) {  // nothing may escape into gRPC's threads
         st = internalError(std::string("Allocate: ") + e.what());
       }
@@ -525,17 +513,14 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   }
 
   void sendCaps(std::shared_ptr<const v1::NodeCaps> caps) override {
-    grpc::ByteBuffer bytes;
-    if (!serializeMessage(*caps, &bytes).ok()) return;
     MutexLock lock(mu_);
     if (finishing_) return;
     if (writing_) {
-      pending_ = std::move(bytes);  // the newest caps replace any not yet written
-      has_pending_ = true;
+      pending_ = std::move(caps);  // the newest caps replace any not yet written
       return;
     }
+    if (!encode(*caps)) return;
     writing_ = true;
-    out_ = std::move(bytes);
     lock.unlock();
     StartWrite(&out_);
   }
@@ -556,11 +541,11 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
       doFinish(st);
       return;
     }
-    if (has_pending_) {
-      has_pending_ = false;
+    if (pending_) {
+      const std::shared_ptr<const v1::NodeCaps> next = std::move(pending_);
+      pending_.reset();
+      if (!encode(*next)) return;
       writing_ = true;
-      out_ = std::move(pending_);
-      pending_.Clear();
       lock.unlock();
       StartWrite(&out_);
     }
@@ -581,6 +566,40 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   }
 
  private:
+  // One report read from the stream: decoded (keys and deltas, proto/allocate_codec.h) into
+  // the node's whole report as an older agent sends it, so that the allocator checks the same
+  // either way; the first attaches the stream. Not ok: the stream ends with it.
+  Status onReport(const v1::DemandReport& wire) {
+    Result<v1::DemandReport> decoded = decoder_.decode(wire);
+    if (!decoded.ok()) return decoded.status();
+    const v1::DemandReport& report = *decoded;
+    bool first;
+    {
+      MutexLock lock(mu_);  // (OnDone reads node_ on another thread)
+      if (report.compact_caps()) caps_encoder_.setPeerCompact();
+      first = node_.empty();
+    }
+    if (first) {
+      TQ_RETURN_IF_ERROR(allocator_->attach(caller_, report.node(), shared_from_this()));
+      MutexLock lock(mu_);
+      node_ = report.node();
+    }
+    // Authorizes first (a report for another node is refused and audited), then checks that
+    // it is this stream's node.
+    return allocator_->report(caller_, this, report);
+  }
+
+  // `caps` as this stream's next message (compact when the agent reads it: encoded against
+  // what was written before, so only when the write starts) into out_. Under mu_, with no
+  // write in flight.
+  bool encode(const v1::NodeCaps& caps) TQ_REQUIRES(mu_) {
+    // The encoder's clock is the round's stamp: a whole message at least every 10 s of rounds.
+    const v1::NodeCaps msg =
+        caps_encoder_.encode(caps, caps.computed_at_unix_ms() * int64_t{1'000'000});
+    out_.Clear();
+    return serializeMessage(msg, &out_).ok();
+  }
+
   // StartRead and Finish under op_mu_, so that no read starts after Finish. Recursive: gRPC
   // may run a reaction inline.
   void readNext() {
@@ -601,7 +620,7 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
     if (finishing_) return;
     finishing_ = true;
     final_ = status;
-    has_pending_ = false;
+    pending_.reset();
     if (writing_) return;  // OnWriteDone finishes
     lock.unlock();
     doFinish(status);
@@ -612,13 +631,14 @@ class AllocateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   const Caller caller_;
   const std::string peer_;
   grpc::ByteBuffer in_;  // the read in flight (gRPC thread of OnReadDone only)
+  proto::DemandDecoder decoder_{kMaxDemandEntries};  // OnReadDone only (one read at a time)
   RecursiveMutex op_mu_;
   bool finished_ TQ_GUARDED_BY(op_mu_) = false;  // Finish was called
   Mutex mu_;
   std::string node_ TQ_GUARDED_BY(mu_);  // set by the first report
   grpc::ByteBuffer out_;                 // the write in flight: untouched while writing_
-  grpc::ByteBuffer pending_ TQ_GUARDED_BY(mu_);
-  bool has_pending_ TQ_GUARDED_BY(mu_) = false;
+  std::shared_ptr<const v1::NodeCaps> pending_ TQ_GUARDED_BY(mu_);  // the next, whole
+  proto::CapsEncoder caps_encoder_ TQ_GUARDED_BY(mu_);              // against what was written
   bool writing_ TQ_GUARDED_BY(mu_) = false;
   bool finishing_ TQ_GUARDED_BY(mu_) = false;
   grpc::Status final_ TQ_GUARDED_BY(mu_);

@@ -298,6 +298,11 @@ void addPolicydFlags(FlagTable& t, PolicydOptions* o) {
   t.millis("--allocator-period", &o->allocator.period_ns, 10, 10000,
            "the cluster allocator computes one round of shared-link caps this often "
            "(docs/fabric.md)");
+  t.millis("--allocator-coalesce-ms", &o->allocator.coalesce_ns, 0, 1000,
+           "a report that is an edge of a node's demand (a tenant starting, stopping or "
+           "jumping by over 25 %) asks for a round this long after it (one "
+           "round for the nodes that report the same edge; at most one such round per 20 ms); "
+           "0: rounds only every --allocator-period");
   t.integer("--allocator-lease-ttl", "SECONDS", &o->allocator_lease_ttl, 1, 60,
             "with --store etcd: the TTL of the lease the active allocator holds; a standby "
             "takes over within about this long after the active one dies");
@@ -336,6 +341,7 @@ std::string policydFlagsMarkdown() {
 }
 
 int policydMain(int argc, char** argv) {
+  rpc::configureGrpcRuntime();  // first: before any gRPC object (rpc/runtime.h)
   Result<PolicydArgs> args = parsePolicydArgs(argc, argv);
   if (!args.ok()) {
     std::cerr << usageErrorText("tenantqos-policyd", args.status());
@@ -347,7 +353,6 @@ int policydMain(int argc, char** argv) {
   }
   const PolicydOptions& opt = args->options;
   setLogLevel(opt.log_level);
-  rpc::configureGrpcRuntime();
   // Policy-sized buffers (a 4 MiB source, its snapshot, their gRPC slices) come and go with
   // callers. glibc raises its mmap threshold after such a buffer is freed, after which the
   // next ones come from the heap and stay in policyd's RSS when freed (issue 23: 461 MiB kept

@@ -1,5 +1,7 @@
 // Process-wide settings of the gRPC runtime: configureGrpcRuntime() is called first thing in
-// main() of every program that runs gRPC at scale (policyd, the benchmarks).
+// main() of every program that makes gRPC objects: policyd, the agent, the webhook,
+// tenantqosctl and the benchmarks (tenantqos-perf makes none: it links no gRPC), so that all of
+// them run gRPC alike, not only those measured at scale.
 //
 // Debian builds abseil without NDEBUG, so absl::Mutex (every lock inside gRPC) runs its
 // debug-mode deadlock detector: each acquisition records the lock order in one process-wide

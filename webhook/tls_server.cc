@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/endpoints.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "common/thread_annotations.h"
 
 namespace tq::webhook {
@@ -51,22 +52,6 @@ Result<std::shared_ptr<SSL_CTX>> loadContext(const std::string& cert, const std:
                            sslError());
   }
   return ctx;
-}
-
-const char* reasonPhrase(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
-  }
 }
 
 // A TLS session on an accepted socket (which outlives it).
@@ -111,7 +96,7 @@ struct TlsIo {
 };
 
 void respond(const TlsIo& io, const HttpResponse& r) {
-  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reasonPhrase(r.status) +
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + httpReasonPhrase(r.status) +
                     "\r\nContent-Type: " + r.content_type +
                     "\r\nContent-Length: " + std::to_string(r.body.size()) +
                     "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n" + r.body;

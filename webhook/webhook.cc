@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/tenant_shm.h"  // isDns1123Label
 #include "common/thread_annotations.h"
+#include "rpc/runtime.h"
 #include "webhook/tls_server.h"
 
 namespace tq::webhook {
@@ -207,6 +208,7 @@ std::pair<int, std::string> PolicyHolder::readiness(const std::string& policyd) 
 }
 
 int webhookMain(int argc, char** argv) {
+  rpc::configureGrpcRuntime();  // first: before any gRPC object (rpc/runtime.h)
   auto args = parseWebhookArgs(std::vector<std::string>(argv + 1, argv + argc));
   if (!args.ok()) {
     std::cerr << usageErrorText("tenantqos-webhook", args.status());

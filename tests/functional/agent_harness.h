@@ -10,8 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -26,6 +29,7 @@
 #include "common/tenant_shm.h"
 #include "tc/netns.h"
 #include "tests/functional/test_pki.h"
+#include "tests/support/exposition.h"
 #include "tests/support/netns.h"
 #include "tests/support/process.h"
 #include "tests/support/test_agent.h"
@@ -33,6 +37,7 @@
 namespace tq::agent::functional {
 
 using tq::testing::runCommand;
+using tq::testing::seriesValue;
 using tq::testing::Subprocess;
 using tq::testing::TestNetns;
 
@@ -71,6 +76,40 @@ inline int waitForPortFile(const std::string& path, Subprocess* proc, const std:
       10'000);
   EXPECT_GT(port, 0) << "no port file " << path << "; log:\n" << readTextFile(log);
   return port;
+}
+
+// Starts `argv` inside `ns` (its output to `log`) and waits for the port it writes to
+// `port_file` (removed first: a restart must not read the last run's). Null, with the test
+// failed, when it cannot start; *port 0 when no port came.
+inline std::unique_ptr<Subprocess> startWithPortFile(const TestNetns& ns,
+                                                     const std::vector<std::string>& argv,
+                                                     const std::string& port_file,
+                                                     const std::string& log, int* port) {
+  ::unlink(port_file.c_str());
+  auto p = Subprocess::start(ns.exec(argv), log);
+  EXPECT_TRUE(p.ok()) << p.status().toString();
+  if (!p.ok()) return nullptr;
+  auto proc = std::make_unique<Subprocess>(std::move(*p));
+  *port = waitForPortFile(port_file, proc.get(), log);
+  return proc;
+}
+
+// A fresh /tmp/<tag>-func-XXXXXX for a test's files ("" with the test failed).
+inline std::string makeTestDir(const std::string& tag) {
+  std::string tmpl = "/tmp/" + tag + "-func-XXXXXX";
+  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr) << tmpl << ": " << std::strerror(errno);
+  return tmpl.find("XXXXXX") == std::string::npos ? tmpl : "";
+}
+
+// Removes a test's directory, or keeps it (and says where) when the test failed.
+inline void removeTestDir(const std::string& dir, bool failed) {
+  if (dir.empty()) return;
+  if (failed) {
+    std::fprintf(stderr, "logs kept in %s\n", dir.c_str());
+    return;
+  }
+  int rc = std::system(("rm -rf '" + dir + "'").c_str());
+  (void)rc;
 }
 
 // One HTB class as tc(8) prints it ("class htb 1:10 parent 1:1 prio 0 rate 400Mbit ceil ...").
@@ -157,9 +196,8 @@ class AgentHarness : public ::testing::Test {
   void SetUp() override {
     if (!tq::testing::runningAsRoot()) GTEST_SKIP() << "needs root (network namespaces, tc)";
     prefix_ = "tqagt" + std::to_string(::getpid());
-    char tmpl[] = "/tmp/tqagt-func-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    tmp_ = tmpl;
+    tmp_ = makeTestDir("tqagt");
+    ASSERT_FALSE(tmp_.empty());
     auto ns = TestNetns::create(prefix_);
     ASSERT_TRUE(ns.ok()) << ns.status().toString();
     ns_ = std::move(*ns);
@@ -180,52 +218,26 @@ class AgentHarness : public ::testing::Test {
     agent_.reset();
     policyd_.reset();
     ns_.reset();
-    if (!tmp_.empty() && !HasFailure()) {
-      int rc = std::system(("rm -rf '" + tmp_ + "'").c_str());
-      (void)rc;
-    } else if (!tmp_.empty()) {
-      std::fprintf(stderr, "logs kept in %s\n", tmp_.c_str());
-    }
+    removeTestDir(tmp_, HasFailure());
   }
 
-  static std::string readText(const std::string& path) {
-    auto r = readFile(path);
-    return r.ok() ? *r : "";
-  }
-
+  static std::string readText(const std::string& path) { return readTextFile(path); }
   static std::vector<std::string> withFlags(std::vector<std::string> argv,
                                             const std::vector<std::string>& flags) {
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    return argv;
-  }
-
-  int waitPortFile(const std::string& path, Subprocess* proc, const std::string& log) {
-    int port = 0;
-    eventually(
-        [&] {
-          const std::string t = readText(path);
-          if (!t.empty()) port = std::atoi(t.c_str());
-          return port > 0 || !proc->running();
-        },
-        10'000);
-    EXPECT_GT(port, 0) << "no port file " << path << "; log:\n" << readText(log);
-    return port;
+    return withArgs(std::move(argv), flags);
   }
 
   // Starts policyd inside the namespace; port 0 = any (the first start), else that port.
   void startPolicyd(int port = 0) {
     const std::string port_file = tmp_ + "/policyd.port";
-    ::unlink(port_file.c_str());
     const std::string log = tmp_ + "/policyd-" + std::to_string(++policyd_starts_) + ".log";
-    auto p = Subprocess::start(
-        ns_->exec(withFlags(
-            {TQ_POLICYD_BIN, "--listen", "127.0.0.1:" + std::to_string(port), "--data-dir",
-             tmp_ + "/policyd", "--port-file", port_file, "--log-level", "debug"},
-            pki_->flags(policyd_cert_, ca_))),
-        log);
-    ASSERT_TRUE(p.ok()) << p.status().toString();
-    policyd_ = std::make_unique<Subprocess>(std::move(*p));
-    policyd_port_ = waitPortFile(port_file, policyd_.get(), log);
+    policyd_ = startWithPortFile(
+        *ns_,
+        withFlags({TQ_POLICYD_BIN, "--listen", "127.0.0.1:" + std::to_string(port), "--data-dir",
+                   tmp_ + "/policyd", "--port-file", port_file, "--log-level", "debug"},
+                  pki_->flags(policyd_cert_, ca_)),
+        port_file, log, &policyd_port_);
+    ASSERT_TRUE(policyd_);
   }
   void killPolicyd() {
     ASSERT_TRUE(policyd_);
@@ -258,13 +270,9 @@ class AgentHarness : public ::testing::Test {
     return a;
   }
   void startAgent() {
-    const std::string port_file = tmp_ + "/agent.port";
-    ::unlink(port_file.c_str());
     agent_log_ = tmp_ + "/agent-" + std::to_string(++agent_starts_) + ".log";
-    auto p = Subprocess::start(ns_->exec(agentArgs()), agent_log_);
-    ASSERT_TRUE(p.ok()) << p.status().toString();
-    agent_ = std::make_unique<Subprocess>(std::move(*p));
-    metrics_port_ = waitPortFile(port_file, agent_.get(), agent_log_);
+    agent_ = startWithPortFile(*ns_, agentArgs(), tmp_ + "/agent.port", agent_log_, &metrics_port_);
+    ASSERT_TRUE(agent_);
   }
   // SIGTERM and wait: the agent must exit 0 promptly.
   void stopAgent() {
@@ -312,13 +320,7 @@ class AgentHarness : public ::testing::Test {
   }
   // The value of one exposition line "name{labels} value" (exact series text), if present.
   std::optional<double> metric(const std::string& series) {
-    Http h = get("/metrics");
-    std::istringstream in(h.body);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-    }
-    return std::nullopt;
+    return seriesValue(get("/metrics").body, series);
   }
 
   std::map<std::string, TcClass> tcClasses(const std::string& dev) {

@@ -18,6 +18,9 @@ const YamlTenant kA = {"tenant-a", "fabric", "400Mbps", "600Mbps", 2, 1, 26, 1};
 const YamlTenant kB = {"tenant-b", "fabric", "200Mbps", "400Mbps", 1, 2, 18, 2};
 
 std::string v1() { return policyYaml(kFabric, {kA, kB}); }
+// What v1 enforces: tenant -> {guarantee, limit} in bits/s.
+const std::map<std::string, std::pair<uint64_t, uint64_t>> kV1Rates = {
+    {"tenant-a", {400 * kMbit, 600 * kMbit}}, {"tenant-b", {200 * kMbit, 400 * kMbit}}};
 std::string v2() {
   YamlTenant b = kB;
   b.limit = "500Mbps";
@@ -76,13 +79,7 @@ TEST_F(PrivilegedAgentTest, AppliesV1ThenV2WithinOneSecond) {
   EXPECT_EQ(get("/healthz").status, 200);
 
   apply(v1());
-  ASSERT_TRUE(eventually(
-      [&] {
-        return enforces(1, {{"tenant-a", {400 * kMbit, 600 * kMbit}},
-                            {"tenant-b", {200 * kMbit, 400 * kMbit}}});
-      },
-      1000))
-      << describe();
+  ASSERT_TRUE(eventually([&] { return enforces(1, kV1Rates); }, 1000)) << describe();
   auto a = shmParams("tenant-a");
   ASSERT_TRUE(a);
   EXPECT_EQ(a->dscp, 26u);
@@ -157,8 +154,7 @@ TEST_F(PrivilegedAgentTest, PolicydKilledLeavesEnforcementAndReportsDisconnected
   startPolicyd();
   startAgent();
   apply(v1());
-  const std::map<std::string, std::pair<uint64_t, uint64_t>> want = {
-      {"tenant-a", {400 * kMbit, 600 * kMbit}}, {"tenant-b", {200 * kMbit, 400 * kMbit}}};
+  const auto& want = kV1Rates;
   ASSERT_TRUE(eventually([&] { return enforces(1, want); }, 1000)) << describe();
   ASSERT_TRUE(eventually([&] { return metric("tenantqos_policyd_connected") == 1.0; }, 2000));
 
@@ -253,8 +249,7 @@ TEST_F(PrivilegedAgentTest, RestartWhilePolicydDownRestoresFromPersistedSnapshot
   startPolicyd();
   startAgent();
   apply(v1());
-  const std::map<std::string, std::pair<uint64_t, uint64_t>> want = {
-      {"tenant-a", {400 * kMbit, 600 * kMbit}}, {"tenant-b", {200 * kMbit, 400 * kMbit}}};
+  const auto& want = kV1Rates;
   ASSERT_TRUE(eventually([&] { return enforces(1, want); }, 1000)) << describe();
   killPolicyd();
 
@@ -280,8 +275,7 @@ TEST_F(PrivilegedAgentTest, CorruptedSnapshotIsIgnoredAndAgentWaitsForPolicyd) {
   const int port = policyd_port_;
   startAgent();
   apply(v1());
-  const std::map<std::string, std::pair<uint64_t, uint64_t>> want = {
-      {"tenant-a", {400 * kMbit, 600 * kMbit}}, {"tenant-b", {200 * kMbit, 400 * kMbit}}};
+  const auto& want = kV1Rates;
   ASSERT_TRUE(eventually([&] { return enforces(1, want); }, 1000)) << describe();
   stopAgent();
   killPolicyd();
@@ -326,8 +320,7 @@ TEST_F(PrivilegedAgentTest, UnknownDeviceKeepsLastGoodStateCountsReportsAndRetri
   startPolicyd();
   startAgent();
   apply(v1());  // no "storage" link yet: ghost is simply not managed
-  const std::map<std::string, std::pair<uint64_t, uint64_t>> want = {
-      {"tenant-a", {400 * kMbit, 600 * kMbit}}, {"tenant-b", {200 * kMbit, 400 * kMbit}}};
+  const auto& want = kV1Rates;
   ASSERT_TRUE(eventually([&] { return enforces(1, want); }, 1000)) << describe();
 
   // v2 changes tenant-a and puts tenant-s on link storage = the missing device.
@@ -375,8 +368,7 @@ TEST_F(PrivilegedAgentTest, ForeignQdiscRefusedRollsBackOtherDevicesAndRetries) 
   startPolicyd();
   startAgent();
   apply(v1());
-  const std::map<std::string, std::pair<uint64_t, uint64_t>> want = {
-      {"tenant-a", {400 * kMbit, 600 * kMbit}}, {"tenant-b", {200 * kMbit, 400 * kMbit}}};
+  const auto& want = kV1Rates;
   ASSERT_TRUE(eventually([&] { return enforces(1, want); }, 1000)) << describe();
 
   // Someone else's root qdisc on dev1: the node cannot apply a policy that manages dev1.

@@ -12,7 +12,7 @@
 //      split, and say so in /readyz and metrics; a restarted policyd brings the caps back.
 //
 // Namespaces, veths and processes carry the prefix "tqfb<pid>" and are removed by the fixture
-// (processes by pid). About 25 s.
+// (two_node_harness.h). About 25 s.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,11 +26,8 @@
 
 #include "common/file_util.h"
 #include "common/node_contract.h"
-#include "tests/functional/agent_harness.h"
 #include "tests/functional/plugin_proc_util.h"
-#include "tests/functional/test_pki.h"
-#include "tests/support/netns.h"
-#include "tests/support/process.h"
+#include "tests/functional/two_node_harness.h"
 #include "tests/support/test_agent.h"
 
 namespace tq::agent::functional {
@@ -47,115 +44,12 @@ constexpr uint64_t kGuaranteeA = 40 * kMbit, kLimitA = 150 * kMbit;
 constexpr uint64_t kGuaranteeB = 60 * kMbit;
 constexpr int kHoldMs = 2000;
 
-struct Node {
-  std::unique_ptr<TestNetns> ns;
-  std::string dev, ip, run_dir, state_dir, log;
-  std::unique_ptr<Subprocess> agent;
-  int metrics_port = 0;
-};
-
-class PrivilegedFabricAgentTest : public ::testing::Test {
+class PrivilegedFabricAgentTest : public TwoNodeHarness {
  protected:
-  void SetUp() override {
-    if (!tq::testing::runningAsRoot()) GTEST_SKIP() << "needs root (network namespaces)";
-    prefix_ = "tqfb" + std::to_string(::getpid());
-    char tmpl[] = "/tmp/tqfb-func-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    tmp_ = tmpl;
-    for (int n = 0; n < 2; ++n) {
-      auto ns = TestNetns::create(prefix_ + "n" + std::to_string(n + 1));
-      ASSERT_TRUE(ns.ok()) << ns.status().toString();
-      node_[n].ns = std::move(*ns);
-      node_[n].run_dir = tmp_ + "/run" + std::to_string(n + 1);
-      node_[n].state_dir = tmp_ + "/state" + std::to_string(n + 1);
-      node_[n].dev = prefix_ + (n == 0 ? "a" : "b");
-      node_[n].ip = "10.92.0." + std::to_string(n + 1);
-    }
-    ASSERT_TRUE(tq::testing::addVethPair(*node_[0].ns, node_[0].dev, *node_[1].ns, node_[1].dev,
-                                         node_[0].ip + "/24", node_[1].ip + "/24")
-                    .ok());
-    pki_ = std::make_unique<tq::test::TestPki>(
-        std::string(TQ_SOURCE_DIR) + "/scripts/tq-certs.sh", tmp_ + "/pki",
-        std::vector<std::string>{"node1", "node2"}, node_[0].ip);
-    ASSERT_TRUE(pki_->ok());
-  }
+  PrivilegedFabricAgentTest() : TwoNodeHarness("tqfb", 92, 1) {}
 
-  void TearDown() override {
-    for (auto& j : jobs_) j.reset();
-    for (Node& n : node_) n.agent.reset();
-    policyd_.reset();
-    for (Node& n : node_) n.ns.reset();
-    if (!tmp_.empty() && !HasFailure()) {
-      int rc = std::system(("rm -rf '" + tmp_ + "'").c_str());
-      (void)rc;
-    } else if (!tmp_.empty()) {
-      std::fprintf(stderr, "logs kept in %s\n", tmp_.c_str());
-    }
-  }
-
-  static std::vector<std::string> with(std::vector<std::string> a,
-                                       const std::vector<std::string>& b) {
-    return withArgs(std::move(a), b);
-  }
-
-  // policyd on node 1 (port 0: any, the first start; else that port, a restart).
   void startPolicyd(int port = 0) {
-    const std::string port_file = tmp_ + "/policyd.port";
-    ::unlink(port_file.c_str());
-    const std::string log = tmp_ + "/policyd-" + std::to_string(++policyd_starts_) + ".log";
-    auto p =
-        Subprocess::start(node_[0].ns->exec(with(
-                              {TQ_POLICYD_BIN, "--listen", node_[0].ip + ":" + std::to_string(port),
-                               "--data-dir", tmp_ + "/policyd", "--port-file", port_file,
-                               "--allocator-hold", std::to_string(kHoldMs)},
-                              pki_->flags("policyd"))),
-                          log);
-    ASSERT_TRUE(p.ok()) << p.status().toString();
-    policyd_ = std::make_unique<Subprocess>(std::move(*p));
-    policyd_port_ = waitForPortFile(port_file, policyd_.get(), log);
-  }
-  void startAgent(int n) {
-    Node& node = node_[n];
-    const std::string name = "node" + std::to_string(n + 1);
-    const std::string port_file = tmp_ + "/agent" + std::to_string(n + 1) + ".port";
-    node.log = tmp_ + "/agent" + std::to_string(n + 1) + ".log";
-    auto p = Subprocess::start(
-        node.ns->exec(
-            with({TQ_AGENT_BIN, "--policyd", node_[0].ip + ":" + std::to_string(policyd_port_),
-                  "--node", name, "--device", node.dev + "=fabric", "--tc-mode", "none",
-                  "--run-dir", node.run_dir, "--state-dir", node.state_dir, "--metrics",
-                  "127.0.0.1:0", "--metrics-port-file", port_file, "--log-level", "debug"},
-                 pki_->flags("agent-" + name))),
-        node.log);
-    ASSERT_TRUE(p.ok()) << p.status().toString();
-    node.agent = std::make_unique<Subprocess>(std::move(*p));
-    node.metrics_port = waitForPortFile(port_file, node.agent.get(), node.log);
-  }
-  void apply(const std::string& yaml) {
-    const std::string f = tmp_ + "/policy.yaml";
-    ASSERT_TRUE(writeFileAtomic(f, yaml).ok());
-    auto r = runCommand(node_[0].ns->exec(with(
-                            {TQ_CTL_BIN, "--server",
-                             node_[0].ip + ":" + std::to_string(policyd_port_), "apply", "-f", f},
-                            pki_->flags("admin"))),
-                        20'000);
-    ASSERT_TRUE(r.ok()) << r.status().toString();
-    ASSERT_EQ(r->exit_code, 0) << r->output;
-  }
-  std::string http(int n, const std::string& path) {
-    auto r = runCommand(
-        node_[n].ns->exec({"curl", "-s", "-m", "5",
-                           "http://127.0.0.1:" + std::to_string(node_[n].metrics_port) + path}),
-        10'000);
-    return r.ok() ? r->output : "";
-  }
-  std::optional<double> metric(int n, const std::string& series) {
-    std::istringstream in(http(n, "/metrics"));
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-    }
-    return std::nullopt;
+    TwoNodeHarness::startPolicyd({"--allocator-hold", std::to_string(kHoldMs)}, port);
   }
   // The tenant's cap on node n's leaf uplink (tx on node 1, rx on node 2), as the agent says.
   std::optional<double> cap(int n, const std::string& tenant) {
@@ -190,39 +84,10 @@ class PrivilegedFabricAgentTest : public ::testing::Test {
 
   // One rank of a job streaming from node 1 (rank 0) to node 2 (rank 1) for `seconds`.
   std::unique_ptr<Proc> rank(int index, const std::string& tenant, double seconds, int r) {
-    const Node& node = node_[r];
-    std::vector<std::string> argv = {TQ_PERF_BIN,
-                                     "sendrecv",
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--nranks",
-                                     "2",
-                                     "--rendezvous",
-                                     node_[0].ip + ":" + std::to_string(29800 + index),
-                                     "--unidirectional",
-                                     "--duration",
-                                     std::to_string(seconds),
-                                     "--size",
-                                     "256K",
-                                     "--json",
-                                     "--plugin",
-                                     TQ_PLUGIN_SO,
-                                     "--tenant",
-                                     tenant,
-                                     "--timeout",
-                                     "30"};
-    std::map<std::string, std::string> env = {{"TENANTQOS_RUN_DIR", node.run_dir},
-                                              {"TENANTQOS_SOCKET_IFNAME", "=" + node.dev},
-                                              {"TENANTQOS_REQUIRE_AGENT", "1"}};
-    return std::make_unique<Proc>(node.ns->exec(argv), env);
+    return TwoNodeHarness::rank(
+        r, 0, 29800 + index,
+        {.seconds = seconds, .size = "256K", .report_interval_ms = 0, .tenant = tenant});
   }
-
-  std::string prefix_, tmp_;
-  Node node_[2];
-  std::unique_ptr<tq::test::TestPki> pki_;
-  std::unique_ptr<Subprocess> policyd_;
-  std::vector<std::unique_ptr<Proc>> jobs_;
-  int policyd_port_ = 0, policyd_starts_ = 0;
 };
 
 TEST_F(PrivilegedFabricAgentTest, DemandReachesTheCapsAndAgentsFallBackToTheStaticSplit) {
@@ -250,7 +115,7 @@ TEST_F(PrivilegedFabricAgentTest, DemandReachesTheCapsAndAgentsFallBackToTheStat
   }
   const std::string peers = readTextFile(attach::fabricPeersPath(node_[0].run_dir));
   EXPECT_NE(peers.find("link 0 leaf-uplink leaf-1 all"), std::string::npos) << peers;
-  EXPECT_EQ(peers.find("peer 0 " + node_[1].ip), std::string::npos) << peers;
+  EXPECT_EQ(peers.find("peer 0 " + node_[1].ip[0]), std::string::npos) << peers;
 
   // 1. Both tenants backlogged across the uplinks: guarantees first, the spare by weight.
   jobs_.push_back(rank(0, "tenant-a", 14, 1));
@@ -300,9 +165,7 @@ TEST_F(PrivilegedFabricAgentTest, DemandReachesTheCapsAndAgentsFallBackToTheStat
 
   // 3. The allocator dies: held, then after the hold the static split, said in /readyz.
   const double last_cap = cap(0, "tenant-a").value_or(0);
-  policyd_->kill();
-  const int port = policyd_port_;
-  policyd_.reset();
+  const int port = killPolicyd();
   const auto killed = Clock::now();
   EXPECT_TRUE(eventually([&] { return mode(0) == "held"; }, 1'000)) << mode(0);
   EXPECT_NE(http(0, "/readyz").find("holding its last caps"), std::string::npos);

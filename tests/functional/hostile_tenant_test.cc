@@ -17,8 +17,10 @@
 namespace tq::agent::functional {
 namespace {
 
+using plugin::testing::commonSpan;
 using plugin::testing::jsonLines;
 using plugin::testing::jsonNumber;
+using plugin::testing::perfArgv;
 using plugin::testing::Proc;
 using plugin::testing::ProcResult;
 using plugin::testing::receiverWindow;
@@ -54,31 +56,35 @@ std::vector<std::string> as(int id, std::vector<std::string> argv) {
 
 class PrivilegedHostileTenantTest : public AgentHarness {
  protected:
+  void SetUp() override {
+    if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/setpriv";
+    AgentHarness::SetUp();
+  }
+  // policyd and the agent under `yaml`, the run directory reachable by other uids (as /run),
+  // ready with `tenant`'s socket.
+  void startNode(const std::string& yaml, const std::string& tenant) {
+    ASSERT_EQ(::chmod(tmp_.c_str(), 0755), 0);
+    startPolicyd();
+    startAgent();
+    apply(yaml);
+    ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200 && shmExists(tenant); }, 3000))
+        << readText(agent_log_);
+  }
   std::vector<std::string> perf(const std::string& tenant) {
-    return {TQ_PERF_BIN,  "sendrecv",  "--local",  "2",          "--unidirectional",
-            "--duration", "5",         "--size",   "64K",        "--report-interval",
-            "100",        "--json",    "--plugin", TQ_PLUGIN_SO, "--tenant",
-            tenant,       "--timeout", "30"};
+    return perfArgv({.bin = TQ_PERF_BIN,
+                     .plugin = TQ_PLUGIN_SO,
+                     .seconds = 5,
+                     .size = "64K",
+                     .tenant = tenant});
   }
   // A job of a user no tenant maps: no --tenant, so it asks for the default and gets what the
   // node-wide socket gives.
   std::vector<std::string> unmappedPerf(int seconds) {
-    return {TQ_PERF_BIN,
-            "sendrecv",
-            "--local",
-            "2",
-            "--unidirectional",
-            "--duration",
-            std::to_string(seconds),
-            "--size",
-            "64K",
-            "--report-interval",
-            "100",
-            "--json",
-            "--plugin",
-            TQ_PLUGIN_SO,
-            "--timeout",
-            "10"};
+    return perfArgv({.bin = TQ_PERF_BIN,
+                     .plugin = TQ_PLUGIN_SO,
+                     .seconds = static_cast<double>(seconds),
+                     .size = "64K",
+                     .timeout_s = 10});
   }
   std::map<std::string, std::string> env() {
     return {
@@ -87,14 +93,7 @@ class PrivilegedHostileTenantTest : public AgentHarness {
 };
 
 TEST_F(PrivilegedHostileTenantTest, TenantBCannotChangeReachOrStarveTenantAOrWedgeTheAgent) {
-  if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/setpriv";
-  ASSERT_EQ(::chmod(tmp_.c_str(), 0755), 0);  // other uids reach the run directory, as /run
-  startPolicyd();
-  startAgent();
-  apply(policy());
-  ASSERT_TRUE(
-      eventually([&] { return get("/readyz").status == 200 && shmExists("tenant-b"); }, 3000))
-      << readText(agent_log_);
+  ASSERT_NO_FATAL_FAILURE(startNode(policy(), "tenant-b"));
 
   Proc hostile(as(41002, {TQ_HOSTILE_BIN, run_dir_, "tenant-a", "tenant-b", "3"}), {});
   Proc a(as(41001, perf("tenant-a")), env());
@@ -164,18 +163,6 @@ TEST_F(PrivilegedHostileTenantTest, TenantBCannotChangeReachOrStarveTenantAOrWed
 // The sum of the receivers' rates of `rs` over the span all of them ran (bytes/s), and the least.
 std::pair<double, double> togetherRate(const std::vector<ProcResult>& rs);
 
-// The wall-clock span [first, last] of rank 1's interval reports (CLOCK_REALTIME seconds).
-std::pair<double, double> receiverSpan(const std::string& out) {
-  double first = 1e300, last = 0;
-  for (const std::string& l : jsonLines(out, "interval")) {
-    if (jsonNumber(l, "rank").value_or(0) != 1) continue;
-    const double end = jsonNumber(l, "wall_ns").value_or(0) / 1e9;
-    first = std::min(first, end - jsonNumber(l, "interval_s").value_or(0));
-    last = std::max(last, end);
-  }
-  return {first, last};
-}
-
 // Issue 23 item 6: the node-wide socket (0666) is every uid's. One uid holds every connection
 // and slot it can get there and writes 9 s of debt into every bucket word it was handed, every
 // millisecond, while other uids' jobs run as the default tenant. Before: the job next to it
@@ -183,13 +170,7 @@ std::pair<double, double> receiverSpan(const std::string& out) {
 // 100 Mbit/s each (299 Mbit/s against the default tenant's 50). After: each uid has its own
 // buckets and slots, under the default tenant's rate together.
 TEST_F(PrivilegedHostileTenantTest, UnmappedUsersCannotStarveOrLiftEachOther) {
-  if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/setpriv";
-  ASSERT_EQ(::chmod(tmp_.c_str(), 0755), 0);
-  startPolicyd();
-  startAgent();
-  apply(policyWithDefault());
-  ASSERT_TRUE(eventually([&] { return get("/readyz").status == 200 && shmExists("shared"); }, 3000))
-      << readText(agent_log_);
+  ASSERT_NO_FATAL_FAILURE(startNode(policyWithDefault(), "shared"));
 
   // A hostile uid attaches through the node-wide socket (as `connections` processes would) and
   // writes debt into the buckets it was given every millisecond.
@@ -237,12 +218,9 @@ TEST_F(PrivilegedHostileTenantTest, UnmappedUsersCannotStarveOrLiftEachOther) {
 }
 
 std::pair<double, double> togetherRate(const std::vector<ProcResult>& rs) {
-  double from = 0, to = 1e300;
-  for (const ProcResult& r : rs) {
-    const auto [first, last] = receiverSpan(r.out);
-    from = std::max(from, first);
-    to = std::min(to, last);
-  }
+  std::vector<const std::string*> outs;
+  for (const ProcResult& r : rs) outs.push_back(&r.out);
+  const auto [from, to] = commonSpan(outs, 1);
   if (to - from < 1.0) return {0, 0};
   double sum = 0, least = 1e300;
   for (const ProcResult& r : rs) {
@@ -259,14 +237,7 @@ std::pair<double, double> togetherRate(const std::vector<ProcResult>& rs) {
 // tenant: each process's own bucket (process-local, its share of the tenant's rate from the
 // agent) is charged besides the shared one.
 TEST_F(PrivilegedHostileTenantTest, ATenantsOwnProcessCannotLiftTheTenantsLimit) {
-  if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/setpriv";
-  ASSERT_EQ(::chmod(tmp_.c_str(), 0755), 0);
-  startPolicyd();
-  startAgent();
-  apply(policy());
-  ASSERT_TRUE(
-      eventually([&] { return get("/readyz").status == 200 && shmExists("tenant-b"); }, 3000))
-      << readText(agent_log_);
+  ASSERT_NO_FATAL_FAILURE(startNode(policy(), "tenant-b"));
   Proc resetter(as(41002, {TQ_HOSTILE_BIN, "--reset-words", run_dir_, "tenant-b", "20"}), {});
   ASSERT_TRUE(eventually(
       [&] {

@@ -50,24 +50,12 @@ class PluginPacingTest : public ::testing::Test {
 
   std::vector<std::string> perf(double seconds, const std::string& size,
                                 const std::string& tenant) {
-    return {TQ_PERF_BIN,
-            "sendrecv",
-            "--local",
-            "2",
-            "--unidirectional",
-            "--duration",
-            std::to_string(seconds),
-            "--size",
-            size,
-            "--report-interval",
-            "100",
-            "--json",
-            "--plugin",
-            TQ_PLUGIN_SO,
-            "--tenant",
-            tenant,
-            "--timeout",
-            "20"};
+    return perfArgv({.bin = TQ_PERF_BIN,
+                     .plugin = TQ_PLUGIN_SO,
+                     .seconds = seconds,
+                     .size = size,
+                     .tenant = tenant,
+                     .timeout_s = 20});
   }
   std::map<std::string, std::string> env(std::map<std::string, std::string> extra = {}) {
     if (extra.count("TENANTQOS_RUN_DIR") == 0) extra["TENANTQOS_RUN_DIR"] = runDir();
@@ -162,18 +150,8 @@ TEST_F(PluginPacingTest, TwoProcessesOfATenantShareOneBucket) {
   ASSERT_EQ(ra.exit_code, 0) << ra.err;
   ASSERT_EQ(rb.exit_code, 0) << rb.err;
   // The common window of both runs (wall clock), minus warm-up and the tail.
-  auto span = [](const std::string& out) {
-    double first = 1e300, last = 0;
-    for (const std::string& l : jsonLines(out, "interval")) {
-      const double end = jsonNumber(l, "wall_ns").value_or(0) / 1e9;
-      first = std::min(first, end - jsonNumber(l, "interval_s").value_or(0));
-      last = std::max(last, end);
-    }
-    return std::make_pair(first, last);
-  };
-  const auto [a0, a1] = span(ra.out);
-  const auto [b0, b1] = span(rb.out);
-  const double from = std::max(a0, b0) + kRateWarmupS, to = std::min(a1, b1) - 0.2;
+  const auto [first, last] = commonSpan({&ra.out, &rb.out});
+  const double from = first + kRateWarmupS, to = last - 0.2;
   ASSERT_GT(to - from, 1.5) << "the two runs barely overlapped";
   const RateWindow wa = receiverWindow(ra.out, 1, from, to);
   const RateWindow wb = receiverWindow(rb.out, 1, from, to);

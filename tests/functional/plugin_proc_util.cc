@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 extern char** environ;
@@ -130,6 +131,49 @@ std::optional<std::string> jsonText(const std::string& line, const std::string& 
   if (at == std::string::npos) return std::nullopt;
   const size_t end = line.find('"', at + k.size());
   return line.substr(at + k.size(), end - at - k.size());
+}
+
+std::pair<double, double> intervalSpan(const std::string& out, int rank) {
+  double first = 1e300, last = 0;
+  for (const std::string& l : jsonLines(out, "interval")) {
+    if (rank >= 0 && jsonNumber(l, "rank").value_or(-1) != rank) continue;
+    const double end = jsonNumber(l, "wall_ns").value_or(0) / 1e9;
+    first = std::min(first, end - jsonNumber(l, "interval_s").value_or(0));
+    last = std::max(last, end);
+  }
+  return {first, last};
+}
+
+std::pair<double, double> commonSpan(const std::vector<const std::string*>& outs, int rank) {
+  double from = 0, to = 1e300;
+  for (const std::string* out : outs) {
+    const auto [first, last] = intervalSpan(*out, rank);
+    from = std::max(from, first);
+    to = std::min(to, last);
+  }
+  return {from, to};
+}
+
+std::vector<std::string> perfArgv(const PerfRun& r) {
+  std::vector<std::string> a = {r.bin, r.mode};
+  if (r.local > 0) {
+    a.insert(a.end(), {"--local", std::to_string(r.local)});
+  } else {
+    a.insert(a.end(), {"--rank", std::to_string(r.rank), "--nranks", std::to_string(r.nranks),
+                       "--rendezvous", r.rendezvous});
+  }
+  a.push_back("--unidirectional");
+  if (r.seconds > 0) a.insert(a.end(), {"--duration", std::to_string(r.seconds)});
+  if (!r.size.empty()) a.insert(a.end(), {"--size", r.size});
+  if (r.report_interval_ms > 0) {
+    a.insert(a.end(), {"--report-interval", std::to_string(r.report_interval_ms)});
+  }
+  if (r.json) a.push_back("--json");
+  a.insert(a.end(), {"--plugin", r.plugin});
+  if (r.tenant) a.insert(a.end(), {"--tenant", *r.tenant});
+  a.insert(a.end(), {"--timeout", std::to_string(r.timeout_s)});
+  a.insert(a.end(), r.extra.begin(), r.extra.end());
+  return a;
 }
 
 uint16_t freePort() {

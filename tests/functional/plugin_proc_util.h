@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tq::plugin::testing {
@@ -69,6 +70,33 @@ struct RateWindow {
 RateWindow receiverWindow(const std::string& out, int rank, double from_wall = 0,
                           double to_wall = 1e300);
 std::optional<std::string> jsonText(const std::string& line, const std::string& key);
+
+// The wall-clock span [first, last] (CLOCK_REALTIME seconds) of the interval reports in a
+// tenantqos-perf --json output, of `rank` only (-1: every rank's); {1e300, 0} when none.
+std::pair<double, double> intervalSpan(const std::string& out, int rank = -1);
+// The span all of `outs` reported intervals in: [the latest first, the earliest last] (empty,
+// first >= last, when they did not run together).
+std::pair<double, double> commonSpan(const std::vector<const std::string*>& outs, int rank = -1);
+
+// A tenantqos-perf command line as the functional tests run it: a one-way stream of `size`
+// messages for `seconds` through `plugin`, a JSON line every `report_interval_ms`. Name the
+// fields that differ (designated initializers); `extra` goes last (--env, --rank-env, ...).
+struct PerfRun {
+  std::string bin;     // tenantqos-perf
+  std::string plugin;  // the plugin's .so
+  std::string mode = "sendrecv";
+  int local = 2;  // --local N (ranks forked here); 0: one rank of a job across processes:
+  int rank = 0, nranks = 2;
+  std::string rendezvous;        // HOST:PORT where rank 0 listens
+  double seconds = 0;            // --duration; 0: none
+  std::string size;              // --size; "": none
+  int report_interval_ms = 100;  // --report-interval; 0: none
+  bool json = true;
+  std::optional<std::string> tenant;  // --tenant; none: the process asks for no tenant
+  int timeout_s = 30;
+  std::vector<std::string> extra;
+};
+std::vector<std::string> perfArgv(const PerfRun& run);
 
 // A free TCP port on 127.0.0.1 (bound then released; tiny race, fine for tests).
 uint16_t freePort();

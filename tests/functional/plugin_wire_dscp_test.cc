@@ -100,27 +100,19 @@ TEST_F(PrivilegedPluginDscpTest, DataAndAcksCarryTheSendersDscp) {
   const std::string rv = ip_a_ + ":29471";
   auto rank = [&](int r, const std::string& ns, const std::string& dev, const std::string& dscp,
                   const std::string& tenant) {
-    std::vector<std::string> argv = {"ip",
-                                     "netns",
-                                     "exec",
-                                     ns,
-                                     TQ_PERF_BIN,
-                                     "sendrecv",
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--nranks",
-                                     "2",
-                                     "--rendezvous",
-                                     rv,
-                                     "--unidirectional",
-                                     "--duration",
-                                     "1",
-                                     "--size",
-                                     "1M",
-                                     "--plugin",
-                                     TQ_PLUGIN_SO,
-                                     "--timeout",
-                                     "20"};
+    std::vector<std::string> argv = {"ip", "netns", "exec", ns};
+    for (std::string& a : perfArgv({.bin = TQ_PERF_BIN,
+                          .plugin = TQ_PLUGIN_SO,
+                          .local = 0,
+                          .rank = r,
+                          .rendezvous = rv,
+                          .seconds = 1,
+                          .size = "1M",
+                          .report_interval_ms = 0,
+                          .json = false,
+                          .timeout_s = 20})) {
+      argv.push_back(std::move(a));
+    }
     std::map<std::string, std::string> env = {{"TENANTQOS_SOCKET_IFNAME", dev},
                                               {"TENANTQOS_DSCP", dscp},
                                               {"TENANTQOS_TENANT", tenant},

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "common/thread_annotations.h"
 #include "policy/file_store.h"
 #include "policy/policy_file.h"
+#include "proto/allocate_codec.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "tests/functional/subprocess.h"
 #include "tests/functional/test_pki.h"
@@ -1324,15 +1326,27 @@ TEST_F(PolicydTest, AllocateStreamsEachAgentItsOwnCapsAndRefusesOthersWithAnAudi
     d->set_transmit_bytes_per_second(bytes);
     d->set_receive_bytes_per_second(bytes);
     r.add_addresses(node == "node-1" ? "10.0.0.1" : "10.0.0.3");
+    r.set_sequence(1);
     return r;
+  };
+  // The first message of a round that used the node's report (NodeCaps.demand_sequence echoes
+  // it): a round may run between the stream's attach and its first report, and its message has
+  // no caps yet. Bounded by the stream's 30 s deadline.
+  auto capsAfterReport = [](Stream& s, v1::NodeCaps* caps) {
+    while (s.rw->Read(caps)) {
+      if (caps->demand_sequence() >= 1) return true;
+    }
+    return false;
   };
   auto n1 = open("agent-node-1");
   auto n3 = open("agent-node-3");
-  ASSERT_TRUE(n1->rw->Write(report("node-1", "tenant-a", 1'250'000'000)));  // 10 Gbit/s
-  ASSERT_TRUE(n3->rw->Write(report("node-3", "tenant-b", 1'000'000'000)));
+  // node-3 first, and node-1 only once a round has used node-3's report: node-1's first caps
+  // then come from a round that knew node-3's address (its peers below).
   v1::NodeCaps c1, c3;
-  ASSERT_TRUE(n1->rw->Read(&c1));
-  ASSERT_TRUE(n3->rw->Read(&c3));
+  ASSERT_TRUE(n3->rw->Write(report("node-3", "tenant-b", 1'000'000'000)));
+  ASSERT_TRUE(capsAfterReport(*n3, &c3));
+  ASSERT_TRUE(n1->rw->Write(report("node-1", "tenant-a", 1'250'000'000)));  // 10 Gbit/s
+  ASSERT_TRUE(capsAfterReport(*n1, &c1));
   EXPECT_EQ(c1.node(), "node-1");
   ASSERT_EQ(c1.caps_size(), 1);
   EXPECT_EQ(c1.caps(0).tenant(), "tenant-a");
@@ -1379,6 +1393,102 @@ TEST_F(PolicydTest, AllocateStreamsEachAgentItsOwnCapsAndRefusesOthersWithAnAudi
   while (viewer->rw->Read(&ignored)) {
   }
   EXPECT_EQ(viewer->rw->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// Compact streams (docs/fabric.md): an agent that reads compact caps gets keys and deltas once
+// policyd said it reads compact reports; its key-only deltas move its caps; a key never named
+// ends the stream INVALID_ARGUMENT, a delta for another node PERMISSION_DENIED.
+TEST_F(PolicydTest, AllocateCompactStreamsCarryKeysAndDeltasAndRefuseGarbageKeys) {
+  start({"--allocator-period", "20"});
+  ASSERT_TRUE(pki_->issue("agent-node-1", "node-1", {"tenantqos:agents"}));
+  ASSERT_TRUE(
+      apply(readWholeFile(std::string(TQ_SOURCE_DIR) + "/examples/fabric-policy.yaml")).ok());
+  EXPECT_TRUE(pollUntil(
+      [&] { return readWholeFile(log_).find("allocator: active") != std::string::npos; }, 10s));
+  auto whole = [](uint64_t bytes) {
+    v1::DemandReport r;
+    r.set_node("node-1");
+    r.set_policy_version(1);
+    v1::LinkDemand* d = r.add_demands();
+    d->set_tenant("tenant-a");
+    d->set_link("leaf-uplink");
+    d->set_transmit_bytes_per_second(bytes);
+    d->set_receive_bytes_per_second(bytes);
+    r.add_addresses("10.0.0.1");
+    return r;
+  };
+  auto stub = v1::PolicyService::NewStub(channel(true, "agent-node-1"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  auto rw = stub->Allocate(&ctx);
+  proto::DemandEncoder enc({});
+  proto::CapsDecoder dec(100);
+  int64_t t = 0;
+  auto write = [&](uint64_t bytes) {
+    t += 1'000'000'000;  // past the refresh: always a message
+    auto msg = enc.encode(whole(bytes), t);
+    return msg && rw->Write(*msg);
+  };
+  // Reads caps until their tx cap passes `ok` (the round after the report), decoded.
+  auto capsUntil = [&](const std::function<bool(uint64_t)>& ok, v1::NodeCaps* wire) {
+    for (int i = 0; i < 200; ++i) {
+      if (!rw->Read(wire)) return false;
+      Result<v1::NodeCaps> c = dec.decode(*wire);
+      EXPECT_TRUE(c.ok()) << c.status().message();
+      if (!c.ok()) return false;
+      if (c->node() == "node-1" && c->caps_size() == 1 && c->caps(0).tenant() == "tenant-a" &&
+          ok(c->caps(0).transmit_cap_bytes_per_second())) {
+        return true;
+      }
+    }
+    return false;
+  };
+  v1::NodeCaps wire;
+  ASSERT_TRUE(write(1'250'000'000));
+  ASSERT_TRUE(capsUntil([](uint64_t c) { return c == 5'000'000'000u; }, &wire));  // as above
+  EXPECT_TRUE(wire.compact_reports());
+  EXPECT_FALSE(wire.delta());  // the stream's first caps: whole, with names
+  EXPECT_FALSE(wire.caps(0).tenant().empty());
+  enc.setPeerCompact();
+  // 50 Gbit/s, above its 40 guaranteed and under its 60 limit: a delta of the key alone.
+  ASSERT_TRUE(write(6'250'000'000));
+  ASSERT_TRUE(capsUntil([](uint64_t c) { return c > 5'000'000'000u; }, &wire));
+  EXPECT_TRUE(wire.delta());
+  ASSERT_EQ(wire.caps_size(), 1);
+  EXPECT_TRUE(wire.caps(0).tenant().empty());  // by key
+  EXPECT_NE(wire.caps(0).key(), 0u);
+  EXPECT_TRUE(wire.node().empty());
+
+  // A key never named on the stream.
+  v1::DemandReport garbage;
+  garbage.set_delta(true);
+  garbage.set_policy_version(1);
+  garbage.add_demands()->set_key(77);
+  ASSERT_TRUE(rw->Write(garbage));
+  while (rw->Read(&wire)) {
+  }
+  grpc::Status st = rw->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("key 77 was never named"), std::string::npos)
+      << st.error_message();
+
+  // A delta that names another node is checked as any report: refused, audited.
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(std::chrono::system_clock::now() + 30s);
+  auto rw2 = stub->Allocate(&ctx2);
+  proto::DemandEncoder enc2({});
+  auto first = enc2.encode(whole(1'000'000'000), 0);
+  ASSERT_TRUE(first && rw2->Write(*first));
+  ASSERT_TRUE(rw2->Read(&wire));
+  v1::DemandReport other;
+  other.set_delta(true);
+  other.set_node("node-3");
+  other.set_policy_version(1);
+  ASSERT_TRUE(rw2->Write(other));
+  while (rw2->Read(&wire)) {
+  }
+  st = rw2->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
 }
 
 }  // namespace

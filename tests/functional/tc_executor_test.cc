@@ -21,10 +21,13 @@
 #include "tests/support/netns.h"
 #include "tests/support/process.h"
 #include "tests/support/recording_tc_netlink.h"
+#include "tests/support/tc_spec.h"
 #include "tests/support/tiny_json.h"
 
 namespace tq::tc {
 namespace {
+
+using testing::tenantClass;
 
 using testing::Json;
 using testing::RecordingTcNetlink;
@@ -32,16 +35,6 @@ using testing::TestNetns;
 
 constexpr uint64_t kMbit = 125'000;
 constexpr uint64_t kGbit = 1000 * kMbit;
-
-TenantClassSpec tenant(std::string name, uint64_t g, uint64_t l, uint32_t w, uint8_t dscp) {
-  TenantClassSpec t;
-  t.name = std::move(name);
-  t.guarantee = g;
-  t.limit = l;
-  t.weight = w;
-  t.dscp = dscp;
-  return t;
-}
 
 // ---- tc(8) output parsing ----------------------------------------------------------------------
 
@@ -173,9 +166,9 @@ class PrivilegedTcExecutor : public ::testing::Test {
     DevicePolicy p;
     p.device = dev_[dev];
     p.capacity = kGbit;
-    p.tenants = {tenant("tenant-a", 400 * kMbit, 600 * kMbit, 2, 34),
-                 tenant("tenant-b", 200 * kMbit, 400 * kMbit, 1, 10),
-                 tenant("tenant-c", 100 * kMbit, 900 * kMbit, 1, 18)};
+    p.tenants = {tenantClass("tenant-a", 400 * kMbit, 600 * kMbit, 2, 34),
+                 tenantClass("tenant-b", 200 * kMbit, 400 * kMbit, 1, 10),
+                 tenantClass("tenant-c", 100 * kMbit, 900 * kMbit, 1, 18)};
     return p;
   }
 
@@ -550,7 +543,7 @@ TEST_F(PrivilegedTcExecutor, InjectedFailureLeavesTheOldTree) {
   // New plan: a limit change, a removed tenant, an added tenant, a moved DSCP.
   pol.tenants[0].limit = 700 * kMbit;
   pol.tenants.erase(pol.tenants.begin() + 1);
-  pol.tenants.push_back(tenant("tenant-d", 50 * kMbit, 100 * kMbit, 1, 46));
+  pol.tenants.push_back(tenantClass("tenant-d", 50 * kMbit, 100 * kMbit, 1, 46));
   pol.tenants[1].dscp = 20;
   DevicePlan new_plan = plan(pol);
   rec_->resetLog();

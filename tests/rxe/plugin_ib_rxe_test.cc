@@ -527,30 +527,14 @@ class PluginIbPacingTest : public PluginIbTest {
  protected:
   std::vector<std::string> perf(double seconds, const std::string& size, const std::string& tenant,
                                 std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {TQ_PERF_BIN,
-                                  "sendrecv",
-                                  "--local",
-                                  "2",
-                                  "--unidirectional",
-                                  "--duration",
-                                  std::to_string(seconds),
-                                  "--size",
-                                  size,
-                                  "--report-interval",
-                                  "100",
-                                  "--json",
-                                  "--plugin",
-                                  TQ_PLUGIN_SO,
-                                  "--tenant",
-                                  tenant,
-                                  "--timeout",
-                                  "30",
-                                  "--rank-env",
-                                  "0:TENANTQOS_IB_HCA==rxe0",
-                                  "--rank-env",
-                                  "1:TENANTQOS_IB_HCA==rxe1"};
-    for (auto& e : extra) a.push_back(e);
-    return a;
+    extra.insert(extra.begin(), {"--rank-env", "0:TENANTQOS_IB_HCA==rxe0", "--rank-env",
+                                 "1:TENANTQOS_IB_HCA==rxe1"});
+    return perfArgv({.bin = TQ_PERF_BIN,
+                     .plugin = TQ_PLUGIN_SO,
+                     .seconds = seconds,
+                     .size = size,
+                     .tenant = tenant,
+                     .extra = std::move(extra)});
   }
   // TENANTQOS_CATCHUP_MS 100: under TCG on a busy 2-core host a rank can be off the CPU for
   // tens of milliseconds; the default 20 ms of make-up time then loses allocated tokens (A at
@@ -658,18 +642,8 @@ class PluginIbIsolationTest : public PluginIbPacingTest {
     ProcResult ra = a.wait(90), rb = b.wait(90);
     EXPECT_EQ(ra.exit_code, 0) << ra.err;
     EXPECT_EQ(rb.exit_code, 0) << rb.err;
-    auto span = [](const std::string& out) {
-      double first = 1e300, last = 0;
-      for (const std::string& l : jsonLines(out, "interval")) {
-        const double end = jsonNumber(l, "wall_ns").value_or(0) / 1e9;
-        first = std::min(first, end - jsonNumber(l, "interval_s").value_or(0));
-        last = std::max(last, end);
-      }
-      return std::make_pair(first, last);
-    };
-    const auto [a0, a1] = span(ra.out);
-    const auto [b0, b1] = span(rb.out);
-    const double from = std::max(a0, b0) + kRateWarmupS, to = std::min(a1, b1) - 0.2;
+    const auto [first, last] = commonSpan({&ra.out, &rb.out});
+    const double from = first + kRateWarmupS, to = last - 0.2;
     EXPECT_GT(to - from, 1.5) << "the two jobs barely overlapped";
     return {receiverWindow(ra.out, 1, from, to).rate(), receiverWindow(rb.out, 1, from, to).rate()};
   }

@@ -23,6 +23,7 @@
 #include "agent/snapshot_store.h"
 #include "common/file_util.h"
 #include "common/policy.h"
+#include "tests/support/exposition.h"
 #include "tests/support/process.h"
 
 namespace tq {
@@ -128,12 +129,7 @@ class UngovernedQpsRxeTest : public ::testing::Test {
   }
   // The value of the series `name{labels}` (labels exactly as exposed), if present.
   static std::optional<double> value(const std::string& text, const std::string& series) {
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-    }
-    return std::nullopt;
+    return testing::seriesValue(text, series);
   }
   static std::string ungoverned(const std::string& device, pid_t pid) {
     return "tenantqos_ungoverned_qps{comm=\"ib_write_bw\",device=\"" + device + "\",pid=\"" +

@@ -17,6 +17,14 @@ TEST(TextTest, EscapeControlMakesForgedRowsAndColoursInert) {
   EXPECT_EQ(escapeControl("line1\nline2\x1b", true), "line1\nline2\\x1b");
 }
 
+TEST(TextTest, HttpReasonPhrases) {
+  EXPECT_STREQ(httpReasonPhrase(200), "OK");
+  EXPECT_STREQ(httpReasonPhrase(413), "Payload Too Large");
+  EXPECT_STREQ(httpReasonPhrase(431), "Request Header Fields Too Large");
+  EXPECT_STREQ(httpReasonPhrase(503), "Service Unavailable");
+  EXPECT_STREQ(httpReasonPhrase(418), "Status");  // any code it does not name
+}
+
 TEST(TextTest, JsonQuoteEscapesEverythingThatCouldBreakALine) {
   EXPECT_EQ(jsonQuote("a\"b\\c\nd\x01\x7f"), "\"a\\\"b\\\\c\\nd\\u0001\\u007f\"");
 }

@@ -224,6 +224,55 @@ TEST_F(AllocatorServiceTest, UnchangedCapsAreResentOnlyAsAKeepalive) {
             50 * kGbps);
 }
 
+// A report that is an edge of a node's demand (new entries, a jump) asks for a round 5 ms
+// later (coalescing the other nodes' reports of the same edge), never within 20 ms of the last
+// round; a small move asks for none; the period's round runs whatever happens.
+TEST_F(AllocatorServiceTest, AnEdgeOfDemandAsksForACoalescedRoundSoonAfterIt) {
+  auto n1 = open("node-1");
+  auto n2 = open("node-2");
+  auto n3 = open("node-3");
+  const int64_t t0 = clock_.nowNs();
+  const int64_t period_round = t0 + options_.period_ns;
+  auto sleepsUntil = [&](int64_t at) {
+    return waitFor([&] { return svc_->worker().sleepingUntilNs() == at; });
+  };
+  auto report = [&](const std::string& node, const std::shared_ptr<FakeSink>& sink, uint64_t d) {
+    Status st =
+        svc_->report(agent(node), sink.get(), demand(node, {{"tenant-a", "leaf-uplink", d}}));
+    ASSERT_TRUE(st.ok()) << st.toString();
+  };
+  ASSERT_TRUE(sleepsUntil(period_round));
+  report("node-1", n1, kGbps);
+  ASSERT_TRUE(sleepsUntil(t0 + 5 * kMs)) << svc_->worker().sleepingUntilNs() - t0;
+  clock_.setNs(t0 + 2 * kMs);
+  report("node-3", n3, kGbps);  // the same edge on another node: joins that round
+  ASSERT_TRUE(sleepsUntil(t0 + 5 * kMs));
+  clock_.setNs(t0 + 5 * kMs);
+  ASSERT_TRUE(waitFor([&] { return svc_->rounds() == 1 && n1->count() == 1 && n3->count() == 1; }));
+  ASSERT_TRUE(sleepsUntil(period_round));
+  // node-2 1 ms after that round: not before 20 ms after it.
+  clock_.setNs(t0 + 6 * kMs);
+  report("node-2", n2, kGbps);
+  ASSERT_TRUE(sleepsUntil(t0 + 25 * kMs)) << svc_->worker().sleepingUntilNs() - t0;
+  clock_.setNs(t0 + 25 * kMs);
+  ASSERT_TRUE(waitFor([&] { return svc_->rounds() == 2 && n2->count() == 2; }));
+  ASSERT_TRUE(sleepsUntil(period_round));
+  // A move of 10 % is no edge and asks for nothing (the period's round takes it): by t0 + 60 ms
+  // no round ran, and a jump then makes the third.
+  clock_.setNs(t0 + 30 * kMs);
+  report("node-1", n1, kGbps * 11 / 10);
+  clock_.setNs(t0 + 60 * kMs);
+  report("node-1", n1, 2 * kGbps);
+  ASSERT_TRUE(sleepsUntil(t0 + 65 * kMs)) << svc_->worker().sleepingUntilNs() - t0;
+  clock_.setNs(t0 + 65 * kMs);
+  ASSERT_TRUE(waitFor([&] { return svc_->rounds() >= 3; }));
+  EXPECT_EQ(svc_->rounds(), 3u);
+  // The period's round runs too.
+  ASSERT_TRUE(sleepsUntil(period_round));
+  clock_.setNs(period_round);
+  ASSERT_TRUE(waitFor([&] { return svc_->rounds() == 4; }));
+}
+
 TEST_F(AllocatorServiceTest, AnotherNodesReportIsRefusedAndAudited) {
   auto n1 = open("node-1");
   Status st = svc_->report(agent("node-1"), n1.get(),
@@ -292,7 +341,9 @@ TEST_F(AllocatorServiceTest, HostileReportsAreBounded) {
   EXPECT_EQ(svc_->report(agent("node-1"), n1.get(), r).code(), StatusCode::kInvalidArgument);
   r = demand(std::string(300, 'n'), {});
   EXPECT_EQ(svc_->report(agent("node-1"), n1.get(), r).code(), StatusCode::kInvalidArgument);
-  // A flood: reports closer than 20 ms are read and dropped; the table keeps the last taken.
+  // A flood: reports closer than 20 ms to the last taken are read and wait, the newest
+  // replacing the one waiting; the table keeps the last taken until 20 ms after it.
+  const int64_t t0 = clock_.nowNs();
   ASSERT_TRUE(svc_->report(agent("node-1"), n1.get(),
                            demand("node-1", {{"tenant-a", "leaf-uplink", 5 * kGbps}}))
                   .ok());
@@ -304,14 +355,12 @@ TEST_F(AllocatorServiceTest, HostileReportsAreBounded) {
   EXPECT_NE(metrics_.serialize().find(
                 "tenantqos_policyd_allocator_demand_reports_total{result=\"too_frequent\"} 1000"),
             std::string::npos);
-  step();
-  // Absurd demand would be clamped to the limit anyway; here the flood never got in.
+  ASSERT_TRUE(waitFor([&] { return svc_->worker().sleepingUntilNs() == t0 + 5 * kMs; }));
+  step();  // 5 ms after the first: the flood waits
   EXPECT_EQ(capOf(*n1->last(), "tenant-a", "leaf-uplink")->transmit_cap_bytes_per_second(),
             40 * kGbps);  // 5 of demand plus the unused guarantee 35
-  clock_.advanceNs(20 * kMs);
-  ASSERT_TRUE(svc_->report(agent("node-1"), n1.get(),
-                           demand("node-1", {{"tenant-a", "leaf-uplink", UINT64_MAX}}))
-                  .ok());
+  // 20 ms after the first the flood's newest is due; the round 20 ms after the last takes it.
+  ASSERT_TRUE(waitFor([&] { return svc_->worker().sleepingUntilNs() == t0 + 25 * kMs; }));
   step();
   // Unbounded demand: clamped to the tenant's limit on the link.
   EXPECT_EQ(capOf(*n1->last(), "tenant-a", "leaf-uplink")->transmit_cap_bytes_per_second(),

@@ -9,33 +9,26 @@
 #include <optional>
 
 #include "tests/support/recording_tc_netlink.h"
+#include "tests/support/tc_spec.h"
 #include "tests/unit/tc/fake_tc_netlink.h"
 
 namespace tq::tc {
 namespace {
+
+using testing::tenantClass;
 
 using testing::RecordingTcNetlink;
 
 constexpr uint64_t kMbit = 125'000;
 constexpr uint64_t kGbit = 1000 * kMbit;
 
-TenantClassSpec tenant(std::string name, uint64_t g, uint64_t l, uint32_t w, uint8_t dscp) {
-  TenantClassSpec t;
-  t.name = std::move(name);
-  t.guarantee = g;
-  t.limit = l;
-  t.weight = w;
-  t.dscp = dscp;
-  return t;
-}
-
 DevicePolicy basePolicy(const std::string& dev = "eth0") {
   DevicePolicy p;
   p.device = dev;
   p.capacity = kGbit;
-  p.tenants = {tenant("tenant-a", 400 * kMbit, 600 * kMbit, 2, 34),
-               tenant("tenant-b", 200 * kMbit, 400 * kMbit, 1, 10),
-               tenant("tenant-c", 100 * kMbit, 900 * kMbit, 1, 18)};
+  p.tenants = {tenantClass("tenant-a", 400 * kMbit, 600 * kMbit, 2, 34),
+               tenantClass("tenant-b", 200 * kMbit, 400 * kMbit, 1, 10),
+               tenantClass("tenant-c", 100 * kMbit, 900 * kMbit, 1, 18)};
   return p;
 }
 
@@ -156,7 +149,7 @@ TEST_F(ExecutorTest, AddedTenantTouchesOnlyItsObjects) {
   DevicePolicy p = basePolicy();
   ASSERT_TRUE(ex_.apply(planOf(p)).ok());
   nl_.resetLog();
-  p.tenants.insert(p.tenants.begin(), tenant("tenant-d", 50 * kMbit, 100 * kMbit, 1, 46));
+  p.tenants.insert(p.tenants.begin(), tenantClass("tenant-d", 50 * kMbit, 100 * kMbit, 1, 46));
   auto r = ex_.apply(planOf(p));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->class_creates, 1);
@@ -291,11 +284,11 @@ struct Transition {
 TEST_F(ExecutorTest, AnyFailedWriteRollsBackToTheOldTree) {
   auto edited = [] {
     DevicePolicy p = basePolicy();
-    p.tenants.erase(p.tenants.begin() + 1);                             // remove b
-    p.tenants[0].limit = 800 * kMbit;                                   // change a
-    p.tenants[1].dscp = 20;                                             // move c's filters
-    p.tenants.push_back(tenant("tenant-e", 10 * kMbit, kGbit, 3, 46));  // add e
-    p.capacity = 2 * kGbit;                                             // change link + default
+    p.tenants.erase(p.tenants.begin() + 1);                                  // remove b
+    p.tenants[0].limit = 800 * kMbit;                                        // change a
+    p.tenants[1].dscp = 20;                                                  // move c's filters
+    p.tenants.push_back(tenantClass("tenant-e", 10 * kMbit, kGbit, 3, 46));  // add e
+    p.capacity = 2 * kGbit;  // change link + default
     return planOf(p);
   };
   const Transition kTransitions[] = {

@@ -8,28 +8,22 @@
 #include <random>
 #include <set>
 
+#include "tests/support/tc_spec.h"
+
 namespace tq::tc {
 namespace {
 
+using testing::tenantClass;
+
 constexpr uint64_t kMbit = 125'000;  // bytes/s
 constexpr uint64_t kGbit = 1000 * kMbit;
-
-TenantClassSpec tenant(std::string name, uint64_t g, uint64_t l, uint32_t w, uint8_t dscp) {
-  TenantClassSpec t;
-  t.name = std::move(name);
-  t.guarantee = g;
-  t.limit = l;
-  t.weight = w;
-  t.dscp = dscp;
-  return t;
-}
 
 DevicePolicy twoTenants() {
   DevicePolicy p;
   p.device = "eth0";
   p.capacity = kGbit;
-  p.tenants = {tenant("tenant-a", 400 * kMbit, 600 * kMbit, 2, 34),
-               tenant("tenant-b", 200 * kMbit, 400 * kMbit, 1, 10)};
+  p.tenants = {tenantClass("tenant-a", 400 * kMbit, 600 * kMbit, 2, 34),
+               tenantClass("tenant-b", 200 * kMbit, 400 * kMbit, 1, 10)};
   return p;
 }
 
@@ -153,7 +147,7 @@ TEST(MakeDevicePlan, Layout) {
 
 TEST(MakeDevicePlan, LimitAboveCapacityIsClampedAndZeroGuaranteeGetsNominalRate) {
   DevicePolicy p = twoTenants();
-  p.tenants.push_back(tenant("noisy", 0, 10 * kGbit, 1, 1));
+  p.tenants.push_back(tenantClass("noisy", 0, 10 * kGbit, 1, 1));
   auto plan = makeDevicePlan(p);
   ASSERT_TRUE(plan.ok()) << plan.status().toString();
   const PlannedClass* n = plan->findClass(makeHandle(1, plan->tenant_minors.at("noisy")));
@@ -164,7 +158,7 @@ TEST(MakeDevicePlan, LimitAboveCapacityIsClampedAndZeroGuaranteeGetsNominalRate)
 
 TEST(MakeDevicePlan, TenantWithoutDscpHasAClassButNoFilters) {
   DevicePolicy p = twoTenants();
-  TenantClassSpec rdma = tenant("rdma-only", 100 * kMbit, kGbit, 1, 0);
+  TenantClassSpec rdma = tenantClass("rdma-only", 100 * kMbit, kGbit, 1, 0);
   rdma.dscp.reset();
   p.tenants.push_back(rdma);
   auto plan = makeDevicePlan(p);
@@ -178,18 +172,18 @@ TEST(MakeDevicePlan, DefaultRateNeverEatsGuarantees) {
   DevicePolicy p;
   p.device = "eth0";
   p.capacity = kGbit;
-  p.tenants = {tenant("a", 995 * kMbit, kGbit, 1, 1)};
+  p.tenants = {tenantClass("a", 995 * kMbit, kGbit, 1, 1)};
   auto plan = makeDevicePlan(p);
   ASSERT_TRUE(plan.ok()) << plan.status().toString();
   EXPECT_EQ(plan->classes[1].htb.rate, 5 * kMbit);  // what is left, less than 1 %
 
-  p.tenants = {tenant("a", kGbit, kGbit, 1, 1)};
+  p.tenants = {tenantClass("a", kGbit, kGbit, 1, 1)};
   auto full = makeDevicePlan(p);
   EXPECT_EQ(full.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(full.status().message().find("exceed link capacity"), std::string::npos)
       << full.status().message();
 
-  p.tenants = {tenant("a", 500 * kMbit, kGbit, 1, 1)};
+  p.tenants = {tenantClass("a", 500 * kMbit, kGbit, 1, 1)};
   p.default_rate = 50 * kMbit;
   auto explicit_rate = makeDevicePlan(p);
   ASSERT_TRUE(explicit_rate.ok());
@@ -220,7 +214,7 @@ TEST(WireFraming, PayloadToWireRate) {
 
 TEST(MakeDevicePlan, FramedRatesCarryThePayloadAndFitTheLink) {
   DevicePolicy p = twoTenants();
-  p.tenants.push_back(tenant("flat", 300 * kMbit, 300 * kMbit, 1, 12));
+  p.tenants.push_back(tenantClass("flat", 300 * kMbit, 300 * kMbit, 1, 12));
   p.framing.mtu = 1500;
   auto plan = makeDevicePlan(p);
   ASSERT_TRUE(plan.ok()) << plan.status().toString();
@@ -238,7 +232,8 @@ TEST(MakeDevicePlan, FramedRatesCarryThePayloadAndFitTheLink) {
 
   // Guarantees of 95 % of the link need more than the link in frames: scaled down to fit, in
   // proportion, next to the default class's minimum; a limit at capacity stays at capacity.
-  p.tenants = {tenant("a", 600 * kMbit, kGbit, 1, 1), tenant("b", 350 * kMbit, 350 * kMbit, 1, 2)};
+  p.tenants = {tenantClass("a", 600 * kMbit, kGbit, 1, 1),
+               tenantClass("b", 350 * kMbit, 350 * kMbit, 1, 2)};
   auto full = makeDevicePlan(p);
   ASSERT_TRUE(full.ok()) << full.status().toString();
   const PlannedClass* fa = full->findClass(makeHandle(1, full->tenant_minors.at("a")));
@@ -309,7 +304,7 @@ TEST(ClassMinors, PureFunctionOfNameWithoutCollisions) {
   EXPECT_EQ(first->tenant_minors.at("tenant-a"), hashedClassMinor("tenant-a"));
   // Reorder, add, remove: tenant-a keeps its class even without `previous`.
   std::reverse(p.tenants.begin(), p.tenants.end());
-  p.tenants.push_back(tenant("tenant-c", 100 * kMbit, kGbit, 1, 12));
+  p.tenants.push_back(tenantClass("tenant-c", 100 * kMbit, kGbit, 1, 12));
   auto second = makeDevicePlan(p);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->tenant_minors.at("tenant-a"), first->tenant_minors.at("tenant-a"));
@@ -334,13 +329,13 @@ std::pair<std::string, std::string> collidingNames() {
 TEST(ClassMinors, CollisionsProbeAndPreviousKeepsEveryoneStable) {
   auto [x, y] = collidingNames();
   ASSERT_EQ(hashedClassMinor(x), hashedClassMinor(y));
-  std::vector<TenantClassSpec> only_y = {tenant(y, kMbit, kMbit, 1, 1)};
+  std::vector<TenantClassSpec> only_y = {tenantClass(y, kMbit, kMbit, 1, 1)};
   auto m1 = assignClassMinors(only_y);
   ASSERT_TRUE(m1.ok());
   EXPECT_EQ(m1->at(y), hashedClassMinor(y));
   // x joins. Without `previous`, name order decides who probes; with it, y keeps its minor.
-  std::vector<TenantClassSpec> both = {tenant(y, kMbit, kMbit, 1, 1),
-                                       tenant(x, kMbit, kMbit, 1, 2)};
+  std::vector<TenantClassSpec> both = {tenantClass(y, kMbit, kMbit, 1, 1),
+                                       tenantClass(x, kMbit, kMbit, 1, 2)};
   auto m2 = assignClassMinors(both, *m1);
   ASSERT_TRUE(m2.ok());
   EXPECT_EQ(m2->at(y), m1->at(y));
@@ -350,8 +345,8 @@ TEST(ClassMinors, CollisionsProbeAndPreviousKeepsEveryoneStable) {
 }
 
 TEST(ClassMinors, ExplicitIdsWinAndWrapAround) {
-  std::vector<TenantClassSpec> t = {tenant("a", kMbit, kMbit, 1, 1),
-                                    tenant("b", kMbit, kMbit, 1, 2)};
+  std::vector<TenantClassSpec> t = {tenantClass("a", kMbit, kMbit, 1, 1),
+                                    tenantClass("b", kMbit, kMbit, 1, 2)};
   t[0].class_minor = hashedClassMinor("b");
   auto m = assignClassMinors(t);
   ASSERT_TRUE(m.ok());
@@ -374,7 +369,7 @@ TEST(ClassMinors, RandomEditsNeverRenumberSurvivors) {
     std::vector<TenantClassSpec> tenants;
     int n = 1 + static_cast<int>(rng() % 80);
     for (int i = 0; i < n; ++i)
-      tenants.push_back(tenant("t" + std::to_string(rng() % 5000), kMbit, kMbit, 1, 1));
+      tenants.push_back(tenantClass("t" + std::to_string(rng() % 5000), kMbit, kMbit, 1, 1));
     std::sort(tenants.begin(), tenants.end(), [](auto& a, auto& b) { return a.name < b.name; });
     tenants.erase(std::unique(tenants.begin(), tenants.end(),
                               [](auto& a, auto& b) { return a.name == b.name; }),
@@ -388,7 +383,7 @@ TEST(ClassMinors, RandomEditsNeverRenumberSurvivors) {
     for (int i = 0; i < 10; ++i) {
       std::string name = "n" + std::to_string(rng() % 5000);
       if (std::none_of(edited.begin(), edited.end(), [&](auto& t) { return t.name == name; }))
-        edited.push_back(tenant(name, kMbit, kMbit, 1, 1));
+        edited.push_back(tenantClass(name, kMbit, kMbit, 1, 1));
     }
     std::shuffle(edited.begin(), edited.end(), rng);
     auto after = assignClassMinors(edited, *before);
