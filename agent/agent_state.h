@@ -100,7 +100,13 @@ class DurationHistogram {
   static constexpr std::array<double, 14> kBounds = {0.00001, 0.00005, 0.0001, 0.00025, 0.0005,
                                                      0.001,   0.0025,  0.005,  0.01,    0.025,
                                                      0.05,    0.1,     0.5,    2.5};
-  void observe(double seconds);
+  void observe(double seconds) {
+    for (size_t i = 0; i < kBounds.size(); ++i) {
+      if (seconds <= kBounds[i]) cumulative_[i]++;
+    }
+    count_++;
+    sum_ += seconds;
+  }
   // counts()[i] = observations <= kBounds[i] (cumulative); count() includes +Inf.
   const std::array<uint64_t, kBounds.size()>& cumulative() const { return cumulative_; }
   uint64_t count() const { return count_; }

@@ -27,14 +27,6 @@ double secondsBetween(int64_t from_ns, int64_t to_ns) {
 
 }  // namespace
 
-void DurationHistogram::observe(double seconds) {
-  for (size_t i = 0; i < kBounds.size(); ++i) {
-    if (seconds <= kBounds[i]) cumulative_[i]++;
-  }
-  count_++;
-  sum_ += seconds;
-}
-
 Reconciler::Reconciler(ReconcilerOptions options, TcApplier* tc, Clock& clock, StateBoard* board)
     : options_(std::move(options)),
       tc_(tc),
