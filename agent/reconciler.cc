@@ -722,7 +722,9 @@ void Reconciler::refreshClassStats() {
   }
 }
 
-AgentState Reconciler::buildState() const {
+AgentState Reconciler::buildState() const { return buildStateAt(clock_.nowNs()); }
+
+AgentState Reconciler::buildStateAt(int64_t now) const {
   AgentState s;
   s.node = options_.node;
   s.tc_mode = std::string(tcModeName(options_.tc_mode));
@@ -780,8 +782,8 @@ AgentState Reconciler::buildState() const {
   s.stats_reads_total = stats_reads_;
   s.reconcile_duration = reconcile_hist_;
   s.allocation_duration = allocation_hist_;
-  s.published_at_ns = clock_.nowNs();
-  s.fabric = fabric_.status(s.published_at_ns);
+  s.published_at_ns = now;
+  s.fabric = fabric_.status(now);
   return s;
 }
 
@@ -804,7 +806,15 @@ void Reconciler::publishFabricDemand() {
 }
 
 void Reconciler::publish(int64_t now) {
-  if (board_ != nullptr) board_->publish(buildState());
+  if (board_ != nullptr) {
+    // The link buckets at the time the state says the caps' mode for: a hold that ran out
+    // since this tick's pass shows as the static split, never as "static" with the held caps.
+    const int64_t at = clock_.nowNs();
+    for (auto& [name, e] : tenants_) {
+      if (refreshLinkRates(e, at)) publishTenant(e);
+    }
+    board_->publish(buildStateAt(at));
+  }
   publishFabricDemand();
   dirty_ = false;
   publish_due_ns_ = now + options_.publish_interval_ns;
