@@ -35,6 +35,8 @@ namespace tq::plugin::socket {
 namespace {
 
 constexpr int kSocks = 2;
+// Paced streams' windows (TENANTQOS_SOCKET_WINDOW_US) in every test of this file.
+constexpr int64_t kWindowNs = 4'000'000;
 constexpr int64_t kTimeoutNs = 1'000'000'000;
 
 struct Handle {
@@ -58,6 +60,7 @@ class SocketTransportTest : public ::testing::Test {
     cfg.inline_max = 1024;
     cfg.min_chunk = 4096;
     cfg.handshake_timeout_ns = kTimeoutNs;
+    cfg.window_ns = kWindowNs;
     t_ = std::make_unique<SocketTransport>(std::move(devs).value(), cfg, clock_);
   }
 
@@ -888,8 +891,8 @@ TEST_F(SocketPacingTest, APacedReceiversStreamsHoldNoMoreThanTheirWindow) {
   auto fds = socketFdsOf(recv_.get());
   fds.pop_back();  // the control stream
   const SocketTransportConfig cfg;
-  const uint64_t window = pacedWindowBytes(kRate, cfg.window_ns, pacedStreamCount(false),
-                                           cfg.window_min, mssOf(fds[0]));
+  const uint64_t window =
+      pacedWindowBytes(kRate, kWindowNs, pacedStreamCount(false), cfg.window_min, mssOf(fds[0]));
   const std::string msg(160 << 20, 'q');  // more than 600 ms of tokens
   std::string buf(160 << 20, '\0');
   Request* rr = post(&buf);
@@ -941,7 +944,7 @@ TEST_F(SocketPacingTest, APacedSendersStreamsKeepAtMostTheirWindowUnsent) {
   fds.pop_back();
   const SocketTransportConfig cfg;
   const uint64_t window =
-      pacedWindowBytes(kRate, cfg.window_ns, pacedStreamCount(true), cfg.window_min, mssOf(fds[0]));
+      pacedWindowBytes(kRate, kWindowNs, pacedStreamCount(true), cfg.window_min, mssOf(fds[0]));
   const std::string msg(64 << 20, 's');
   std::string buf(64 << 20, '\0');
   Request* rr = post(&buf);
