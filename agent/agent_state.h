@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -99,7 +100,13 @@ class DurationHistogram {
   static constexpr std::array<double, 14> kBounds = {0.00001, 0.00005, 0.0001, 0.00025, 0.0005,
                                                      0.001,   0.0025,  0.005,  0.01,    0.025,
                                                      0.05,    0.1,     0.5,    2.5};
-  void observe(double seconds);
+  void observe(double seconds) {
+    for (size_t i = 0; i < kBounds.size(); ++i) {
+      if (seconds <= kBounds[i]) cumulative_[i]++;
+    }
+    count_++;
+    sum_ += seconds;
+  }
   // counts()[i] = observations <= kBounds[i] (cumulative); count() includes +Inf.
   const std::array<uint64_t, kBounds.size()>& cumulative() const { return cumulative_; }
   uint64_t count() const { return count_; }
@@ -192,11 +199,27 @@ class StateBoard {
             older_offered_.load(std::memory_order_relaxed), older_offered_version_, store_notice_};
   }
 
-  // The node's demand on its shared links (reconcile thread, every publish), for the cluster
-  // allocator's stream (agent/fabric_client.h); nullopt until the node is behind one.
-  void publishFabricDemand(std::optional<FabricDemand> demand) {
-    MutexLock lock(mu_);
-    fabric_demand_ = std::move(demand);
+  // The node's demand on its shared links (reconcile thread, each allocation pass in which it
+  // changed), for the cluster allocator's stream (agent/fabric_client.h); nullopt until the
+  // node is behind one. `edge` (fabric_links.h demandEdge: a tenant started or stopped, a large
+  // step): the listener is told at once, so that the stream reports it without waiting for its
+  // next periodic look.
+  void publishFabricDemand(std::optional<FabricDemand> demand, bool edge = false) {
+    {
+      MutexLock lock(mu_);
+      fabric_demand_ = std::move(demand);
+    }
+    if (edge) {
+      MutexLock lock(listener_mu_);
+      if (fabric_edge_listener_) fabric_edge_listener_();
+    }
+  }
+  // Who is told of an edge (empty: nobody). Once this returns, the previous listener is not
+  // running and will not be called again. The listener must not call back into the board's
+  // fabric listener; it runs on the reconcile thread and must not block.
+  void setFabricEdgeListener(std::function<void()> listener) {
+    MutexLock lock(listener_mu_);
+    fabric_edge_listener_ = std::move(listener);
   }
   std::optional<FabricDemand> fabricDemand() const {
     MutexLock lock(mu_);
@@ -214,6 +237,8 @@ class StateBoard {
   uint64_t older_offered_version_ TQ_GUARDED_BY(mu_) = 0;
   std::string store_notice_ TQ_GUARDED_BY(mu_);
   std::optional<FabricDemand> fabric_demand_ TQ_GUARDED_BY(mu_);
+  Mutex listener_mu_;  // held while the listener runs, so that clearing it waits for it
+  std::function<void()> fabric_edge_listener_ TQ_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace tq::agent

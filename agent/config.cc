@@ -108,8 +108,9 @@ void addAgentFlags(FlagTable& t, AgentConfig* c) {
   t.millis("--report-interval-ms", &c->report_interval_ns, 10, 600'000,
            "usage reports to policyd every this many ms");
   t.millis("--fabric-report-interval-ms", &c->fabric_report_interval_ns, 20, 10'000,
-           "while the node is behind a shared link of the policy, its demand goes to the cluster "
-           "allocator this often (docs/fabric.md)");
+           "while the node is behind a shared link of the policy, a move of its demand goes to "
+           "the cluster allocator within this long; an edge (a tenant starting or stopping, a "
+           "step over 25 %) at once, at most one report per 30 ms (docs/fabric.md)");
   t.millis("--qp-scan-interval-ms", &c->qp_scan_interval_ns, 0, 600'000,
            "list the node's RDMA QPs this often for the ungoverned-QP metrics (at least 100; 0: "
            "off)");

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "agent/fabric_client.h"
 #include "common/attach_protocol.h"
 #include "common/capacity.h"
 #include "common/fabric_peers.h"
@@ -25,14 +26,6 @@ double secondsBetween(int64_t from_ns, int64_t to_ns) {
 }
 
 }  // namespace
-
-void DurationHistogram::observe(double seconds) {
-  for (size_t i = 0; i < kBounds.size(); ++i) {
-    if (seconds <= kBounds[i]) cumulative_[i]++;
-  }
-  count_++;
-  sum_ += seconds;
-}
 
 Reconciler::Reconciler(ReconcilerOptions options, TcApplier* tc, Clock& clock, StateBoard* board)
     : options_(std::move(options)),
@@ -632,11 +625,15 @@ void Reconciler::onFabricCaps(FabricCapsMessage message) {
     return;
   }
   if (peers) writeFabricPeers();
-  // The new caps go into the buckets now rather than at the next pass.
+  // The new caps go into the buckets now rather than at the next pass, and into /metrics at
+  // this tick rather than at the next publish (up to 100 ms later).
   const int64_t now = clock_.nowNs();
   fabric_.logTransitions(now);
   for (auto& [name, e] : tenants_) {
-    if (refreshLinkRates(e, now)) publishTenant(e);
+    if (refreshLinkRates(e, now)) {
+      publishTenant(e);
+      dirty_ = true;
+    }
   }
 }
 
@@ -725,7 +722,9 @@ void Reconciler::refreshClassStats() {
   }
 }
 
-AgentState Reconciler::buildState() const {
+AgentState Reconciler::buildState() const { return buildStateAt(clock_.nowNs()); }
+
+AgentState Reconciler::buildStateAt(int64_t now) const {
   AgentState s;
   s.node = options_.node;
   s.tc_mode = std::string(tcModeName(options_.tc_mode));
@@ -783,17 +782,40 @@ AgentState Reconciler::buildState() const {
   s.stats_reads_total = stats_reads_;
   s.reconcile_duration = reconcile_hist_;
   s.allocation_duration = allocation_hist_;
-  s.published_at_ns = clock_.nowNs();
-  s.fabric = fabric_.status(s.published_at_ns);
+  s.published_at_ns = now;
+  s.fabric = fabric_.status(now);
   return s;
+}
+
+void Reconciler::publishFabricDemand() {
+  if (board_ == nullptr) return;
+  if (fabric_.links().empty()) {
+    if (fabric_published_ || !fabric_nothing_published_) board_->publishFabricDemand(std::nullopt);
+    fabric_published_.reset();
+    fabric_nothing_published_ = true;
+    return;
+  }
+  FabricDemand d = fabricDemand();
+  if (fabric_published_ && *fabric_published_ == d) return;
+  // An edge against the last pass's demand (a tenant started or stopped, a large step) wakes
+  // the allocator stream's writer now; smaller moves wait for its periodic look.
+  const bool edge = !fabric_published_ || demandEdge(*fabric_published_, d);
+  board_->publishFabricDemand(d, edge);
+  fabric_published_ = std::move(d);
+  fabric_nothing_published_ = false;
 }
 
 void Reconciler::publish(int64_t now) {
   if (board_ != nullptr) {
-    board_->publish(buildState());
-    board_->publishFabricDemand(fabric_.links().empty() ? std::nullopt
-                                                        : std::optional(fabricDemand()));
+    // The link buckets at the time the state says the caps' mode for: a hold that ran out
+    // since this tick's pass shows as the static split, never as "static" with the held caps.
+    const int64_t at = clock_.nowNs();
+    for (auto& [name, e] : tenants_) {
+      if (refreshLinkRates(e, at)) publishTenant(e);
+    }
+    board_->publish(buildStateAt(at));
   }
+  publishFabricDemand();
   dirty_ = false;
   publish_due_ns_ = now + options_.publish_interval_ns;
 }
@@ -812,6 +834,7 @@ void Reconciler::tick() {
   }
   if (now >= alloc_due_ns_) {
     allocate(now);
+    publishFabricDemand();  // each pass: an edge reaches the allocator stream at once
     // Keep the cadence, but never try to catch up on missed periods.
     alloc_due_ns_ = std::max(alloc_due_ns_ + options_.period_ns, now + options_.period_ns / 2);
   }

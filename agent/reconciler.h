@@ -115,7 +115,7 @@ class Reconciler {
   std::vector<std::string> activeTenants() const;
   std::vector<std::string> retiringTenants() const;
   // Builds the AgentState that would be published now.
-  AgentState buildState() const;
+  AgentState buildState() const;  // at the clock's now
 
  private:
   // One of a tenant's buckets: a device of its link, or a shared fabric link the node is
@@ -178,6 +178,10 @@ class Reconciler {
   void resync();
   void refreshClassStats();  // and hands each tenant's count to its buckets' fences
   void publish(int64_t now);
+  AgentState buildStateAt(int64_t now) const;
+  // The node's fabric demand to the board when it changed, telling it of an edge
+  // (fabric_links.h demandEdge); nullopt once while the node is behind no shared link.
+  void publishFabricDemand();
 
   ReconcilerOptions options_;
   TcApplier* tc_;
@@ -200,6 +204,8 @@ class Reconciler {
   FabricLinks fabric_;                   // the shared links this node is behind, their caps
   std::vector<NodeLink> pending_links_;  // the links of the policy being applied
   std::string fabric_peers_written_;
+  std::optional<FabricDemand> fabric_published_;  // the board's, as last published
+  bool fabric_nothing_published_ = false;         // nullopt published since the last demand
   std::map<std::string, TenantEntry> tenants_;
   // Left the policy: marked deleted, no longer served, dropped once no process is attached.
   std::map<std::string, std::shared_ptr<TenantShm>> retiring_;

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_set>
 
 #include "common/thread_annotations.h"
@@ -35,14 +36,15 @@ class HandleStates {
     std::memcpy(&guard, handle + kHandlePrivateOffset, 8);
     std::memcpy(&st, handle + kHandlePrivateOffset + 8, sizeof st);
     if (guard != kGuard || st == nullptr) return nullptr;
-    MutexLock lock(mu());
-    return live().count(st) != 0 ? st : nullptr;
+    MutexLock lock(mu_);
+    return live_ != nullptr && live_->count(st) != 0 ? st : nullptr;
   }
   // Parks `st` (owned by the registry from now on) in `handle`.
   static void attach(uint8_t* handle, State* st) {
     {
-      MutexLock lock(mu());
-      live().insert(st);
+      MutexLock lock(mu_);
+      if (live_ == nullptr) live_ = new std::unordered_set<State*>();
+      live_->insert(st);
     }
     const uint64_t guard = kGuard;
     std::memcpy(handle + kHandlePrivateOffset, &guard, 8);
@@ -51,8 +53,11 @@ class HandleStates {
   // Forgets and deletes `st`, and clears the private half of `handle`.
   static void detach(uint8_t* handle, State* st) {
     {
-      MutexLock lock(mu());
-      live().erase(st);
+      MutexLock lock(mu_);
+      if (live_ != nullptr) {
+        live_->erase(st);
+        dropIfEmptyLocked();
+      }
     }
     std::memset(handle + kHandlePrivateOffset, 0, kHandleBytes - kHandlePrivateOffset);
     delete st;
@@ -61,26 +66,36 @@ class HandleStates {
   // NCCL abandoned must not keep its devices, QPs or sockets alive). The handles that still
   // point at them no longer find them: a later connect starts afresh.
   static void eraseOwnedBy(const void* owner) {
-    MutexLock lock(mu());
-    for (auto it = live().begin(); it != live().end();) {
+    MutexLock lock(mu_);
+    if (live_ == nullptr) return;
+    for (auto it = live_->begin(); it != live_->end();) {
       if ((*it)->owner == owner) {
         delete *it;
-        it = live().erase(it);
+        it = live_->erase(it);
       } else {
         ++it;
       }
     }
+    dropIfEmptyLocked();
   }
 
  private:
-  static Mutex& mu() {
-    static auto* m = new Mutex();  // never destroyed: safe during exit
-    return *m;
+  // The set exists only while a state does. NCCL dlcloses the plugin after its last
+  // communicator, and a process may dlopen it again (docs/plugin.md): a registry kept for the
+  // process's life would be lost memory at every unload (LeakSanitizer: plugin_abi.lifecycle).
+  // It is never destroyed by a static destructor either: at exit NCCL's threads may still
+  // connect, and the set is left to them (reachable from live_, so not a leak).
+  static void dropIfEmptyLocked() TQ_REQUIRES(mu_) {
+    if (live_->empty()) {
+      delete live_;
+      live_ = nullptr;
+    }
   }
-  static std::unordered_set<State*>& live() TQ_REQUIRES(mu()) {
-    static auto* s = new std::unordered_set<State*>();
-    return *s;
-  }
+
+  // Constant-initialised and trivially destructible: usable during exit and at dlclose.
+  static_assert(std::is_trivially_destructible_v<Mutex>);
+  static inline constinit Mutex mu_;
+  static inline constinit std::unordered_set<State*>* live_ TQ_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace tq::plugin

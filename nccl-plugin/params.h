@@ -97,6 +97,19 @@ enum class ParamType {
     "NCCL's thread (lowest latency); larger ones are striped over the data streams.")              \
   X(socket_min_chunk, "TENANTQOS_SOCKET_MIN_CHUNK", uint64_t, kSize, "64KiB", 4096, 1073741824,    \
     "Smallest stripe of a message on one data stream.")                                            \
+  X(socket_window_us, "TENANTQOS_SOCKET_WINDOW_US", int64_t, kInt, "0", 0, 1000000,                \
+    "Paced socket streams: what may wait in the kernel for a paced end, as time at its bucket's "  \
+    "rate, split evenly over the process's paced streams (data and control) of that direction. "   \
+    "Receiving: each "                                                                             \
+    "stream's receive buffer, so its TCP window (SO_RCVBUF; the sender then holds what the "       \
+    "reader has not admitted, a clear-to-send on the wire); sending: each stream's "               \
+    "TCP_NOTSENT_LOWAT. What the wire carries above the rate in a window is then about this "      \
+    "much. 0 (for now): the kernel's autotuning (MBs per stream); 4000 met the 1.01 cap in the "   \
+    "testbed's incast and fabric but cost the spine 0.13-0.16 of its utilisation "                 \
+    "(docs/testbed.md).")                                                                          \
+  X(socket_window_min, "TENANTQOS_SOCKET_WINDOW_MIN", uint64_t, kSize, "8KiB", 4096, 16777216,     \
+    "Smallest window of one paced socket stream, and never below 8 segments (TCP_MAXSEG), so a "   \
+    "tenant with many streams or a low rate is not stalled by TCP's silly-window avoidance.")      \
   X(ib_hca, "TENANTQOS_IB_HCA", std::string, kString, "", 0, 0,                                    \
     "RDMA ports the ib transport uses, NCCL_IB_HCA syntax: \"mlx5_0:1,mlx5_1\" (name prefixes, "   \
     "optional port), \"^\" excludes, \"=\" matches exactly. Unset: every active port.")            \

@@ -298,6 +298,11 @@ void addPolicydFlags(FlagTable& t, PolicydOptions* o) {
   t.millis("--allocator-period", &o->allocator.period_ns, 10, 10000,
            "the cluster allocator computes one round of shared-link caps this often "
            "(docs/fabric.md)");
+  t.millis("--allocator-coalesce-ms", &o->allocator.coalesce_ns, 0, 1000,
+           "a report that is an edge of a node's demand (a tenant starting, stopping or "
+           "jumping by over 25 %) asks for a round this long after it (one "
+           "round for the nodes that report the same edge; at most one such round per 20 ms); "
+           "0: rounds only every --allocator-period");
   t.integer("--allocator-lease-ttl", "SECONDS", &o->allocator_lease_ttl, 1, 60,
             "with --store etcd: the TTL of the lease the active allocator holds; a standby "
             "takes over within about this long after the active one dies");

@@ -40,6 +40,12 @@ inline constexpr int64_t kAllocateFullEveryNs = 10'000'000'000;
 // to or from zero or backlogged (UINT64_MAX): worth a report before the refresh.
 bool demandMovedPast(uint64_t a, uint64_t b, double deadband);
 
+// A demand move past this fraction (or to or from zero or backlogged, or an entry that appears
+// or goes) is an *edge*: a tenant starting, stopping or jumping. The agent reports it at once
+// and policyd runs a round a few ms after it (agent/fabric_client.h,
+// policy/allocator_service.h); smaller moves wait for the report interval and the round period.
+inline constexpr double kDemandEdgeFraction = 0.25;
+
 // The key table and held state of one direction of one stream, decoding side. E is
 // tenantqos::v1::LinkDemand or LinkCap.
 template <typename E>

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # README command 2: install what is needed (Debian packages), build, and pass the tests.
 #   scripts/test.sh [ctest args...]      e.g. scripts/test.sh -L unit
-# Before the tests: the thread-safety analysis (scripts/check-thread-safety.sh, clang over every
-# unit that sees an annotation). After them, with TQ_SANITIZERS=1: the sanitizer build
-# (scripts/test-sanitizers.sh: ASan + UBSan over the unit and functional tests, in build-asan);
-# not by default yet, for CI's time (docs/development.md "Sanitizer build").
-# Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc), TQ_SANITIZERS.
+# Stages: install, format check, configure (-Werror), build, the thread-safety analysis
+# (scripts/check-thread-safety.sh: clang over every unit that sees an annotation), the tests
+# (ctest -j$TQ_JOBS: tests that cannot share the machine carry RUN_SERIAL or a RESOURCE_LOCK),
+# then the sanitizer build (scripts/test-sanitizers.sh: ASan + UBSan over the unit and
+# functional tests of the code that links no gRPC, in build-asan). docs/development.md says what
+# each stage costs on CI's 2 cores.
+# Env: TQ_BUILD_DIR (default build), TQ_JOBS (default nproc), TQ_SANITIZERS=0 to skip the
+# sanitizer stage (e.g. a quick local run; CI keeps it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TQ_BUILD_DIR:-build}
@@ -23,7 +26,7 @@ ninja -C "$build" -j"$jobs"
 echo "== thread-safety analysis (clang -Wthread-safety -Werror)"
 TQ_JOBS=$jobs scripts/check-thread-safety.sh "$build"
 echo "== test"
-(cd "$build" && ctest --output-on-failure --timeout 900 "$@")
-if [[ "${TQ_SANITIZERS:-0}" == 1 ]]; then
+(cd "$build" && ctest --output-on-failure --timeout 900 -j"$jobs" "$@")
+if [[ "${TQ_SANITIZERS:-1}" != 0 ]]; then
   TQ_JOBS=$jobs scripts/test-sanitizers.sh "$build"
 fi

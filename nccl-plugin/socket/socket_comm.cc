@@ -29,6 +29,32 @@ using oob::recvSome;
 using oob::sendSome;
 
 // ---------------------------------------------------------------------------------------------
+// Windows of paced streams
+
+namespace {
+// Paced streams (data and control) of this process, [0] sending, [1] receiving
+// (SocketComm::setPacing to its destruction). Relaxed: a helper that reads a stale count resizes at
+// its next round.
+std::atomic<int> g_paced_streams[2];
+}  // namespace
+
+uint64_t pacedWindowBytes(uint64_t rate, int64_t window_ns, int streams, uint64_t min_bytes,
+                          uint64_t mss) {
+  const unsigned __int128 total =
+      static_cast<unsigned __int128>(rate) * static_cast<uint64_t>(std::max<int64_t>(0, window_ns));
+  const uint64_t share = static_cast<uint64_t>(std::min<unsigned __int128>(
+      total / 1'000'000'000u / static_cast<unsigned>(std::max(1, streams)), kMaxStreamWindowBytes));
+  const uint64_t floor =
+      std::min(std::max(min_bytes, kWindowSegments * std::min<uint64_t>(mss, 1u << 20)),
+               kMaxStreamWindowBytes);
+  return std::clamp<uint64_t>(share, floor, kMaxStreamWindowBytes);
+}
+
+int pacedStreamCount(bool send) {
+  return g_paced_streams[send ? 0 : 1].load(std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------------
 // StripeRing
 
 bool StripeRing::push(const StripeTask& t) {
@@ -118,12 +144,89 @@ class SocketComm::Helper {
     return std::min(left, s->credit);
   }
 
+  // Sizes this helper's streams' windows (socket_comm.h "Windows") when the bucket's rate or
+  // the process's count of paced streams moved by more than an eighth since the last time.
+  // Unpaced (no admitter, a chunk of 0): the kernel's own sizing, restored to the largest
+  // window if one had been set. A setsockopt that fails leaves that stream as it was (logged
+  // once per helper): the pacing still holds, only the wire may run ahead of it.
+  void sizeWindows() {
+    const SocketCommConfig& cfg = comm_->cfg_;
+    Admission* adm = admission_.load(std::memory_order_acquire);
+    if (cfg.window_ns <= 0 || adm == nullptr) return;
+    const bool paced = adm->chunkBytes() > 0;
+    const uint64_t rate = paced ? adm->rateBytesPerSecond() : 0;
+    const int count = pacedStreamCount(send_);
+    if (rate == sized_rate_ && count == sized_count_ && paced == sized_paced_) return;
+    sized_rate_ = rate;
+    sized_count_ = count;
+    sized_paced_ = paced;
+    for (Stream* s : streams_)
+      sizeWindow(s->fd.get(), s->index, paced, rate, count, &s->window, &s->mss);
+    // The control stream carries inline messages (up to TENANTQOS_SOCKET_INLINE: all of an
+    // all-to-all's small pieces), paced by NCCL's thread: the first helper sizes it too.
+    if (index_ == 0) {
+      sizeWindow(comm_->ctl_.get(), -1, paced, rate, count, &comm_->ctl_window_, &comm_->ctl_mss_);
+    }
+  }
+
+  void sizeWindow(int fd, int index, bool paced, uint64_t rate, int count, uint64_t* window,
+                  uint32_t* mss) {
+    if (*window == 0 && !paced) return;  // never sized: nothing to undo
+    if (*mss == 0) *mss = segmentBytes(fd);
+    const SocketCommConfig& cfg = comm_->cfg_;
+    const uint64_t w = paced ? pacedWindowBytes(rate, cfg.window_ns, count, cfg.window_min, *mss)
+                             : kMaxStreamWindowBytes;
+    const uint64_t diff = w > *window ? w - *window : *window - w;
+    if (*window != 0 && diff <= *window / 8) return;
+    if (setWindow(fd, index, w)) *window = w;
+  }
+
+  // The connection's segment size (TCP_MAXSEG; 1448 on a 1500-byte Ethernet, 65483 on loopback).
+  static uint32_t segmentBytes(int fd) {
+    int mss = 0;
+    socklen_t len = sizeof mss;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) != 0 || mss <= 0) return 1448;
+    return static_cast<uint32_t>(mss);
+  }
+
+  bool setWindow(int fd, int index, uint64_t bytes) {
+    const int w = static_cast<int>(bytes);
+    int rc = 0;
+    const char* what = nullptr;
+    if (send_) {
+      rc = ::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &w, sizeof w);
+      what = "TCP_NOTSENT_LOWAT";
+    } else {
+      // The receive buffer, which the kernel doubles (its sk_rcvbuf is then `bytes`): the
+      // window it advertises is that memory times its measured payload/overhead ratio, so at
+      // most `bytes`. Setting it also stops autotuning, which would grow it again. The clamp
+      // alone would not hold: the kernel (6.x) re-derives it from the buffer whenever that
+      // ratio changes; it is set too so that a window grows at once when the rate does (a
+      // clamp derived from a smaller buffer would otherwise hold it until the next change).
+      const int half = std::max(w / 2, 1);
+      rc = ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &half, sizeof half);
+      what = "SO_RCVBUF";
+      if (rc == 0) {
+        rc = ::setsockopt(fd, IPPROTO_TCP, TCP_WINDOW_CLAMP, &w, sizeof w);
+        what = "TCP_WINDOW_CLAMP";
+      }
+    }
+    if (rc != 0 && !window_error_logged_) {
+      window_error_logged_ = true;
+      TQ_LOG(kWarn, "%s comm with %s: setting %s to %d bytes on %s stream %d failed: %s",
+             send_ ? "send" : "receive", comm_->peer().c_str(), what, w,
+             index < 0 ? "the control" : "data", index, std::strerror(errno));
+    }
+    return rc == 0;
+  }
+
   void run() {
     std::vector<pollfd> pfds;
     pfds.reserve(streams_.size() + 1);
     std::vector<Stream*> waited;   // send side: streams blocked on POLLOUT in this round
     std::vector<Stream*> starved;  // streams waiting for tokens in this round
     while (!stop_.load(std::memory_order_acquire) && !comm_->failed()) {
+      sizeWindows();
       bool progress = false;
       bool idle_work = false;  // a stream got work we have not tried yet
       int64_t token_wait_ns = -1;
@@ -265,6 +368,9 @@ class SocketComm::Helper {
   // (55 vs 45 Gbit/s), 512 KiB slower (47 vs 57 at 4 MiB). `remaining`: what this helper may
   // read now (paced: its credit), so a paced reader never waits for more than it may take.
   void setLowWater(Stream* s, size_t remaining) {
+    // A mark above half the window would never be reached (the sender stops at the window, and
+    // a buffer sized for it is never under pressure): wake for what the window can bring.
+    if (s->window > 0) remaining = std::min<size_t>(remaining, s->window / 2);
     const int want = remaining >= kLowWaterMinBytes
                          ? static_cast<int>(std::min<size_t>(remaining, kLowWaterMaxBytes))
                          : 1;
@@ -293,6 +399,11 @@ class SocketComm::Helper {
   SocketComm* const comm_;
   const bool send_;
   bool lowered_ = false;  // some stream has SO_RCVLOWAT > 1
+  // sizeWindows' inputs at its last sizing.
+  uint64_t sized_rate_ = 0;
+  int sized_count_ = -1;
+  bool sized_paced_ = false;
+  bool window_error_logged_ = false;
   int index_ = 0;
   std::vector<Stream*> streams_;
   std::vector<Stream*> order_;                      // streams_, oldest message first (orderStreams)
@@ -332,6 +443,10 @@ SocketComm::SocketComm(Side side, Fd ctl, std::vector<Fd> data, SocketCommConfig
 SocketComm::~SocketComm() {
   for (auto& h : helpers_) h->stop();
   helpers_.clear();
+  if (counted_) {
+    g_paced_streams[side_ == Side::kSend ? 0 : 1].fetch_sub(static_cast<int>(streams_.size()) + 1,
+                                                            std::memory_order_relaxed);
+  }
 }
 
 Status SocketComm::start() {
@@ -353,6 +468,11 @@ Status SocketComm::start() {
 }
 
 void SocketComm::setPacing(Pacing* pacing) {
+  if (!counted_) {
+    counted_ = true;
+    g_paced_streams[side_ == Side::kSend ? 0 : 1].fetch_add(static_cast<int>(streams_.size()) + 1,
+                                                            std::memory_order_relaxed);
+  }
   admission_.store(pacing->newAdmission(), std::memory_order_release);
   for (auto& h : helpers_) h->setAdmission(pacing->newAdmission());
 }

@@ -26,11 +26,21 @@
 // control stream). A sending helper that waited on POLLOUT asks the kernel how long the
 // connection was limited by the receiver's window (TCP_INFO tcpi_rwnd_limited) and reports it
 // as peer wait: the receiver's pacing, not demand at this end.
-// Errors: the first error (peer closed, reset, truncation) is stored and returned by every
-// later call; a receiver that gets a message larger than the posted receive fails it with
-// kOutOfRange and tells the sender with an error frame, which fails the sender's requests too.
-// Destruction stops and joins the helpers, then closes the sockets: no hang, no leak, also
-// with requests in flight.
+// Windows (paced ends, cfg.window_ns > 0): what may wait in the kernel follows the bucket, not
+// the kernel's autotuning (MBs per stream). A receiving stream's TCP window is bounded to its
+// share of rate x window_ns (SO_RCVBUF: the buffer, and so the window, stop following the
+// kernel's autotuning), so the sender holds what the reader has not admitted: the
+// bytes on the wire into a paced receiver follow its pacing within that window, as a
+// clear-to-send does on ib, and a switch port towards it holds at most the windows of those
+// sending into it. A sending stream's unsent bytes are bounded the same way
+// (TCP_NOTSENT_LOWAT), so a backlog in the socket cannot leave faster than the tx bucket
+// admitted it once the receiver opens up. The control stream, which carries inline messages, is
+// sized like a data stream (by the first helper). Each helper resizes its streams when the rate or
+// the process's count of paced streams changes (pacedWindowBytes), never below 8 segments. Errors:
+// the first error (peer closed, reset, truncation) is stored and returned by every later call; a
+// receiver that gets a message larger than the posted receive fails it with kOutOfRange and tells
+// the sender with an error frame, which fails the sender's requests too. Destruction stops and
+// joins the helpers, then closes the sockets: no hang, no leak, also with requests in flight.
 #pragma once
 
 #include <array>
@@ -97,7 +107,23 @@ struct SocketCommConfig {
   uint64_t inline_max = 64 * 1024;
   uint64_t min_chunk = 64 * 1024;  // the SENDER's value (a receiver learns it from the hello)
   std::string peer;                // for messages: "10.0.0.2:41000"
+  int64_t window_ns = 0;           // TENANTQOS_SOCKET_WINDOW_US (ns); 0: the kernel's autotuning
+  uint64_t window_min = 8192;      // TENANTQOS_SOCKET_WINDOW_MIN
 };
+
+// The window of one paced stream (bytes): its even share of `rate` (bytes/s) x `window_ns` over
+// `streams` paced streams of the process in that direction, at least `min_bytes` and
+// kWindowSegments segments of `mss` bytes (below that TCP's silly-window avoidance and TSO
+// deferral stall a stream, and a receive buffer pays per-skb overhead out of it), at most
+// kMaxStreamWindowBytes. Pure; the one place this rule lives.
+inline constexpr uint64_t kMaxStreamWindowBytes = 16u << 20;
+inline constexpr uint64_t kWindowSegments = 8;
+uint64_t pacedWindowBytes(uint64_t rate, int64_t window_ns, int streams, uint64_t min_bytes,
+                          uint64_t mss);
+
+// Paced streams of this process in one direction (data and control, all comms, all devices):
+// the windows' divisor. For tests and diagnostics.
+int pacedStreamCount(bool send);
 
 class SocketComm {
  public:
@@ -136,6 +162,8 @@ class SocketComm {
     int rcvlowat = 1;     // the socket's SO_RCVLOWAT as last set (receive side; its helper only)
     uint64_t credit = 0;  // bytes admitted and not moved yet (its helper only)
     int64_t rwnd_limited_us = -1;  // send side: tcpi_rwnd_limited at the last look (helper)
+    uint64_t window = 0;  // bytes of its window as last set (pacedWindowBytes; 0: never set)
+    uint32_t mss = 0;     // its segment size (TCP_MAXSEG), read when first sized
   };
   struct CtlOut {
     uint8_t hdr[kFrameBytes];
@@ -207,6 +235,12 @@ class SocketComm {
   // and not moved yet (receive side, mu_).
   std::atomic<Admission*> admission_{nullptr};
   uint64_t ctl_credit_ TQ_GUARDED_BY(mu_) = 0;
+  // Its streams (data and control) are counted in pacedStreamCount (setPacing; until
+  // destruction).
+  bool counted_ = false;
+  // The control stream's window as last set and its segment size (the first helper's only).
+  uint64_t ctl_window_ = 0;
+  uint32_t ctl_mss_ = 0;
 
   std::atomic<bool> failed_{false};
   mutable Mutex err_mu_;

@@ -31,6 +31,8 @@ struct SocketTransportConfig {
   uint64_t inline_max = 64 * 1024;
   uint64_t min_chunk = 64 * 1024;
   int64_t handshake_timeout_ns = 30'000'000'000;
+  int64_t window_ns = 0;       // TENANTQOS_SOCKET_WINDOW_US (ns); 0: no window sizing
+  uint64_t window_min = 8192;  // TENANTQOS_SOCKET_WINDOW_MIN
 };
 
 SocketTransportConfig socketConfigFromParams(const PluginParams& p);

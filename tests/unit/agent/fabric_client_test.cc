@@ -93,28 +93,98 @@ TEST(FabricWire, DemandMovesPastTheDeadbandOnly) {
   EXPECT_TRUE(demandMoved(sent, d, 0.01));
 }
 
-TEST(FabricClientTest, StreamsTheBoardsDemandAndTakesItsNodesCaps) {
-  auto store = policy::makeMemoryStore();
-  policy::PolicyCore core(*store, realClock());
-  policy::ApplyRequest apply;
-  apply.yaml =
-      readFile(std::string(TQ_SOURCE_DIR) + "/examples/fabric-policy.yaml", 1 << 20).valueOr("");
-  ASSERT_TRUE(core.apply(apply).ok());
-  policy::AllocatorOptions ao;
-  ao.period_ns = 20'000'000;
-  policy::AllocatorService allocator(realClock(), nullptr, nullptr, ao);
-  policy::GrpcServiceOptions go;
-  go.insecure = true;
-  policy::PolicyGrpcService service(core, nullptr, go, &allocator);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_GT(port, 0);
-  auto election = policy::makeSoleElection(realClock(), "test");
-  allocator.start(*election);
+TEST(FabricWire, AnEdgeIsAStartAStopOrALargeStep) {
+  const FabricDemand before{3, {{"a", "leaf", 100, 0}}};
+  FabricDemand d = before;
+  d.entries[0].tx = 120;  // 17 %: past the deadband, not an edge
+  EXPECT_TRUE(demandMoved(before, d, 0.01));
+  EXPECT_FALSE(demandEdge(before, d));
+  d.entries[0].tx = 130;  // 23 % of the larger
+  EXPECT_FALSE(demandEdge(before, d));
+  d.entries[0].tx = 140;  // 29 %
+  EXPECT_TRUE(demandEdge(before, d));
+  d = before;
+  d.entries[0].tx = 0;  // stopped
+  EXPECT_TRUE(demandEdge(before, d));
+  d = before;
+  d.entries[0].rx = 5;  // started receiving
+  EXPECT_TRUE(demandEdge(before, d));
+  d = before;
+  d.entries[0].tx = kUnboundedDemand;  // backlogged
+  EXPECT_TRUE(demandEdge(before, d));
+  d = before;
+  d.entries.push_back({"b", "leaf", 0, 0});  // a tenant's processes attached
+  EXPECT_TRUE(demandEdge(before, d));
+  EXPECT_FALSE(demandEdge(before, before));
+}
 
+TEST(FabricWire, ThePacerSendsEdgesAtOnceButRateLimitedMovesPerIntervalElseAHeartbeat) {
+  constexpr int64_t kMs = 1'000'000;
+  DemandReportPacer pacer({100 * kMs, 1000 * kMs, 30 * kMs, 0.01, 0.25});
+  const FabricDemand idle{1, {{"a", "leaf", 0, 0}}};
+  const int64_t t0 = 5'000 * kMs;
+  EXPECT_EQ(pacer.dueNs(idle, t0), t0);  // nothing sent yet: now
+  pacer.sent(idle, t0);
+  EXPECT_EQ(pacer.dueNs(idle, t0 + 10 * kMs), t0 + 1000 * kMs);  // unchanged: the heartbeat
+  // The tenant starts 50 ms later: due at once.
+  const FabricDemand on{1, {{"a", "leaf", kUnboundedDemand, 0}}};
+  EXPECT_EQ(pacer.dueNs(on, t0 + 50 * kMs), t0 + 30 * kMs);
+  pacer.sent(on, t0 + 50 * kMs);
+  // It stops 10 ms after that report: not within 30 ms of it.
+  EXPECT_EQ(pacer.dueNs(idle, t0 + 60 * kMs), t0 + 80 * kMs);
+  pacer.sent(idle, t0 + 80 * kMs);
+  // A small move (5 %) waits for the interval after the last report.
+  const FabricDemand some{1, {{"a", "leaf", 1000, 0}}};
+  pacer.sent(some, t0 + 100 * kMs);
+  const FabricDemand more{1, {{"a", "leaf", 1050, 0}}};
+  EXPECT_EQ(pacer.dueNs(more, t0 + 110 * kMs), t0 + 200 * kMs);
+  EXPECT_EQ(pacer.dueNs(some, t0 + 110 * kMs), t0 + 1100 * kMs);
+}
+
+// The real policyd service (a memory store with examples/fabric-policy.yaml, the allocator
+// under the sole election) over gRPC on 127.0.0.1, port 0.
+struct LocalPolicyd {
+  LocalPolicyd() {
+    policy::ApplyRequest apply;
+    apply.yaml =
+        readFile(std::string(TQ_SOURCE_DIR) + "/examples/fabric-policy.yaml", 1 << 20).valueOr("");
+    EXPECT_TRUE(core.apply(apply).ok());
+    policy::GrpcServiceOptions go;
+    go.insecure = true;
+    service = std::make_unique<policy::PolicyGrpcService>(core, nullptr, go, &allocator);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service.get());
+    server = builder.BuildAndStart();
+    EXPECT_GT(port, 0);
+    allocator.start(*election);
+  }
+  ~LocalPolicyd() {
+    allocator.stop();
+    server->Shutdown(std::chrono::system_clock::now());
+  }
+  static policy::AllocatorOptions options() {
+    policy::AllocatorOptions ao;
+    ao.period_ns = 20'000'000;
+    return ao;
+  }
+  std::shared_ptr<rpc::ChannelRing> ring(const BackoffOptions& backoff) const {
+    return rpc::makeChannelRing({"127.0.0.1:" + std::to_string(port)}, backoff,
+                                grpc::InsecureChannelCredentials());
+  }
+
+  std::unique_ptr<policy::PolicyStore> store = policy::makeMemoryStore();
+  policy::PolicyCore core{*store, realClock()};
+  policy::AllocatorService allocator{realClock(), nullptr, nullptr, options()};
+  std::unique_ptr<policy::PolicyGrpcService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<policy::AllocatorElection> election =
+      policy::makeSoleElection(realClock(), "test");
+  int port = 0;
+};
+
+TEST(FabricClientTest, StreamsTheBoardsDemandAndTakesItsNodesCaps) {
+  LocalPolicyd policyd;
   StateBoard board;
   board.publishFabricDemand(FabricDemand{1, {{"tenant-a", "leaf-uplink", 10 * kGbps, 0}}});
   Mutex mu;
@@ -127,9 +197,7 @@ TEST(FabricClientTest, StreamsTheBoardsDemandAndTakesItsNodesCaps) {
   o.seed = 1;
   o.addresses = [] { return std::vector<std::string>{"10.0.0.1"}; };
   FabricClient client(
-      rpc::makeChannelRing({"127.0.0.1:" + std::to_string(port)}, o.backoff,
-                           grpc::InsecureChannelCredentials()),
-      o, board,
+      policyd.ring(o.backoff), o, board,
       [&](FabricCapsMessage m) {
         MutexLock lock(mu);
         got.push_back(std::move(m));
@@ -159,10 +227,33 @@ TEST(FabricClientTest, StreamsTheBoardsDemandAndTakesItsNodesCaps) {
   ASSERT_TRUE(waitFor([&] { return capOfA() == 60 * kGbps; })) << capOfA();
   EXPECT_GT(client.reportsSent(), 1u);
   // The allocator goes away: the stream ends and the client says so.
-  allocator.stop();
+  policyd.allocator.stop();
   EXPECT_TRUE(waitFor([&] { return downs.load() >= 1; }));
   client.stop();
-  server->Shutdown(std::chrono::system_clock::now());
+}
+
+// The writer's clock is a FakeClock that the test moves only by the 30 ms rate limit: an edge
+// the reconcile thread tells the board of goes out without the 100 ms interval passing.
+TEST(FabricClientTest, AnEdgeIsReportedAtOnceWithoutWaitingForTheInterval) {
+  LocalPolicyd policyd;
+  FakeClock clock{1'000'000'000'000};
+  StateBoard board;
+  board.publishFabricDemand(FabricDemand{1, {{"tenant-a", "leaf-uplink", 10 * kGbps, 0}}});
+  FabricClient::Options o;
+  o.node = "node-1";  // interval 100 ms, min gap 30 ms: the defaults
+  o.backoff = {20'000'000, 200'000'000, 2.0, 0.2};
+  o.seed = 1;
+  FabricClient client(policyd.ring(o.backoff), o, board, {}, {}, clock);
+  client.start();
+  ASSERT_TRUE(waitFor([&] { return client.reportsSent() == 1; }));  // the stream's first
+  clock.advanceNs(o.min_gap_ns);
+  // tenant-b starts: an edge, reported with the clock still 70 ms short of the interval.
+  board.publishFabricDemand(FabricDemand{1,
+                                         {{"tenant-a", "leaf-uplink", 10 * kGbps, 0},
+                                          {"tenant-b", "leaf-uplink", kUnboundedDemand, 0}}},
+                            /*edge=*/true);
+  EXPECT_TRUE(waitFor([&] { return client.reportsSent() == 2; })) << client.reportsSent();
+  client.stop();
 }
 
 }  // namespace

@@ -7,8 +7,11 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,12 +28,15 @@
 
 #include "common/clock.h"
 #include "nccl-plugin/oob/tcp.h"
+#include "nccl-plugin/socket/socket_comm.h"
 #include "nccl-plugin/socket/wire.h"
 
 namespace tq::plugin::socket {
 namespace {
 
 constexpr int kSocks = 2;
+// Paced streams' windows (TENANTQOS_SOCKET_WINDOW_US) in every test of this file.
+constexpr int64_t kWindowNs = 4'000'000;
 constexpr int64_t kTimeoutNs = 1'000'000'000;
 
 struct Handle {
@@ -54,6 +60,7 @@ class SocketTransportTest : public ::testing::Test {
     cfg.inline_max = 1024;
     cfg.min_chunk = 4096;
     cfg.handshake_timeout_ns = kTimeoutNs;
+    cfg.window_ns = kWindowNs;
     t_ = std::make_unique<SocketTransport>(std::move(devs).value(), cfg, clock_);
   }
 
@@ -638,7 +645,7 @@ class HandAdmission final : public Admission {
   void giveBack(uint64_t) override {}
   void peerWait(int64_t ns) override { peer_wait_ns += ns; }
   uint64_t chunkBytes() const override { return chunk; }
-  uint64_t rateBytesPerSecond() const override { return 1; }
+  uint64_t rateBytesPerSecond() const override { return rate.load(); }
   void add(uint64_t n) {
     MutexLock lock(mu_);
     tokens += n;
@@ -654,6 +661,7 @@ class HandAdmission final : public Admission {
   std::atomic<uint64_t> chunk{8192};
   std::atomic<int64_t> wait_ns{1'000'000};  // what waitNs says (INT64_MAX: a rate of 0)
   std::atomic<int64_t> peer_wait_ns{0};
+  std::atomic<uint64_t> rate{1};  // bytes/s, for the streams' windows
   uint64_t last_pending = 0;
 
  private:
@@ -838,6 +846,131 @@ TEST_F(SocketPacingTest, ASenderHeldByItsReceiverReportsPeerWait) {
   rx.add(1ull << 40);
   EXPECT_TRUE(drive(sr, rr, 10000, &sd, &rd));
   EXPECT_EQ(buf, big);
+}
+
+// The window rule: an even share of rate x time per paced stream, within [min, max].
+TEST(PacedWindowTest, IsAnEvenShareOfRateTimesTimeWithAFloor) {
+  // 75 MB/s (600 Mbit/s) x 2 ms over 4 streams: 37,500 bytes each.
+  EXPECT_EQ(pacedWindowBytes(75'000'000, 2'000'000, 4, 8192, 1448), 37'500u);
+  // 32 streams of a 350 Mbit/s tenant would get 2.7 KB each: 8 segments.
+  EXPECT_EQ(pacedWindowBytes(43'750'000, 2'000'000, 32, 8192, 1448), 8 * 1448u);
+  EXPECT_EQ(pacedWindowBytes(43'750'000, 2'000'000, 32, 65536, 1448), 65536u) << "the minimum";
+  EXPECT_EQ(pacedWindowBytes(0, 2'000'000, 4, 8192, 1448), 8 * 1448u) << "a rate of 0: the floor";
+  EXPECT_EQ(pacedWindowBytes(75'000'000, 2'000'000, 0, 8192, 1448), 150'000u) << "no count: 1";
+  EXPECT_EQ(pacedWindowBytes(UINT64_MAX, 1'000'000'000, 1, 8192, 1448), kMaxStreamWindowBytes);
+  EXPECT_EQ(pacedWindowBytes(1, 1, 1, UINT64_MAX, UINT64_MAX), kMaxStreamWindowBytes);
+}
+
+// A data stream's segment size.
+uint64_t mssOf(int fd) {
+  int mss = 0;
+  socklen_t len = sizeof mss;
+  EXPECT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len), 0) << std::strerror(errno);
+  return static_cast<uint64_t>(std::max(mss, 1));
+}
+
+// Bytes waiting in a socket's receive queue (SIOCINQ) / not yet sent from its send queue
+// (SIOCOUTQNSD).
+uint64_t queued(int fd, unsigned long what) {
+  int n = 0;
+  EXPECT_EQ(::ioctl(fd, what, &n), 0) << std::strerror(errno);
+  return static_cast<uint64_t>(std::max(n, 0));
+}
+
+// A paced receiver's streams hold no more than their window while the sender is backlogged
+// (unpaced, a 160 MiB message) and the reader drains at its bucket's rate: what the kernel
+// takes in (what a meter on the wire counts) follows the pacing within the window. Without
+// windows the kernel's autotuning lets each stream's buffer grow to MBs, which a window of the
+// wire then counts on top of the rate (the testbed's received cap conformance 1.02-1.22).
+TEST_F(SocketPacingTest, APacedReceiversStreamsHoldNoMoreThanTheirWindow) {
+  constexpr uint64_t kRate = 200'000'000;  // bytes/s the test's bucket refills at
+  HandAdmission rx;
+  rx.rate = kRate;
+  HandPacing rx_pacing(&rx);
+  recv_->setPacing(&rx_pacing);
+  auto fds = socketFdsOf(recv_.get());
+  fds.pop_back();  // the control stream
+  const SocketTransportConfig cfg;
+  const uint64_t window =
+      pacedWindowBytes(kRate, kWindowNs, pacedStreamCount(false), cfg.window_min, mssOf(fds[0]));
+  const std::string msg(160 << 20, 'q');  // more than 600 ms of tokens
+  std::string buf(160 << 20, '\0');
+  Request* rr = post(&buf);
+  Request* sr = nullptr;
+  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
+  bool sd = false, rd = false;
+  size_t n = 0;
+  uint64_t most = 0;
+  // Tokens at kRate in 1 ms steps for 600 ms; the first 100 ms let the window take effect over
+  // what the connection advertised before (a TCP window never retracts its right edge).
+  const auto start = std::chrono::steady_clock::now();
+  for (int ms = 1; ms <= 600; ++ms) {
+    rx.add(kRate / 1000);
+    while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms)) {
+      if (!sd) {
+        EXPECT_TRUE(sr->test(&sd, &n).ok());
+      }
+      if (!rd) {
+        EXPECT_TRUE(rr->test(&rd, &n).ok());
+      }
+      ::usleep(200);
+    }
+    if (ms > 100) {
+      for (int fd : fds) most = std::max(most, queued(fd, SIOCINQ));
+    }
+  }
+  ASSERT_FALSE(rd) << "the sender must stay backlogged for the whole test";
+  EXPECT_GT(rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
+  EXPECT_GT(most, 0u) << "the sender was backlogged: something must have been waiting";
+  // The advertised window is rounded to the window scale's unit (<= 1 KiB on loopback).
+  EXPECT_LE(most, window + 2048) << "a stream's buffer held more than its window of " << window;
+  rx.add(1ull << 40);
+  EXPECT_TRUE(drive(sr, rr, 20000, &sd, &rd));
+  EXPECT_TRUE(buf == msg);
+}
+
+// A paced sender whose receiver does not read keeps at most its window unsent in each stream
+// (TCP_NOTSENT_LOWAT), not a send buffer of MBs that would leave at the wire's speed once the
+// receiver opens up.
+TEST_F(SocketPacingTest, APacedSendersStreamsKeepAtMostTheirWindowUnsent) {
+  constexpr uint64_t kRate = 50'000'000;
+  HandAdmission tx, rx;
+  tx.rate = kRate;
+  tx.add(1ull << 40);  // the sender's bucket never refuses; the receiver admits nothing
+  HandPacing tx_pacing(&tx), rx_pacing(&rx);
+  send_->setPacing(&tx_pacing);
+  recv_->setPacing(&rx_pacing);
+  auto fds = socketFdsOf(send_.get());
+  fds.pop_back();
+  const SocketTransportConfig cfg;
+  const uint64_t window =
+      pacedWindowBytes(kRate, kWindowNs, pacedStreamCount(true), cfg.window_min, mssOf(fds[0]));
+  const std::string msg(64 << 20, 's');
+  std::string buf(64 << 20, '\0');
+  Request* rr = post(&buf);
+  Request* sr = nullptr;
+  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
+  bool sd = false, rd = false;
+  size_t n = 0;
+  uint64_t most = 0;
+  auto until = in(300);
+  while (before(until)) {
+    if (!sd) {
+      EXPECT_TRUE(sr->test(&sd, &n).ok());
+    }
+    if (!rd) {
+      EXPECT_TRUE(rr->test(&rd, &n).ok());
+    }
+    for (int fd : fds) most = std::max(most, queued(fd, SIOCOUTQNSD));
+    ::usleep(1000);
+  }
+  EXPECT_GT(most, 0u) << "the sender was held by its receiver";
+  // One write may cross the mark by what the helper had admitted (a chunk, 8 KiB here) plus
+  // one segment's worth of the kernel's rounding.
+  EXPECT_LE(most, window + 8192 + 64 * 1024) << "unsent bytes above the window of " << window;
+  rx.add(1ull << 40);
+  EXPECT_TRUE(drive(sr, rr, 20000, &sd, &rd));
+  EXPECT_TRUE(buf == msg);
 }
 
 }  // namespace
