@@ -346,10 +346,35 @@ class AgentHarness : public ::testing::Test {
     return "";
   }
   // What a process attached to `tenant` through its socket reads (nullopt: cannot attach).
+  // A read that meets the agent mid-update kSeqlockRetries times in a row (the agent's thread
+  // preempted inside its few stores, as on a loaded CI machine) is retried for up to 200 ms, as
+  // the plugin keeps its last values and reads again: "busy" is not a different state.
   std::optional<TenantParams> shmParams(const std::string& tenant) {
     auto r = tq::testing::attachAs(attach::tenantSocketPath(run_dir_, tenant), tenant);
     if (!r.ok() || r->view->tenant() != tenant) return std::nullopt;
-    return r->view->readParams();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    for (;;) {
+      if (auto p = r->view->readParams()) return p;
+      if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  // One line per tenant: what shmParams reads, for failure messages.
+  std::string describeShm(const std::vector<std::string>& tenants) {
+    std::string s;
+    for (const std::string& t : tenants) {
+      auto p = shmParams(t);
+      s += t + ": ";
+      if (!p) {
+        s += "cannot attach or read\n";
+        continue;
+      }
+      s += "v" + std::to_string(p->policy_version) + " guarantee " +
+           std::to_string(p->guarantee_bytes_per_second * 8) + " limit " +
+           std::to_string(p->limit_bytes_per_second * 8) + " bit/s" +
+           (p->deleted ? " deleted" : "") + "\n";
+    }
+    return s;
   }
   bool shmExists(const std::string& tenant) {
     return ::access(attach::tenantSocketPath(run_dir_, tenant).c_str(), F_OK) == 0;

@@ -67,6 +67,7 @@ class PrivilegedAgentTest : public AgentHarness {
     auto r = ns_->run({"tc", "class", "show", "dev", dev0_});
     s += r.ok() ? *r : r.status().toString();
     s += "\ntc-classes:\n" + readText(state_dir_ + "/tc-classes");
+    s += "\nshm:\n" + describeShm({"tenant-a", "tenant-b", "tenant-c"});
     s += "\nagent log:\n" + readText(agent_log_);
     return s;
   }
