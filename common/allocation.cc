@@ -19,9 +19,19 @@ uint64_t effectiveCap(const TenantInput& t) {
 }  // namespace
 
 std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInput>& tenants) {
+  std::vector<Allocation> out(tenants.size());
+  AllocationScratch scratch;
+  allocateInto(capacity, tenants, out, scratch);
+  return out;
+}
+
+void allocateInto(uint64_t capacity, std::span<const TenantInput> tenants,
+                  std::span<Allocation> out, AllocationScratch& scratch) {
   const size_t n = tenants.size();
-  std::vector<Allocation> out(n);
-  std::vector<uint64_t> cap(n, 0), rate(n, 0);
+  std::vector<uint64_t>& cap = scratch.cap;
+  std::vector<uint64_t>& rate = scratch.rate;
+  cap.assign(n, 0);
+  rate.assign(n, 0);
   u128 sum_base = 0;
   for (size_t i = 0; i < n; ++i) {
     const TenantInput& t = tenants[i];
@@ -44,40 +54,41 @@ std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInpu
       if (tenants[i].active && rate[i] < cap[i] && tenants[i].guarantee > 0) ++rate[i], --left;
   } else {
     uint64_t remaining = capacity - static_cast<uint64_t>(sum_base);
-    std::vector<size_t> unmet;
+    std::vector<uint32_t>& unmet = scratch.unmet;  // indexes, in input order
+    unmet.clear();
     for (size_t i = 0; i < n; ++i)
-      if (tenants[i].active && rate[i] < cap[i]) unmet.push_back(i);
+      if (tenants[i].active && rate[i] < cap[i]) unmet.push_back(static_cast<uint32_t>(i));
     // Water-filling. Each round either saturates at least one tenant (its weighted share of
     // what is left covers its need; capping it frees capacity, so the level only rises) or
     // hands out everything that is left.
     while (remaining > 0 && !unmet.empty()) {
       u128 weights = 0;
-      for (size_t i : unmet) weights += weightOf(tenants[i]);
-      std::vector<size_t> still;
+      for (uint32_t i : unmet) weights += weightOf(tenants[i]);
+      // The shares of this round are of `remaining` as it was at its start (each <= it).
       uint64_t used = 0;
-      for (size_t i : unmet) {
-        u128 share = static_cast<u128>(remaining) * weightOf(tenants[i]) / weights;
+      size_t still = 0;  // the unsaturated ones move to the front, in order
+      for (uint32_t i : unmet) {
+        const uint64_t share = mulDivFloor(remaining, weightOf(tenants[i]), weights);
         if (share >= cap[i] - rate[i]) {
           used += cap[i] - rate[i];
           rate[i] = cap[i];
         } else {
-          still.push_back(i);
+          unmet[still++] = i;
         }
       }
       remaining -= used;
-      if (still.size() < unmet.size()) {
-        unmet.swap(still);
+      if (still < unmet.size()) {
+        unmet.resize(still);
         continue;
       }
-      for (size_t i : unmet) {
-        uint64_t share =
-            static_cast<uint64_t>(static_cast<u128>(remaining) * weightOf(tenants[i]) / weights);
+      for (uint32_t i : unmet) {
+        const uint64_t share = mulDivFloor(remaining, weightOf(tenants[i]), weights);
         rate[i] += share;
         used += share;
       }
       remaining -= used;
       // Integer-division leftovers (fewer bytes than tenants): one byte each, in input order.
-      for (size_t i : unmet) {
+      for (uint32_t i : unmet) {
         if (remaining == 0) break;
         if (rate[i] < cap[i]) ++rate[i], --remaining;
       }
@@ -90,7 +101,6 @@ std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInpu
     out[i].rate = rate[i];
     out[i].bucket_rate = std::max(rate[i], std::min(t.guarantee, t.limit));
   }
-  return out;
 }
 
 std::vector<Allocation> splitRate(uint64_t rate, const std::vector<uint64_t>& demands,

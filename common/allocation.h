@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,30 @@ struct Allocation {
 // One Allocation per input, in the same order. Deterministic: leftover bytes from integer
 // division go to the unsatisfied tenants in input order, one byte each.
 std::vector<Allocation> allocate(uint64_t capacity, const std::vector<TenantInput>& tenants);
+
+// floor(a x b / c) for c > 0 whose value fits 64 bits (a share of a rate: b <= c): in 64 bits
+// when a x b fits (the common case, and several times cheaper), else in 128 bits. The same
+// value either way.
+inline uint64_t mulDivFloor(uint64_t a, uint64_t b, unsigned __int128 c) {
+  uint64_t product;
+  if (c <= std::numeric_limits<uint64_t>::max() && !__builtin_mul_overflow(a, b, &product)) {
+    return product / static_cast<uint64_t>(c);
+  }
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(a) * b / c);
+}
+
+// The working memory of allocate(), kept by a caller that allocates many times (the cluster
+// allocator: a thousand links per round) so that the rule runs without a heap allocation.
+// Holds no result between calls. Not thread-safe: one per thread.
+struct AllocationScratch {
+  std::vector<uint64_t> cap, rate;
+  std::vector<uint32_t> unmet;
+};
+
+// allocate() into `out` (out.size() == tenants.size()), with `scratch`'s buffers: the same
+// rule and the same result, byte for byte (allocate() is this function).
+void allocateInto(uint64_t capacity, std::span<const TenantInput> tenants,
+                  std::span<Allocation> out, AllocationScratch& scratch);
 
 // Splits `rate` (one bucket's) among participants that must not be able to starve or lift each
 // other (the uids sharing the default tenant, agent/default_tenant.h): allocate() with an equal

@@ -19,105 +19,150 @@ struct Item {
   uint64_t limit;   // the tenant's limit on the class
 };
 
-// One pass over every link: caps[i] and rates[i] for items[i] from demand[i].
+// A tenant's items on one link and direction: [begin, end), with its values on the class.
+struct Segment {
+  uint32_t begin, end;
+  uint64_t guarantee, limit;
+  uint32_t weight;
+};
+// A link and direction: its segments [first, last), in tenant order.
+struct LinkRange {
+  uint32_t first, last;
+  uint64_t allocatable;
+};
+
+}  // namespace
+
+struct RoundWorkspace::Buffers {
+  std::vector<Item> items, sorted;
+  std::vector<uint32_t> start, next;
+  std::vector<uint64_t> demand, rate, cap, base, bounded, want, least;
+  std::vector<char> held;
+  std::vector<size_t> parent, by_key;
+  // Pass's: the segments and links of this round's items, and allocate()'s memory.
+  std::vector<Segment> segments;
+  std::vector<LinkRange> links;
+  std::vector<TenantInput> inputs;
+  std::vector<Allocation> outs;
+  AllocationScratch scratch;
+};
+
+RoundWorkspace::RoundWorkspace() : buffers_(std::make_unique<Buffers>()) {}
+RoundWorkspace::~RoundWorkspace() = default;
+
+namespace {
+
+using Buffers = RoundWorkspace::Buffers;
+
+// One pass over every link: cap[i] and rate[i] for items[i] from demand[i]. The items' links
+// and tenants are the same in every pass of a round, so they are grouped once, here.
 class Pass {
  public:
-  Pass(const FabricModel& model, const std::vector<Item>& items) : model_(model), items_(items) {}
+  Pass(const FabricModel& model, const std::vector<Item>& items, Buffers& b)
+      : items_(items), b_(b) {
+    b_.segments.clear();
+    b_.links.clear();
+    const uint32_t n = static_cast<uint32_t>(items.size());
+    for (uint32_t s = 0; s < n;) {
+      const Item& first = items[s];
+      LinkRange range{static_cast<uint32_t>(b_.segments.size()), 0,
+                      model.link(first.link).allocatable};
+      while (s < n && items[s].link == first.link && items[s].dir == first.dir) {
+        uint32_t t = s;
+        while (t < n && items[t].link == first.link && items[t].dir == first.dir &&
+               items[t].tenant == items[s].tenant) {
+          ++t;
+        }
+        const LinkShare& share = model.share(items[s].tenant, items[s].cls);
+        b_.segments.push_back({s, t, share.guarantee, share.limit, share.weight});
+        s = t;
+      }
+      range.last = static_cast<uint32_t>(b_.segments.size());
+      b_.links.push_back(range);
+    }
+  }
 
   void run(const std::vector<uint64_t>& demand, std::vector<uint64_t>* rate,
            std::vector<uint64_t>* cap, std::vector<TenantOnLink>* tenants) {
     rate->assign(items_.size(), 0);
-    cap->assign(items_.size(), 0);
+    cap->resize(items_.size());
     if (tenants) tenants->clear();
-    size_t b = 0;
-    while (b < items_.size()) {
-      size_t e = b;
-      while (e < items_.size() && items_[e].link == items_[b].link &&
-             items_[e].dir == items_[b].dir) {
-        ++e;
-      }
-      link(b, e, demand, rate, cap, tenants);
-      b = e;
-    }
+    for (const LinkRange& l : b_.links) link(l, demand, *rate, *cap, tenants);
   }
 
  private:
-  // Items [b, e) share a link and direction and are sorted by tenant, then node.
-  void link(size_t b, size_t e, const std::vector<uint64_t>& demand, std::vector<uint64_t>* rate,
-            std::vector<uint64_t>* cap, std::vector<TenantOnLink>* tenants) {
-    const SharedLink& l = model_.link(items_[b].link);
-    segments_.clear();
-    inputs_.clear();
-    for (size_t s = b; s < e;) {
-      size_t t = s;
+  // The segments of one link and direction.
+  void link(const LinkRange& l, const std::vector<uint64_t>& demand, std::vector<uint64_t>& rate,
+            std::vector<uint64_t>& cap, std::vector<TenantOnLink>* tenants) {
+    const size_t count = l.last - l.first;
+    b_.inputs.resize(count);
+    b_.outs.resize(count);
+    for (size_t k = 0; k < count; ++k) {
+      const Segment& g = b_.segments[l.first + k];
       u128 sum = 0;
-      while (t < e && items_[t].tenant == items_[s].tenant) sum += demand[t++];
-      const LinkShare& share = model_.share(items_[s].tenant, l.cls);
-      const uint64_t d = static_cast<uint64_t>(std::min<u128>(sum, share.limit));
-      segments_.push_back({s, t, d});
-      inputs_.push_back({share.guarantee, share.limit, share.weight, d, true});
-      s = t;
+      for (uint32_t i = g.begin; i < g.end; ++i) sum += demand[i];
+      const uint64_t d = static_cast<uint64_t>(std::min<u128>(sum, g.limit));
+      b_.inputs[k] = {g.guarantee, g.limit, g.weight, d, true};
     }
-    const std::vector<Allocation> out = allocate(l.allocatable, inputs_);
-    for (size_t k = 0; k < segments_.size(); ++k) {
-      const auto [s, t, d] = segments_[k];
-      split(s, t, out[k].rate, inputs_[k], demand, rate, cap);
+    allocateInto(l.allocatable, std::span<const TenantInput>(b_.inputs.data(), count),
+                 std::span<Allocation>(b_.outs.data(), count), b_.scratch);
+    for (size_t k = 0; k < count; ++k) {
+      const Segment& g = b_.segments[l.first + k];
+      split(g, b_.outs[k].rate, demand, rate, cap);
       if (tenants) {
-        tenants->push_back({items_[s].link, static_cast<Direction>(items_[s].dir), items_[s].tenant,
-                            d, out[k].rate, static_cast<uint32_t>(t - s)});
+        const Item& x = items_[g.begin];
+        tenants->push_back({x.link, static_cast<Direction>(x.dir), x.tenant, b_.inputs[k].demand,
+                            b_.outs[k].rate, g.end - g.begin});
       }
     }
   }
 
-  // The tenant's allocation `a` among its nodes [s, t): by demand, then the unused guarantee
-  // evenly (cluster_allocator.h).
-  void split(size_t s, size_t t, uint64_t a, const TenantInput& in,
-             const std::vector<uint64_t>& demand, std::vector<uint64_t>* rate,
-             std::vector<uint64_t>* cap) {
-    u128 total = 0;
-    for (size_t i = s; i < t; ++i) total += demand[i];
+  // The tenant's allocation `a` among its nodes [g.begin, g.end): by demand, then the unused
+  // guarantee evenly (cluster_allocator.h).
+  static void split(const Segment& g, uint64_t a, const std::vector<uint64_t>& demand,
+                    std::vector<uint64_t>& rate, std::vector<uint64_t>& cap) {
+    const uint32_t s = g.begin, t = g.end;
     uint64_t given = 0;
     if (t - s == 1) {
-      (*rate)[s] = a;  // one node (the common case): all of it (a <= its demand)
+      rate[s] = a;  // one node (the common case): all of it (a <= its demand)
       given = a;
-    } else if (total > 0) {
-      for (size_t i = s; i < t; ++i) {
-        (*rate)[i] = static_cast<uint64_t>(static_cast<u128>(a) * demand[i] / total);
-        given += (*rate)[i];
+    } else {
+      u128 total = 0;
+      for (uint32_t i = s; i < t; ++i) total += demand[i];
+      if (total > 0) {
+        for (uint32_t i = s; i < t; ++i) {
+          rate[i] = mulDivFloor(a, demand[i], total);
+          given += rate[i];
+        }
       }
     }
     // Integer-division leftovers: one byte each, in node order, to nodes below their demand.
-    for (size_t i = s; i < t && given < a; ++i) {
-      if ((*rate)[i] < demand[i]) ++(*rate)[i], ++given;
+    for (uint32_t i = s; i < t && given < a; ++i) {
+      if (rate[i] < demand[i]) ++rate[i], ++given;
     }
-    const uint64_t guarantee = std::min(in.guarantee, in.limit);
+    const uint64_t guarantee = std::min(g.guarantee, g.limit);
     const uint64_t unused = guarantee > a ? guarantee - a : 0;
     const uint64_t k = t - s;
-    for (size_t i = s; i < t; ++i) {
-      (*cap)[i] = (*rate)[i] + unused / k + (i - s < unused % k ? 1 : 0);
-    }
+    const uint64_t each = unused / k, extra = unused % k;
+    for (uint32_t i = s; i < t; ++i) cap[i] = rate[i] + each + (i - s < extra ? 1 : 0);
   }
 
-  struct Segment {
-    size_t begin, end;
-    uint64_t demand;
-  };
-  const FabricModel& model_;
   const std::vector<Item>& items_;
-  std::vector<Segment> segments_;
-  std::vector<TenantInput> inputs_;
+  Buffers& b_;
 };
 
 // For hierarchical passes: per item, the item of the same (node, tenant, direction) on the
 // parent class, or SIZE_MAX.
-std::vector<size_t> parentItems(const FabricModel& model, const std::vector<Item>& items) {
-  std::vector<size_t> by_key(items.size());
+void parentItems(const FabricModel& model, const std::vector<Item>& items, Buffers& buf) {
+  std::vector<size_t>& by_key = buf.by_key;
+  by_key.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) by_key[i] = i;
   auto key = [&](size_t i) {
     return std::tuple(items[i].node, items[i].tenant, items[i].dir, items[i].cls);
   };
   std::sort(by_key.begin(), by_key.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-  std::vector<size_t> parent(items.size(), SIZE_MAX);
+  std::vector<size_t>& parent = buf.parent;
+  parent.assign(items.size(), SIZE_MAX);
   for (size_t b = 0; b < by_key.size();) {
     size_t e = b;
     const Item& first = items[by_key[b]];
@@ -134,7 +179,6 @@ std::vector<size_t> parentItems(const FabricModel& model, const std::vector<Item
     }
     b = e;
   }
-  return parent;
 }
 
 // Tenants held back somewhere (a key at the tenant's limit: its agent saw its bucket hold it
@@ -145,15 +189,19 @@ std::vector<size_t> parentItems(const FabricModel& model, const std::vector<Item
 // bottleneck that frees up lets it rise on the next pass. At the end every key of the tenant
 // asks for the least it got.
 void coupleTenants(const FabricModel& model, const std::vector<Item>& items, Pass& pass,
-                   uint32_t passes, std::vector<uint64_t>* demand) {
-  std::vector<char> held(model.tenantCount(), 0);
+                   uint32_t passes, Buffers& buf) {
+  std::vector<char>& held = buf.held;
+  held.assign(model.tenantCount(), 0);
   bool any = false;
   for (const Item& x : items) {
     if (x.demand > 0 && x.demand >= x.limit) held[x.tenant] = any = 1;
   }
   if (!any) return;
   auto coupled = [&](size_t i) { return held[items[i].tenant] && items[i].demand > 0; };
-  std::vector<uint64_t> want(*demand), rate, cap;
+  std::vector<uint64_t>& want = buf.want;
+  std::vector<uint64_t>& rate = buf.rate;
+  std::vector<uint64_t>& cap = buf.cap;
+  want = buf.demand;
   for (size_t i = 0; i < items.size(); ++i) {
     if (coupled(i)) want[i] = items[i].limit;
   }
@@ -161,7 +209,8 @@ void coupleTenants(const FabricModel& model, const std::vector<Item>& items, Pas
   // less than it asked); keys served in full do not bound it. The held keys that got that least
   // ask for the limit again, the others for that rate (which may be more than last pass: the
   // tenant rises as its bottleneck frees up).
-  std::vector<uint64_t> least(model.tenantCount());
+  std::vector<uint64_t>& least = buf.least;
+  least.resize(model.tenantCount());
   for (uint32_t p = 0; p < passes; ++p) {
     pass.run(want, &rate, &cap, nullptr);
     std::fill(least.begin(), least.end(), UINT64_MAX);
@@ -181,15 +230,23 @@ void coupleTenants(const FabricModel& model, const std::vector<Item>& items, Pas
       want[i] = !last && held_here && rate[i] <= rho ? limit : rho;
     }
   }
-  demand->swap(want);
+  buf.demand.swap(want);
 }
 
 }  // namespace
 
 RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport> reports,
                           const RoundOptions& options) {
+  RoundWorkspace workspace;
+  return allocateRound(model, reports, options, workspace);
+}
+
+RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport> reports,
+                          const RoundOptions& options, RoundWorkspace& workspace) {
+  Buffers& buf = workspace.buffers();
   RoundResult result;
-  std::vector<Item> items;
+  std::vector<Item>& items = buf.items;
+  items.clear();
   items.reserve(reports.size());
   for (size_t i = 0; i < reports.size(); ++i) {
     const DemandReport& r = reports[i];
@@ -211,15 +268,18 @@ RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport
   // By (link, direction): a counting sort (linear); then each bucket, small, by (tenant, node,
   // input order).
   {
-    std::vector<uint32_t> start(model.linkCount() * kDirections + 1, 0);
+    std::vector<uint32_t>& start = buf.start;
+    start.assign(model.linkCount() * kDirections + 1, 0);
     for (const Item& x : items) ++start[x.link * kDirections + x.dir + 1];
-    for (size_t b = 1; b < start.size(); ++b) start[b] += start[b - 1];
-    std::vector<Item> sorted(items.size());
-    std::vector<uint32_t> next(start.begin(), start.end() - 1);
+    for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+    std::vector<Item>& sorted = buf.sorted;
+    sorted.resize(items.size());
+    std::vector<uint32_t>& next = buf.next;
+    next.assign(start.begin(), start.end() - 1);
     for (const Item& x : items) sorted[next[x.link * kDirections + x.dir]++] = x;
     items.swap(sorted);
-    for (size_t b = 0; b + 1 < start.size(); ++b) {
-      std::sort(items.begin() + start[b], items.begin() + start[b + 1],
+    for (size_t k = 0; k + 1 < start.size(); ++k) {
+      std::sort(items.begin() + start[k], items.begin() + start[k + 1],
                 [](const Item& a, const Item& b) {
                   return std::tie(a.tenant, a.node, a.order) < std::tie(b.tenant, b.node, b.order);
                 });
@@ -238,21 +298,28 @@ RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport
   }
   items.resize(kept);
 
-  std::vector<uint64_t> demand(items.size()), rate, cap;
+  std::vector<uint64_t>& demand = buf.demand;
+  std::vector<uint64_t>& rate = buf.rate;
+  std::vector<uint64_t>& cap = buf.cap;
+  demand.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) demand[i] = items[i].demand;
-  Pass pass(model, items);
+  Pass pass(model, items, buf);
   if (options.coupling_passes > 0) {
-    coupleTenants(model, items, pass, options.coupling_passes, &demand);
+    coupleTenants(model, items, pass, options.coupling_passes, buf);
   }
-  const std::vector<uint64_t> base = demand;  // what the hierarchical passes bound
   const uint32_t passes = std::max<uint32_t>(options.hierarchy_passes, 1);
-  std::vector<size_t> parent;
-  if (passes > 1) parent = parentItems(model, items);
+  if (passes > 1) {
+    buf.base = demand;  // what the hierarchical passes bound
+    parentItems(model, items, buf);
+  }
+  const std::vector<uint64_t>& base = buf.base;
+  const std::vector<size_t>& parent = buf.parent;
   for (uint32_t p = 0; p < passes; ++p) {
     const bool last = p + 1 == passes;
     if (p > 0) {
       // Bound each demand by the caps of the previous pass along the node's path.
-      std::vector<uint64_t> bounded = base;
+      std::vector<uint64_t>& bounded = buf.bounded;
+      bounded = base;
       for (size_t i = 0; i < items.size(); ++i) {
         const size_t up = parent[i];
         if (up == SIZE_MAX) continue;
@@ -268,11 +335,13 @@ RoundResult allocateRound(const FabricModel& model, std::span<const DemandReport
   }
 
   // By node (a counting sort), then within a node by (tenant, class, direction).
-  std::vector<uint32_t> start(model.nodeCount() + 1, 0);
+  std::vector<uint32_t>& start = buf.start;
+  start.assign(model.nodeCount() + 1, 0);
   for (const Item& x : items) ++start[x.node + 1];
   for (size_t n = 1; n < start.size(); ++n) start[n] += start[n - 1];
   result.caps.resize(items.size());
-  std::vector<uint32_t> next(start.begin(), start.end() - 1);
+  std::vector<uint32_t>& next = buf.next;
+  next.assign(start.begin(), start.end() - 1);
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& x = items[i];
     result.caps[next[x.node]++] = {x.node, x.tenant, x.cls, static_cast<Direction>(x.dir),

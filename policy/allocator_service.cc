@@ -400,7 +400,11 @@ size_t AllocatorService::runRound() {
   if (next_waiting != 0) askRound(next_waiting);
   fabric::RoundOptions ro;
   ro.hierarchy_passes = options_.hierarchy_passes;
-  const fabric::RoundResult rr = fabric::allocateRound(*model, reports, ro);
+  fabric::RoundResult rr;
+  {
+    MutexLock lock(workspace_mu_);
+    rr = fabric::allocateRound(*model, reports, ro, workspace_);
+  }
   const int64_t computed = clock_.nowNs();
   // One stamp for the round's every message: when its caps were computed, not when each node's
   // message was built (agents and the benches measure the push from it).

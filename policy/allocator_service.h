@@ -196,6 +196,9 @@ class AllocatorService {
   // Monotonic time at which a round is asked for by a report that changed demand (0: none);
   // set by report(), taken by the round thread (it waits on worker_ for it).
   std::atomic<int64_t> round_wanted_ns_{0};
+  // The round's buffers, kept between rounds (the round thread, or a test's runRound()).
+  Mutex workspace_mu_;
+  fabric::RoundWorkspace workspace_ TQ_GUARDED_BY(workspace_mu_);
   std::atomic<uint64_t> rounds_{0};
   std::atomic<int64_t> last_round_ns_{0};
   std::atomic<bool> started_{false};

@@ -37,6 +37,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -506,6 +507,8 @@ struct Loop {
   std::vector<char> slowed;        // the ring was slowed by a link offered too much
   std::vector<double> link_load;
   Figures f;
+  std::unique_ptr<tq::fabric::RoundWorkspace> workspace =
+      std::make_unique<tq::fabric::RoundWorkspace>();
 
   void rates() {
     const size_t R = m.rings.size();
@@ -710,7 +713,9 @@ struct Loop {
 
   tq::fabric::RoundResult allocate(const std::vector<DemandReport>& reports) {
     const auto start = std::chrono::steady_clock::now();
-    tq::fabric::RoundResult r = tq::fabric::allocateRound(fm, reports, {o.passes, o.coupling});
+    // With a workspace kept between rounds, as policyd's round thread keeps one.
+    tq::fabric::RoundResult r =
+        tq::fabric::allocateRound(fm, reports, {o.passes, o.coupling}, *workspace);
     const auto end = std::chrono::steady_clock::now();
     f.round_ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
     if (r.caps.size() != m.keys.size() || r.rejected != 0) {
