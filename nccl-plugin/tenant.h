@@ -114,6 +114,7 @@ struct PacerConfig {
   int64_t recheck_ns = 1'000'000'000;
   int64_t catchup_ns = 20'000'000;
   int64_t chunk_ns = 250'000;  // TENANTQOS_PACE_CHUNK_US: time one paced chunk covers
+  int64_t rx_debt_ns = 0;      // TENANTQOS_RX_DEBT_US: debt a receive may leave (admit())
   uid_t agent_uid = 0;         // TENANTQOS_AGENT_UID: besides root, who may answer
 };
 
@@ -186,6 +187,13 @@ class TenantPacer {
   // gives a limit, the catch-up is also bounded by (limit - rate) x catchup, so the tenant stays
   // under its limit over any window of >= catchup + depth / limit (none at all when its rate is
   // its limit).
+  //
+  // Receives (channels of shm::kRx) with cfg.rx_debt_ns > 0: a receive is admitted once its
+  // tokens less rate x rx_debt_ns are there (BucketConfig::debt_bytes, on every bucket charged):
+  // a receiving thread that wakes late reads what arrived at once instead of sleeping for each
+  // chunk's tokens, so a transfer a paced sender already holds to the rate does not pass a second
+  // sleeping stage. What any sender gets into the receiver stays at most rate x (T + depth +
+  // rx_debt_ns) over any window T.
   //
   // `pending` (0: same as `bytes`) is what a refusal adds to the backlog: an admitter of
   // chunks passes the bytes still waiting behind this chunk, so the agent sees the real demand
@@ -308,6 +316,9 @@ class TenantPacer {
   }
   // Bucket `b`'s config with the catch-up allowance of an admitter `lag_ns` late (admit()).
   BucketConfig withCatchUp(int b, int64_t lag_ns) const;
+  // `c` with the debt a take of the channel may leave: rate x cfg_.rx_debt_ns on receives, none
+  // on sends (admit()).
+  BucketConfig withDebt(BucketConfig c, int channel) const;
   // The earliest time every bucket the channel charges (and this process's own of each) could
   // admit `bytes`.
   int64_t readyAtAll(AgentBinding* a, int channel, int64_t now, uint64_t bytes) const;

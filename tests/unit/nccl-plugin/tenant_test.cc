@@ -538,6 +538,36 @@ TEST_F(TenantPacerTest, WithoutAnAgentRxRatePacesReceivesOnly) {
   EXPECT_EQ(p.waitNs(20'000, rx), 20 * kMs);
 }
 
+// TENANTQOS_RX_DEBT_US: a receive may leave its bucket that far below empty (so a late reader
+// reads what arrived at once); sends still wait for their tokens.
+TEST_F(TenantPacerTest, ReceivesMayGoIntoDebtSendsMayNot) {
+  PacerConfig c = config();
+  c.rate = 1'000'000;  // 1 byte per us, both ways
+  c.rx_rate = 1'000'000;
+  c.burst = 10'000;        // 10 ms deep
+  c.rx_debt_ns = 5 * kMs;  // 5000 bytes
+  TenantPacer p("team-d", c, clock_);
+  PaceState tx, rx;
+  rx.channel = TenantPacer::kRxChannel;
+  EXPECT_TRUE(p.admit(10'000, &tx));
+  EXPECT_FALSE(p.admit(1'000, &tx));
+  EXPECT_EQ(p.waitNs(1'000, tx), 1 * kMs);
+  EXPECT_TRUE(p.admit(10'000, &rx));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(p.admit(1'000, &rx)) << i;  // 5000 below empty
+  EXPECT_FALSE(p.admit(1'000, &rx));
+  EXPECT_EQ(p.waitNs(1'000, rx), 1 * kMs) << "back within the bound after 1000 bytes' time";
+  clock_.advanceNs(1 * kMs);
+  EXPECT_TRUE(p.admit(1'000, &rx));
+  EXPECT_FALSE(p.admit(1'000, &rx));
+  // Over a long run the receive rate is the rate: depth + debt on top, once.
+  uint64_t got = 0;
+  for (int i = 0; i < 1000; ++i) {
+    clock_.advanceNs(1 * kMs);
+    while (p.admit(500, &rx)) got += 500;
+  }
+  EXPECT_EQ(got, 1'000'000u);
+}
+
 TEST_F(TenantPacerTest, PeerWaitIsCountedOnTheSendersBucket) {
   auto w = agent("team-w", 1'000'000'000);
   TenantPacer p("team-w", config(), clock_);
