@@ -249,10 +249,10 @@ uint32_t TenantPacer::linksFor(const Channel& c) const {
     const BucketSpec& b = t[i];
     if (b.scope != shm::kScopeFabricLink || b.direction != c.dir) continue;
     bool crosses = true;
-    if (fabric_peers_ && !c.peer.empty()) {
+    if (fabric_peers_) {
       for (const FabricLinkPeers& l : fabric_peers_->links) {
         if (l.index == b.index && l.name.substr(0, shm::kBucketNameBytes - 1) == b.name) {
-          crosses = crossesLink(l, c.peer, std::nullopt);
+          crosses = crossesLink(l, c.peer, railOf(*fabric_peers_, c.netdev));
         }
       }
     }

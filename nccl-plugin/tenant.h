@@ -38,8 +38,10 @@
 // this process past its share of the tenant's rate. A send or receive is admitted only when
 // every bucket it charges has the tokens (all or none are taken), so it gets the least of its
 // share, the node's allocation and the caps; the bytes are counted on each shared bucket, a
-// refusal's backlog and throttled time on the bucket that refused. Rails: the plugin does not
-// know a device's rail, so a link class with a rail is charged by every device (the safe side).
+// refusal's backlog and throttled time on the bucket that refused. Rails: a link class with a
+// rail is charged only by connections on a device of that rail (the map's `device` lines, from
+// the agent's --device DEV=LINK,rail=N) whatever their peer; a device the map gives no rail is
+// on every rail (the safe side).
 // Without the agent the fallback has one tx and one rx bucket (rx unpaced unless
 // TENANTQOS_RX_RATE, or conservative).
 //
