@@ -61,6 +61,7 @@ class SocketTransportTest : public ::testing::Test {
     cfg.min_chunk = 4096;
     cfg.handshake_timeout_ns = kTimeoutNs;
     cfg.window_ns = kWindowNs;
+    cfg.window_rtt = window_rtt_;
     t_ = std::make_unique<SocketTransport>(std::move(devs).value(), cfg, clock_);
   }
 
@@ -176,6 +177,7 @@ class SocketTransportTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  bool window_rtt_ = false;  // TENANTQOS_SOCKET_WINDOW_RTT of the transport SetUp makes
   std::unique_ptr<SocketTransport> t_;
 };
 
@@ -861,6 +863,34 @@ TEST(PacedWindowTest, IsAnEvenShareOfRateTimesTimeWithAFloor) {
   EXPECT_EQ(pacedWindowBytes(1, 1, 1, UINT64_MAX, UINT64_MAX), kMaxStreamWindowBytes);
 }
 
+// The round trip a receive window covers: the measured one, bounded by the minimum plus the
+// configured time (the queue it follows) and by kMaxWindowRttNs; nothing without a sample.
+TEST(PacedWindowTest, RoundTripIsTheMeasuredOneBoundedByTheMinimumPlusTheConfiguredTime) {
+  constexpr int64_t kMs = 1'000'000;
+  EXPECT_EQ(windowRttNs({}, 4 * kMs), 0) << "no sample yet: the configured time alone";
+  EXPECT_EQ(windowRttNs({0, 50'000}, 4 * kMs), 0) << "only the handshake's: no sample yet";
+  EXPECT_EQ(windowRttNs({300'000, 50'000}, 4 * kMs), 300'000) << "a path without queue";
+  // The spine's 4 ms queue on a 50 us path: all of it is covered.
+  EXPECT_EQ(windowRttNs({4'050'000, 50'000}, 4 * kMs), 4'050'000);
+  // 9 ms measured (a paced or idle sender's late echoes, or a queue the window itself built):
+  // the minimum plus the configured time, not the sample.
+  EXPECT_EQ(windowRttNs({9 * kMs, 50'000}, 4 * kMs), 4'050'000);
+  EXPECT_EQ(windowRttNs({2 * kMs, 0}, 4 * kMs), 2 * kMs) << "no minimum: the sample is the floor";
+  EXPECT_EQ(windowRttNs({1 * kMs, 3 * kMs}, 4 * kMs), 1 * kMs) << "a minimum above the sample";
+  EXPECT_EQ(windowRttNs({9 * kMs, 50'000}, 0), 50'000) << "no configured time: the minimum";
+  // A hostile peer (a handshake answered after 5 s, echoes 10 s late): at most kMaxWindowRttNs.
+  EXPECT_EQ(windowRttNs({10'000 * kMs, 5'000 * kMs}, 4 * kMs), kMaxWindowRttNs);
+  EXPECT_EQ(windowRttNs({INT64_MAX, INT64_MAX}, INT64_MAX), kMaxWindowRttNs);
+  EXPECT_EQ(windowRttNs({INT64_MAX, 50'000}, INT64_MAX), kMaxWindowRttNs);
+  // The window it gives: 75 MB/s x (4 ms + 4.05 ms) over 4 streams, 150,937 bytes each, and
+  // within kMaxStreamWindowBytes whatever the rate.
+  EXPECT_EQ(pacedWindowBytes(75'000'000, 4 * kMs + windowRttNs({9 * kMs, 50'000}, 4 * kMs), 4, 8192,
+                             1448),
+            150'937u);
+  EXPECT_EQ(pacedWindowBytes(UINT64_MAX, 4 * kMs + kMaxWindowRttNs, 1, 8192, 1448),
+            kMaxStreamWindowBytes);
+}
+
 // A data stream's segment size.
 uint64_t mssOf(int fd) {
   int mss = 0;
@@ -968,6 +998,90 @@ TEST_F(SocketPacingTest, APacedSendersStreamsKeepAtMostTheirWindowUnsent) {
   // One write may cross the mark by what the helper had admitted (a chunk, 8 KiB here) plus
   // one segment's worth of the kernel's rounding.
   EXPECT_LE(most, window + 8192 + 64 * 1024) << "unsent bytes above the window of " << window;
+  rx.add(1ull << 40);
+  EXPECT_TRUE(drive(sr, rr, 20000, &sd, &rd));
+  EXPECT_TRUE(buf == msg);
+}
+
+// The receive buffer a stream's window was last sized to (SO_RCVBUF reports the kernel's
+// doubled value: the window as set, rounded down to even).
+uint64_t receiveBufferOf(int fd) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  EXPECT_EQ(::getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len), 0) << std::strerror(errno);
+  return static_cast<uint64_t>(std::max(v, 0));
+}
+
+class SocketRttWindowTest : public SocketPacingTest {
+ protected:
+  SocketRttWindowTest() { window_rtt_ = true; }
+};
+
+// TENANTQOS_SOCKET_WINDOW_RTT: a paced receiver's streams are sized to their share of the rate x
+// (the configured time + their round trip), the round trip re-read as the (injected) clock
+// moves, bounded by the minimum plus the configured time; what waits in a stream stays within
+// its window, and the reader still drains at its rate.
+TEST_F(SocketRttWindowTest, APacedReceiversWindowsCoverTheirRoundTripWithinTheBound) {
+  constexpr uint64_t kRate = 200'000'000;
+  HandAdmission rx;
+  rx.rate = kRate;
+  HandPacing rx_pacing(&rx);
+  recv_->setPacing(&rx_pacing);
+  auto fds = socketFdsOf(recv_.get());
+  fds.pop_back();  // the control stream
+  const SocketTransportConfig cfg;
+  const int count = pacedStreamCount(false);
+  const uint64_t fixed = pacedWindowBytes(kRate, kWindowNs, count, cfg.window_min, mssOf(fds[0]));
+  const std::string msg(160 << 20, 'w');
+  std::string buf(160 << 20, '\0');
+  Request* rr = post(&buf);
+  Request* sr = nullptr;
+  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
+  bool sd = false, rd = false;
+  size_t n = 0;
+  uint64_t most = 0, largest_buffer = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int ms = 1; ms <= 400; ++ms) {
+    rx.add(kRate / 1000);
+    clock_.advanceNs(1'000'000);  // the helpers re-read round trips every 20 ms of this clock
+    while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms)) {
+      if (!sd) {
+        EXPECT_TRUE(sr->test(&sd, &n).ok());
+      }
+      if (!rd) {
+        EXPECT_TRUE(rr->test(&rd, &n).ok());
+      }
+      ::usleep(200);
+    }
+    if (ms > 100) {
+      for (int fd : fds) {
+        most = std::max(most, queued(fd, SIOCINQ));
+        largest_buffer = std::max(largest_buffer, receiveBufferOf(fd));
+      }
+    }
+  }
+  ASSERT_FALSE(rd) << "the sender must stay backlogged for the whole test";
+  EXPECT_GT(rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
+  EXPECT_GT(most, 0u) << "the sender was backlogged: something must have been waiting";
+  int64_t min_rtt_ns = 0, rtt_ns = 0;
+  for (int fd : fds) {
+    const StreamRtt r = receivingStreamRtt(fd);
+    min_rtt_ns = std::max(min_rtt_ns, r.min_rtt_ns);
+    rtt_ns = std::max(rtt_ns, r.rtt_ns);
+  }
+  const uint64_t bound =
+      pacedWindowBytes(kRate, 2 * kWindowNs + min_rtt_ns, count, cfg.window_min, mssOf(fds[0]));
+  EXPECT_GE(largest_buffer + 2, fixed) << "never below the configured time's window";
+  EXPECT_LE(largest_buffer, bound + 2) << "above the bound of rate x (2 x time + minimum RTT)";
+  EXPECT_LE(most, largest_buffer + 2048) << "a stream held more than its window";
+  // Loopback's receive-side estimate is about 1 ms (TCP timestamps count in ms): 4 ms + 1 ms
+  // moves the window by more than the eighth a resize needs.
+  if (rtt_ns >= kWindowNs / 6) {
+    EXPECT_GT(largest_buffer, fixed + fixed / 8)
+        << "a round trip of " << rtt_ns << " ns measured, the window did not follow it";
+  } else {
+    GTEST_LOG_(INFO) << "round trip " << rtt_ns << " ns: too short to move the window";
+  }
   rx.add(1ull << 40);
   EXPECT_TRUE(drive(sr, rr, 20000, &sd, &rd));
   EXPECT_TRUE(buf == msg);
