@@ -113,7 +113,9 @@ enum class ParamType {
     "receive-side estimate (TCP_INFO tcpi_rcv_rtt) bounded by the connection's minimum plus "      \
     "TENANTQOS_SOCKET_WINDOW_US, re-read every 20 ms, so a queue on the path (a spine's port) "    \
     "no longer idles the stream while what waits at the reader stays about the configured "        \
-    "time. 0: the configured time alone.")                                                         \
+    "time. 0 (for now): the configured time alone; on, the testbed's incast and asymmetric met "   \
+    "the 1.01 cap but the fabric's spine and alltoall lost as with fixed windows, to receive "     \
+    "queue drops (docs/testbed.md).")                                                              \
   X(socket_window_min, "TENANTQOS_SOCKET_WINDOW_MIN", uint64_t, kSize, "8KiB", 4096, 16777216,     \
     "Smallest window of one paced socket stream, and never below 8 segments (TCP_MAXSEG), so a "   \
     "tenant with many streams or a low rate is not stalled by TCP's silly-window avoidance.")      \
