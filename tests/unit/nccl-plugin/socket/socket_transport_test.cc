@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -704,6 +705,53 @@ class SocketPacingTest : public SocketTransportTest {
     EXPECT_TRUE(recv_->irecv(1, d, sz, &tag, nullptr, &r).ok());
     return r;
   }
+  // A paced receiver (a hand-filled bucket) of a 160 MiB message from an unpaced sender that
+  // stays backlogged while the test gives the reader tokens (paceReader).
+  struct Backlog {
+    HandAdmission rx;
+    HandPacing pacing{&rx};
+    std::vector<int> fds;  // the receiver's data streams
+    std::string msg = std::string(160 << 20, 'b');
+    std::string buf = std::string(160 << 20, '\0');
+    Request* sr = nullptr;
+    Request* rr = nullptr;
+    bool sd = false, rd = false;
+  };
+  // `rate`: bytes/s, what the receiver's streams' windows are sized for.
+  void startBacklog(Backlog* b, uint64_t rate) {
+    b->rx.rate = rate;
+    recv_->setPacing(&b->pacing);
+    b->fds = socketFdsOf(recv_.get());
+    b->fds.pop_back();  // the control stream
+    b->rr = post(&b->buf);
+    ASSERT_TRUE(send_->isend(b->msg.data(), b->msg.size(), 0, nullptr, &b->sr).ok());
+  }
+  // Gives the reader tokens at `rate` (bytes/s) in 1 ms steps for `total_ms` while polling both
+  // requests, and calls `each_ms(ms)` after each step.
+  void paceReader(Backlog* b, uint64_t rate, int total_ms,
+                  const std::function<void(int)>& each_ms) {
+    size_t n = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int ms = 1; ms <= total_ms; ++ms) {
+      b->rx.add(rate / 1000);
+      while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms)) {
+        if (!b->sd) {
+          EXPECT_TRUE(b->sr->test(&b->sd, &n).ok());
+        }
+        if (!b->rd) {
+          EXPECT_TRUE(b->rr->test(&b->rd, &n).ok());
+        }
+        ::usleep(200);
+      }
+      each_ms(ms);
+    }
+  }
+  // Opens the bucket and checks that the whole message arrives intact.
+  void finishBacklog(Backlog* b) {
+    b->rx.add(1ull << 40);
+    EXPECT_TRUE(drive(b->sr, b->rr, 20000, &b->sd, &b->rd));
+    EXPECT_TRUE(b->buf == b->msg);
+  }
   // Polls both requests for `ms`; true when both completed.
   bool drive(Request* sr, Request* rr, int ms, bool* sd, bool* rd) {
     size_t n = 0;
@@ -915,49 +963,26 @@ uint64_t queued(int fd, unsigned long what) {
 // wire then counts on top of the rate (the testbed's received cap conformance 1.02-1.22).
 TEST_F(SocketPacingTest, APacedReceiversStreamsHoldNoMoreThanTheirWindow) {
   constexpr uint64_t kRate = 200'000'000;  // bytes/s the test's bucket refills at
-  HandAdmission rx;
-  rx.rate = kRate;
-  HandPacing rx_pacing(&rx);
-  recv_->setPacing(&rx_pacing);
-  auto fds = socketFdsOf(recv_.get());
-  fds.pop_back();  // the control stream
+  Backlog b;
+  ASSERT_NO_FATAL_FAILURE(startBacklog(&b, kRate));
+  const std::vector<int>& fds = b.fds;
   const SocketTransportConfig cfg;
   const uint64_t window =
       pacedWindowBytes(kRate, kWindowNs, pacedStreamCount(false), cfg.window_min, mssOf(fds[0]));
-  const std::string msg(160 << 20, 'q');  // more than 600 ms of tokens
-  std::string buf(160 << 20, '\0');
-  Request* rr = post(&buf);
-  Request* sr = nullptr;
-  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
-  bool sd = false, rd = false;
-  size_t n = 0;
   uint64_t most = 0;
   // Tokens at kRate in 1 ms steps for 600 ms; the first 100 ms let the window take effect over
   // what the connection advertised before (a TCP window never retracts its right edge).
-  const auto start = std::chrono::steady_clock::now();
-  for (int ms = 1; ms <= 600; ++ms) {
-    rx.add(kRate / 1000);
-    while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms)) {
-      if (!sd) {
-        EXPECT_TRUE(sr->test(&sd, &n).ok());
-      }
-      if (!rd) {
-        EXPECT_TRUE(rr->test(&rd, &n).ok());
-      }
-      ::usleep(200);
-    }
+  paceReader(&b, kRate, 600, [&](int ms) {
     if (ms > 100) {
       for (int fd : fds) most = std::max(most, queued(fd, SIOCINQ));
     }
-  }
-  ASSERT_FALSE(rd) << "the sender must stay backlogged for the whole test";
-  EXPECT_GT(rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
+  });
+  ASSERT_FALSE(b.rd) << "the sender must stay backlogged for the whole test";
+  EXPECT_GT(b.rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
   EXPECT_GT(most, 0u) << "the sender was backlogged: something must have been waiting";
   // The advertised window is rounded to the window scale's unit (<= 1 KiB on loopback).
   EXPECT_LE(most, window + 2048) << "a stream's buffer held more than its window of " << window;
-  rx.add(1ull << 40);
-  EXPECT_TRUE(drive(sr, rr, 20000, &sd, &rd));
-  EXPECT_TRUE(buf == msg);
+  finishBacklog(&b);
 }
 
 // A paced sender whose receiver does not read keeps at most its window unsent in each stream
@@ -1031,36 +1056,15 @@ class SocketRttWindowTest : public SocketPacingTest {
 // its window, and the reader still drains at its rate.
 TEST_F(SocketRttWindowTest, APacedReceiversWindowsCoverTheirRoundTripWithinTheBound) {
   constexpr uint64_t kRate = 200'000'000;
-  HandAdmission rx;
-  rx.rate = kRate;
-  HandPacing rx_pacing(&rx);
-  recv_->setPacing(&rx_pacing);
-  auto fds = socketFdsOf(recv_.get());
-  fds.pop_back();  // the control stream
+  Backlog b;
+  ASSERT_NO_FATAL_FAILURE(startBacklog(&b, kRate));
+  const std::vector<int>& fds = b.fds;
   const SocketTransportConfig cfg;
   const int count = pacedStreamCount(false);
   const uint64_t fixed = pacedWindowBytes(kRate, kWindowNs, count, cfg.window_min, mssOf(fds[0]));
-  const std::string msg(160 << 20, 'w');
-  std::string buf(160 << 20, '\0');
-  Request* rr = post(&buf);
-  Request* sr = nullptr;
-  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
-  bool sd = false, rd = false;
-  size_t n = 0;
   uint64_t most = 0, largest_buffer = 0, smallest_buffer = UINT64_MAX;
-  const auto start = std::chrono::steady_clock::now();
-  for (int ms = 1; ms <= 400; ++ms) {
-    rx.add(kRate / 1000);
+  paceReader(&b, kRate, 400, [&](int ms) {
     clock_.advanceNs(1'000'000);  // the helpers re-read round trips every 20 ms of this clock
-    while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms)) {
-      if (!sd) {
-        EXPECT_TRUE(sr->test(&sd, &n).ok());
-      }
-      if (!rd) {
-        EXPECT_TRUE(rr->test(&rd, &n).ok());
-      }
-      ::usleep(200);
-    }
     if (ms > 100) {
       for (int fd : fds) {
         most = std::max(most, queued(fd, SIOCINQ));
@@ -1070,9 +1074,9 @@ TEST_F(SocketRttWindowTest, APacedReceiversWindowsCoverTheirRoundTripWithinTheBo
     // Every window set over the run: one set early (the first samples count the time since
     // the handshake, up to the bound) still holds data in a stream the reader has not reached.
     for (int fd : fds) largest_buffer = std::max(largest_buffer, receiveBufferOf(fd));
-  }
-  ASSERT_FALSE(rd) << "the sender must stay backlogged for the whole test";
-  EXPECT_GT(rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
+  });
+  ASSERT_FALSE(b.rd) << "the sender must stay backlogged for the whole test";
+  EXPECT_GT(b.rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
   EXPECT_GT(most, 0u) << "the sender was backlogged: something must have been waiting";
   int64_t min_rtt_ns = 0, rtt_ns = 0;
   for (int fd : fds) {
@@ -1092,9 +1096,7 @@ TEST_F(SocketRttWindowTest, APacedReceiversWindowsCoverTheirRoundTripWithinTheBo
   GTEST_LOG_(INFO) << "windows " << smallest_buffer << ".." << largest_buffer << " bytes (fixed "
                    << fixed << ", bound " << bound << "), receive-side round trip " << rtt_ns
                    << " ns, minimum " << min_rtt_ns << " ns";
-  rx.add(1ull << 40);
-  EXPECT_TRUE(drive(sr, rr, 20000, &sd, &rd));
-  EXPECT_TRUE(buf == msg);
+  finishBacklog(&b);
 }
 
 }  // namespace
