@@ -4,6 +4,7 @@
 
 #include "common/endpoints.h"
 #include "common/flags.h"
+#include "common/policy.h"
 #include "common/tenant_shm.h"
 #include "common/units.h"
 
@@ -52,15 +53,32 @@ void addAgentFlags(FlagTable& t, AgentConfig* c) {
                    "policyd's certificate (its SAN must name each --policyd host: any other "
                    "server is refused)",
                    "CN = the node name, O = tenantqos:agents");
-  t.add("--device", "DEV=LINK",
+  t.add("--device", "DEV=LINK[,rail=N]",
         "manage kernel device DEV as the policy's link LINK; several devices (rails, at most " +
-            std::to_string(shm::kMaxDeviceBuckets) + ") may carry the same link",
+            std::to_string(shm::kMaxDeviceBuckets) + ") may carry the same link; rail=N (0.." +
+            std::to_string(kMaxRail) +
+            ") puts DEV on rail N of the fabric, so only its connections are charged to the "
+            "shared links of rail N (without it, to every rail's)",
         [c](std::string_view v) -> Status {
           const size_t eq = v.find('=');
-          if (eq == std::string_view::npos || eq == 0 || eq + 1 == v.size()) {
-            return invalidArgument("\"" + std::string(v) + "\" is not DEV=LINK");
+          const std::string_view rest = eq == std::string_view::npos ? "" : v.substr(eq + 1);
+          const std::string_view link = rest.substr(0, rest.find(','));
+          if (eq == std::string_view::npos || eq == 0 || link.empty()) {
+            return invalidArgument("\"" + std::string(v) + "\" is not DEV=LINK[,rail=N]");
           }
-          DeviceMapping m{std::string(v.substr(0, eq)), std::string(v.substr(eq + 1))};
+          DeviceMapping m{std::string(v.substr(0, eq)), std::string(link)};
+          if (link.size() < rest.size()) {
+            const std::string_view option = rest.substr(link.size() + 1);
+            if (option.substr(0, 5) != "rail=") {
+              return invalidArgument("\"" + std::string(v) + "\": \"" + std::string(option) +
+                                     "\" is not rail=N");
+            }
+            auto rail = FlagTable::parseInteger(option.substr(5), 0, kMaxRail);
+            if (!rail.ok()) {
+              return invalidArgument("\"" + std::string(v) + "\": rail " + rail.status().message());
+            }
+            m.rail = static_cast<uint32_t>(*rail);
+          }
           if (!validDeviceName(m.device)) {
             return invalidArgument("\"" + m.device + "\" is not a valid device name");
           }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ std::string_view tcModeName(TcMode mode);
 struct DeviceMapping {
   std::string device;
   std::string link;
+  // The rail the device is on (--device DEV=LINK,rail=N): a shared link class with a rail is
+  // charged only by this rail's devices' connections; absent: every rail's (docs/fabric.md).
+  std::optional<uint32_t> rail;
   friend bool operator==(const DeviceMapping&, const DeviceMapping&) = default;
 };
 

@@ -651,7 +651,11 @@ void Reconciler::writeFabricPeers() {
     fabric_peers_written_.clear();
     return;
   }
-  const std::string text = formatFabricPeers(fabric_.peerMap());
+  FabricPeerMap map = fabric_.peerMap();
+  for (const DeviceMapping& d : options_.devices) {
+    if (d.rail) map.device_rails.emplace(d.device, *d.rail);
+  }
+  const std::string text = formatFabricPeers(map);
   if (text == fabric_peers_written_) return;
   Status st = makeDirs(options_.run_dir, 0755);
   if (st.ok()) st = writeFileAtomic(path, text, 0644);

@@ -4,12 +4,14 @@
 
 #include <cstring>
 
+#include "common/policy.h"
 #include "common/shm_layout.h"
 
 namespace tq {
 namespace {
 
 constexpr std::string_view kHeader = "tenantqos-fabric-peers 1";
+constexpr std::string_view kHeaderWithDevices = "tenantqos-fabric-peers 2";
 
 std::vector<std::string_view> words(std::string_view line) {
   std::vector<std::string_view> out;
@@ -67,7 +69,7 @@ std::optional<std::string> canonicalAddress(std::string_view address) {
 }
 
 std::string formatFabricPeers(const FabricPeerMap& map) {
-  std::string out(kHeader);
+  std::string out(map.device_rails.empty() ? kHeader : kHeaderWithDevices);
   out += "\n";
   for (const FabricLinkPeers& l : map.links) {
     out += "link " + std::to_string(l.index) + " " + l.name + " " + l.group + " " +
@@ -75,6 +77,9 @@ std::string formatFabricPeers(const FabricPeerMap& map) {
   }
   for (const FabricLinkPeers& l : map.links) {
     for (const std::string& p : l.peers) out += "peer " + std::to_string(l.index) + " " + p + "\n";
+  }
+  for (const auto& [device, rail] : map.device_rails) {
+    out += "device " + device + " " + std::to_string(rail) + "\n";
   }
   return out;
 }
@@ -88,6 +93,7 @@ Result<FabricPeerMap> parseFabricPeers(std::string_view text) {
   size_t line_no = 0;
   size_t pos = 0;
   bool header = false;
+  bool devices_allowed = false;
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
@@ -98,8 +104,11 @@ Result<FabricPeerMap> parseFabricPeers(std::string_view text) {
       return invalidArgument("fabric peers line " + std::to_string(line_no) + ": " + why);
     };
     if (!header) {
-      if (line != kHeader) return bad("not a tenantqos-fabric-peers 1 file");
+      if (line != kHeader && line != kHeaderWithDevices) {
+        return bad("not a tenantqos-fabric-peers 1 or 2 file");
+      }
       header = true;
+      devices_allowed = line == kHeaderWithDevices;
       continue;
     }
     if (line.empty()) continue;
@@ -114,8 +123,8 @@ Result<FabricPeerMap> parseFabricPeers(std::string_view text) {
       l.name = std::string(w[2]);
       l.group = std::string(w[3]);
       if (w[4] != "all") {
-        auto rail = smallNumber(w[4], 255);
-        if (!rail) return bad("rail is not 0..255 or all");
+        auto rail = smallNumber(w[4], kMaxRail);
+        if (!rail) return bad("rail is not 0.." + std::to_string(kMaxRail) + " or all");
         l.rail = *rail;
       }
       for (const FabricLinkPeers& o : map.links) {
@@ -133,12 +142,30 @@ Result<FabricPeerMap> parseFabricPeers(std::string_view text) {
       auto address = canonicalAddress(w[2]);
       if (!address || *address != w[2]) return bad("not a canonical IPv4 or IPv6 address");
       link->peers.insert(std::move(*address));
+    } else if (w[0] == "device") {
+      if (!devices_allowed) return bad("a device line in a version 1 file");
+      if (w.size() != 3) return bad("a device line has 2 fields");
+      if (!printableWord(w[1])) return bad("bad device name");
+      auto rail = smallNumber(w[2], kMaxRail);
+      if (!rail) return bad("rail is not 0.." + std::to_string(kMaxRail));
+      if (map.device_rails.size() >= kMaxFabricDevices) {
+        return bad("more than " + std::to_string(kMaxFabricDevices) + " devices");
+      }
+      if (!map.device_rails.emplace(std::string(w[1]), *rail).second) {
+        return bad("device " + std::string(w[1]) + " twice");
+      }
     } else {
       return bad("unknown record \"" + std::string(w[0].substr(0, 16)) + "\"");
     }
   }
   if (!header) return invalidArgument("fabric peers: empty file");
   return map;
+}
+
+std::optional<uint32_t> railOf(const FabricPeerMap& map, std::string_view device) {
+  auto it = map.device_rails.find(device);
+  if (it == map.device_rails.end()) return std::nullopt;
+  return it->second;
 }
 
 bool crossesLink(const FabricLinkPeers& link, const std::string& peer,

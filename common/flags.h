@@ -190,8 +190,11 @@ class FlagTable {
   const std::deque<Flag>& flags() const { return flags_; }
   const std::string& program() const { return program_; }
 
- private:
+  // A whole number in [min, max] (the rule every integer flag uses; also for flags whose value
+  // has integer parts).
   static Result<int64_t> parseInteger(std::string_view v, int64_t min, int64_t max);
+
+ private:
   // A whole number of `unit_ns` units in [min, max], stored in nanoseconds.
   Flag& wholeUnits(std::string name, std::string placeholder, int64_t unit_ns, int64_t* out_ns,
                    int64_t min, int64_t max, std::string help);

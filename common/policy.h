@@ -32,6 +32,8 @@ struct LinkSpec {
 // it ("rx", down), each direction with the link's capacity. A node is in at most one group of a
 // class. Guarantees, limits and weights hold on every shared link a tenant crosses, for the
 // tenant's traffic summed over its nodes (docs/policy.md, "Shared links").
+inline constexpr uint32_t kMaxRail = 255;  // a shared link class's or a device's rail
+
 struct LinkGroupSpec {
   std::string name;
   std::vector<std::string> nodes;          // Kubernetes node names
@@ -43,8 +45,8 @@ struct SharedLinkSpec {
   std::string name;
   uint64_t capacity_bytes_per_second = 0;  // per direction, of each group's link (0: per group)
   double headroom_percent = 0;
-  // Only the traffic of the nodes' devices on this rail (Net ABI railId) crosses the class's
-  // links; absent: all the nodes' traffic.
+  // Only the traffic of the nodes' devices on this rail (0..kMaxRail; Net ABI railId) crosses
+  // the class's links; absent: all the nodes' traffic.
   std::optional<uint32_t> rail;
   std::vector<LinkGroupSpec> groups;
   friend bool operator==(const SharedLinkSpec&, const SharedLinkSpec&) = default;

@@ -19,6 +19,13 @@ int64_t clampedStart(int64_t word, int64_t now_ns, int64_t burst_ns,
   return std::max(start, now_ns - burst_ns);
 }
 
+// The debt a take may leave (cfg.debt_bytes as time), bounded so that no word it writes is
+// taken for garbage (beyond kMaxBucketDebtNs).
+int64_t debtNs(const BucketConfig& cfg) {
+  if (cfg.debt_bytes == 0) return 0;
+  return std::min(bucketCostNs(cfg.debt_bytes, cfg.rate_bytes_per_second), kMaxBucketDebtNs / 4);
+}
+
 void raiseFloor(std::atomic<int64_t>* floor, int64_t v) {
   if (floor == nullptr) return;
   int64_t cur = floor->load(std::memory_order_relaxed);
@@ -40,8 +47,9 @@ bool bucketTryTake(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t b
   const int64_t burst_ns = bucketCostNs(cfg.burst_bytes, cfg.rate_bytes_per_second);
   const int64_t cost_ns =
       std::min(bucketCostNs(bytes, cfg.rate_bytes_per_second), kMaxBucketDebtNs);
-  // A message larger than the burst needs a full bucket, not more than that.
-  const int64_t need_ns = std::min(cost_ns, burst_ns);
+  // A message larger than the burst needs a full bucket, not more than that; less the debt the
+  // take may leave (negative: admitted while the bucket is less than that far below empty).
+  const int64_t need_ns = std::min(cost_ns, burst_ns) - debtNs(cfg);
   int64_t cur = empty_at_ns.load(std::memory_order_relaxed);
   for (;;) {
     if (cur > now_ns + kMaxBucketDebtNs) {
@@ -105,7 +113,8 @@ int64_t bucketReadyAt(const std::atomic<int64_t>& empty_at_ns, int64_t now_ns, u
   if (cfg.rate_bytes_per_second == 0) return std::numeric_limits<int64_t>::max();
   const int64_t burst_ns = bucketCostNs(cfg.burst_bytes, cfg.rate_bytes_per_second);
   const int64_t need_ns =
-      std::min({bucketCostNs(bytes, cfg.rate_bytes_per_second), burst_ns, kMaxBucketDebtNs});
+      std::min({bucketCostNs(bytes, cfg.rate_bytes_per_second), burst_ns, kMaxBucketDebtNs}) -
+      debtNs(cfg);
   const int64_t start =
       clampedStart(empty_at_ns.load(std::memory_order_relaxed), now_ns, burst_ns, floor);
   return std::max(now_ns, start + need_ns);

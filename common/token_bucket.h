@@ -28,6 +28,12 @@ namespace tq {
 struct BucketConfig {
   uint64_t rate_bytes_per_second = 0;  // 0: nothing is admitted
   uint64_t burst_bytes = 256 * 1024;   // the depth
+  // How far below empty a take may leave the bucket: a take of n bytes is admitted once
+  // min(n, depth) - debt tokens are there, so the bucket spans [-debt, depth] and admits at most
+  // rate x T + depth + debt over any window T (the long-run rate is unchanged). 0: a take needs
+  // its tokens (or a full bucket). For an admitter that comes back late to move what a paced
+  // peer already holds to the rate (TenantPacer: receives, TENANTQOS_RX_DEBT_US).
+  uint64_t debt_bytes = 0;
 };
 
 // Bucket depth sized in time. Over any window T a bucket admits at most rate x T + max(depth,
@@ -54,7 +60,8 @@ uint64_t bucketMaxTakeBytes(uint64_t rate_bytes_per_second);
 // ns needed to earn `bytes` at `rate` (rounded up), saturating.
 int64_t bucketCostNs(uint64_t bytes, uint64_t rate_bytes_per_second);
 
-// Tries to take `bytes` tokens at time `now_ns`. Returns true if admitted. `floor` as above.
+// Tries to take `bytes` tokens at time `now_ns`. Returns true if admitted. `floor` as above;
+// cfg.debt_bytes: how far below empty the take may leave the bucket.
 bool bucketTryTake(std::atomic<int64_t>& empty_at_ns, int64_t now_ns, uint64_t bytes,
                    const BucketConfig& cfg, std::atomic<int64_t>* floor = nullptr);
 

@@ -144,6 +144,13 @@ enum class ParamType {
     "bucket depth), each admitted by the bucket on its own, so the rate holds at millisecond "     \
     "scales, not only on average, and a chunk finds room in the bucket even when its admitter "    \
     "comes back late: ib sends, socket reads and writes.")                                         \
+  X(rx_debt_us, "TENANTQOS_RX_DEBT_US", int64_t, kInt, "0", 0, 100000,                             \
+    "Receives: how far (time at the rx bucket's rate) a read may take the bucket below empty, so " \
+    "a receiving thread that wakes late reads what arrived at once instead of sleeping again for " \
+    "each chunk's tokens, and a transfer its paced sender already holds to the rate passes one "   \
+    "sleeping stage, not two. Any sender, paced or not, still gets at most rate x (T + depth + "   \
+    "this) into the receiver over any window T (TCP holds it once the reader stops). 0: "          \
+    "receives wait for their tokens as sends do.")                                                 \
   X(handshake_timeout_ms, "TENANTQOS_HANDSHAKE_TIMEOUT_MS", int64_t, kMillis, "30000", 10,         \
     86400000,                                                                                      \
     "Deadline for connect/accept: a peer that sends nothing, garbage or a partial handshake in "   \

@@ -53,6 +53,7 @@ PacerConfig pacerConfigFromParams(const PluginParams& p) {
   c.recheck_ns = p.shm_recheck_ms * 1'000'000;
   c.catchup_ns = p.catchup_ms * 1'000'000;
   c.chunk_ns = p.pace_chunk_us * 1'000;
+  c.rx_debt_ns = p.rx_debt_us * 1'000;
   c.agent_uid = static_cast<uid_t>(p.agent_uid);
   return c;
 }
@@ -248,10 +249,10 @@ uint32_t TenantPacer::linksFor(const Channel& c) const {
     const BucketSpec& b = t[i];
     if (b.scope != shm::kScopeFabricLink || b.direction != c.dir) continue;
     bool crosses = true;
-    if (fabric_peers_ && !c.peer.empty()) {
+    if (fabric_peers_) {
       for (const FabricLinkPeers& l : fabric_peers_->links) {
         if (l.index == b.index && l.name.substr(0, shm::kBucketNameBytes - 1) == b.name) {
-          crosses = crossesLink(l, c.peer, std::nullopt);
+          crosses = crossesLink(l, c.peer, railOf(*fabric_peers_, c.netdev));
         }
       }
     }
@@ -654,16 +655,24 @@ BucketConfig TenantPacer::withCatchUp(int b, int64_t lag_ns) const {
   return eff;
 }
 
+BucketConfig TenantPacer::withDebt(BucketConfig c, int channel) const {
+  if (cfg_.rx_debt_ns <= 0 || channels_dir_[channel] != shm::kRx) return c;
+  const unsigned __int128 d = static_cast<unsigned __int128>(c.rate_bytes_per_second) *
+                              static_cast<uint64_t>(cfg_.rx_debt_ns) / 1'000'000'000u;
+  c.debt_bytes = static_cast<uint64_t>(std::min<unsigned __int128>(d, UINT64_MAX / 2));
+  return c;
+}
+
 int64_t TenantPacer::readyAtAll(AgentBinding* a, int channel, int64_t now, uint64_t bytes) const {
   auto* self = const_cast<TenantPacer*>(this);
   const int b = bucketOf(channel);
   int64_t at = now;
   auto wait_for = [&](int k) {
-    at = std::max(
-        at, bucketReadyAt(self->wordFor(a, k), now, bytes, configOf(k), self->floorFor(a, k)));
+    at = std::max(at, bucketReadyAt(self->wordFor(a, k), now, bytes, withDebt(configOf(k), channel),
+                                    self->floorFor(a, k)));
     const BucketConfig own = ownConfigOf(k);
     if (own.rate_bytes_per_second != 0) {
-      at = std::max(at, bucketReadyAt(self->own_words_[k], now, bytes, own));
+      at = std::max(at, bucketReadyAt(self->own_words_[k], now, bytes, withDebt(own, channel)));
     }
   };
   wait_for(b);
@@ -706,7 +715,7 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
     size_t n_charges = 0;
     auto add = [&](int k) {
       const BucketConfig base = configOf(k);
-      const BucketConfig eff = withCatchUp(k, ps->lag_ns);
+      const BucketConfig eff = withDebt(withCatchUp(k, ps->lag_ns), ps->channel);
       shm::Counters* c = k == b ? ctr : countersFor(a, k);
       const BucketConfig own = ownConfigOf(k);
       if (own.rate_bytes_per_second != 0) {
@@ -719,7 +728,7 @@ bool TenantPacer::admit(uint64_t bytes, PaceState* ps, uint64_t pending) {
                   own.rate_bytes_per_second / base.rate_bytes_per_second,
               UINT64_MAX / 2));
         }
-        charges[n_charges++] = {&own_words_[k], nullptr, own_eff, own, c};
+        charges[n_charges++] = {&own_words_[k], nullptr, withDebt(own_eff, ps->channel), own, c};
       }
       charges[n_charges++] = {&wordFor(a, k), floorFor(a, k), eff, eff, c};
     };

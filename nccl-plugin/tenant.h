@@ -38,8 +38,10 @@
 // this process past its share of the tenant's rate. A send or receive is admitted only when
 // every bucket it charges has the tokens (all or none are taken), so it gets the least of its
 // share, the node's allocation and the caps; the bytes are counted on each shared bucket, a
-// refusal's backlog and throttled time on the bucket that refused. Rails: the plugin does not
-// know a device's rail, so a link class with a rail is charged by every device (the safe side).
+// refusal's backlog and throttled time on the bucket that refused. Rails: a link class with a
+// rail is charged only by connections on a device of that rail (the map's `device` lines, from
+// the agent's --device DEV=LINK,rail=N) whatever their peer; a device the map gives no rail is
+// on every rail (the safe side).
 // Without the agent the fallback has one tx and one rx bucket (rx unpaced unless
 // TENANTQOS_RX_RATE, or conservative).
 //
@@ -114,6 +116,7 @@ struct PacerConfig {
   int64_t recheck_ns = 1'000'000'000;
   int64_t catchup_ns = 20'000'000;
   int64_t chunk_ns = 250'000;  // TENANTQOS_PACE_CHUNK_US: time one paced chunk covers
+  int64_t rx_debt_ns = 0;      // TENANTQOS_RX_DEBT_US: debt a receive may leave (admit())
   uid_t agent_uid = 0;         // TENANTQOS_AGENT_UID: besides root, who may answer
 };
 
@@ -186,6 +189,13 @@ class TenantPacer {
   // gives a limit, the catch-up is also bounded by (limit - rate) x catchup, so the tenant stays
   // under its limit over any window of >= catchup + depth / limit (none at all when its rate is
   // its limit).
+  //
+  // Receives (channels of shm::kRx) with cfg.rx_debt_ns > 0: a receive is admitted once its
+  // tokens less rate x rx_debt_ns are there (BucketConfig::debt_bytes, on every bucket charged):
+  // a receiving thread that wakes late reads what arrived at once instead of sleeping for each
+  // chunk's tokens, so a transfer a paced sender already holds to the rate does not pass a second
+  // sleeping stage. What any sender gets into the receiver stays at most rate x (T + depth +
+  // rx_debt_ns) over any window T.
   //
   // `pending` (0: same as `bytes`) is what a refusal adds to the backlog: an admitter of
   // chunks passes the bytes still waiting behind this chunk, so the agent sees the real demand
@@ -308,6 +318,9 @@ class TenantPacer {
   }
   // Bucket `b`'s config with the catch-up allowance of an admitter `lag_ns` late (admit()).
   BucketConfig withCatchUp(int b, int64_t lag_ns) const;
+  // `c` with the debt a take of the channel may leave: rate x cfg_.rx_debt_ns on receives, none
+  // on sends (admit()).
+  BucketConfig withDebt(BucketConfig c, int channel) const;
   // The earliest time every bucket the channel charges (and this process's own of each) could
   // admit `bytes`.
   int64_t readyAtAll(AgentBinding* a, int channel, int64_t now, uint64_t bytes) const;

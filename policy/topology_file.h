@@ -33,7 +33,6 @@ inline constexpr size_t kMaxSharedLinks = 64;
 inline constexpr size_t kMaxLinkGroups = 16384;      // per shared link
 inline constexpr size_t kMaxGroupNodes = 16384;      // per group
 inline constexpr size_t kMaxTopologyNodes = 131072;  // node entries over all shared links
-inline constexpr uint32_t kMaxRail = 255;
 
 // `sharedLinks` at the top level (`e` is its entry) into `out`.
 void readSharedLinks(yaml::FieldReader& reader, const yaml::FieldReader::Entry& e,

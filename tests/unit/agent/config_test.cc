@@ -35,6 +35,7 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
                   "--device",
                   "eth0=fabric",
                   "--device=ib0=storage",
+                  "--device=eth2=fabric,rail=7",
                   "--run-dir",
                   "/tmp/r",
                   "--state-dir=/tmp/s",
@@ -56,6 +57,7 @@ TEST(AgentConfigTest, AllFlagsBothSyntaxes) {
                   "--qp-scan-interval-ms=200"});
   ASSERT_TRUE(c.ok()) << c.status().toString();
   EXPECT_EQ(c->devices[1], (DeviceMapping{"ib0", "storage"}));
+  EXPECT_EQ(c->devices[2], (DeviceMapping{"eth2", "fabric", 7u}));
   EXPECT_EQ(c->run_dir, "/tmp/r");
   EXPECT_EQ(c->state_dir, "/tmp/s");
   EXPECT_EQ(c->metrics_address, "127.0.0.1:0");
@@ -100,6 +102,11 @@ TEST(AgentConfigTest, UsageErrors) {
       {{"--policyd", "h:1", "--device", "a/b=fabric"}, "valid device"},
       {{"--policyd", "h:1", "--device", "averyveryverylongname=x"}, "valid device"},
       {{"--policyd", "h:1", "--device", "e=a", "--device", "e=b"}, "twice"},
+      {{"--policyd", "h:1", "--device", "e=,rail=1"}, "DEV=LINK[,rail=N]"},
+      {{"--policyd", "h:1", "--device", "e=a,lane=1"}, "\"lane=1\" is not rail=N"},
+      {{"--policyd", "h:1", "--device", "e=a,rail="}, "rail \"\" is not a whole number"},
+      {{"--policyd", "h:1", "--device", "e=a,rail=256"}, "rail 256 is outside [0, 255]"},
+      {{"--policyd", "h:1", "--device", "e=a,rail=1,rail=2"}, "not a whole number"},
       {{"--policyd", "nohostport", "--device", "e=a"}, "HOST:PORT"},
       {{"--policyd", "h:99999", "--device", "e=a"}, "port"},
       {{"--policyd", "h:1", "--device", "e=a", "--period-ms", "0"}, "outside"},

@@ -961,5 +961,24 @@ TEST_F(ReconcilerTest, SharedLinkBucketsEnforceTheAllocatorsCapsThenTheStaticSpl
   EXPECT_FALSE(board_.fabricDemand().has_value());
 }
 
+// A device the agent was told the rail of (--device DEV=LINK,rail=N) is in the peers map, so
+// the plugin charges a rail's link class only for connections on that rail's devices.
+TEST_F(ReconcilerTest, DeviceRailsReachThePeersMap) {
+  ReconcilerOptions o = options();
+  o.devices = {{"eth0", "fabric", 3u}, {"eth1", "storage"}};
+  Reconciler r(o, &tc_, clock_, &board_);
+  VersionedPolicy p = samplePolicy(1);
+  SharedLinkSpec rail;
+  rail.name = "rail-3";
+  rail.rail = 3;
+  rail.capacity_bytes_per_second = 1'000'000'000;
+  rail.groups = {{"pod-1", {"node1", "node2"}, 0}, {"pod-2", {"node3"}, 0}};
+  p.policy.shared_links = {rail};
+  r.onPolicy(p, PolicySource::kPolicyd);
+  r.tick();
+  EXPECT_EQ(readWholeFileOr(attach::fabricPeersPath(dir_.path())),
+            "tenantqos-fabric-peers 2\nlink 0 rail-3 pod-1 3\ndevice eth0 3\n");
+}
+
 }  // namespace
 }  // namespace tq::agent

@@ -41,7 +41,13 @@ TEST(FabricPeers, EveryBadLineIsRefusedByNumber) {
   const std::string head = "tenantqos-fabric-peers 1\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "empty file"},
-      {"tenantqos-fabric-peers 2\n", "line 1: not a tenantqos-fabric-peers 1 file"},
+      {"tenantqos-fabric-peers 3\n", "line 1: not a tenantqos-fabric-peers 1 or 2 file"},
+      {head + "device eth0 1\n", "line 2: a device line in a version 1 file"},
+      {"tenantqos-fabric-peers 2\ndevice eth0\n", "line 2: a device line has 2 fields"},
+      {"tenantqos-fabric-peers 2\ndevice eth0 256\n", "line 2: rail is not 0..255"},
+      {"tenantqos-fabric-peers 2\ndevice eth0 -1\n", "line 2: rail is not 0..255"},
+      {"tenantqos-fabric-peers 2\ndevice eth\x7f 1\n", "line 2: bad device name"},
+      {"tenantqos-fabric-peers 2\ndevice eth0 1\ndevice eth0 2\n", "line 3: device eth0 twice"},
       {head + "link 8 a b all\n", "line 2: link index is not 0..7"},
       {head + "link 0 a b\n", "line 2: a link line has 4 fields"},
       {head + "link 0 a b 256\n", "line 2: rail is not 0..255 or all"},
@@ -59,6 +65,34 @@ TEST(FabricPeers, EveryBadLineIsRefusedByNumber) {
         << text << " -> " << r.status().message();
   }
   EXPECT_FALSE(parseFabricPeers(head + std::string(kMaxFabricPeersBytes, '\n')).ok());
+  std::string many = "tenantqos-fabric-peers 2\n";
+  for (size_t i = 0; i <= kMaxFabricDevices; ++i) many += "device e" + std::to_string(i) + " 0\n";
+  auto r = parseFabricPeers(many);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 64 devices"), std::string::npos)
+      << r.status().message();
+}
+
+// The devices' rails (the agent's --device DEV=LINK,rail=N) are version 2 of the file; a map
+// without them stays version 1, which the plugin of the release before rails reads.
+TEST(FabricPeers, DeviceRailsMakeAVersion2File) {
+  FabricPeerMap m = sample();
+  m.device_rails = {{"eth1", 1}, {"eth0", 0}};
+  const std::string text = formatFabricPeers(m);
+  EXPECT_EQ(text,
+            "tenantqos-fabric-peers 2\n"
+            "link 0 leaf-uplink leaf-1 all\n"
+            "link 1 rail-0 pod-1 0\n"
+            "peer 0 10.0.0.2\n"
+            "peer 0 fd00::2\n"
+            "device eth0 0\n"
+            "device eth1 1\n");
+  auto parsed = parseFabricPeers(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().toString();
+  EXPECT_EQ(*parsed, m);
+  EXPECT_EQ(railOf(*parsed, "eth1"), 1u);
+  EXPECT_EQ(railOf(*parsed, "eth9"), std::nullopt) << "not named: every rail";
+  EXPECT_EQ(formatFabricPeers(sample()).substr(0, 25), "tenantqos-fabric-peers 1\n");
 }
 
 TEST(FabricPeers, AConnectionCrossesALinkUnlessItsPeerIsInTheGroup) {
@@ -69,6 +103,10 @@ TEST(FabricPeers, AConnectionCrossesALinkUnlessItsPeerIsInTheGroup) {
   EXPECT_TRUE(crossesLink(m.links[1], "10.0.0.9", 0u));
   EXPECT_FALSE(crossesLink(m.links[1], "10.0.0.9", 1u));
   EXPECT_TRUE(crossesLink(m.links[1], "10.0.0.9", std::nullopt));  // rail unknown: crossing
+  // A peer without an address (InfiniBand) crosses every link of its device's rail only.
+  EXPECT_TRUE(crossesLink(m.links[0], "", 1u));
+  EXPECT_TRUE(crossesLink(m.links[1], "", 0u));
+  EXPECT_FALSE(crossesLink(m.links[1], "", 1u));
 }
 
 }  // namespace

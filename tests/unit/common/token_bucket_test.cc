@@ -183,5 +183,68 @@ TEST(TokenBucket, GivingBackReturnsUnusedTokensUpToTheDepth) {
   EXPECT_EQ(state.load(), later + 2 * kMaxBucketDebtNs);
 }
 
+// A debt allowance admits a take once its tokens less the debt are there, and no further: the
+// bucket spans [-debt, depth], readyAt agrees with tryTake, and the long-run rate is unchanged.
+TEST(TokenBucket, DebtAdmitsEarlyWithinItsBound) {
+  std::atomic<int64_t> state{0};
+  BucketConfig cfg{1'000'000, 1000};  // 1 B per us, 1 ms deep
+  cfg.debt_bytes = 1000;              // 1 ms below empty
+  int64_t now = kSec;
+  EXPECT_TRUE(bucketTryTake(state, now, 1000, cfg));  // the full bucket
+  EXPECT_TRUE(bucketTryTake(state, now, 1000, cfg));  // into debt: -1000
+  EXPECT_EQ(bucketAvailable(state, now, cfg), -1000);
+  EXPECT_FALSE(bucketTryTake(state, now, 1, cfg));  // at the bound: nothing more
+  // 400 B need 400 tokens less the 1000 of debt: the bucket back at -600, 400 us from now.
+  EXPECT_EQ(bucketReadyAt(state, now, 400, cfg), now + 400'000);
+  EXPECT_FALSE(bucketTryTake(state, now + 399'999, 400, cfg));
+  EXPECT_TRUE(bucketTryTake(state, now + 400'000, 400, cfg));
+  // Without the allowance the same word refuses until the tokens are really there.
+  BucketConfig plain = cfg;
+  plain.debt_bytes = 0;
+  EXPECT_EQ(bucketReadyAt(state, now + 400'000, 400, plain), now + 1'400'000 + 400'000);
+}
+
+// A taker of 8 KiB chunks at 0.3 Gbit/s that sleeps for its tokens and wakes 0-2 ms late (the
+// helpers of a loaded 2-core host, docs/testbed.md): a bucket 1 ms deep loses the lateness beyond
+// what it holds, a debt of one more depth absorbs most of it; either way no 100 ms window gets
+// more than rate x 100 ms + depth + debt.
+TEST(TokenBucket, DebtAbsorbsLateWakeUpsWithinEveryWindowsBound) {
+  const uint64_t rate = 37'500'000;
+  const uint64_t depth = bucketDepthBytes(rate, 1'000'000, 4096);
+  auto run = [&](uint64_t debt) {
+    BucketConfig cfg{rate, depth};
+    cfg.debt_bytes = debt;
+    std::atomic<int64_t> state{0};
+    std::mt19937_64 rng(7);
+    std::vector<std::pair<int64_t, uint64_t>> takes;  // (time, bytes)
+    const int64_t start = kSec, end = start + 4 * kSec;
+    const uint64_t chunk = 8192;
+    for (int64_t now = start; now < end;) {
+      if (bucketTryTake(state, now, chunk, cfg)) {
+        takes.emplace_back(now, chunk);
+        continue;
+      }
+      now = bucketReadyAt(state, now, chunk, cfg) + static_cast<int64_t>(rng() % 2'000'000);
+    }
+    const int64_t w = 100'000'000;
+    const double bound = rate * 0.1 + static_cast<double>(depth + debt) + 1;
+    size_t lo = 0, hi = 0;
+    uint64_t in = 0;
+    for (int64_t t0 = start; t0 + w <= end; t0 += 1'000'000) {
+      while (hi < takes.size() && takes[hi].first < t0 + w) in += takes[hi++].second;
+      while (lo < hi && takes[lo].first < t0) in -= takes[lo++].second;
+      EXPECT_LE(static_cast<double>(in), bound) << "debt " << debt << ", window at " << t0;
+    }
+    uint64_t total = 0;
+    for (const auto& t : takes) total += t.second;
+    return static_cast<double>(total) / (static_cast<double>(rate) * 4);
+  };
+  const double plain = run(0);
+  const double with_debt = run(depth);
+  EXPECT_LT(plain, 0.9) << "1 ms deep, woken up to 2 ms late";
+  EXPECT_GT(with_debt, 0.97);
+  EXPECT_LE(with_debt, 1.0 + 2.0 * depth / (rate * 4.0) + 1e-6);
+}
+
 }  // namespace
 }  // namespace tq

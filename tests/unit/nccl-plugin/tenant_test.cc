@@ -501,6 +501,58 @@ TEST_F(TenantPacerTest, ConnectionsChargeTheSharedLinksTheirPeerIsBehind) {
   EXPECT_EQ(p.linkBuckets(same_leaf), 1u << 2);
 }
 
+// Rails: a link class with a rail is charged only by connections on a device of that rail (the
+// map's device lines), whatever the peer, an address-less (InfiniBand) one included; a device
+// the map gives no rail, or a map without device lines, is on every rail (the safe side).
+TEST_F(TenantPacerTest, ARailsLinkIsChargedOnlyByThatRailsDevices) {
+  auto w = agent("team-r", 1'000'000, 10'000);
+  TenantParams q = w->published();
+  q.policy_version = 2;
+  q.buckets.clear();
+  for (const char* dev : {"eth0", "eth1"}) {
+    BucketSpec b;
+    b.direction = shm::kTx;
+    b.name = dev;
+    b.rate_bytes_per_second = 1'000'000;
+    b.depth_bytes = 10'000;
+    q.buckets.push_back(b);
+  }
+  for (uint32_t rail : {0u, 1u}) {
+    BucketSpec link;
+    link.scope = shm::kScopeFabricLink;
+    link.index = rail;
+    link.direction = shm::kTx;
+    link.name = "rail-" + std::to_string(rail);
+    link.rate_bytes_per_second = 250'000;
+    link.depth_bytes = 5'000;
+    q.buckets.push_back(link);  // table index 2 + rail
+  }
+  w->publish(q);
+  const std::string map_path = attach::fabricPeersPath(runDir());
+  const std::string links = "link 0 rail-0 pod-1 0\nlink 1 rail-1 pod-1 1\n";
+  ASSERT_TRUE(
+      writeFileAtomic(map_path,
+                      "tenantqos-fabric-peers 2\n" + links + "device eth0 0\ndevice eth1 1\n", 0644)
+          .ok());
+  PacerConfig c = config();
+  c.agent_uid = ::getuid();
+  TenantPacer p("team-r", c, clock_);
+  ASSERT_EQ(p.mode(), TenantPacer::Mode::kAgent);
+  const int rail0 = p.channel(shm::kTx, "eth0", "10.0.1.5");
+  const int rail1_ib = p.channel(shm::kTx, "eth1", "");
+  const int unknown_dev = p.channel(shm::kTx, "eth7", "10.0.1.5");
+  EXPECT_EQ(p.linkBuckets(rail0), 1u << 2);
+  EXPECT_EQ(p.linkBuckets(rail1_ib), 1u << 3) << "an address-less peer: its rail's class only";
+  EXPECT_EQ(p.linkBuckets(unknown_dev), (1u << 2) | (1u << 3)) << "no rail: every rail's";
+  // A map without device lines (version 1): every device is on every rail.
+  ASSERT_TRUE(writeFileAtomic(map_path, "tenantqos-fabric-peers 1\n" + links, 0644).ok());
+  clock_.advanceNs(1001 * kMs);
+  PaceState s;
+  s.channel = rail0;
+  EXPECT_TRUE(p.admit(1, &s));
+  EXPECT_EQ(p.linkBuckets(rail0), (1u << 2) | (1u << 3));
+}
+
 // A receive admitted at its posted size that carried less gives the rest back.
 TEST_F(TenantPacerTest, ReceivesGiveBackWhatDidNotCome) {
   agent("team-g", 1'000'000, 10'000);
@@ -536,6 +588,36 @@ TEST_F(TenantPacerTest, WithoutAnAgentRxRatePacesReceivesOnly) {
   EXPECT_TRUE(p.admit(20'000, &rx));
   EXPECT_FALSE(p.admit(20'000, &rx));
   EXPECT_EQ(p.waitNs(20'000, rx), 20 * kMs);
+}
+
+// TENANTQOS_RX_DEBT_US: a receive may leave its bucket that far below empty (so a late reader
+// reads what arrived at once); sends still wait for their tokens.
+TEST_F(TenantPacerTest, ReceivesMayGoIntoDebtSendsMayNot) {
+  PacerConfig c = config();
+  c.rate = 1'000'000;  // 1 byte per us, both ways
+  c.rx_rate = 1'000'000;
+  c.burst = 10'000;        // 10 ms deep
+  c.rx_debt_ns = 5 * kMs;  // 5000 bytes
+  TenantPacer p("team-d", c, clock_);
+  PaceState tx, rx;
+  rx.channel = TenantPacer::kRxChannel;
+  EXPECT_TRUE(p.admit(10'000, &tx));
+  EXPECT_FALSE(p.admit(1'000, &tx));
+  EXPECT_EQ(p.waitNs(1'000, tx), 1 * kMs);
+  EXPECT_TRUE(p.admit(10'000, &rx));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(p.admit(1'000, &rx)) << i;  // 5000 below empty
+  EXPECT_FALSE(p.admit(1'000, &rx));
+  EXPECT_EQ(p.waitNs(1'000, rx), 1 * kMs) << "back within the bound after 1000 bytes' time";
+  clock_.advanceNs(1 * kMs);
+  EXPECT_TRUE(p.admit(1'000, &rx));
+  EXPECT_FALSE(p.admit(1'000, &rx));
+  // Over a long run the receive rate is the rate: depth + debt on top, once.
+  uint64_t got = 0;
+  for (int i = 0; i < 1000; ++i) {
+    clock_.advanceNs(1 * kMs);
+    while (p.admit(500, &rx)) got += 500;
+  }
+  EXPECT_EQ(got, 1'000'000u);
 }
 
 TEST_F(TenantPacerTest, PeerWaitIsCountedOnTheSendersBucket) {
