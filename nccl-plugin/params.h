@@ -107,6 +107,15 @@ enum class ParamType {
     "much. 0 (for now): the kernel's autotuning (MBs per stream); 4000 met the 1.01 cap in the "   \
     "testbed's incast and fabric but cost the spine 0.13-0.16 of its utilisation "                 \
     "(docs/testbed.md).")                                                                          \
+  X(socket_window_rtt, "TENANTQOS_SOCKET_WINDOW_RTT", int64_t, kInt, "0", 0, 1,                    \
+    "1: a paced receiving stream's window also covers its measured round trip: its share of the "  \
+    "rate x (TENANTQOS_SOCKET_WINDOW_US + round trip), the round trip being the kernel's "         \
+    "receive-side estimate (TCP_INFO tcpi_rcv_rtt) bounded by the connection's minimum plus "      \
+    "TENANTQOS_SOCKET_WINDOW_US, re-read every 20 ms, so a queue on the path (a spine's port) "    \
+    "no longer idles the stream while what waits at the reader stays about the configured "        \
+    "time. 0 (for now): the configured time alone; on, the testbed's incast and asymmetric met "   \
+    "the 1.01 cap but the fabric's spine and alltoall lost as with fixed windows, to receive "     \
+    "queue drops (docs/testbed.md).")                                                              \
   X(socket_window_min, "TENANTQOS_SOCKET_WINDOW_MIN", uint64_t, kSize, "8KiB", 4096, 16777216,     \
     "Smallest window of one paced socket stream, and never below 8 segments (TCP_MAXSEG), so a "   \
     "tenant with many streams or a low rate is not stalled by TCP's silly-window avoidance.")      \

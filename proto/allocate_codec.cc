@@ -9,54 +9,48 @@ namespace v1 = tenantqos::v1;
 
 constexpr size_t kMaxNameBytes = 253;
 
-// The names of an entry, per message type.
-struct DemandNames {
-  static bool any(const v1::LinkDemand& e) { return !e.tenant().empty() || !e.link().empty(); }
-  static bool all(const v1::LinkDemand& e) { return !e.tenant().empty() && !e.link().empty(); }
-  static bool fit(const v1::LinkDemand& e) {
-    return e.tenant().size() <= kMaxNameBytes && e.link().size() <= kMaxNameBytes;
-  }
-  static bool same(const v1::LinkDemand& a, const v1::LinkDemand& b) {
-    return a.tenant() == b.tenant() && a.link() == b.link();
-  }
-  static void copy(const v1::LinkDemand& from, v1::LinkDemand* to) {
-    to->set_tenant(from.tenant());
-    to->set_link(from.link());
-  }
-  static std::string text(const v1::LinkDemand& e) {
-    return "(" + e.tenant().substr(0, 64) + ", " + e.link().substr(0, 64) + ")";
-  }
-};
-struct CapNames {
-  static bool any(const v1::LinkCap& e) {
-    return !e.tenant().empty() || !e.link().empty() || !e.group().empty();
-  }
-  static bool all(const v1::LinkCap& e) {
-    return !e.tenant().empty() && !e.link().empty() && !e.group().empty();
-  }
-  static bool fit(const v1::LinkCap& e) {
-    return e.tenant().size() <= kMaxNameBytes && e.link().size() <= kMaxNameBytes &&
-           e.group().size() <= kMaxNameBytes;
-  }
-  static bool same(const v1::LinkCap& a, const v1::LinkCap& b) {
-    return a.tenant() == b.tenant() && a.link() == b.link() && a.group() == b.group();
-  }
-  static void copy(const v1::LinkCap& from, v1::LinkCap* to) {
-    to->set_tenant(from.tenant());
-    to->set_link(from.link());
-    to->set_group(from.group());
-  }
-  static std::string text(const v1::LinkCap& e) {
-    return "(" + e.tenant().substr(0, 64) + ", " + e.link().substr(0, 64) + ", " +
-           e.group().substr(0, 64) + ")";
-  }
-};
+// The rules on an entry's names (which fields they are: EntryNames in the header).
 template <typename E>
-struct NamesOf;
-template <>
-struct NamesOf<v1::LinkDemand> : DemandNames {};
-template <>
-struct NamesOf<v1::LinkCap> : CapNames {};
+bool anyName(const E& e) {
+  for (const std::string* n : EntryNames<E>::of(e)) {
+    if (!n->empty()) return true;
+  }
+  return false;
+}
+template <typename E>
+bool namesValid(const E& e) {  // every name 1-253 bytes
+  for (const std::string* n : EntryNames<E>::of(e)) {
+    if (n->empty() || n->size() > kMaxNameBytes) return false;
+  }
+  return true;
+}
+template <typename E>
+bool sameNames(const E& a, const E& b) {
+  const auto an = EntryNames<E>::of(a), bn = EntryNames<E>::of(b);
+  for (size_t i = 0; i < an.size(); ++i) {
+    if (*an[i] != *bn[i]) return false;
+  }
+  return true;
+}
+template <typename E>
+void copyNames(const E& from, E* to) {
+  const auto src = EntryNames<E>::of(from);
+  const auto dst = EntryNames<E>::of(to);
+  for (size_t i = 0; i < src.size(); ++i) *dst[i] = *src[i];
+}
+template <typename E>
+void clearNames(E* e) {
+  for (std::string* n : EntryNames<E>::of(e)) n->clear();
+}
+// "(tenant, link[, group])" for errors, each name cut at 64 bytes (they are hostile).
+template <typename E>
+std::string namesText(const E& e) {
+  std::string out;
+  for (const std::string* n : EntryNames<E>::of(e)) {
+    out += (out.empty() ? "(" : ", ") + n->substr(0, 64);
+  }
+  return out + ")";
+}
 
 }  // namespace
 
@@ -70,23 +64,22 @@ bool demandMovedPast(uint64_t a, uint64_t b, double deadband) {
 
 template <typename E>
 Status KeyedState<E>::learn(const E& e) {
-  using N = NamesOf<E>;
   const uint32_t key = e.key();
   auto it = names_.find(key);
-  if (!N::any(e)) {
+  if (!anyName(e)) {
     if (it == names_.end()) {
       return invalidArgument("key " + std::to_string(key) + " was never named on this stream");
     }
     return okStatus();
   }
-  if (!N::all(e) || !N::fit(e)) {
-    return invalidArgument("key " + std::to_string(key) + " names " + N::text(e) +
+  if (!namesValid(e)) {
+    return invalidArgument("key " + std::to_string(key) + " names " + namesText(e) +
                            ": every name must be 1-253 bytes");
   }
   if (it != names_.end()) {
-    if (!N::same(it->second, e)) {
-      return invalidArgument("key " + std::to_string(key) + " was " + N::text(it->second) +
-                             " on this stream, now " + N::text(e) + ": a key is never rebound");
+    if (!sameNames(it->second, e)) {
+      return invalidArgument("key " + std::to_string(key) + " was " + namesText(it->second) +
+                             " on this stream, now " + namesText(e) + ": a key is never rebound");
     }
     return okStatus();
   }
@@ -95,7 +88,7 @@ Status KeyedState<E>::learn(const E& e) {
                            std::to_string(max_keys_) + " keys on one stream");
   }
   E names;
-  N::copy(e, &names);
+  copyNames(e, &names);
   names_.emplace(key, std::move(names));
   return okStatus();
 }
@@ -104,7 +97,6 @@ template <typename E>
 Status KeyedState<E>::apply(const google::protobuf::RepeatedPtrField<E>& entries, bool delta,
                             const google::protobuf::RepeatedField<uint32_t>& removed,
                             google::protobuf::RepeatedPtrField<E>* out) {
-  using N = NamesOf<E>;
   if (delta && !whole_seen_) return invalidArgument("a delta before any whole message");
   if (!delta && !removed.empty()) return invalidArgument("removed keys in a whole message");
   if (static_cast<size_t>(entries.size()) > max_keys_) {
@@ -140,7 +132,7 @@ Status KeyedState<E>::apply(const google::protobuf::RepeatedPtrField<E>& entries
       continue;
     }
     E full = e;
-    N::copy(names_.at(e.key()), &full);
+    copyNames(names_.at(e.key()), &full);
     auto [it, fresh] = held_.insert_or_assign(e.key(), std::move(full));
     (void)it;
     if (fresh) order_.push_back(e.key());
@@ -162,28 +154,23 @@ template class KeyedState<v1::LinkCap>;
 std::optional<v1::DemandReport> DemandEncoder::encode(const v1::DemandReport& whole, int64_t now_ns,
                                                       bool force) {
   std::vector<std::string> addresses(whole.addresses().begin(), whole.addresses().end());
+  // Whether the peer holds `d` under `key` within the deadband.
+  auto holds = [&](uint32_t key, const v1::LinkDemand& d) {
+    const std::pair<uint64_t, uint64_t>* h = table_.held(key);
+    return h != nullptr &&
+           !demandMovedPast(h->first, d.transmit_bytes_per_second(), options_.deadband) &&
+           !demandMovedPast(h->second, d.receive_bytes_per_second(), options_.deadband);
+  };
   std::vector<uint32_t> keys;
   keys.reserve(static_cast<size_t>(whole.demands_size()));
   bool moved = !started_ || addresses != addresses_ || whole.policy_version() != policy_version_;
   for (const v1::LinkDemand& d : whole.demands()) {
-    auto [it, fresh] = keys_.try_emplace({d.tenant(), d.link()}, next_key_);
-    if (fresh) ++next_key_;
-    keys.push_back(it->second);
-    auto s = sent_.find(it->second);
-    moved = moved || s == sent_.end() ||
-            demandMovedPast(s->second.first, d.transmit_bytes_per_second(), options_.deadband) ||
-            demandMovedPast(s->second.second, d.receive_bytes_per_second(), options_.deadband);
+    keys.push_back(table_.keyOf(d));
+    moved = moved || !holds(keys.back(), d);
   }
   // Keys held by the peer that this demand no longer has.
   std::vector<uint32_t> removed;
-  if (sent_.size() != keys.size() || moved) {
-    std::vector<uint32_t> now_keys = keys;
-    std::sort(now_keys.begin(), now_keys.end());
-    for (const auto& [k, v] : sent_) {
-      if (!std::binary_search(now_keys.begin(), now_keys.end(), k)) removed.push_back(k);
-    }
-    std::sort(removed.begin(), removed.end());
-  }
+  if (table_.heldCount() != keys.size() || moved) removed = table_.gone(keys);
   moved = moved || !removed.empty();
   if (!moved && !force && now_ns - last_ns_ < options_.refresh_ns) return std::nullopt;
 
@@ -195,34 +182,26 @@ std::optional<v1::DemandReport> DemandEncoder::encode(const v1::DemandReport& wh
   if (whole_message) {
     out.set_node(whole.node());
     *out.mutable_addresses() = whole.addresses();
-    sent_.clear();
+    table_.dropAll();
   } else {
     out.set_delta(true);
     for (uint32_t k : removed) {
       out.add_removed_keys(k);
-      sent_.erase(k);
+      table_.drop(k);
     }
   }
   for (int i = 0; i < whole.demands_size(); ++i) {
     const v1::LinkDemand& d = whole.demands(i);
     const uint32_t key = keys[static_cast<size_t>(i)];
-    auto s = sent_.find(key);
-    if (!whole_message && s != sent_.end() &&
-        !demandMovedPast(s->second.first, d.transmit_bytes_per_second(), options_.deadband) &&
-        !demandMovedPast(s->second.second, d.receive_bytes_per_second(), options_.deadband)) {
-      continue;  // the peer holds it within the deadband
-    }
+    if (!whole_message && holds(key, d)) continue;
     v1::LinkDemand* e = out.add_demands();
     e->set_key(key);
     // Names with a key's first use on the stream, and in every whole message (so that an
     // older policyd, which ignores keys, reads it as before).
-    if (whole_message || s == sent_.end()) {
-      e->set_tenant(d.tenant());
-      e->set_link(d.link());
-    }
+    if (whole_message || table_.held(key) == nullptr) copyNames(d, e);
     e->set_transmit_bytes_per_second(d.transmit_bytes_per_second());
     e->set_receive_bytes_per_second(d.receive_bytes_per_second());
-    sent_[key] = {d.transmit_bytes_per_second(), d.receive_bytes_per_second()};
+    table_.hold(key, {d.transmit_bytes_per_second(), d.receive_bytes_per_second()});
   }
   started_ = true;
   addresses_ = std::move(addresses);
@@ -232,6 +211,7 @@ std::optional<v1::DemandReport> DemandEncoder::encode(const v1::DemandReport& wh
   return out;
 }
 
+template <>
 Result<v1::DemandReport> DemandDecoder::decode(const v1::DemandReport& msg) {
   v1::DemandReport out;
   Status st = state_.apply(msg.demands(), msg.delta(), msg.removed_keys(), out.mutable_demands());
@@ -240,16 +220,16 @@ Result<v1::DemandReport> DemandDecoder::decode(const v1::DemandReport& msg) {
                            st.message());
   }
   if (!msg.node().empty()) {
-    if (node_.empty()) node_ = msg.node();
+    if (stream_.node().empty()) stream_.set_node(msg.node());
     out.set_node(msg.node());
   } else {
-    if (node_.empty()) return invalidArgument("Allocate: the stream's first report names no node");
-    out.set_node(node_);
+    if (stream_.node().empty()) {
+      return invalidArgument("Allocate: the stream's first report names no node");
+    }
+    out.set_node(stream_.node());
   }
-  if (!msg.delta() || msg.addresses_size() > 0) {
-    addresses_.assign(msg.addresses().begin(), msg.addresses().end());
-  }
-  for (const std::string& a : addresses_) out.add_addresses(a);
+  if (!msg.delta() || msg.addresses_size() > 0) *stream_.mutable_addresses() = msg.addresses();
+  *out.mutable_addresses() = stream_.addresses();
   out.set_policy_version(msg.policy_version());
   out.set_sequence(msg.sequence());
   out.set_compact_caps(msg.compact_caps());
@@ -264,49 +244,31 @@ v1::NodeCaps CapsEncoder::encode(const v1::NodeCaps& whole, int64_t now_ns) {
   out.clear_caps();
   std::vector<uint32_t> keys;
   keys.reserve(static_cast<size_t>(whole.caps_size()));
-  for (const v1::LinkCap& c : whole.caps()) {
-    auto [it, fresh] =
-        keys_.try_emplace(c.tenant() + '\n' + c.link() + '\n' + c.group(), next_key_);
-    if (fresh) ++next_key_;
-    keys.push_back(it->second);
-  }
+  for (const v1::LinkCap& c : whole.caps()) keys.push_back(table_.keyOf(c));
   if (whole_message) {
-    sent_.clear();
+    table_.dropAll();
   } else {
     out.set_delta(true);
-    std::vector<uint32_t> now_keys = keys;
-    std::sort(now_keys.begin(), now_keys.end());
-    std::vector<uint32_t> removed;
-    for (const auto& [k, v] : sent_) {
-      if (!std::binary_search(now_keys.begin(), now_keys.end(), k)) removed.push_back(k);
-    }
-    std::sort(removed.begin(), removed.end());
-    for (uint32_t k : removed) {
+    for (uint32_t k : table_.gone(keys)) {
       out.add_removed_keys(k);
-      sent_.erase(k);
+      table_.drop(k);
     }
     if (whole.node() == node_) out.clear_node();
     if (whole.allocator() == allocator_) out.clear_allocator();
   }
   for (int i = 0; i < whole.caps_size(); ++i) {
     v1::LinkCap values = whole.caps(i);
-    values.clear_tenant();
-    values.clear_link();
-    values.clear_group();
+    clearNames(&values);
     values.clear_key();
     std::string bytes = values.SerializeAsString();
     const uint32_t key = keys[static_cast<size_t>(i)];
-    auto s = sent_.find(key);
-    if (!whole_message && s != sent_.end() && s->second == bytes) continue;  // unchanged
+    const std::string* held = table_.held(key);
+    if (!whole_message && held != nullptr && *held == bytes) continue;  // unchanged
     v1::LinkCap* e = out.add_caps();
     *e = std::move(values);
     e->set_key(key);
-    if (whole_message || s == sent_.end()) {
-      e->set_tenant(whole.caps(i).tenant());
-      e->set_link(whole.caps(i).link());
-      e->set_group(whole.caps(i).group());
-    }
-    sent_[key] = std::move(bytes);
+    if (whole_message || held == nullptr) copyNames(whole.caps(i), e);
+    table_.hold(key, std::move(bytes));
   }
   started_ = true;
   node_ = whole.node();
@@ -315,6 +277,7 @@ v1::NodeCaps CapsEncoder::encode(const v1::NodeCaps& whole, int64_t now_ns) {
   return out;
 }
 
+template <>
 Result<v1::NodeCaps> CapsDecoder::decode(const v1::NodeCaps& msg) {
   v1::NodeCaps out = msg;
   Status st = state_.apply(msg.caps(), msg.delta(), msg.removed_keys(), out.mutable_caps());
@@ -324,14 +287,14 @@ Result<v1::NodeCaps> CapsDecoder::decode(const v1::NodeCaps& msg) {
   out.clear_delta();
   out.clear_removed_keys();
   if (msg.node().empty() && msg.delta()) {
-    out.set_node(node_);
+    out.set_node(stream_.node());
   } else {
-    node_ = msg.node();
+    stream_.set_node(msg.node());
   }
   if (msg.allocator().empty() && msg.delta()) {
-    out.set_allocator(allocator_);
+    out.set_allocator(stream_.allocator());
   } else {
-    allocator_ = msg.allocator();
+    stream_.set_allocator(msg.allocator());
   }
   return out;
 }

@@ -22,11 +22,14 @@
 // reads or writes that stream.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -46,8 +49,74 @@ bool demandMovedPast(uint64_t a, uint64_t b, double deadband);
 // policy/allocator_service.h); smaller moves wait for the report interval and the round period.
 inline constexpr double kDemandEdgeFraction = 0.25;
 
-// The key table and held state of one direction of one stream, decoding side. E is
-// tenantqos::v1::LinkDemand or LinkCap.
+// ---- The key tables, one rule for both directions ---------------------------------------------
+
+// The names that identify an entry of each direction: its key stands for them. The one place
+// that says which fields they are.
+template <typename E>
+struct EntryNames;
+template <>
+struct EntryNames<tenantqos::v1::LinkDemand> {
+  using E = tenantqos::v1::LinkDemand;
+  static std::array<const std::string*, 2> of(const E& e) { return {&e.tenant(), &e.link()}; }
+  static std::array<std::string*, 2> of(E* e) { return {e->mutable_tenant(), e->mutable_link()}; }
+};
+template <>
+struct EntryNames<tenantqos::v1::LinkCap> {
+  using E = tenantqos::v1::LinkCap;
+  static std::array<const std::string*, 3> of(const E& e) {
+    return {&e.tenant(), &e.link(), &e.group()};
+  }
+  static std::array<std::string*, 3> of(E* e) {
+    return {e->mutable_tenant(), e->mutable_link(), e->mutable_group()};
+  }
+};
+
+// The encoding side's table of one stream and direction: each entry's key, numbered from 1 in
+// the order of its names' first use and never rebound on the stream (the decoder refuses a
+// rebound key), and what the peer holds under each key (Held: what the encoder compares the
+// next value with).
+template <typename E, typename Held>
+class KeyTable {
+ public:
+  uint32_t keyOf(const E& e) {
+    Names names;
+    const auto fields = EntryNames<E>::of(e);
+    for (size_t i = 0; i < names.size(); ++i) names[i] = *fields[i];
+    auto [it, fresh] = keys_.try_emplace(std::move(names), next_key_);
+    if (fresh) ++next_key_;
+    return it->second;
+  }
+  // nullptr: the peer holds nothing under `key`, so the entry goes with its names.
+  const Held* held(uint32_t key) const {
+    auto it = held_.find(key);
+    return it == held_.end() ? nullptr : &it->second;
+  }
+  size_t heldCount() const { return held_.size(); }
+  void hold(uint32_t key, Held value) { held_[key] = std::move(value); }
+  void drop(uint32_t key) { held_.erase(key); }
+  void dropAll() { held_.clear(); }  // a whole message replaces what the peer holds
+  // The keys the peer holds that are not among `keys` (a message's entries), ascending.
+  std::vector<uint32_t> gone(std::vector<uint32_t> keys) const {
+    std::sort(keys.begin(), keys.end());
+    std::vector<uint32_t> out;
+    for (const auto& [k, v] : held_) {
+      if (!std::binary_search(keys.begin(), keys.end(), k)) out.push_back(k);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  using Names =
+      std::array<std::string,
+                 std::tuple_size_v<decltype(EntryNames<E>::of(std::declval<const E&>()))>>;
+  uint32_t next_key_ = 1;
+  std::map<Names, uint32_t> keys_;
+  std::unordered_map<uint32_t, Held> held_;
+};
+
+// The decoding side's table and held state of one stream and direction.
 template <typename E>
 class KeyedState {
  public:
@@ -67,6 +136,20 @@ class KeyedState {
   std::unordered_map<uint32_t, E> held_;   // key -> its latest entry (names filled)
   std::vector<E> unkeyed_;                 // entries of the last whole message without a key
   bool whole_seen_ = false;
+};
+
+// One direction's decoder: a message of the stream -> the node's whole state as an older peer
+// would have sent it (names, no keys). Msg is DemandReport or NodeCaps (the aliases below say
+// what each fills in); decode() is defined for those two.
+template <typename Msg, typename E>
+class AllocateDecoder {
+ public:
+  explicit AllocateDecoder(size_t max_keys) : state_(max_keys) {}
+  Result<Msg> decode(const Msg& msg);
+
+ private:
+  KeyedState<E> state_;
+  Msg stream_;  // what a delta may leave out, as the stream last said it
 };
 
 // ---- DemandReport: the agent encodes, policyd decodes -----------------------------------------
@@ -100,27 +183,17 @@ class DemandEncoder {
   const Options options_;
   bool peer_compact_ = false;
   bool started_ = false;
-  uint32_t next_key_ = 1;
-  std::map<std::pair<std::string, std::string>, uint32_t> keys_;      // (tenant, link) -> key
-  std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> sent_;  // key -> (tx, rx) held
+  KeyTable<tenantqos::v1::LinkDemand, std::pair<uint64_t, uint64_t>> table_;  // (tx, rx) held
   std::vector<std::string> addresses_;
   uint64_t policy_version_ = 0;
   int64_t last_ns_ = 0, last_whole_ns_ = 0;
 };
 
-class DemandDecoder {
- public:
-  explicit DemandDecoder(size_t max_keys) : state_(max_keys) {}
-  // One message of the stream -> the node's whole report (names, no keys; the stream's node
-  // and addresses filled in when a delta leaves them out). A message naming another node
-  // keeps that name (the allocator refuses it).
-  Result<tenantqos::v1::DemandReport> decode(const tenantqos::v1::DemandReport& msg);
-
- private:
-  KeyedState<tenantqos::v1::LinkDemand> state_;
-  std::string node_;
-  std::vector<std::string> addresses_;
-};
+// The stream's node and addresses filled in when a delta leaves them out; a message naming
+// another node keeps that name (the allocator refuses it).
+using DemandDecoder = AllocateDecoder<tenantqos::v1::DemandReport, tenantqos::v1::LinkDemand>;
+template <>
+Result<tenantqos::v1::DemandReport> DemandDecoder::decode(const tenantqos::v1::DemandReport& msg);
 
 // ---- NodeCaps: policyd encodes, the agent decodes ---------------------------------------------
 
@@ -140,22 +213,14 @@ class CapsEncoder {
   const int64_t full_every_ns_;
   bool peer_compact_ = false;
   bool started_ = false;
-  uint32_t next_key_ = 1;
-  std::map<std::string, uint32_t> keys_;            // tenant \n link \n group -> key
-  std::unordered_map<uint32_t, std::string> sent_;  // key -> its entry's serialised values
+  KeyTable<tenantqos::v1::LinkCap, std::string> table_;  // held: the entry's serialised values
   std::string node_, allocator_;
   int64_t last_whole_ns_ = 0;
 };
 
-class CapsDecoder {
- public:
-  explicit CapsDecoder(size_t max_keys) : state_(max_keys) {}
-  // One message -> the node's whole caps (names, no keys; node and allocator filled in).
-  Result<tenantqos::v1::NodeCaps> decode(const tenantqos::v1::NodeCaps& msg);
-
- private:
-  KeyedState<tenantqos::v1::LinkCap> state_;
-  std::string node_, allocator_;
-};
+// The node and allocator filled in when a delta leaves them out.
+using CapsDecoder = AllocateDecoder<tenantqos::v1::NodeCaps, tenantqos::v1::LinkCap>;
+template <>
+Result<tenantqos::v1::NodeCaps> CapsDecoder::decode(const tenantqos::v1::NodeCaps& msg);
 
 }  // namespace tq::proto

@@ -18,6 +18,7 @@
 #include "rpc/tls.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "tests/functional/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::bench {
 namespace {
@@ -53,23 +54,6 @@ std::string pushPolicy(const std::vector<std::string>& nodes, size_t tenants, si
   return y;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tq-fabric-push-XXXXXX";
-    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    if (!path_.empty() && std::system(("rm -rf " + path_).c_str()) != 0) {
-      std::cerr << "fabric_sim: cleanup of " << path_ << " failed\n";
-    }
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 }  // namespace
 
 Result<CapsPushResult> measureCapsPush(const CapsPushOptions& o) {
@@ -81,8 +65,8 @@ Result<CapsPushResult> measureCapsPush(const CapsPushOptions& o) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-  TempDir dir;
-  if (dir.path().empty()) return errnoStatus("mkdtemp /tmp/tq-fabric-push-XXXXXX");
+  tq::testing::TempDir dir("tq-fabric-push");
+  if (!dir.ok()) return internalError("caps push: " + dir.error());
   const std::string pki = dir.path() + "/pki";
   if (std::system((o.certs_script + " cluster " + pki + " 127.0.0.1 >/dev/null").c_str()) != 0) {
     return internalError(o.certs_script + " cluster " + pki + " failed");

@@ -50,6 +50,26 @@ uint64_t pacedWindowBytes(uint64_t rate, int64_t window_ns, int streams, uint64_
   return std::clamp<uint64_t>(share, floor, kMaxStreamWindowBytes);
 }
 
+int64_t windowRttNs(const StreamRtt& rtt, int64_t window_ns) {
+  if (rtt.rtt_ns <= 0) return 0;
+  const int64_t floor = rtt.min_rtt_ns > 0 ? std::min(rtt.min_rtt_ns, rtt.rtt_ns) : rtt.rtt_ns;
+  const int64_t queue = std::clamp<int64_t>(window_ns, 0, kMaxWindowRttNs);
+  return std::min({rtt.rtt_ns, std::min(floor, kMaxWindowRttNs) + queue, kMaxWindowRttNs});
+}
+
+StreamRtt receivingStreamRtt(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  StreamRtt r;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_min_rtt) + sizeof(info.tcpi_min_rtt)) {
+    return r;
+  }
+  r.rtt_ns = static_cast<int64_t>(info.tcpi_rcv_rtt) * 1000;
+  r.min_rtt_ns = static_cast<int64_t>(info.tcpi_min_rtt) * 1000;
+  return r;
+}
+
 int pacedStreamCount(bool send) {
   return g_paced_streams[send ? 0 : 1].load(std::memory_order_relaxed);
 }
@@ -149,6 +169,8 @@ class SocketComm::Helper {
   // Unpaced (no admitter, a chunk of 0): the kernel's own sizing, restored to the largest
   // window if one had been set. A setsockopt that fails leaves that stream as it was (logged
   // once per helper): the pacing still holds, only the wire may run ahead of it.
+  // With window_rtt (receive side) the round trips are re-read at least every kRttRefreshNs
+  // too: a capped tenant's rate may not move for seconds while the queues on its path do.
   void sizeWindows() {
     const SocketCommConfig& cfg = comm_->cfg_;
     Admission* adm = admission_.load(std::memory_order_acquire);
@@ -156,7 +178,11 @@ class SocketComm::Helper {
     const bool paced = adm->chunkBytes() > 0;
     const uint64_t rate = paced ? adm->rateBytesPerSecond() : 0;
     const int count = pacedStreamCount(send_);
-    if (rate == sized_rate_ && count == sized_count_ && paced == sized_paced_) return;
+    const bool follow_rtt = cfg.window_rtt && !send_ && paced;
+    const int64_t now = follow_rtt ? clock_->nowNs() : 0;
+    const bool rtt_due = follow_rtt && now - sized_at_ns_ >= kRttRefreshNs;
+    if (rate == sized_rate_ && count == sized_count_ && paced == sized_paced_ && !rtt_due) return;
+    sized_at_ns_ = now;
     sized_rate_ = rate;
     sized_count_ = count;
     sized_paced_ = paced;
@@ -174,8 +200,11 @@ class SocketComm::Helper {
     if (*window == 0 && !paced) return;  // never sized: nothing to undo
     if (*mss == 0) *mss = segmentBytes(fd);
     const SocketCommConfig& cfg = comm_->cfg_;
-    const uint64_t w = paced ? pacedWindowBytes(rate, cfg.window_ns, count, cfg.window_min, *mss)
-                             : kMaxStreamWindowBytes;
+    const int64_t rtt_ns =
+        paced && cfg.window_rtt && !send_ ? windowRttNs(receivingStreamRtt(fd), cfg.window_ns) : 0;
+    const uint64_t w =
+        paced ? pacedWindowBytes(rate, cfg.window_ns + rtt_ns, count, cfg.window_min, *mss)
+              : kMaxStreamWindowBytes;
     const uint64_t diff = w > *window ? w - *window : *window - w;
     if (*window != 0 && diff <= *window / 8) return;
     if (setWindow(fd, index, w)) *window = w;
@@ -382,6 +411,10 @@ class SocketComm::Helper {
                            [](const Stream* x) { return x->rcvlowat > 1; });
   }
 
+  // How often a receiving helper re-reads its streams' round trips when nothing else made it
+  // resize (window_rtt): a getsockopt per stream 50 times a second, against a queue that moves
+  // at the agent's period (10 ms) and a window that changes only by more than an eighth.
+  static constexpr int64_t kRttRefreshNs = 20'000'000;
   static constexpr size_t kLowWaterMinBytes = 256 * 1024;
   static constexpr size_t kLowWaterMaxBytes = 1u << 20;
   static constexpr int kLowWaterPollMs = 20;
@@ -398,9 +431,11 @@ class SocketComm::Helper {
 
   SocketComm* const comm_;
   const bool send_;
+  const Clock* const clock_ = comm_->cfg_.clock != nullptr ? comm_->cfg_.clock : &realClock();
   bool lowered_ = false;  // some stream has SO_RCVLOWAT > 1
   // sizeWindows' inputs at its last sizing.
   uint64_t sized_rate_ = 0;
+  int64_t sized_at_ns_ = INT64_MIN / 2;  // clock_ at the last sizing (window_rtt only)
   int sized_count_ = -1;
   bool sized_paced_ = false;
   bool window_error_logged_ = false;

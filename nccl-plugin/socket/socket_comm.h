@@ -36,7 +36,10 @@
 // (TCP_NOTSENT_LOWAT), so a backlog in the socket cannot leave faster than the tx bucket
 // admitted it once the receiver opens up. The control stream, which carries inline messages, is
 // sized like a data stream (by the first helper). Each helper resizes its streams when the rate or
-// the process's count of paced streams changes (pacedWindowBytes), never below 8 segments. Errors:
+// the process's count of paced streams changes (pacedWindowBytes), never below 8 segments. With
+// window_rtt a receiving stream's window also covers its measured round trip (windowRttNs), read
+// (TCP_INFO, one getsockopt per stream) at those moments and at least every kRttRefreshNs, on
+// the helper, never per send or receive. Errors:
 // the first error (peer closed, reset, truncation) is stored and returned by every later call; a
 // receiver that gets a message larger than the posted receive fails it with kOutOfRange and tells
 // the sender with an error frame, which fails the sender's requests too. Destruction stops and
@@ -53,6 +56,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "nccl-plugin/oob/tcp.h"
@@ -109,6 +113,8 @@ struct SocketCommConfig {
   std::string peer;                // for messages: "10.0.0.2:41000"
   int64_t window_ns = 0;           // TENANTQOS_SOCKET_WINDOW_US (ns); 0: the kernel's autotuning
   uint64_t window_min = 8192;      // TENANTQOS_SOCKET_WINDOW_MIN
+  bool window_rtt = false;         // TENANTQOS_SOCKET_WINDOW_RTT: receive windows cover the RTT
+  const Clock* clock = nullptr;    // when to re-read round trips; null: realClock()
 };
 
 // The window of one paced stream (bytes): its even share of `rate` (bytes/s) x `window_ns` over
@@ -120,6 +126,36 @@ inline constexpr uint64_t kMaxStreamWindowBytes = 16u << 20;
 inline constexpr uint64_t kWindowSegments = 8;
 uint64_t pacedWindowBytes(uint64_t rate, int64_t window_ns, int streams, uint64_t min_bytes,
                           uint64_t mss);
+
+// Round trip of one stream as the kernel measured it (ns; 0: no sample yet).
+struct StreamRtt {
+  int64_t rtt_ns = 0;      // receiving end: tcpi_rcv_rtt (the receiver's own smoothed estimate)
+  int64_t min_rtt_ns = 0;  // tcpi_min_rtt (on a receive-only stream: the handshake's)
+};
+
+// The round trip a paced receiving stream's window covers on top of `window_ns`
+// (TENANTQOS_SOCKET_WINDOW_RTT; the window is then pacedWindowBytes(rate, window_ns + this)).
+// A stream moves at most window / round trip, so a window of rate x window_ns alone idles a
+// stream whose path holds a queue (the fabric's spine: up to 4 ms of port queue on every round
+// trip) and the link goes unused. Covering the measured round trip keeps about window_ns of the
+// rate waiting at the reader (Little: what is in flight is rate x round trip, the rest of the
+// window is the reader's reserve), which is what the wire can carry above the rate in a window.
+// Bounded, because the loop closes on itself: a larger window lets a burst queue more, which
+// raises the round trip, which grows the window; and the receiver's estimate also counts the
+// time a paced or idle sender took to answer a window update (samples are "my ACK -> data
+// echoing it"), with 1 ms granularity under TCP timestamps. So the measured value counts only
+// up to the connection's minimum plus window_ns (a queue of window_ns is the most it follows:
+// the testbed's ports hold 4 ms), and never more than kMaxWindowRttNs (a hostile peer delaying
+// its handshake or its echoes gains at most that, and the window stays within
+// kMaxStreamWindowBytes). The minimum alone would not do: it leaves out the very queue that
+// idled the streams. 0 when no sample exists yet (the configured time alone, as without it).
+// Pure; the one place this rule lives.
+inline constexpr int64_t kMaxWindowRttNs = 50'000'000;
+int64_t windowRttNs(const StreamRtt& rtt, int64_t window_ns);
+
+// A receiving stream's round trip as its kernel estimates it (one getsockopt TCP_INFO); zeros
+// when the kernel cannot say (no sample yet; a kernel without tcpi_min_rtt, < 4.6).
+StreamRtt receivingStreamRtt(int fd);
 
 // Paced streams of this process in one direction (data and control, all comms, all devices):
 // the windows' divisor. For tests and diagnostics.

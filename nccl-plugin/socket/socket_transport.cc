@@ -195,6 +195,7 @@ SocketTransportConfig socketConfigFromParams(const PluginParams& p) {
   c.handshake_timeout_ns = p.handshake_timeout_ms * 1'000'000;
   c.window_ns = p.socket_window_us * 1000;
   c.window_min = p.socket_window_min;
+  c.window_rtt = p.socket_window_rtt != 0;
   return c;
 }
 
@@ -335,8 +336,8 @@ Status SocketTransport::connect(int /*dev*/, const TrafficQos& qos, void* handle
       for (int i = 0; i < st->target.nsocks; ++i) {
         data.push_back(std::move(st->socks[static_cast<size_t>(i)].dial.fd));
       }
-      SocketCommConfig cc{cfg_.nthreads, cfg_.inline_max, cfg_.min_chunk,
-                          peer,          cfg_.window_ns,  cfg_.window_min};
+      SocketCommConfig cc{cfg_.nthreads,  cfg_.inline_max, cfg_.min_chunk,  peer,
+                          cfg_.window_ns, cfg_.window_min, cfg_.window_rtt, &clock_};
       auto comm = std::make_unique<SocketComm>(SocketComm::Side::kSend, std::move(ctl.dial.fd),
                                                std::move(data), cc);
       Status started = comm->start();
@@ -485,8 +486,8 @@ Status SocketTransport::accept(ListenComm* listen, std::unique_ptr<RecvComm>* ou
     std::vector<Fd> data;
     for (int i = 0; i < lc->info.nsocks; ++i)
       data.push_back(std::move(g.socks[static_cast<size_t>(i)]));
-    SocketCommConfig cc{cfg_.nthreads, cfg_.inline_max, g.control.min_chunk,
-                        g.peer,        cfg_.window_ns,  cfg_.window_min};
+    SocketCommConfig cc{cfg_.nthreads,  cfg_.inline_max, g.control.min_chunk, g.peer,
+                        cfg_.window_ns, cfg_.window_min, cfg_.window_rtt,     &clock_};
     auto comm = std::make_unique<SocketComm>(SocketComm::Side::kRecv, std::move(g.socks.back()),
                                              std::move(data), cc);
     lc->groups.erase(it);

@@ -33,6 +33,7 @@ struct SocketTransportConfig {
   int64_t handshake_timeout_ns = 30'000'000'000;
   int64_t window_ns = 0;       // TENANTQOS_SOCKET_WINDOW_US (ns); 0: no window sizing
   uint64_t window_min = 8192;  // TENANTQOS_SOCKET_WINDOW_MIN
+  bool window_rtt = false;     // TENANTQOS_SOCKET_WINDOW_RTT
 };
 
 SocketTransportConfig socketConfigFromParams(const PluginParams& p);

@@ -188,20 +188,6 @@ uint16_t freePort() {
   return ntohs(a.sin_port);
 }
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/tqplg-XXXXXX";
-  if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  if (!path_.empty()) {
-    const std::string cmd = "rm -rf '" + path_ + "'";
-    if (::system(cmd.c_str()) != 0) {
-      // best effort
-    }
-  }
-}
-
 RateWindow receiverWindow(const std::string& out, int rank, double from_wall, double to_wall) {
   RateWindow w;
   for (const std::string& l : jsonLines(out, "interval")) {

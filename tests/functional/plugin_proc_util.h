@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace tq::plugin::testing {
 
 struct ProcResult {
@@ -101,15 +103,6 @@ std::vector<std::string> perfArgv(const PerfRun& run);
 // A free TCP port on 127.0.0.1 (bound then released; tiny race, fine for tests).
 uint16_t freePort();
 
-// Creates a temporary directory; removed by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::tq::testing::TempDir;  // tests/support/temp_dir.h
 
 }  // namespace tq::plugin::testing

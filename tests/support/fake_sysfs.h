@@ -12,7 +12,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -20,33 +19,25 @@
 #include <system_error>
 
 #include "common/file_util.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::testing {
 
 class FakeSysfs {
  public:
-  FakeSysfs() {
-    char tmpl[] = "/tmp/tq-fake-sysfs-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) {
-      ADD_FAILURE() << "mkdtemp " << tmpl << " failed";
-      return;
-    }
-    root_ = tmpl;
-  }
-  ~FakeSysfs() {
-    std::error_code ec;
-    if (!root_.empty()) std::filesystem::remove_all(root_, ec);
+  FakeSysfs() : dir_("tq-fake-sysfs") {
+    if (!dir_.ok()) ADD_FAILURE() << "fake sysfs: " << dir_.error();
   }
   FakeSysfs(const FakeSysfs&) = delete;
   FakeSysfs& operator=(const FakeSysfs&) = delete;
 
   // The directory to pass as sysfs root (it has class/infiniband/... below it once a device
   // exists; until then it is an empty directory: "no RDMA on this host").
-  const std::string& root() const { return root_; }
+  const std::string& root() const { return dir_.path(); }
 
   // Writes <root>/<rel>, creating directories.
   void put(const std::string& rel, const std::string& content) {
-    const std::string path = root_ + "/" + rel;
+    const std::string path = dir_ / rel;
     Status s = makeDirs(path.substr(0, path.rfind('/')));
     if (s.ok()) s = writeFileAtomic(path, content);
     if (!s.ok()) ADD_FAILURE() << "fake sysfs: " << s.toString();
@@ -54,7 +45,7 @@ class FakeSysfs {
   // Removes <root>/<rel> and everything below it (e.g. "class/infiniband/rxe0": device gone).
   void remove(const std::string& rel) {
     std::error_code ec;
-    std::filesystem::remove_all(root_ + "/" + rel, ec);
+    std::filesystem::remove_all(dir_ / rel, ec);
     if (ec) ADD_FAILURE() << "fake sysfs: remove " << rel << ": " << ec.message();
   }
 
@@ -127,7 +118,7 @@ class FakeSysfs {
   }
 
  private:
-  std::string root_;
+  TempDir dir_;
 };
 
 }  // namespace tq::testing

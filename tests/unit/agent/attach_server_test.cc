@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "common/fd.h"
 #include "common/tenant_shm.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::agent {
 namespace {
@@ -34,12 +35,7 @@ constexpr uid_t kOtherUid = 65534;  // nobody: a tenant's uid
 
 class AttachServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tq-attach-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    tmp_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(tmp_); }
+  void SetUp() override { ASSERT_TRUE(temp_.ok()) << temp_.error(); }
 
   Result<std::unique_ptr<AttachServer>> startAt(const std::string& run_dir) {
     AttachServer::Options o;
@@ -84,7 +80,8 @@ class AttachServerTest : public ::testing::Test {
     return true;
   }
 
-  std::string tmp_;
+  tq::testing::TempDir temp_{"tq-attach-test"};
+  const std::string& tmp_ = temp_.path();
 };
 
 TEST_F(AttachServerTest, AttachesAndRefusesGarbageSayingWhy) {

@@ -1,5 +1,5 @@
-// Helpers shared by the agent's tests: temporary directories, a tiny HTTP client, a fake
-// TcApplier, sample policies. Test-only.
+// Helpers shared by the agent's tests: a tiny HTTP client, a fake TcApplier, sample policies
+// (and tests/support's TempDir under the name they use). Test-only.
 #pragma once
 
 #include <arpa/inet.h>
@@ -14,27 +14,11 @@
 
 #include "agent/tc_applier.h"
 #include "common/policy.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::agent::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tqagt-XXXXXX";
-    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    if (!path_.empty()) {
-      int rc = system(("rm -rf '" + path_ + "'").c_str());
-      (void)rc;
-    }
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
+using ::tq::testing::TempDir;
 
 struct HttpResult {
   int status = 0;  // 0: no response

@@ -18,9 +18,10 @@
 
 #include <atomic>
 #include <cstring>
-#include <filesystem>
 #include <future>
 #include <string>
+
+#include "tests/support/temp_dir.h"
 
 namespace tq::attach {
 namespace {
@@ -59,9 +60,9 @@ pid_t listenAs(const std::string& path, uid_t uid) {
 
 TEST(AttachProtocol, ASocketAnsweredByAnotherUidIsNotTrusted) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to listen as another uid";
-  char tmpl[] = "/tmp/tq-attach-peer-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  tq::testing::TempDir temp("tq-attach-peer");
+  ASSERT_TRUE(temp.ok()) << temp.error();
+  const std::string& dir = temp.path();
   ASSERT_EQ(::chown(dir.c_str(), kTenantUid, kTenantUid), 0);
   const std::string path = dir + "/agent.sock";
   const pid_t tenant = listenAs(path, kTenantUid);
@@ -76,7 +77,6 @@ TEST(AttachProtocol, ASocketAnsweredByAnotherUidIsNotTrusted) {
   EXPECT_TRUE(Attempt::start(path, "tenant-a", kTenantUid).ok());
   ::kill(tenant, SIGKILL);
   ::waitpid(tenant, nullptr, 0);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(AttachProtocolTest, MessagesRoundTripAtTheirFixedSizes) {
@@ -115,9 +115,9 @@ TEST(AttachProtocolTest, TrafficClasses) {
 }
 
 TEST(AttachProtocolTest, AttachWithinEndsAtTheDeadlineOfItsClock) {
-  char tmpl[] = "/tmp/tq-attach-proto-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  tq::testing::TempDir temp("tq-attach-proto");
+  ASSERT_TRUE(temp.ok()) << temp.error();
+  const std::string& dir = temp.path();
   const std::string path = dir + "/agent.sock";
   // A listener that accepts (the kernel does) and never answers.
   Fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -148,7 +148,6 @@ TEST(AttachProtocolTest, AttachWithinEndsAtTheDeadlineOfItsClock) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_EQ(r.status().message(), path + ": no reply in 2000 ms");
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -6,17 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 namespace tq {
 namespace {
 
 class FileUtilTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tq-file-util-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0); }
+  void SetUp() override { ASSERT_TRUE(temp_.ok()) << temp_.error(); }
   int entries() {
     int n = 0;
     DIR* d = opendir(dir_.c_str());
@@ -24,7 +21,8 @@ class FileUtilTest : public ::testing::Test {
     closedir(d);
     return n;
   }
-  std::string dir_;
+  tq::testing::TempDir temp_{"tq-file-util"};
+  const std::string& dir_ = temp_.path();
 };
 
 TEST_F(FileUtilTest, AtomicWriteReplacesContent) {

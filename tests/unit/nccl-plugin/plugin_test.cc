@@ -13,6 +13,7 @@
 #include "nccl-plugin/api.h"
 #include "nccl-plugin/oob/tcp.h"
 #include "nccl-plugin/socket/socket_transport.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/test_agent.h"
 
 namespace tq::plugin {
@@ -57,16 +58,11 @@ TEST(Api, CallsBeforeInitFailCleanly) {
 
 class PluginTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tqplg-plugin-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
+  void SetUp() override { ASSERT_TRUE(temp_.ok()) << temp_.error(); }
   void TearDown() override {
     plugin_.reset();
     writers_.clear();
     agent_.reset();
-    ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
   }
 
   TenantShm* agent(const std::string& tenant, int tc, uint32_t dscp, uint32_t sl, uint64_t rate,
@@ -145,7 +141,8 @@ class PluginTest : public ::testing::Test {
     ASSERT_EQ(in, out);
   }
 
-  std::string dir_;
+  tq::testing::TempDir temp_{"tqplg-plugin"};
+  const std::string& dir_ = temp_.path();
   std::unique_ptr<tq::testing::TestAgent> agent_;
   std::vector<TenantShm*> writers_;
   std::unique_ptr<Plugin> plugin_;

@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/tenant_shm.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/test_agent.h"
 
 namespace tq::plugin {
@@ -27,16 +28,13 @@ constexpr int64_t kMs = 1'000'000;
 class TenantPacerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tqplg-tenant-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(temp_.ok()) << temp_.error();
     setLogSink(&TenantPacerTest::capture);
     lines().clear();
   }
   void TearDown() override {
     agent_.reset();
     setLogSink(nullptr);
-    ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
   }
   static std::vector<std::string>& lines() {
     static std::vector<std::string> l;
@@ -94,7 +92,8 @@ class TenantPacerTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
+  tq::testing::TempDir temp_{"tqplg-tenant"};
+  const std::string& dir_ = temp_.path();
   std::unique_ptr<testing::TestAgent> agent_;
   FakeClock clock_{1'000'000'000'000};
 };

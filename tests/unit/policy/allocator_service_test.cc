@@ -15,6 +15,7 @@
 #include "policy/audit_log.h"
 #include "policy/metrics.h"
 #include "policy/policy_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::policy {
 namespace {
@@ -110,9 +111,7 @@ const v1::LinkCap* capOf(const v1::NodeCaps& caps, const std::string& tenant,
 class AllocatorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tqalloc-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(temp_.ok()) << temp_.error();
     auto audit = AuditLog::open(dir_ + "/audit.jsonl");
     ASSERT_TRUE(audit.ok());
     audit_ = std::move(*audit);
@@ -127,10 +126,7 @@ class AllocatorServiceTest : public ::testing::Test {
     svc_->onPolicy(record_);
     svc_->start(election_);
   }
-  void TearDown() override {
-    svc_.reset();
-    ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
-  }
+  void TearDown() override { svc_.reset(); }
 
   // One period of the round thread: moves the clock to its next round and waits for it.
   void step() {
@@ -149,7 +145,8 @@ class AllocatorServiceTest : public ::testing::Test {
 
   std::string audit() { return readFile(dir_ + "/audit.jsonl").valueOr(""); }
 
-  std::string dir_;
+  tq::testing::TempDir temp_{"tqalloc"};
+  const std::string& dir_ = temp_.path();
   FakeClock clock_{1'000'000'000'000};
   PolicydMetrics metrics_;
   std::unique_ptr<AuditLog> audit_;

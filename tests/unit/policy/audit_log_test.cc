@@ -6,14 +6,15 @@
 #include <unistd.h>
 
 #include "common/file_util.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::policy {
 namespace {
 
 TEST(AuditLogTest, AppendsOneEscapedJsonLinePerRecordAndKeepsOldLines) {
-  char tmpl[] = "/tmp/tqaudit-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string path = std::string(tmpl) + "/audit.jsonl";
+  tq::testing::TempDir dir("tqaudit");
+  ASSERT_TRUE(dir.ok()) << dir.error();
+  const std::string path = dir / "audit.jsonl";
   PolicyRecord r;
   r.version = 3;
   r.applied_at_unix_ms = 1'700'000'000'123;
@@ -50,14 +51,13 @@ TEST(AuditLogTest, AppendsOneEscapedJsonLinePerRecordAndKeepsOldLines) {
   EXPECT_EQ(st.st_mode & 0777, 0640u);
   // A missing directory is made (the etcd store needs no data dir of its own); a path that
   // cannot be a directory fails, naming the audit log.
-  EXPECT_TRUE(AuditLog::open(std::string(tmpl) + "/new/dir/a.jsonl").ok());
-  ASSERT_EQ(stat((std::string(tmpl) + "/new/dir").c_str(), &st), 0);
+  EXPECT_TRUE(AuditLog::open(dir / "new/dir/a.jsonl").ok());
+  ASSERT_EQ(stat((dir / "new/dir").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   auto under_file = AuditLog::open(path + "/a.jsonl");
   ASSERT_FALSE(under_file.ok());
   EXPECT_NE(under_file.status().message().find("audit log " + path + "/a.jsonl"), std::string::npos)
       << under_file.status().toString();
-  ASSERT_EQ(system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
 }  // namespace

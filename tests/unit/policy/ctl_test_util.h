@@ -15,6 +15,7 @@
 
 #include "policy/ctl.h"
 #include "policy/policyd.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::policy::testing {
 
@@ -44,15 +45,13 @@ inline std::string examplePolicy() { return std::string(TQ_SOURCE_DIR) + "/examp
 class LocalPolicyd {
  public:
   LocalPolicyd() {
-    char tmpl[] = "/tmp/tqpol-ctl-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      ADD_FAILURE() << "mkdtemp";
+    if (!dir_.ok()) {
+      ADD_FAILURE() << dir_.error();
       return;
     }
-    dir_ = tmpl;
     PolicydOptions o;
     o.listen = "127.0.0.1:0";
-    o.data_dir = dir_;
+    o.data_dir = dir_.path();
     o.tls.insecure = true;
     o.shutdown_grace = std::chrono::milliseconds(100);
     auto d = Policyd::start(o);
@@ -64,9 +63,6 @@ class LocalPolicyd {
   }
   ~LocalPolicyd() {
     if (d_) d_->shutdown();
-    if (!dir_.empty()) {
-      EXPECT_EQ(std::system(("rm -rf " + dir_).c_str()), 0);
-    }
   }
   LocalPolicyd(const LocalPolicyd&) = delete;
   LocalPolicyd& operator=(const LocalPolicyd&) = delete;
@@ -82,7 +78,7 @@ class LocalPolicyd {
   }
 
  private:
-  std::string dir_;
+  tq::testing::TempDir dir_{"tqpol-ctl"};  // outlives d_
   std::unique_ptr<Policyd> d_;
 };
 

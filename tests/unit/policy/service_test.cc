@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "policy/file_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::policy {
 namespace {
@@ -355,9 +356,9 @@ Status failHook(const std::string&, const std::string&) {
 }
 
 TEST(CoreWithFileStore, StoreFailureLeavesTheServiceUnchanged) {
-  char tmpl[] = "/tmp/tqpol-core-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  std::string dir = tmpl;
+  tq::testing::TempDir temp("tqpol-core");
+  ASSERT_TRUE(temp.ok()) << temp.error();
+  const std::string& dir = temp.path();
   {
     FileStoreOptions o;
     o.before_rename = &failHook;
@@ -392,7 +393,6 @@ TEST(CoreWithFileStore, StoreFailureLeavesTheServiceUnchanged) {
     EXPECT_EQ(core.get(0)->version, 2u);
     EXPECT_EQ(core.list().size(), 2u);
   }
-  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "common/file_util.h"
 #include "common/thread_annotations.h"
 #include "policy/file_store.h"
+#include "tests/support/temp_dir.h"
 #include "tests/unit/policy/store_conformance.h"
 
 namespace tq::policy {
@@ -34,12 +35,9 @@ Status failingHook(const std::string&, const std::string&) {
 class FileStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tqpol-store-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok()) << tmp_.error();
     g_fail_before_rename = false;
   }
-  void TearDown() override { ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0); }
 
   std::unique_ptr<PolicyStore> open() {
     FileStoreOptions o;
@@ -60,7 +58,8 @@ class FileStoreTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
+  tq::testing::TempDir tmp_{"tqpol-store"};
+  const std::string& dir_ = tmp_.path();
 };
 
 TEST(RecordCodec, RoundTripAndChecksum) {
@@ -314,24 +313,18 @@ class MemoryBackend final : public conformance::StoreBackend {
 class FileBackend final : public conformance::StoreBackend {
  public:
   FileBackend() {
-    char tmpl[] = "/tmp/tqpol-conf-XXXXXX";
-    if (mkdtemp(tmpl) != nullptr) dir_ = tmpl;
-  }
-  ~FileBackend() override {
-    if (!dir_.empty()) {
-      EXPECT_EQ(system(("rm -rf " + dir_).c_str()), 0);
-    }
+    if (!dir_.ok()) ADD_FAILURE() << dir_.error();
   }
   std::unique_ptr<PolicyStore> open(uint64_t retain) override {
     FileStoreOptions o;
     o.retain_versions = retain;
-    auto s = openFileStore(dir_, o);
+    auto s = openFileStore(dir_.path(), o);
     EXPECT_TRUE(s.ok()) << s.status().toString();
     return s.ok() ? std::move(*s) : nullptr;
   }
   bool durable() const override { return true; }
   bool corrupt(uint64_t version) override {
-    const std::string path = dir_ + "/versions/" + recordFileName(version);
+    const std::string path = dir_.path() + "/versions/" + recordFileName(version);
     auto bytes = readFile(path);
     if (!bytes.ok()) return false;
     (*bytes)[bytes->size() - 10] ^= 0x5a;  // inside the payload
@@ -341,7 +334,7 @@ class FileBackend final : public conformance::StoreBackend {
   bool sharedByReplicas() const override { return false; }
 
  private:
-  std::string dir_;
+  tq::testing::TempDir dir_{"tqpol-conf"};
 };
 
 using conformance::StoreConformance;

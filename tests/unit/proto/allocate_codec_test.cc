@@ -1,10 +1,13 @@
 #include "proto/allocate_codec.h"
 
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace tq::proto {
 namespace {
@@ -49,6 +52,16 @@ bool within(const std::map<std::pair<std::string, std::string>, uint64_t>& got,
     if (it == got.end() || demandMovedPast(it->second, tx, 0.01)) return false;
   }
   return true;
+}
+
+// `msg` is, field for field, the message `text` (protobuf text format) says: what goes on the
+// wire, exactly.
+template <typename M>
+void expectWire(const M& msg, const std::string& text) {
+  M want;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &want)) << text;
+  EXPECT_EQ(msg.SerializeAsString(), want.SerializeAsString())
+      << "got:  " << msg.ShortDebugString() << "\nwant: " << want.ShortDebugString();
 }
 
 TEST(DemandCodecTest, OlderPolicydGetsWholeReportsWithNames) {
@@ -154,6 +167,40 @@ TEST(DemandCodecTest, ANewOrLossyStreamConvergesToTheWholeState) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(held(*a), now);
   EXPECT_EQ(held(*b), now);
+}
+
+// A DemandReport entry in text format as demand() makes it (rx = tx / 2), names left out when
+// `tenant` is "".
+std::string demandText(uint32_t key, const std::string& tenant, const std::string& link,
+                       uint64_t tx) {
+  std::string t = " demands { key: " + std::to_string(key);
+  if (!tenant.empty()) t += " tenant: '" + tenant + "' link: '" + link + "'";
+  return t + " transmit_bytes_per_second: " + std::to_string(tx) +
+         " receive_bytes_per_second: " + std::to_string(tx / 2) + " }";
+}
+
+TEST(DemandCodecTest, KeysNumberFirstUsesAndNamesGoWithAKeysFirstUseOnly) {
+  DemandEncoder enc({});
+  enc.setPeerCompact();
+  using Now = std::map<std::pair<std::string, std::string>, uint64_t>;
+  const std::string whole =
+      "node: 'node-1' policy_version: 3 compact_caps: true addresses: '10.0.0.1'";
+  const std::string delta = "policy_version: 3 compact_caps: true delta: true";
+  Now now = {{{"a", "leaf"}, 1000}, {{"b", "leaf"}, 2000}};
+  expectWire(*enc.encode(demand(now), 0),
+             whole + demandText(1, "a", "leaf", 1000) + demandText(2, "b", "leaf", 2000));
+  now[{"b", "leaf"}] = 3000;
+  now[{"c", "rail-1"}] = 10;
+  expectWire(*enc.encode(demand(now), 100 * kMs),
+             delta + demandText(2, "", "", 3000) + demandText(3, "c", "rail-1", 10));
+  now.erase({"a", "leaf"});
+  expectWire(*enc.encode(demand(now), 200 * kMs), delta + " removed_keys: 1");
+  // An entry that comes back keeps its key and names it again (the peer dropped it).
+  now[{"a", "leaf"}] = 1000;
+  expectWire(*enc.encode(demand(now), 300 * kMs), delta + demandText(1, "a", "leaf", 1000));
+  expectWire(*enc.encode(demand(now), kAllocateFullEveryNs),
+             whole + demandText(1, "a", "leaf", 1000) + demandText(2, "b", "leaf", 3000) +
+                 demandText(3, "c", "rail-1", 10));
 }
 
 TEST(DemandCodecTest, GarbageKeysAreRefusedAndLeaveTheStateAsItWas) {
@@ -280,6 +327,90 @@ TEST(CapsCodecTest, DeltasCarryWhatChangedAndDecodeToTheWholeCaps) {
   bad.set_delta(true);
   bad.add_caps()->set_key(77);
   EXPECT_FALSE(dec.decode(bad).ok());
+}
+
+// A NodeCaps entry in text format as caps() makes it (link leaf, rx = tx + 1), names left out
+// when `tenant` is "".
+std::string capText(uint32_t key, const std::string& tenant, const std::string& group,
+                    uint64_t cap) {
+  std::string t = " caps { key: " + std::to_string(key);
+  if (!tenant.empty()) t += " tenant: '" + tenant + "' link: 'leaf' group: '" + group + "'";
+  return t + " transmit_cap_bytes_per_second: " + std::to_string(cap) +
+         " receive_cap_bytes_per_second: " + std::to_string(cap + 1) +
+         " tenant_nodes: 2 link_pairs: 4 }";
+}
+
+TEST(CapsCodecTest, KeysNumberFirstUsesAndNamesGoWithAKeysFirstUseOnly) {
+  CapsEncoder enc;
+  enc.setPeerCompact();
+  expectWire(enc.encode(caps({{"a", 10}, {"b", 20}}, 1), 0),
+             "node: 'node-1' term: 2 round: 1 computed_at_unix_ms: 100 allocator: 'policyd-0:7400' "
+             "compact_reports: true" +
+                 capText(1, "a", "leaf-1", 10) + capText(2, "b", "leaf-1", 20));
+  // The node is the stream's, left out; the allocator moved, so it is there.
+  v1::NodeCaps moved = caps({{"b", 25}, {"c", 1}}, 2);
+  moved.set_allocator("policyd-1:7400");
+  expectWire(enc.encode(moved, 100 * kMs),
+             "term: 2 round: 2 computed_at_unix_ms: 200 allocator: 'policyd-1:7400' "
+             "compact_reports: true delta: true removed_keys: 1" +
+                 capText(2, "", "", 25) + capText(3, "c", "leaf-1", 1));
+  // Another group of the same (tenant, link) is another entry: a key of its own.
+  v1::NodeCaps regrouped = moved;
+  regrouped.set_round(3);
+  regrouped.mutable_caps(1)->set_group("leaf-2");
+  expectWire(enc.encode(regrouped, 200 * kMs),
+             "term: 2 round: 3 computed_at_unix_ms: 200 compact_reports: true delta: true "
+             "removed_keys: 3" +
+                 capText(4, "c", "leaf-2", 1));
+}
+
+TEST(CapsCodecTest, GarbageKeysAreRefusedAndLeaveTheCapsAsTheyWere) {
+  CapsDecoder dec(2);
+  v1::NodeCaps first = caps({{"a", 10}}, 1);
+  first.mutable_caps(0)->set_key(1);
+  ASSERT_TRUE(dec.decode(first).ok());
+  // Deltas whose entries name key 1 or a new key with these (tenant, group) names (link leaf).
+  struct Garbage {
+    std::vector<std::pair<uint32_t, std::pair<std::string, std::string>>> entries;
+    std::string why;
+  };
+  const std::vector<Garbage> garbage = {
+      {{{1, {"a", "leaf-2"}}},
+       "key 1 was (a, leaf, leaf-1) on this stream, now (a, leaf, "
+       "leaf-2): a key is never rebound"},
+      {{{1, {"a", ""}}}, "key 1 names (a, leaf, ): every name must be 1-253 bytes"},
+      {{{2, {"b", std::string(254, 'g')}}}, "every name must be 1-253 bytes"},
+      {{{2, {"b", "leaf-1"}}, {3, {"c", "leaf-1"}}}, "key 3: more than 2 keys on one stream"},
+  };
+  for (const Garbage& g : garbage) {
+    v1::NodeCaps d;
+    d.set_delta(true);
+    d.set_round(2);
+    for (const auto& [key, names] : g.entries) {
+      v1::LinkCap* e = d.add_caps();
+      e->set_key(key);
+      e->set_tenant(names.first);
+      e->set_link("leaf");
+      e->set_group(names.second);
+    }
+    const Status st = dec.decode(d).status();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << g.why;
+    EXPECT_EQ(st.message().find("NodeCaps round 2: "), 0u) << st.message();
+    EXPECT_NE(st.message().find(g.why), std::string::npos) << st.message();
+  }
+  // None of it changed the caps held (a heartbeat decodes to them).
+  v1::NodeCaps heartbeat;
+  heartbeat.set_delta(true);
+  heartbeat.set_round(3);
+  Result<v1::NodeCaps> r = dec.decode(heartbeat);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->caps_size(), 1);
+  EXPECT_EQ(r->caps(0).key(), 0u);
+  EXPECT_EQ(r->caps(0).tenant(), "a");
+  EXPECT_EQ(r->caps(0).group(), "leaf-1");
+  EXPECT_EQ(r->caps(0).transmit_cap_bytes_per_second(), 10u);
+  EXPECT_EQ(r->node(), "node-1");
+  EXPECT_EQ(r->allocator(), "policyd-0:7400");
 }
 
 }  // namespace

@@ -8,18 +8,14 @@
 
 #include "common/file_util.h"
 #include "nccl-plugin/plugin.h"
+#include "tests/support/temp_dir.h"
 
 namespace tq::plugin::ib {
 namespace {
 
 class IbTransportCreateTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tqplg-ibsys-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { ASSERT_EQ(system(("rm -rf " + root_).c_str()), 0); }
+  void SetUp() override { ASSERT_TRUE(temp_.ok()) << temp_.error(); }
   void put(const std::string& rel, const std::string& content) {
     const std::string path = root_ + "/" + rel;
     ASSERT_TRUE(makeDirs(path.substr(0, path.rfind('/'))).ok());
@@ -46,7 +42,8 @@ class IbTransportCreateTest : public ::testing::Test {
     c.oob_ifname = "lo";
     return c;
   }
-  std::string root_;
+  tq::testing::TempDir temp_{"tqplg-ibsys"};
+  const std::string& root_ = temp_.path();
 };
 
 TEST_F(IbTransportCreateTest, NoDevicesIsNotFound) {

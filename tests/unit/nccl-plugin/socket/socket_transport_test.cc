@@ -21,6 +21,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -61,6 +63,7 @@ class SocketTransportTest : public ::testing::Test {
     cfg.min_chunk = 4096;
     cfg.handshake_timeout_ns = kTimeoutNs;
     cfg.window_ns = kWindowNs;
+    cfg.window_rtt = window_rtt_;
     t_ = std::make_unique<SocketTransport>(std::move(devs).value(), cfg, clock_);
   }
 
@@ -176,6 +179,7 @@ class SocketTransportTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  bool window_rtt_ = false;  // TENANTQOS_SOCKET_WINDOW_RTT of the transport SetUp makes
   std::unique_ptr<SocketTransport> t_;
 };
 
@@ -701,6 +705,53 @@ class SocketPacingTest : public SocketTransportTest {
     EXPECT_TRUE(recv_->irecv(1, d, sz, &tag, nullptr, &r).ok());
     return r;
   }
+  // A paced receiver (a hand-filled bucket) of a 160 MiB message from an unpaced sender that
+  // stays backlogged while the test gives the reader tokens (paceReader).
+  struct Backlog {
+    HandAdmission rx;
+    HandPacing pacing{&rx};
+    std::vector<int> fds;  // the receiver's data streams
+    std::string msg = std::string(160 << 20, 'b');
+    std::string buf = std::string(160 << 20, '\0');
+    Request* sr = nullptr;
+    Request* rr = nullptr;
+    bool sd = false, rd = false;
+  };
+  // `rate`: bytes/s, what the receiver's streams' windows are sized for.
+  void startBacklog(Backlog* b, uint64_t rate) {
+    b->rx.rate = rate;
+    recv_->setPacing(&b->pacing);
+    b->fds = socketFdsOf(recv_.get());
+    b->fds.pop_back();  // the control stream
+    b->rr = post(&b->buf);
+    ASSERT_TRUE(send_->isend(b->msg.data(), b->msg.size(), 0, nullptr, &b->sr).ok());
+  }
+  // Gives the reader tokens at `rate` (bytes/s) in 1 ms steps for `total_ms` while polling both
+  // requests, and calls `each_ms(ms)` after each step.
+  void paceReader(Backlog* b, uint64_t rate, int total_ms,
+                  const std::function<void(int)>& each_ms) {
+    size_t n = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int ms = 1; ms <= total_ms; ++ms) {
+      b->rx.add(rate / 1000);
+      while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms)) {
+        if (!b->sd) {
+          EXPECT_TRUE(b->sr->test(&b->sd, &n).ok());
+        }
+        if (!b->rd) {
+          EXPECT_TRUE(b->rr->test(&b->rd, &n).ok());
+        }
+        ::usleep(200);
+      }
+      each_ms(ms);
+    }
+  }
+  // Opens the bucket and checks that the whole message arrives intact.
+  void finishBacklog(Backlog* b) {
+    b->rx.add(1ull << 40);
+    EXPECT_TRUE(drive(b->sr, b->rr, 20000, &b->sd, &b->rd));
+    EXPECT_TRUE(b->buf == b->msg);
+  }
   // Polls both requests for `ms`; true when both completed.
   bool drive(Request* sr, Request* rr, int ms, bool* sd, bool* rd) {
     size_t n = 0;
@@ -861,6 +912,34 @@ TEST(PacedWindowTest, IsAnEvenShareOfRateTimesTimeWithAFloor) {
   EXPECT_EQ(pacedWindowBytes(1, 1, 1, UINT64_MAX, UINT64_MAX), kMaxStreamWindowBytes);
 }
 
+// The round trip a receive window covers: the measured one, bounded by the minimum plus the
+// configured time (the queue it follows) and by kMaxWindowRttNs; nothing without a sample.
+TEST(PacedWindowTest, RoundTripIsTheMeasuredOneBoundedByTheMinimumPlusTheConfiguredTime) {
+  constexpr int64_t kMs = 1'000'000;
+  EXPECT_EQ(windowRttNs({}, 4 * kMs), 0) << "no sample yet: the configured time alone";
+  EXPECT_EQ(windowRttNs({0, 50'000}, 4 * kMs), 0) << "only the handshake's: no sample yet";
+  EXPECT_EQ(windowRttNs({300'000, 50'000}, 4 * kMs), 300'000) << "a path without queue";
+  // The spine's 4 ms queue on a 50 us path: all of it is covered.
+  EXPECT_EQ(windowRttNs({4'050'000, 50'000}, 4 * kMs), 4'050'000);
+  // 9 ms measured (a paced or idle sender's late echoes, or a queue the window itself built):
+  // the minimum plus the configured time, not the sample.
+  EXPECT_EQ(windowRttNs({9 * kMs, 50'000}, 4 * kMs), 4'050'000);
+  EXPECT_EQ(windowRttNs({2 * kMs, 0}, 4 * kMs), 2 * kMs) << "no minimum: the sample is the floor";
+  EXPECT_EQ(windowRttNs({1 * kMs, 3 * kMs}, 4 * kMs), 1 * kMs) << "a minimum above the sample";
+  EXPECT_EQ(windowRttNs({9 * kMs, 50'000}, 0), 50'000) << "no configured time: the minimum";
+  // A hostile peer (a handshake answered after 5 s, echoes 10 s late): at most kMaxWindowRttNs.
+  EXPECT_EQ(windowRttNs({10'000 * kMs, 5'000 * kMs}, 4 * kMs), kMaxWindowRttNs);
+  EXPECT_EQ(windowRttNs({INT64_MAX, INT64_MAX}, INT64_MAX), kMaxWindowRttNs);
+  EXPECT_EQ(windowRttNs({INT64_MAX, 50'000}, INT64_MAX), kMaxWindowRttNs);
+  // The window it gives: 75 MB/s x (4 ms + 4.05 ms) over 4 streams, 150,937 bytes each, and
+  // within kMaxStreamWindowBytes whatever the rate.
+  EXPECT_EQ(pacedWindowBytes(75'000'000, 4 * kMs + windowRttNs({9 * kMs, 50'000}, 4 * kMs), 4, 8192,
+                             1448),
+            150'937u);
+  EXPECT_EQ(pacedWindowBytes(UINT64_MAX, 4 * kMs + kMaxWindowRttNs, 1, 8192, 1448),
+            kMaxStreamWindowBytes);
+}
+
 // A data stream's segment size.
 uint64_t mssOf(int fd) {
   int mss = 0;
@@ -884,49 +963,26 @@ uint64_t queued(int fd, unsigned long what) {
 // wire then counts on top of the rate (the testbed's received cap conformance 1.02-1.22).
 TEST_F(SocketPacingTest, APacedReceiversStreamsHoldNoMoreThanTheirWindow) {
   constexpr uint64_t kRate = 200'000'000;  // bytes/s the test's bucket refills at
-  HandAdmission rx;
-  rx.rate = kRate;
-  HandPacing rx_pacing(&rx);
-  recv_->setPacing(&rx_pacing);
-  auto fds = socketFdsOf(recv_.get());
-  fds.pop_back();  // the control stream
+  Backlog b;
+  ASSERT_NO_FATAL_FAILURE(startBacklog(&b, kRate));
+  const std::vector<int>& fds = b.fds;
   const SocketTransportConfig cfg;
   const uint64_t window =
       pacedWindowBytes(kRate, kWindowNs, pacedStreamCount(false), cfg.window_min, mssOf(fds[0]));
-  const std::string msg(160 << 20, 'q');  // more than 600 ms of tokens
-  std::string buf(160 << 20, '\0');
-  Request* rr = post(&buf);
-  Request* sr = nullptr;
-  ASSERT_TRUE(send_->isend(const_cast<char*>(msg.data()), msg.size(), 0, nullptr, &sr).ok());
-  bool sd = false, rd = false;
-  size_t n = 0;
   uint64_t most = 0;
   // Tokens at kRate in 1 ms steps for 600 ms; the first 100 ms let the window take effect over
   // what the connection advertised before (a TCP window never retracts its right edge).
-  const auto start = std::chrono::steady_clock::now();
-  for (int ms = 1; ms <= 600; ++ms) {
-    rx.add(kRate / 1000);
-    while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms)) {
-      if (!sd) {
-        EXPECT_TRUE(sr->test(&sd, &n).ok());
-      }
-      if (!rd) {
-        EXPECT_TRUE(rr->test(&rd, &n).ok());
-      }
-      ::usleep(200);
-    }
+  paceReader(&b, kRate, 600, [&](int ms) {
     if (ms > 100) {
       for (int fd : fds) most = std::max(most, queued(fd, SIOCINQ));
     }
-  }
-  ASSERT_FALSE(rd) << "the sender must stay backlogged for the whole test";
-  EXPECT_GT(rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
+  });
+  ASSERT_FALSE(b.rd) << "the sender must stay backlogged for the whole test";
+  EXPECT_GT(b.rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
   EXPECT_GT(most, 0u) << "the sender was backlogged: something must have been waiting";
   // The advertised window is rounded to the window scale's unit (<= 1 KiB on loopback).
   EXPECT_LE(most, window + 2048) << "a stream's buffer held more than its window of " << window;
-  rx.add(1ull << 40);
-  EXPECT_TRUE(drive(sr, rr, 20000, &sd, &rd));
-  EXPECT_TRUE(buf == msg);
+  finishBacklog(&b);
 }
 
 // A paced sender whose receiver does not read keeps at most its window unsent in each stream
@@ -971,6 +1027,76 @@ TEST_F(SocketPacingTest, APacedSendersStreamsKeepAtMostTheirWindowUnsent) {
   rx.add(1ull << 40);
   EXPECT_TRUE(drive(sr, rr, 20000, &sd, &rd));
   EXPECT_TRUE(buf == msg);
+}
+
+// The receive buffer a stream's window was last sized to (SO_RCVBUF reports the kernel's
+// doubled value: the window as set, rounded down to even).
+uint64_t receiveBufferOf(int fd) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  EXPECT_EQ(::getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len), 0) << std::strerror(errno);
+  return static_cast<uint64_t>(std::max(v, 0));
+}
+
+uint64_t readSysctl(const char* name) {
+  std::ifstream in(std::string("/proc/sys/") + name);
+  uint64_t v = 0;
+  in >> v;
+  return v > 0 ? v : UINT64_MAX / 4;
+}
+
+class SocketRttWindowTest : public SocketPacingTest {
+ protected:
+  SocketRttWindowTest() { window_rtt_ = true; }
+};
+
+// TENANTQOS_SOCKET_WINDOW_RTT: a paced receiver's streams are sized to their share of the rate x
+// (the configured time + their round trip), the round trip re-read as the (injected) clock
+// moves, bounded by the minimum plus the configured time; what waits in a stream stays within
+// its window, and the reader still drains at its rate.
+TEST_F(SocketRttWindowTest, APacedReceiversWindowsCoverTheirRoundTripWithinTheBound) {
+  constexpr uint64_t kRate = 200'000'000;
+  Backlog b;
+  ASSERT_NO_FATAL_FAILURE(startBacklog(&b, kRate));
+  const std::vector<int>& fds = b.fds;
+  const SocketTransportConfig cfg;
+  const int count = pacedStreamCount(false);
+  const uint64_t fixed = pacedWindowBytes(kRate, kWindowNs, count, cfg.window_min, mssOf(fds[0]));
+  uint64_t most = 0, largest_buffer = 0, smallest_buffer = UINT64_MAX;
+  paceReader(&b, kRate, 400, [&](int ms) {
+    clock_.advanceNs(1'000'000);  // the helpers re-read round trips every 20 ms of this clock
+    if (ms > 100) {
+      for (int fd : fds) {
+        most = std::max(most, queued(fd, SIOCINQ));
+        smallest_buffer = std::min(smallest_buffer, receiveBufferOf(fd));
+      }
+    }
+    // Every window set over the run: one set early (the first samples count the time since
+    // the handshake, up to the bound) still holds data in a stream the reader has not reached.
+    for (int fd : fds) largest_buffer = std::max(largest_buffer, receiveBufferOf(fd));
+  });
+  ASSERT_FALSE(b.rd) << "the sender must stay backlogged for the whole test";
+  EXPECT_GT(b.rx.admittedBytes(), kRate / 20) << "the reader drained its streams";
+  EXPECT_GT(most, 0u) << "the sender was backlogged: something must have been waiting";
+  int64_t min_rtt_ns = 0, rtt_ns = 0;
+  for (int fd : fds) {
+    const StreamRtt r = receivingStreamRtt(fd);
+    min_rtt_ns = std::max(min_rtt_ns, r.min_rtt_ns);
+    rtt_ns = std::max(rtt_ns, r.rtt_ns);
+  }
+  const uint64_t bound =
+      pacedWindowBytes(kRate, 2 * kWindowNs + min_rtt_ns, count, cfg.window_min, mssOf(fds[0]));
+  // SO_RCVBUF reads back the window as set rounded down to even, or twice net.core.rmem_max
+  // where that is smaller (Debian's default 212992: 425,984 bytes).
+  const uint64_t capped = std::min<uint64_t>(bound, 2 * readSysctl("net/core/rmem_max"));
+  EXPECT_GE(smallest_buffer + 2, std::min(fixed, capped)) << "below the configured time's window";
+  EXPECT_LE(largest_buffer, capped + 2) << "above the bound of rate x (2 x time + minimum RTT)";
+  // The advertised window is rounded to the window scale's unit (<= 1 KiB on loopback).
+  EXPECT_LE(most, largest_buffer + 2048) << "a stream held more than its largest window";
+  GTEST_LOG_(INFO) << "windows " << smallest_buffer << ".." << largest_buffer << " bytes (fixed "
+                   << fixed << ", bound " << bound << "), receive-side round trip " << rtt_ns
+                   << " ns, minimum " << min_rtt_ns << " ns";
+  finishBacklog(&b);
 }
 
 }  // namespace
