@@ -63,7 +63,7 @@ bool demandMovedPast(uint64_t a, uint64_t b, double deadband) {
 }
 
 template <typename E>
-Status KeyedState<E>::learn(const E& e) {
+Status KeyedState<E>::learn(const E& e, std::vector<uint32_t>* learned) {
   const uint32_t key = e.key();
   auto it = names_.find(key);
   if (!anyName(e)) {
@@ -90,6 +90,7 @@ Status KeyedState<E>::learn(const E& e) {
   E names;
   copyNames(e, &names);
   names_.emplace(key, std::move(names));
+  learned->push_back(key);
   return okStatus();
 }
 
@@ -103,17 +104,23 @@ Status KeyedState<E>::apply(const google::protobuf::RepeatedPtrField<E>& entries
     return invalidArgument(std::to_string(entries.size()) + " entries, at most " +
                            std::to_string(max_keys_));
   }
-  // Checked in full before anything changes: a refused message leaves the state as it was.
+  // Checked in full before anything changes: a refused message leaves the state as it was,
+  // the names its keys would have taught forgotten too.
+  std::vector<uint32_t> learned;
+  auto refuse = [&](Status why) {
+    for (uint32_t k : learned) names_.erase(k);
+    return why;
+  };
   for (const E& e : entries) {
     if (e.key() == 0) {
-      if (delta) return invalidArgument("an entry without a key in a delta");
+      if (delta) return refuse(invalidArgument("an entry without a key in a delta"));
       continue;
     }
-    TQ_RETURN_IF_ERROR(learn(e));
+    if (Status st = learn(e, &learned); !st.ok()) return refuse(std::move(st));
   }
   for (uint32_t k : removed) {
     if (!held_.count(k)) {
-      return invalidArgument("key " + std::to_string(k) + " removed but not held");
+      return refuse(invalidArgument("key " + std::to_string(k) + " removed but not held"));
     }
   }
   if (!delta) {

@@ -129,7 +129,8 @@ class KeyedState {
   size_t keys() const { return names_.size(); }
 
  private:
-  Status learn(const E& e);  // a keyed entry: checks (and learns) its names
+  // A keyed entry: checks its names, and learns those of a new key (appended to `learned`).
+  Status learn(const E& e, std::vector<uint32_t>* learned);
   const size_t max_keys_;
   std::unordered_map<uint32_t, E> names_;  // key -> an entry holding its names only
   std::vector<uint32_t> order_;            // keys held, in the order they came

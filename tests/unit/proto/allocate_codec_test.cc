@@ -239,6 +239,10 @@ TEST(DemandCodecTest, GarbageKeysAreRefusedAndLeaveTheStateAsItWas) {
   third->set_tenant("c");
   third->set_link("leaf");
   refused(d, "more than 2 keys");
+  // Key 2's names came in a refused message: not learned.
+  d.clear_demands();
+  d.add_demands()->set_key(2);
+  refused(d, "key 2 was never named");
   // None of it changed what the decoder holds.
   v1::DemandReport refresh;
   refresh.set_delta(true);
