@@ -244,6 +244,8 @@ static_assert(shm::kMaxBuckets <= 32, "a channel's link buckets are bits of a ui
 uint32_t TenantPacer::linksFor(const Channel& c) const {
   if (agent_.load(std::memory_order_acquire) == nullptr) return 0;
   const std::vector<BucketSpec>& t = params_.buckets;
+  const std::optional<uint32_t> rail =
+      fabric_peers_ ? railOf(*fabric_peers_, c.netdev) : std::nullopt;
   uint32_t mask = 0;
   for (size_t i = 0; i < t.size() && i < shm::kMaxBuckets; ++i) {
     const BucketSpec& b = t[i];
@@ -252,7 +254,7 @@ uint32_t TenantPacer::linksFor(const Channel& c) const {
     if (fabric_peers_) {
       for (const FabricLinkPeers& l : fabric_peers_->links) {
         if (l.index == b.index && l.name.substr(0, shm::kBucketNameBytes - 1) == b.name) {
-          crosses = crossesLink(l, c.peer, railOf(*fabric_peers_, c.netdev));
+          crosses = crossesLink(l, c.peer, rail);
         }
       }
     }
