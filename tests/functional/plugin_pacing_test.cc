@@ -1,14 +1,16 @@
 // Pacing, end to end: tenantqos-perf processes load the real plugin and stream over loopback
 // while this test plays the agent (tests/support/test_agent.h: the agent's attach server and
 // tenant memory). The achieved rate, measured at the receiver over >= 2 s of 100 ms intervals
-// after a 0.5 s warm-up, must be within [0.97, 1.01] of the allocated rate. Fail closed: a
-// process that cannot attach to the tenant it names is paced at the default tenant's rate.
+// after a 0.5 s warm-up, must be within [0.97, 1.01] of the allocated rate (a rate short of it
+// is measured a second time: doneTrying()). Fail closed: a process that cannot attach to the
+// tenant it names is paced at the default tenant's rate.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include "common/tenant_shm.h"
@@ -81,24 +83,28 @@ class PluginPacingTest : public ::testing::Test {
     return capacity >= 1.15 * static_cast<double>(rate);
   }
 
-  // Runs `cmd` and expects the receiver at `rate`, within [0.97, 1.01]; *err: its log.
+  // Runs `cmd` (with `extra_env`) and expects the receiver at `rate`, within [0.97, 1.01];
+  // *err: its log.
+  // Above the rate fails at once; below it, doneTrying() (plugin_proc_util.h).
   void expectRate(const std::vector<std::string>& cmd, uint64_t rate, const std::string& size,
-                  std::string* err = nullptr) {
-    ProcResult r = run(cmd, env(), 60);
-    if (err != nullptr) *err = r.err;
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const RateWindow win = receiverWindow(r.out, 1);
-    EXPECT_GE(win.seconds, 2.0) << r.out;
-    const double ratio = win.rate() / static_cast<double>(rate);
-    std::printf("pacing at %s with %s messages: achieved %s over %.2f s, ratio %.4f\n",
-                formatRate(rate).c_str(), size.c_str(),
-                formatRate(static_cast<uint64_t>(win.rate())).c_str(), win.seconds, ratio);
-    if (ratio < 0.97 && !machineCanMove(rate)) {
-      GTEST_SKIP() << "this machine cannot move " << formatRate(rate)
-                   << " unpaced right now (other load, or a sanitizer build)";
+                  std::string* err = nullptr, std::map<std::string, std::string> extra_env = {}) {
+    for (int attempt = 1;; ++attempt) {
+      ProcResult r = run(cmd, env(extra_env), 60);
+      if (err != nullptr) *err = r.err;
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const RateWindow win = receiverWindow(r.out, 1);
+      EXPECT_GE(win.seconds, 2.0) << r.out;
+      const double ratio = win.rate() / static_cast<double>(rate);
+      std::printf("pacing at %s with %s messages (try %d): achieved %s over %.2f s, ratio %.4f\n",
+                  formatRate(rate).c_str(), size.c_str(), attempt,
+                  formatRate(static_cast<uint64_t>(win.rate())).c_str(), win.seconds, ratio);
+      EXPECT_LE(ratio, 1.01);
+      if (ratio < 0.97 && !machineCanMove(rate)) {
+        GTEST_SKIP() << "this machine cannot move " << formatRate(rate)
+                     << " unpaced right now (other load, or a sanitizer build)";
+      }
+      if (doneTrying(attempt, ratio)) return;
     }
-    EXPECT_GE(ratio, 0.97);
-    EXPECT_LE(ratio, 1.01);
   }
   void expectPaced(uint64_t rate, const std::string& size) {
     const std::string tenant = "tqplg-pace";
@@ -133,48 +139,40 @@ TEST_F(PluginPacingTest, IngressRate100Mbit) { expectIngressPaced(100'000'000 / 
 TEST_F(PluginPacingTest, IngressRate1Gbit) { expectIngressPaced(1'000'000'000 / 8, "256K"); }
 
 TEST_F(PluginPacingTest, EnvRateWithoutAgentFile) {
-  const uint64_t rate = 1'000'000'000 / 8;
-  ProcResult r = run(perf(3.0, "256K", "tqplg-env"), env({{"TENANTQOS_RATE", "1Gbps"}}), 60);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("pacing sends at TENANTQOS_RATE 1Gbps"), std::string::npos) << r.err;
-  const RateWindow win = receiverWindow(r.out, 1);
-  ASSERT_GE(win.seconds, 2.0);
-  const double ratio = win.rate() / static_cast<double>(rate);
-  std::printf("TENANTQOS_RATE=1Gbps: ratio %.4f\n", ratio);
-  if (ratio < 0.97 && !machineCanMove(rate)) {
-    GTEST_SKIP() << "this machine cannot move " << formatRate(rate)
-                 << " unpaced right now (other load, or a sanitizer build)";
-  }
-  EXPECT_GE(ratio, 0.97);
-  EXPECT_LE(ratio, 1.01);
+  std::string err;
+  expectRate(perf(3.0, "256K", "tqplg-env"), 1'000'000'000 / 8, "256K", &err,
+             {{"TENANTQOS_RATE", "1Gbps"}});
+  EXPECT_NE(err.find("pacing sends at TENANTQOS_RATE 1Gbps"), std::string::npos) << err;
 }
 
 // Two jobs of one tenant on one node share one bucket: together they get the rate.
 TEST_F(PluginPacingTest, TwoProcessesOfATenantShareOneBucket) {
   const uint64_t rate = 1'000'000'000 / 8;
   TenantShm* w = agent("tqplg-shared", rate);
-  Proc a(perf(3.5, "256K", "tqplg-shared"), env());
-  Proc b(perf(3.5, "256K", "tqplg-shared"), env());
-  ProcResult ra = a.wait(60), rb = b.wait(60);
-  ASSERT_EQ(ra.exit_code, 0) << ra.err;
-  ASSERT_EQ(rb.exit_code, 0) << rb.err;
-  // The common window of both runs (wall clock), minus warm-up and the tail.
-  const auto [first, last] = commonSpan({&ra.out, &rb.out});
-  const double from = first + kRateWarmupS, to = last - 0.2;
-  ASSERT_GT(to - from, 1.5) << "the two runs barely overlapped";
-  const RateWindow wa = receiverWindow(ra.out, 1, from, to);
-  const RateWindow wb = receiverWindow(rb.out, 1, from, to);
-  const double sum = wa.rate() + wb.rate();
-  std::printf("shared bucket at 1Gbps: job A %s, job B %s, sum ratio %.4f over %.2f s\n",
-              formatRate(static_cast<uint64_t>(wa.rate())).c_str(),
-              formatRate(static_cast<uint64_t>(wb.rate())).c_str(), sum / rate, to - from);
-  EXPECT_LE(sum / static_cast<double>(rate), 1.01);
-  EXPECT_GE(sum / static_cast<double>(rate), 0.97);
-  EXPECT_GT(wa.rate(), 0.2 * rate);
-  EXPECT_GT(wb.rate(), 0.2 * rate);
-  // Four processes (two per job) attached; all exited: their sockets closed, slots released.
-  EXPECT_TRUE(allDetached());
-  EXPECT_EQ(w->collect(0, rate).processes, 0u);
+  for (int attempt = 1;; ++attempt) {
+    Proc a(perf(3.5, "256K", "tqplg-shared"), env());
+    Proc b(perf(3.5, "256K", "tqplg-shared"), env());
+    ProcResult ra = a.wait(60), rb = b.wait(60);
+    ASSERT_EQ(ra.exit_code, 0) << ra.err;
+    ASSERT_EQ(rb.exit_code, 0) << rb.err;
+    // The common window of both runs (wall clock), minus warm-up and the tail.
+    const auto [first, last] = commonSpan({&ra.out, &rb.out});
+    const double from = first + kRateWarmupS, to = last - 0.2;
+    ASSERT_GT(to - from, 1.5) << "the two runs barely overlapped";
+    const RateWindow wa = receiverWindow(ra.out, 1, from, to);
+    const RateWindow wb = receiverWindow(rb.out, 1, from, to);
+    const double ratio = (wa.rate() + wb.rate()) / static_cast<double>(rate);
+    std::printf("shared bucket at 1Gbps (try %d): job A %s, job B %s, sum ratio %.4f over %.2f s\n",
+                attempt, formatRate(static_cast<uint64_t>(wa.rate())).c_str(),
+                formatRate(static_cast<uint64_t>(wb.rate())).c_str(), ratio, to - from);
+    EXPECT_LE(ratio, 1.01);
+    EXPECT_GT(wa.rate(), 0.2 * rate);
+    EXPECT_GT(wb.rate(), 0.2 * rate);
+    // Four processes (two per job) attached; all exited: their sockets closed, slots released.
+    EXPECT_TRUE(allDetached());
+    EXPECT_EQ(w->collect(0, rate).processes, 0u);
+    if (doneTrying(attempt, ratio)) break;
+  }
 }
 
 // Issue 23 item 10: a tenant at 1 Mbit/s holds its rate whatever the message size (a 32 MiB
@@ -232,32 +230,44 @@ TEST_F(PluginPacingTest, OneMbitHoldsForAnyMessageSize) {
   }
 }
 
-// A job started before the agent is unpaced, then governed once the file appears.
+// A job started before the agent is unpaced, then governed once the file appears. Short of the
+// rate, the whole scenario runs a second time, from a node without an agent again (as
+// expectRate() measures again).
 TEST_F(PluginPacingTest, JobStartedBeforeTheAgentBecomesGoverned) {
   const uint64_t rate = 200'000'000 / 8;
-  Proc p(perf(4.0, "64K", "tqplg-late"), env({{"TENANTQOS_SHM_RECHECK_MS", "100"}}));
-  const double start = monotonicSeconds();
-  while (monotonicSeconds() - start < 1.5) {
-    ASSERT_TRUE(p.poll()) << p.err();
-    ::usleep(20'000);
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    if (attempt > 1) {
+      agent_.reset();
+      std::filesystem::remove_all(runDir());
+    }
+    const std::string tenant = "tqplg-late" + std::to_string(attempt);
+    Proc p(perf(4.0, "64K", tenant), env({{"TENANTQOS_SHM_RECHECK_MS", "100"}}));
+    const double start = monotonicSeconds();
+    while (monotonicSeconds() - start < 1.5) {
+      ASSERT_TRUE(p.poll()) << p.err();
+      ::usleep(20'000);
+    }
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const double created = static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+    agent(tenant, rate);
+    ProcResult r = p.wait(60);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("UNPACED"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("appeared"), std::string::npos) << r.err;
+    const RateWindow before = receiverWindow(r.out, 1, 0, created);
+    const RateWindow after = receiverWindow(r.out, 1, created + 0.5);
+    ASSERT_GT(before.seconds, 0.5);
+    ASSERT_GT(after.seconds, 1.5);
+    const double ratio = after.rate() / static_cast<double>(rate);
+    std::printf("try %d: before the agent: %s, after: %s (allocated %s, ratio %.4f)\n", attempt,
+                formatRate(static_cast<uint64_t>(before.rate())).c_str(),
+                formatRate(static_cast<uint64_t>(after.rate())).c_str(), formatRate(rate).c_str(),
+                ratio);
+    EXPECT_GT(before.rate(), 2.0 * rate);
+    EXPECT_LE(ratio, 1.03);
+    if (doneTrying(attempt, ratio)) return;
   }
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  const double created = static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-  agent("tqplg-late", rate);
-  ProcResult r = p.wait(60);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("UNPACED"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("appeared"), std::string::npos) << r.err;
-  const RateWindow before = receiverWindow(r.out, 1, 0, created);
-  const RateWindow after = receiverWindow(r.out, 1, created + 0.5);
-  ASSERT_GT(before.seconds, 0.5);
-  ASSERT_GT(after.seconds, 1.5);
-  std::printf("before the agent: %s, after: %s (allocated %s)\n",
-              formatRate(static_cast<uint64_t>(before.rate())).c_str(),
-              formatRate(static_cast<uint64_t>(after.rate())).c_str(), formatRate(rate).c_str());
-  EXPECT_GT(before.rate(), 2.0 * rate);
-  EXPECT_NEAR(after.rate() / rate, 1.0, 0.03);
 }
 
 // Fail closed. A tenant the agent does not know: the default tenant's rate, measured.

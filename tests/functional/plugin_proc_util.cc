@@ -10,12 +10,26 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 extern char** environ;
 
 namespace tq::plugin::testing {
+
+bool doneTrying(int attempt, double ratio, double floor) {
+  if (ratio >= floor) return true;
+  if (attempt < 2) {
+    std::printf("short of the rate (%.4f < %.2f) on try %d: measuring again\n", ratio, floor,
+                attempt);
+    return false;
+  }
+  ADD_FAILURE() << "short of the rate on both tries: " << ratio << " < " << floor;
+  return true;
+}
 
 double monotonicSeconds() {
   timespec ts{};
