@@ -84,8 +84,7 @@ class PluginPacingTest : public ::testing::Test {
   }
 
   // Runs `cmd` (with `extra_env`) and expects the receiver at `rate`, within [0.97, 1.01];
-  // *err: its log.
-  // Above the rate fails at once; below it, doneTrying() (plugin_proc_util.h).
+  // *err: its log. Above the rate fails at once; below it, doneTrying() (plugin_proc_util.h).
   void expectRate(const std::vector<std::string>& cmd, uint64_t rate, const std::string& size,
                   std::string* err = nullptr, std::map<std::string, std::string> extra_env = {}) {
     for (int attempt = 1;; ++attempt) {
