@@ -17,14 +17,16 @@
 namespace tq::agent::functional {
 namespace {
 
-using plugin::testing::commonSpan;
 using plugin::testing::doneTrying;
 using plugin::testing::jsonLines;
 using plugin::testing::jsonNumber;
 using plugin::testing::perfArgv;
 using plugin::testing::Proc;
 using plugin::testing::ProcResult;
+using plugin::testing::RateWindow;
 using plugin::testing::receiverWindow;
+using plugin::testing::TogetherWindows;
+using plugin::testing::togetherWindows;
 
 constexpr uint64_t kLimitB = 100'000'000 / 8;  // tenant-b's limit, bytes/s
 constexpr uint64_t kBurst = 256 * 1024;        // the agent's --burst default
@@ -232,13 +234,12 @@ TEST_F(PrivilegedHostileTenantTest, UnmappedUsersCannotStarveOrLiftEachOther) {
 std::pair<double, double> togetherRate(const std::vector<ProcResult>& rs) {
   std::vector<const std::string*> outs;
   for (const ProcResult& r : rs) outs.push_back(&r.out);
-  const auto [from, to] = commonSpan(outs, 1);
-  if (to - from < 1.0) return {0, 0};
+  const TogetherWindows t = togetherWindows(outs, 0, 0, /*span_rank=*/1);
+  if (t.span_s < 1.0) return {0, 0};
   double sum = 0, least = 1e300;
-  for (const ProcResult& r : rs) {
-    const double rate = receiverWindow(r.out, 1, from, to).rate();
-    sum += rate;
-    least = std::min(least, rate);
+  for (const RateWindow& w : t.windows) {
+    sum += w.rate();
+    least = std::min(least, w.rate());
   }
   return {sum, least};
 }

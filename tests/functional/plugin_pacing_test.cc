@@ -155,15 +155,14 @@ TEST_F(PluginPacingTest, TwoProcessesOfATenantShareOneBucket) {
     ASSERT_EQ(ra.exit_code, 0) << ra.err;
     ASSERT_EQ(rb.exit_code, 0) << rb.err;
     // The common window of both runs (wall clock), minus warm-up and the tail.
-    const auto [first, last] = commonSpan({&ra.out, &rb.out});
-    const double from = first + kRateWarmupS, to = last - 0.2;
-    ASSERT_GT(to - from, 1.5) << "the two runs barely overlapped";
-    const RateWindow wa = receiverWindow(ra.out, 1, from, to);
-    const RateWindow wb = receiverWindow(rb.out, 1, from, to);
+    const TogetherWindows t = togetherWindows({&ra.out, &rb.out});
+    ASSERT_GT(t.span_s, 1.5) << "the two runs barely overlapped";
+    const RateWindow& wa = t.windows[0];
+    const RateWindow& wb = t.windows[1];
     const double ratio = (wa.rate() + wb.rate()) / static_cast<double>(rate);
     std::printf("shared bucket at 1Gbps (try %d): job A %s, job B %s, sum ratio %.4f over %.2f s\n",
                 attempt, formatRate(static_cast<uint64_t>(wa.rate())).c_str(),
-                formatRate(static_cast<uint64_t>(wb.rate())).c_str(), ratio, to - from);
+                formatRate(static_cast<uint64_t>(wb.rate())).c_str(), ratio, t.span_s);
     EXPECT_LE(ratio, 1.01);
     EXPECT_GT(wa.rate(), 0.2 * rate);
     EXPECT_GT(wb.rate(), 0.2 * rate);

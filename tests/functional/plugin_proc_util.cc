@@ -168,6 +168,16 @@ std::pair<double, double> commonSpan(const std::vector<const std::string*>& outs
   return {from, to};
 }
 
+TogetherWindows togetherWindows(const std::vector<const std::string*>& outs, double warmup_s,
+                                double tail_s, int span_rank) {
+  const auto [first, last] = commonSpan(outs, span_rank);
+  const double from = first + warmup_s, to = last - tail_s;
+  TogetherWindows t;
+  t.span_s = to - from;
+  for (const std::string* out : outs) t.windows.push_back(receiverWindow(*out, 1, from, to));
+  return t;
+}
+
 std::vector<std::string> perfArgv(const PerfRun& r) {
   std::vector<std::string> a = {r.bin, r.mode};
   if (r.local > 0) {

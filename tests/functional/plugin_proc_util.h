@@ -89,6 +89,16 @@ std::pair<double, double> intervalSpan(const std::string& out, int rank = -1);
 // The span all of `outs` reported intervals in: [the latest first, the earliest last] (empty,
 // first >= last, when they did not run together).
 std::pair<double, double> commonSpan(const std::vector<const std::string*>& outs, int rank = -1);
+// The receivers' (rank 1) windows of runs that ran at the same time: each over the span all of
+// `outs` reported in (commonSpan() of `span_rank`), less `warmup_s` at its start and `tail_s` at
+// its end. span_s: the length of what is left (<= 0 when they did not overlap; check it).
+struct TogetherWindows {
+  std::vector<RateWindow> windows;  // one per out, in order
+  double span_s = 0;
+};
+TogetherWindows togetherWindows(const std::vector<const std::string*>& outs,
+                                double warmup_s = kRateWarmupS, double tail_s = 0.2,
+                                int span_rank = -1);
 
 // A tenantqos-perf command line as the functional tests run it: a one-way stream of `size`
 // messages for `seconds` through `plugin`, a JSON line every `report_interval_ms`. Name the

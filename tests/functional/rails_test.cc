@@ -26,10 +26,10 @@
 namespace tq::agent::functional {
 namespace {
 
-using plugin::testing::commonSpan;
 using plugin::testing::Proc;
 using plugin::testing::ProcResult;
-using plugin::testing::receiverWindow;
+using plugin::testing::TogetherWindows;
+using plugin::testing::togetherWindows;
 
 constexpr double kPortMbit = 200;  // each rail's port
 constexpr double kSteadyGuaranteeMbit = 100;
@@ -134,16 +134,16 @@ TEST_F(PrivilegedRailsTest, ACrowdedRailTakesNothingFromTheOtherRailNorTheGuaran
     }
   }
   // The receivers' rates over the window the three jobs share (past their warm-up).
-  const auto [first, last] = commonSpan({&res[0][1].out, &res[1][1].out, &res[2][1].out});
-  const double from = first + 1.0, to = last - 0.2;
-  ASSERT_GT(to - from, 2.0) << "the jobs barely overlapped";
+  const TogetherWindows t =
+      togetherWindows({&res[0][1].out, &res[1][1].out, &res[2][1].out}, /*warmup_s=*/1.0);
+  ASSERT_GT(t.span_s, 2.0) << "the jobs barely overlapped";
   double mbit[3];
-  for (size_t i = 0; i < 3; ++i) mbit[i] = receiverWindow(res[i][1].out, 1, from, to).rate() * 8e-6;
+  for (size_t i = 0; i < 3; ++i) mbit[i] = t.windows[i].rate() * 8e-6;
   std::printf(
       "rails, receiver rates over %.1f s: crowd on rail 0 %.1f Mbit/s, steady on rail 0 %.1f "
       "Mbit/s (guarantee %.0f), steady on rail 1 %.1f Mbit/s (port %.0f, allocatable %.0f); "
       "steady's allocation: rail 0 tx %.1f, rx %.1f, rail 1 tx %.1f Mbit/s (%d samples)\n",
-      to - from, mbit[0], mbit[1], kSteadyGuaranteeMbit, mbit[2], kPortMbit, kAllocatable,
+      t.span_s, mbit[0], mbit[1], kSteadyGuaranteeMbit, mbit[2], kPortMbit, kAllocatable,
       samples ? steady0_tx / samples * 8e-6 : 0, samples ? steady0_rx / samples * 8e-6 : 0,
       samples ? steady1_tx / samples * 8e-6 : 0, samples);
   // Rail 0: crowd, with four times steady's weight and four times its streams, leaves steady its

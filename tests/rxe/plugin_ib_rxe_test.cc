@@ -652,10 +652,9 @@ class PluginIbIsolationTest : public PluginIbPacingTest {
     ProcResult ra = a.wait(90), rb = b.wait(90);
     EXPECT_EQ(ra.exit_code, 0) << ra.err;
     EXPECT_EQ(rb.exit_code, 0) << rb.err;
-    const auto [first, last] = commonSpan({&ra.out, &rb.out});
-    const double from = first + kRateWarmupS, to = last - 0.2;
-    EXPECT_GT(to - from, 1.5) << "the two jobs barely overlapped";
-    return {receiverWindow(ra.out, 1, from, to).rate(), receiverWindow(rb.out, 1, from, to).rate()};
+    const TogetherWindows t = togetherWindows({&ra.out, &rb.out});
+    EXPECT_GT(t.span_s, 1.5) << "the two jobs barely overlapped";
+    return {t.windows[0].rate(), t.windows[1].rate()};
   }
   void report(const char* mode, std::pair<double, double> r) {
     std::printf(
