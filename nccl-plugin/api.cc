@@ -126,6 +126,11 @@ Status fillProperties(int dev, Props* props) {
   static_assert(sizeof(props->vProps.devs) / sizeof(int) == kMaxDevs);
   props->maxP2pBytes = d.max_p2p_bytes;
   props->maxCollBytes = d.max_coll_bytes;
+  // v12. A rail is at most kMaxRail (255), so it fits railId's int16_t.
+  if constexpr (requires { props->railId; }) {
+    props->railId = d.rail < 0 ? NCCL_NET_ID_UNDEF : static_cast<int16_t>(d.rail);
+    props->planeId = NCCL_NET_ID_UNDEF;
+  }
   return okStatus();
 }
 
@@ -247,8 +252,6 @@ ncclResult_t getPropertiesV12(int dev, ncclNetProperties_v12_t* props) {
     TQ_RETURN_IF_ERROR(
         (fillProperties<ncclNetProperties_v12_t, NCCL_NET_MAX_DEVS_PER_NIC_V12>(dev, props)));
     props->maxMultiRequestSize = 1;
-    props->railId = NCCL_NET_ID_UNDEF;
-    props->planeId = NCCL_NET_ID_UNDEF;
     return okStatus();
   });
 }

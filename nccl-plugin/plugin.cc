@@ -1,9 +1,16 @@
 #include "nccl-plugin/plugin.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <climits>
 #include <cstring>
 
 #include "common/attach_protocol.h"
+#include "common/fabric_peers.h"
+#include "common/fd.h"
+#include "common/log.h"
 #include "common/tenant_shm.h"
 #include "common/thread_annotations.h"
 #include "nccl-plugin/ib/ib_factory.h"
@@ -247,7 +254,33 @@ Status Plugin::devices(int* ndev) {
 }
 
 Status Plugin::properties(int dev, DeviceProperties* out) {
-  return transport_->properties(dev, out);
+  TQ_RETURN_IF_ERROR(transport_->properties(dev, out));
+  out->rail = agentRailOf(out->netdev);
+  return okStatus();
+}
+
+int Plugin::agentRailOf(const char* netdev) {
+  if (netdev == nullptr) return -1;
+  const std::string path = attach::fabricPeersPath(params_.run_dir);
+  auto problem = [&](const std::string& why) {
+    MutexLock lock(rail_mu_);
+    if (why != rail_logged_) {
+      TQ_LOG(kWarn, "%s: %s; NCCL is told no rail for the devices (railId undefined)", path.c_str(),
+             why.c_str());
+      rail_logged_ = why;
+    }
+    return -1;
+  };
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd.valid()) {
+    // No map: the node is behind no shared link, or the agent has not written it yet.
+    if (errno == ENOENT) return -1;
+    return problem(std::string("open: ") + std::strerror(errno));
+  }
+  Result<FabricPeerMap> map = readAgentFabricPeers(fd.get(), static_cast<uid_t>(params_.agent_uid));
+  if (!map.ok()) return problem(map.status().message());
+  const std::optional<uint32_t> rail = railOf(*map, netdev);
+  return rail ? static_cast<int>(*rail) : -1;
 }
 
 Status Plugin::listen(void* ctx, int dev, void* handle, void** listen_comm) {

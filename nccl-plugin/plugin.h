@@ -94,6 +94,7 @@ class Plugin {
   int liveComms() const { return comms_.load(); }
 
   Status devices(int* ndev);
+  // The transport's properties, and the rail of the device from the agent's map.
   Status properties(int dev, DeviceProperties* out);
   Status listen(void* ctx, int dev, void* handle, void** listen_comm);
   // `traffic_class`: the communicator's (v11: the ctx's; v10: connect's config).
@@ -119,11 +120,19 @@ class Plugin {
   static TenantPacer* tenantOf(void* comm);
 
  private:
+  // The rail of network device `netdev` in the agent's <run-dir>/fabric-peers map (read as
+  // the pacers read it: root's or the agent's, nobody else's to write; tenant.h), -1 when the
+  // map is absent, untrusted or says nothing of it. A problem is logged once per distinct
+  // reason: NCCL asks for every device at every communicator's init.
+  int agentRailOf(const char* netdev);
+
   const PluginParams params_;
   std::unique_ptr<Transport> transport_;
   TenantRegistry tenants_;
   std::atomic<int> contexts_{0};  // contexts made and not finalized
   std::atomic<int> comms_{0};     // listen/send/recv comms handed to NCCL and not closed
+  Mutex rail_mu_;
+  std::string rail_logged_ TQ_GUARDED_BY(rail_mu_);  // the last map problem logged
 };
 
 }  // namespace tq::plugin

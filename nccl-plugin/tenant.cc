@@ -263,6 +263,34 @@ uint32_t TenantPacer::linksFor(const Channel& c) const {
   return mask;
 }
 
+Result<FabricPeerMap> readAgentFabricPeers(int fd, uid_t agent_uid) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return errnoStatus("fstat");
+  if (!S_ISREG(st.st_mode)) return invalidArgument("not a regular file");
+  if (st.st_uid != 0 && st.st_uid != agent_uid) {
+    return permissionDenied("owned by uid " + std::to_string(st.st_uid) +
+                            ", not root or the agent's");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return permissionDenied("writable by group or others");
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxFabricPeersBytes) {
+    return invalidArgument(std::to_string(st.st_size) + " bytes, more than " +
+                           std::to_string(kMaxFabricPeersBytes));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errnoStatus("read");
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return parseFabricPeers(text);
+}
+
 // mu_ held.
 bool TenantPacer::loadFabricPeers() {
   const std::string path = attach::fabricPeersPath(cfg_.run_dir);
@@ -295,27 +323,7 @@ bool TenantPacer::loadFabricPeers() {
   // Checked on the descriptor read: a file swapped after the stat is the one judged.
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!fd.valid()) return problem(std::string("open: ") + std::strerror(errno));
-  if (::fstat(fd.get(), &st) != 0) return problem(std::string("fstat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return problem("not a regular file");
-  if (st.st_uid != 0 && st.st_uid != cfg_.agent_uid) {
-    return problem("owned by uid " + std::to_string(st.st_uid) + ", not root or the agent's");
-  }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return problem("writable by group or others");
-  if (static_cast<uint64_t>(st.st_size) > kMaxFabricPeersBytes) {
-    return problem(std::to_string(st.st_size) + " bytes, more than " +
-                   std::to_string(kMaxFabricPeersBytes));
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return problem(std::string("read: ") + std::strerror(errno));
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  text.resize(got);
-  Result<FabricPeerMap> map = parseFabricPeers(text);
+  Result<FabricPeerMap> map = readAgentFabricPeers(fd.get(), cfg_.agent_uid);
   if (!map.ok()) return problem(map.status().message());
   fabric_peers_logged_.clear();
   if (fabric_peers_ && *fabric_peers_ == *map) return false;

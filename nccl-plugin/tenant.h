@@ -376,6 +376,11 @@ class TenantPacer {
       TQ_GUARDED_BY(mu_);  // the last `why_` logged, so each reason is logged once
 };
 
+// The agent's fabric-peers map (common/fabric_peers.h) from an open descriptor of it, judged
+// on that descriptor: a regular file owned by root or `agent_uid`, writable by nobody else, at
+// most kMaxFabricPeersBytes; then parsed as untrusted text. The error says which check failed.
+Result<FabricPeerMap> readAgentFabricPeers(int fd, uid_t agent_uid);
+
 // One pacer per tenant name per process, shared by every communicator of that tenant.
 class TenantRegistry {
  public:

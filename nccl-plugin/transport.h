@@ -73,6 +73,10 @@ struct DeviceProperties {
   // The network device the traffic leaves by (its tenant's buckets are per device): the IP
   // interface, or a RoCE port's netdev; an InfiniBand port's device name.
   const char* netdev = nullptr;
+  // The rail the agent's fabric-peers map gives `netdev` (its --device DEV=LINK,rail=N; Net ABI
+  // v12 railId, which NCCL's topology search uses to keep rings on one rail); -1: not known.
+  // Filled by Plugin::properties, not by the transport.
+  int rail = -1;
 };
 
 // How the traffic of one connection is marked. Decided by the SENDING side's tenant; the

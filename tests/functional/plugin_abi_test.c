@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -771,6 +772,72 @@ static void case_multirecv(void) {
 
 /* NCCL 2.28.9 calls finalize with the NULL context a failed init gave back: a quiet success,
  * before any init and after a failed one. The plugin still initialises afterwards. */
+/* v12 railId: the rail the agent's fabric-peers map gives the device's network device; undefined
+ * without a map, for a device the map does not name, and for a map others could have written
+ * (then a warning). Read at every getProperties: NCCL asks at each communicator's init. */
+static void write_map(const char* path, const char* text, mode_t mode) {
+  char tmp[512];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE* f = fopen(tmp, "w");
+  CHECK(f != NULL, "fopen %s: %s", tmp, strerror(errno));
+  CHECK(fputs(text, f) >= 0 && fclose(f) == 0, "write %s", tmp);
+  CHECK(chmod(tmp, mode) == 0 && rename(tmp, path) == 0, "install %s: %s", path, strerror(errno));
+}
+
+static int16_t rail_of_device0(ncclNet_v12_t* v12, const char** name) {
+  ncclNetProperties_v12_t p;
+  memset(&p, 0x5a, sizeof p);
+  NCCLCHECK(v12->getProperties(0, &p));
+  CHECK(p.planeId == NCCL_NET_ID_UNDEF, "planeId %d", p.planeId);
+  CHECK(p.vProps.ndevs == 1 && p.vProps.devs[0] == 0, "vProps");
+  if (name != NULL) *name = p.name;
+  return p.railId;
+}
+
+static void case_v12_rail(void) {
+  char dir[] = "/tmp/tqplg-abi-rail-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp: %s", strerror(errno));
+  char path[400], uid[16], text[256];
+  snprintf(path, sizeof path, "%s/fabric-peers", dir);
+  snprintf(uid, sizeof uid, "%u", (unsigned)getuid());
+  setenv("TENANTQOS_RUN_DIR", dir, 1);
+  setenv("TENANTQOS_AGENT_UID", uid, 1); /* the map's owner when not run as root */
+  ncclNet_v12_t* v12 = (ncclNet_v12_t*)dlsym(g_lib, "ncclNetPlugin_v12");
+  CHECK(v12 != NULL, "no v12 table");
+  void* ctx = NULL;
+  ncclNetCommConfig_v12_t cfg = {-1};
+  NCCLCHECK(v12->init(&ctx, 0x12, &cfg, stub_logger, NULL));
+  const char* name = NULL;
+  CHECK(rail_of_device0(v12, &name) == NCCL_NET_ID_UNDEF, "railId without a map");
+  CHECK(name != NULL, "no name");
+
+  snprintf(text, sizeof text,
+           "tenantqos-fabric-peers 2\nlink 0 spine leaf1 3\ndevice eth-other 1\ndevice %s 3\n",
+           name);
+  write_map(path, text, 0644);
+  int16_t rail = rail_of_device0(v12, NULL);
+  CHECK(rail == 3, "railId %d, not the map's 3 for %s", rail, name);
+  fprintf(stderr, "device 0 (%s): railId %d from %s\n", name, rail, path);
+
+  write_map(path, "tenantqos-fabric-peers 2\nlink 0 spine leaf1 all\ndevice eth-other 1\n", 0644);
+  CHECK(rail_of_device0(v12, NULL) == NCCL_NET_ID_UNDEF, "railId for a device the map omits");
+
+  write_map(path, text, 0666);
+  const int warnings = g_log_warnings;
+  CHECK(rail_of_device0(v12, NULL) == NCCL_NET_ID_UNDEF, "railId from a map others can write");
+  CHECK(rail_of_device0(v12, NULL) == NCCL_NET_ID_UNDEF, "railId from a map others can write");
+  CHECK(g_log_warnings == warnings + 1, "%d warnings for an untrusted map asked twice (want 1)",
+        g_log_warnings - warnings);
+
+  write_map(path, "tenantqos-fabric-peers 2\ndevice no-rail-given\n", 0644);
+  CHECK(rail_of_device0(v12, NULL) == NCCL_NET_ID_UNDEF, "railId from a malformed map");
+
+  write_map(path, text, 0644);
+  CHECK(rail_of_device0(v12, NULL) == 3, "railId once the map is good again");
+  NCCLCHECK(v12->finalize(ctx));
+  CHECK(unlink(path) == 0 && rmdir(dir) == 0, "cleanup of %s: %s", dir, strerror(errno));
+}
+
 static void case_finalize_null(void) {
   CHECK(g_net->finalize(NULL) == ncclSuccess, "finalize(NULL) before any init failed");
   const char* transport = getenv("TENANTQOS_TRANSPORT");
@@ -908,6 +975,7 @@ int main(int argc, char** argv) {
       {"multirecv", case_multirecv},
       {"lifecycle", case_lifecycle},
       {"finalize_null", case_finalize_null},
+      {"v12_rail", case_v12_rail},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(cases[i].name, argv[2]) == 0) {
