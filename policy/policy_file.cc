@@ -3,9 +3,6 @@
 #include "policy/topology_file.h"
 #include "policy/yaml_reader.h"
 
-#include <yaml-cpp/depthguard.h>
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -26,6 +23,7 @@ namespace {
 using yaml::ErrorList;
 using yaml::FieldIndex;
 using yaml::itemPath;
+using yaml::Node;
 using yaml::percentText;
 using yaml::Pos;
 using yaml::posOf;
@@ -45,7 +43,7 @@ class YamlReader : public yaml::FieldReader {
  public:
   using FieldReader::FieldReader;
 
-  void readRoot(const YAML::Node& root, PolicySpec* out) {
+  void readRoot(const Node& root, PolicySpec* out) {
     Fields f;
     if (!readMapping(root, {1, 1}, "", kRootFields, &f)) return;
     std::string api, kind;
@@ -61,14 +59,13 @@ class YamlReader : public yaml::FieldReader {
           "unsupported kind " + quote(kind) + " (expected \"" + std::string(kKind) + "\")");
     }
     if (requireField(f, "", "links", {1, 1})) {
-      forEachItem(f["links"], "links", kMaxLinks,
-                  [&](const YAML::Node& item, const std::string& path) {
-                    out->links.push_back(readLink(item, path));
-                  });
+      forEachItem(f["links"], "links", kMaxLinks, [&](const Node& item, const std::string& path) {
+        out->links.push_back(readLink(item, path));
+      });
     }
     if (requireField(f, "", "tenants", {1, 1})) {
       forEachItem(f["tenants"], "tenants", kMaxTenants,
-                  [&](const YAML::Node& item, const std::string& path) {
+                  [&](const Node& item, const std::string& path) {
                     out->tenants.push_back(readTenant(item, path));
                   });
     }
@@ -76,10 +73,10 @@ class YamlReader : public yaml::FieldReader {
   }
 
  private:
-  LinkSpec readLink(const YAML::Node& node, const std::string& path) {
+  LinkSpec readLink(const Node& node, const std::string& path) {
     LinkSpec l;
     Fields f;
-    Pos at = posOf(node.Mark());
+    Pos at = posOf(node.mark());
     if (!readMapping(node, at, path, kLinkFields, &f)) {
       for (auto k : kLinkFields) index_.invalid.insert(path + "." + std::string(k));
       return l;
@@ -91,10 +88,10 @@ class YamlReader : public yaml::FieldReader {
     return l;
   }
 
-  TenantSpec readTenant(const YAML::Node& node, const std::string& path) {
+  TenantSpec readTenant(const Node& node, const std::string& path) {
     TenantSpec t;
     Fields f;
-    Pos at = posOf(node.Mark());
+    Pos at = posOf(node.mark());
     if (!readMapping(node, at, path, kTenantFields, &f)) {
       for (auto k : kTenantFields) index_.invalid.insert(path + "." + std::string(k));
       return t;
@@ -117,9 +114,9 @@ class YamlReader : public yaml::FieldReader {
     if (f.count("trafficClasses")) {
       const std::string tcs = field("trafficClasses");
       forEachItem(f["trafficClasses"], tcs, kMaxTrafficClasses,
-                  [&](const YAML::Node& item, const std::string& p) {
+                  [&](const Node& item, const std::string& p) {
                     uint32_t v = 0;
-                    Entry e{YAML::Node(), item, posOf(item.Mark())};
+                    Entry e{Node(), item, posOf(item.mark())};
                     if (readUint(e, p, 0, std::numeric_limits<int32_t>::max(), &v)) {
                       t.traffic_classes.push_back(static_cast<int32_t>(v));
                     } else {
@@ -445,13 +442,6 @@ void markUnparsedTrafficClasses(const PolicySpec& p, FieldIndex& index) {
   }
 }
 
-std::string yamlExceptionReason(const YAML::Exception& e) {
-  if (dynamic_cast<const YAML::DeepRecursion*>(&e) != nullptr) {
-    return "syntax error: nesting is too deep";
-  }
-  return "syntax error: " + (e.msg.empty() ? std::string(e.what()) : e.msg);
-}
-
 }  // namespace
 
 bool isDns1123Subdomain(std::string_view name) {
@@ -484,7 +474,7 @@ Status ParsedPolicy::status() const { return errorsToStatus(errors); }
 
 namespace {
 
-// The budget scan: one pass over the bytes, O(1) memory, that bounds what yaml-cpp would build.
+// The budget scan: one pass over the bytes, O(1) memory, that bounds what the parser would build.
 // Conservative: every flow bracket, block indentation level and "- "/"? " indicator counts as a
 // nesting level; every ':' / '-' / ',' indicator as nodes. Quotes and comments are skipped.
 struct BudgetScan {
@@ -592,8 +582,8 @@ ParsedPolicy parsePolicyYaml(std::string_view text, std::string_view source_name
     out.errors = errors.take();
     return out;
   }
-  // Before yaml-cpp builds a tree (which costs ~100x the text for deep nesting): reject what
-  // would exceed the budget.
+  // Before the parser builds a tree (yaml-cpp's cost ~100x the text for deep nesting; the budget
+  // bounds ours too): reject what would exceed it.
   BudgetScan scan = scanYamlBudget(text);
   if (scan.exceeded != nullptr) {
     errors.add(scan.where, "(yaml)",
@@ -606,22 +596,22 @@ ParsedPolicy parsePolicyYaml(std::string_view text, std::string_view source_name
     return out;
   }
   FieldIndex index;
-  // yaml-cpp reports errors by exception; nothing escapes this block.
+  // Only allocation failures throw (libyaml is C); nothing escapes this block.
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
-    if (docs.size() > 1) {
-      errors.add(posOf(docs[1].Mark()), "(yaml)",
-                 "the file holds " + std::to_string(docs.size()) +
+    yaml::Document doc;
+    if (!doc.parse(text)) {
+      errors.add(posOf(doc.error_mark).line > 0 ? posOf(doc.error_mark) : Pos{1, 1}, "(yaml)",
+                 "syntax error: " + doc.error);
+    } else if (doc.documents.size() > 1) {
+      errors.add(posOf(doc.documents[1].mark()), "(yaml)",
+                 "the file holds " + std::to_string(doc.documents.size()) +
                      " YAML documents; a policy is exactly one");
-    } else if (docs.empty() || docs[0].IsNull()) {
+    } else if (doc.documents.empty() || doc.documents[0].isNull()) {
       errors.add({1, 1}, "(document)", "the policy is empty");
     } else {
       YamlReader reader(errors, index);
-      reader.readRoot(docs[0], &out.policy);
+      reader.readRoot(doc.documents[0], &out.policy);
     }
-  } catch (const YAML::Exception& e) {
-    errors.add(posOf(e.mark).line > 0 ? posOf(e.mark) : Pos{1, 1}, "(yaml)",
-               yamlExceptionReason(e));
   } catch (const std::exception& e) {
     errors.add({1, 1}, "(yaml)", std::string("cannot parse: ") + e.what());
   }

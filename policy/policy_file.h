@@ -1,7 +1,8 @@
 // The policy file: YAML text -> validated PolicySpec, PolicySpec -> canonical YAML.
 //
-// This is the only unit that sees YAML. yaml-cpp throws; every exception is caught here and
-// turned into a positioned error, so callers only ever see PolicyError values.
+// This is the only unit that sees YAML (read with libyaml: policy/yaml_doc.h). Syntax errors and
+// any exception are turned into positioned errors here, so callers only ever see PolicyError
+// values.
 //
 // Errors are collected, not just the first: a file with three mistakes reports three lines,
 //   policy.yaml:12:12: tenants[1].limit: must be >= guarantee (limit 10Gbps < guarantee 20Gbps)
@@ -45,7 +46,7 @@ inline constexpr size_t kMaxLinks = 1000;
 inline constexpr size_t kMaxTrafficClasses = shm::kMaxTrafficClasses;
 inline constexpr size_t kMaxPlatformNames = 1000;  // per tenant: namespaces, volcanoQueues
 inline constexpr uint32_t kMaxWeight = 10000;
-// The parse budget (memory): before yaml-cpp builds its tree, a scan of the bytes rejects text
+// The parse budget (memory): before the parser builds its tree, a scan of the bytes rejects text
 // nested deeper than kMaxYamlDepth (flow brackets, block indentation levels, "- " indicators)
 // or with more than kMaxYamlNodes nodes. Within these, one parse holds a bounded tree (measured
 // figures: docs/policy.md, "Resource limits").

@@ -25,10 +25,10 @@ constexpr std::string_view kSharedLinkFields[] = {"name", "capacity", "headroom"
 constexpr std::string_view kGroupFields[] = {"name", "nodes", "capacity"};
 constexpr std::string_view kTenantLinkFields[] = {"link", "guarantee", "limit", "weight"};
 
-LinkGroupSpec readGroup(yaml::FieldReader& r, const YAML::Node& node, const std::string& path) {
+LinkGroupSpec readGroup(yaml::FieldReader& r, const yaml::Node& node, const std::string& path) {
   LinkGroupSpec g;
   yaml::FieldReader::Fields f;
-  const Pos at = posOf(node.Mark());
+  const Pos at = posOf(node.mark());
   if (!r.readMapping(node, at, path, kGroupFields, &f)) {
     for (auto k : kGroupFields) r.markInvalid(path + "." + std::string(k));
     return g;
@@ -43,11 +43,11 @@ LinkGroupSpec readGroup(yaml::FieldReader& r, const YAML::Node& node, const std:
   return g;
 }
 
-SharedLinkSpec readSharedLink(yaml::FieldReader& r, const YAML::Node& node,
+SharedLinkSpec readSharedLink(yaml::FieldReader& r, const yaml::Node& node,
                               const std::string& path) {
   SharedLinkSpec l;
   yaml::FieldReader::Fields f;
-  const Pos at = posOf(node.Mark());
+  const Pos at = posOf(node.mark());
   if (!r.readMapping(node, at, path, kSharedLinkFields, &f)) {
     for (auto k : kSharedLinkFields) r.markInvalid(path + "." + std::string(k));
     return l;
@@ -61,7 +61,7 @@ SharedLinkSpec readSharedLink(yaml::FieldReader& r, const YAML::Node& node,
   if (f.count("rail") && r.readUint(f["rail"], path + ".rail", 0, kMaxRail, &rail)) l.rail = rail;
   if (r.requireField(f, path, "groups", at)) {
     r.forEachItem(f["groups"], path + ".groups", kMaxLinkGroups,
-                  [&](const YAML::Node& item, const std::string& p) {
+                  [&](const yaml::Node& item, const std::string& p) {
                     l.groups.push_back(readGroup(r, item, p));
                   });
   }
@@ -331,17 +331,17 @@ std::string nameList(const std::vector<std::string>& names) {
 void readSharedLinks(yaml::FieldReader& reader, const yaml::FieldReader::Entry& e,
                      std::vector<SharedLinkSpec>* out) {
   reader.forEachItem(e, "sharedLinks", kMaxSharedLinks,
-                     [&](const YAML::Node& item, const std::string& path) {
+                     [&](const yaml::Node& item, const std::string& path) {
                        out->push_back(readSharedLink(reader, item, path));
                      });
 }
 
 void readTenantLinkValues(yaml::FieldReader& r, const yaml::FieldReader::Entry& e,
                           const std::string& path, std::vector<TenantLinkValues>* out) {
-  r.forEachItem(e, path, kMaxSharedLinks, [&](const YAML::Node& node, const std::string& p) {
+  r.forEachItem(e, path, kMaxSharedLinks, [&](const yaml::Node& node, const std::string& p) {
     TenantLinkValues v;
     yaml::FieldReader::Fields f;
-    const Pos at = posOf(node.Mark());
+    const Pos at = posOf(node.mark());
     if (!r.readMapping(node, at, p, kTenantLinkFields, &f)) {
       for (auto k : kTenantLinkFields) r.markInvalid(p + "." + std::string(k));
     } else {

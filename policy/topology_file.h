@@ -18,7 +18,7 @@
 //     placed behind any group (placement is not in the policy);
 //   - bounds: kMaxSharedLinks, kMaxLinkGroups per shared link, kMaxGroupNodes per group,
 //     kMaxTopologyNodes node entries in all.
-// Internal to tq_policy_file (yaml-cpp types through yaml_reader.h). Thread-safety: pure.
+// Internal to tq_policy_file (yaml_doc.h's nodes through yaml_reader.h). Thread-safety: pure.
 #pragma once
 
 #include <string>

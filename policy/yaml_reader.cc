@@ -59,13 +59,13 @@ std::string unknownFieldReason(std::string_view key, std::span<const std::string
   return r + ")";
 }
 
-std::string describe(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Null: return "an empty value";
-    case YAML::NodeType::Scalar: return quote(n.Scalar());
-    case YAML::NodeType::Undefined: break;
+std::string describe(const Node& n) {
+  switch (n.type()) {
+    case NodeType::kMap: return "a mapping";
+    case NodeType::kSequence: return "a sequence";
+    case NodeType::kNull: return "an empty value";
+    case NodeType::kScalar: return quote(n.scalar());
+    case NodeType::kUndefined: break;
   }
   return "nothing";
 }

@@ -4,12 +4,10 @@
 // (each reports a positioned error and marks the field invalid, so that the semantic rules skip
 // it and one mistake gives one error).
 //
-// Internal to tq_policy_file: yaml-cpp types appear here, so only policy/*.cc include it.
-// yaml-cpp throws; callers run the readers inside parsePolicyYaml's try block.
+// Internal to tq_policy_file: the document's nodes are yaml_doc.h's (libyaml), so only
+// policy/*.cc include it.
 // Thread-safety: values and pure functions.
 #pragma once
-
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <charconv>
@@ -27,6 +25,7 @@
 #include "common/tenant_shm.h"
 #include "common/units.h"
 #include "policy/policy_file.h"
+#include "policy/yaml_doc.h"
 
 namespace tq::policy::yaml {
 
@@ -35,7 +34,7 @@ struct Pos {
   int column = 0;
 };
 
-inline Pos posOf(const YAML::Mark& m) {
+inline Pos posOf(const Mark& m) {
   if (m.is_null() || m.line < 0 || m.column < 0) return {};
   return {m.line + 1, m.column + 1};
 }
@@ -86,7 +85,7 @@ std::string rangeReason(uint64_t min, uint64_t max, std::string_view got);
 // `unknown field "x" (did you mean "y"?)`, else the list of the known fields.
 std::string unknownFieldReason(std::string_view key, std::span<const std::string_view> known);
 // What a node is, for "expected X, got Y".
-std::string describe(const YAML::Node& n);
+std::string describe(const Node& n);
 // "5%", "0.5%": the shortest text that parses back to the same percentage.
 std::string percentText(double p);
 // "tenants[3].limit" (without `field`: "tenants[3]").
@@ -101,8 +100,8 @@ class FieldReader {
   FieldReader(ErrorList& errors, FieldIndex& index) : errors_(errors), index_(index) {}
 
   struct Entry {
-    YAML::Node key;
-    YAML::Node value;
+    Node key;
+    Node value;
     Pos pos;  // of the value, or of the key when the value is empty
   };
   using Fields = std::map<std::string, Entry, std::less<>>;
@@ -111,9 +110,9 @@ class FieldReader {
   // that is not a string is kept as "" (indexes stay aligned) and marked invalid.
   void readNames(const Entry& e, const std::string& path, size_t max_items,
                  std::vector<std::string>* out) {
-    forEachItem(e, path, max_items, [&](const YAML::Node& item, const std::string& p) {
+    forEachItem(e, path, max_items, [&](const Node& item, const std::string& p) {
       std::string v;
-      readString(Entry{YAML::Node(), item, posOf(item.Mark())}, p, &v);
+      readString(Entry{Node(), item, posOf(item.mark())}, p, &v);
       out->push_back(std::move(v));
     });
   }
@@ -126,23 +125,21 @@ class FieldReader {
     errors_.add(p, path, std::move(reason));
   }
 
-  bool readMapping(const YAML::Node& node, Pos at, const std::string& path,
+  bool readMapping(const Node& node, Pos at, const std::string& path,
                    std::span<const std::string_view> known, Fields* out) {
-    if (!node.IsMap()) {
+    if (!node.isMap()) {
       bad(path.empty() ? "(document)" : path, at, "expected a mapping, got " + describe(node));
       return false;
     }
     if (!path.empty()) index_.pos[path] = at;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node key = it->first;
-      const YAML::Node value = it->second;
-      Pos kp = posOf(key.Mark());
-      if (!key.IsScalar()) {
+    for (const auto& [key, value] : node.pairs()) {
+      Pos kp = posOf(key.mark());
+      if (!key.isScalar()) {
         errors_.add(kp, path.empty() ? "(document)" : path,
                     "keys must be plain names, got " + describe(key));
         continue;
       }
-      const std::string& name = key.Scalar();
+      const std::string& name = key.scalar();
       const std::string fpath = path.empty() ? name : path + "." + name;
       if (std::find(known.begin(), known.end(), name) == known.end()) {
         errors_.add(kp, fpath, unknownFieldReason(name, known));
@@ -152,11 +149,11 @@ class FieldReader {
       if (!inserted) {
         bad(fpath, kp,
             "duplicate key " + quote(name) + " (first at line " +
-                std::to_string(pos->second.key.Mark().line + 1) + ", column " +
-                std::to_string(pos->second.key.Mark().column + 1) + ")");
+                std::to_string(pos->second.key.mark().line + 1) + ", column " +
+                std::to_string(pos->second.key.mark().column + 1) + ")");
         continue;
       }
-      Pos vp = value.IsNull() ? kp : posOf(value.Mark());
+      Pos vp = value.isNull() ? kp : posOf(value.mark());
       if (vp.line == 0) vp = kp;
       pos->second = Entry{key, value, vp};
       index_.pos[fpath] = vp;
@@ -173,9 +170,9 @@ class FieldReader {
 
   template <typename Fn>
   void forEachItem(const Entry& e, const std::string& path, size_t max_items, Fn fn) {
-    if (!e.value.IsSequence()) {
+    if (!e.value.isSequence()) {
       bad(path, e.pos,
-          "expected a sequence" + std::string(e.value.IsNull() ? " (write [] for none)" : "") +
+          "expected a sequence" + std::string(e.value.isNull() ? " (write [] for none)" : "") +
               ", got " + describe(e.value));
       return;
     }
@@ -186,10 +183,9 @@ class FieldReader {
       return;
     }
     size_t i = 0;
-    for (auto it = e.value.begin(); it != e.value.end(); ++it, ++i) {
-      const std::string p = path + "[" + std::to_string(i) + "]";
-      const YAML::Node item = *it;
-      Pos ip = posOf(item.Mark());
+    for (const Node& item : e.value.items()) {
+      const std::string p = path + "[" + std::to_string(i++) + "]";
+      Pos ip = posOf(item.mark());
       if (ip.line == 0) ip = e.pos;
       index_.pos[p] = ip;
       fn(item, p);
@@ -197,14 +193,14 @@ class FieldReader {
   }
 
   bool scalar(const Entry& e, const std::string& path, std::string_view expected) {
-    if (e.value.IsScalar()) return true;
+    if (e.value.isScalar()) return true;
     bad(path, e.pos, "expected " + std::string(expected) + ", got " + describe(e.value));
     return false;
   }
 
   bool readString(const Entry& e, const std::string& path, std::string* out) {
     if (!scalar(e, path, "a string")) return false;
-    *out = e.value.Scalar();
+    *out = e.value.scalar();
     return true;
   }
 
@@ -234,7 +230,7 @@ class FieldReader {
   bool readParsed(const Entry& e, const std::string& path, std::string_view expected, Parse parse,
                   T* out) {
     if (!scalar(e, path, expected)) return false;
-    auto r = parse(e.value.Scalar());
+    auto r = parse(e.value.scalar());
     if (!r.ok()) {
       bad(path, e.pos, r.status().message());
       return false;
@@ -247,8 +243,8 @@ class FieldReader {
   bool readUint(const Entry& e, const std::string& path, uint64_t min, uint64_t max,
                 uint32_t* out) {
     if (!scalar(e, path, "an integer")) return false;
-    const std::string& s = e.value.Scalar();
-    if (e.value.Tag() == "!") {
+    const std::string& s = e.value.scalar();
+    if (e.value.quoted()) {
       bad(path, e.pos,
           "expected an integer, got the quoted string " + quote(s) + " (remove the quotes)");
       return false;
@@ -278,8 +274,8 @@ class FieldReader {
 
   bool readBool(const Entry& e, const std::string& path, bool* out) {
     if (!scalar(e, path, "true or false")) return false;
-    const std::string& s = e.value.Scalar();
-    if (e.value.Tag() != "!") {
+    const std::string& s = e.value.scalar();
+    if (!e.value.quoted()) {
       if (s == "true" || s == "True" || s == "TRUE") return *out = true, true;
       if (s == "false" || s == "False" || s == "FALSE") return *out = false, true;
     }

@@ -16,7 +16,7 @@ pkgs=(
   clang-format clang-tidy
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libyaml-cpp-dev libnl-3-dev libnl-route-3-dev libibverbs-dev prometheus-cpp-dev
+  libyaml-cpp-dev libyaml-dev libnl-3-dev libnl-route-3-dev libibverbs-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libssl-dev libcivetweb-dev
   nlohmann-json3-dev
   # test and demo tools: real tc, real Prometheus, an independent gRPC client, plots

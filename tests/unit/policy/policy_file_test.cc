@@ -141,7 +141,7 @@ TEST(PolicyFile, AliasesWorkMergeKeysDoNot) {
 }
 
 TEST(PolicyFile, DuplicateKeysAreErrors) {
-  // yaml-cpp keeps both entries of a duplicated key; we report the second one.
+  // The document keeps both entries of a duplicated key; we report the second one.
   expectOnlyError(parse(withLine(12, "    weight: 2\n    weight: 3")), 13, 5, "tenants[0].weight",
                   "duplicate key \"weight\" (first at line 12, column 5)");
   expectOnlyError(parse(withLine(2, "kind: TenantPolicy\nkind: TenantPolicy")), 3, 1, "kind",
@@ -188,7 +188,7 @@ TEST(PolicyFile, MalformedYamlReportsTheParserPosition) {
   auto p = parse(withLine(11, "    limit: [60Gbps"));
   ASSERT_EQ(p.errors.size(), 1u) << allErrors(p);
   EXPECT_EQ(p.errors[0].field, "(yaml)");
-  EXPECT_EQ(p.errors[0].line, 12) << allErrors(p);  // where yaml-cpp notices the missing ']'
+  EXPECT_EQ(p.errors[0].line, 12) << allErrors(p);  // where the parser notices the missing ']'
   EXPECT_NE(p.errors[0].reason.find("syntax error"), std::string::npos);
   auto q = parse(withLine(12, "   weight: 2"));  // bad indentation
   ASSERT_EQ(q.errors.size(), 1u) << allErrors(q);
