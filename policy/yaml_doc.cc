@@ -58,6 +58,9 @@ size_t Node::size() const {
 }
 
 bool Document::parse(std::string_view input) {
+  documents.clear();  // a second parse starts afresh (earlier Nodes stay valid: nodes_ keeps them)
+  error.clear();
+  error_mark = {};
   ParserHolder p;
   if (!p.ok) {
     error = "cannot initialise libyaml's parser (out of memory)";

@@ -76,7 +76,8 @@ struct NodeData {
 
 // The documents of a YAML stream. parse() fills `documents` (the root node of each, in order)
 // or sets `error` (the parser's problem and context, without a "syntax error" prefix) and
-// `error_mark` (where it was noticed), keeping the documents before it.
+// `error_mark` (where it was noticed), keeping the documents before it. Each parse() replaces
+// what the previous one left in `documents` and `error`.
 class Document {
  public:
   bool parse(std::string_view text);

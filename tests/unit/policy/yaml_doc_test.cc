@@ -131,6 +131,17 @@ TEST(YamlDoc, DocumentsAndEmptyStreams) {
   EXPECT_EQ(two.documents[1].mark().line, 2);
 }
 
+TEST(YamlDoc, ASecondParseReplacesTheFirst) {
+  Document d;
+  EXPECT_FALSE(d.parse("a: *nope\n"));
+  EXPECT_TRUE(d.parse("a: 1\n---\nb: 2\n")) << d.error;
+  EXPECT_TRUE(d.error.empty());
+  EXPECT_EQ(d.documents.size(), 2u);
+  EXPECT_TRUE(d.parse("c: 3\n"));
+  ASSERT_EQ(d.documents.size(), 1u);
+  EXPECT_EQ(d.documents[0].pairs()[0].first.scalar(), "c");
+}
+
 TEST(YamlDoc, BinaryGarbageIsAnErrorNotACrash) {
   std::string junk;
   for (int i = 0; i < 4096; ++i) junk += static_cast<char>((i * 7919) & 0xff);
