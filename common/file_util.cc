@@ -63,23 +63,27 @@ Status writeFileAtomic(const std::string& path, std::string_view data, uint32_t 
 Result<std::string> readFile(const std::string& path, uint64_t max_bytes) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return errnoStatus("open " + path);
-  std::string out;
   struct stat st {};
   if (::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) > max_bytes) {
     return resourceExhausted(path + ": file is " + std::to_string(st.st_size) +
                              " bytes, more than the limit of " + std::to_string(max_bytes));
   }
+  return readFd(fd.get(), path, max_bytes);
+}
+
+Result<std::string> readFd(int fd, const std::string& name, uint64_t max_bytes) {
+  std::string out;
   std::array<char, 65536> buf;
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+    ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return errnoStatus("read " + path);
+      return errnoStatus("read " + name);
     }
     if (n == 0) break;
     out.append(buf.data(), static_cast<size_t>(n));
     if (out.size() > max_bytes) {
-      return resourceExhausted(path + ": file is larger than the limit of " +
+      return resourceExhausted(name + ": file is larger than the limit of " +
                                std::to_string(max_bytes) + " bytes");
     }
   }

@@ -22,6 +22,9 @@ Status writeFileAtomic(const std::string& path, std::string_view data, uint32_t 
 
 // Reads a whole file, failing with kResourceExhausted if it is larger than max_bytes.
 Result<std::string> readFile(const std::string& path, uint64_t max_bytes = 64u << 20);
+// The same from an open descriptor, to its end (for callers that judge the file on that
+// descriptor first: owner, mode); errors name `name`.
+Result<std::string> readFd(int fd, const std::string& name, uint64_t max_bytes);
 
 // Writes all of `data` to `fd` (retrying short writes and EINTR); errors name `path`.
 Status writeAll(int fd, std::string_view data, const std::string& path);

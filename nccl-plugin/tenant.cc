@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/fd.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/thread_annotations.h"
 #include "common/token_bucket.h"
@@ -278,16 +279,7 @@ Result<FabricPeerMap> readAgentFabricPeers(int fd, uid_t agent_uid) {
     return invalidArgument(std::to_string(st.st_size) + " bytes, more than " +
                            std::to_string(kMaxFabricPeersBytes));
   }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errnoStatus("read");
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  text.resize(got);
+  TQ_ASSIGN_OR_RETURN(std::string text, readFd(fd, "fabric peers", kMaxFabricPeersBytes));
   return parseFabricPeers(text);
 }
 
