@@ -16,6 +16,10 @@
 //      reporting 4 tenants' demand at --allocator-hz, default 10, the demand jittered so that
 //      most rounds change most caps: the busy case); printed side by side with the ratio
 //      with/without (a ratio taken in one run survives a busy machine).
+// Every ApplyPolicy is made from a client process of its own (`--apply-client`, below), as an
+// operator's tenantqosctl is, over one persistent channel; the loaded phase also times as many
+// applies from this process, whose gRPC threads carry the watchers' and agents' streams, and
+// prints them for comparison (not a target).
 // Both against the file store (one policyd) and the etcd store (a 3-member etcd on loopback
 // started here, --replicas policyd replicas, watchers spread over them), then both side by
 // side with the ratio of their apply latencies.
@@ -40,6 +44,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cinttypes>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -262,6 +267,124 @@ std::string loadAverage() {
   return third == std::string::npos ? l : l.substr(0, third);
 }
 
+// The applies' client in a process of its own (`policy_watch --apply-client ADDRESS CA CERT KEY`,
+// "-" for plaintext), as an operator's tenantqosctl is: in this process gRPC's threads also
+// carry the 1,000 watchers' and 1,000 agents' streams, which stand for 2,000 other machines,
+// and an apply's request and answer would wait behind them (measured: in-process loaded apply
+// p50 347 ms where policyd itself spent 150). One persistent channel, like a long-lived client;
+// the bench still times every apply in-process too, under the allocator's load, for comparison.
+// Protocol, one line each way per apply: the parent writes a policy file's path, the child
+// answers "ok MS VERSION START_NS RETURN_NS" (steady clock, which is system-wide) or
+// "error MESSAGE".
+int runApplyClient(const std::string& address, const std::string& ca, const std::string& cert,
+                   const std::string& key) {
+  tq::rpc::TlsConfig tls;
+  if (ca == "-") {
+    tls.insecure = true;
+  } else {
+    tls = {ca, cert, key, false};
+  }
+  auto creds = tq::rpc::channelCredentials(tls);
+  if (!creds.ok()) {
+    std::printf("error %s\n", creds.status().message().c_str());
+    return 1;
+  }
+  grpc::ChannelArguments ca_args;
+  ca_args.SetMaxReceiveMessageSize(16 << 20);
+  auto stub = v1::PolicyService::NewStub(grpc::CreateCustomChannel(address, *creds, ca_args));
+  std::string path;
+  while (std::getline(std::cin, path)) {
+    v1::ApplyPolicyRequest req;
+    req.set_policy_yaml(readAll(path));
+    v1::ApplyPolicyResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    const auto t0 = Clock::now();
+    const int64_t start_ns = nowNs();
+    grpc::Status st = stub->ApplyPolicy(&ctx, req, &resp);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const int64_t return_ns = nowNs();
+    if (!st.ok()) {
+      std::string m = st.error_message();
+      std::replace(m.begin(), m.end(), '\n', ' ');
+      std::printf("error ApplyPolicy %s failed: %s\n", path.c_str(), m.c_str());
+    } else {
+      std::printf("ok %.3f %" PRIu64 " %" PRId64 " %" PRId64 "\n", ms,
+                  static_cast<uint64_t>(resp.version()), start_ns, return_ns);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// The parent's end of runApplyClient: the child's pid and its pipes. Thread-safety: one thread.
+class ApplyClient {
+ public:
+  struct Result {
+    double ms = 0;
+    uint64_t version = 0;
+    int64_t start_ns = 0, return_ns = 0;
+  };
+  ~ApplyClient() {
+    if (to_ != nullptr) std::fclose(to_);  // EOF ends the child's loop
+    if (from_ != nullptr) std::fclose(from_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  // Starts the child; false with a message on stderr.
+  bool start(const std::string& address, const tq::rpc::TlsConfig& tls, bool insecure) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+      std::cerr << "apply client: pipe: " << std::strerror(errno) << "\n";
+      return false;
+    }
+    std::vector<std::string> argv = {"/proc/self/exe", "--apply-client", address,
+                                     insecure ? "-" : tls.ca_file, insecure ? "-" : tls.cert_file,
+                                     insecure ? "-" : tls.key_file};
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    const int rc = posix_spawn(&pid_, cargv[0], &fa, nullptr, cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    to_ = fdopen(in[1], "w");
+    from_ = fdopen(out[0], "r");
+    if (rc != 0) {
+      pid_ = -1;
+      std::cerr << "apply client: cannot start /proc/self/exe: " << std::strerror(rc) << "\n";
+      return false;
+    }
+    return to_ != nullptr && from_ != nullptr;
+  }
+  // Applies the policy file at `path`; exits the bench with the child's message on failure.
+  Result apply(const std::string& path) {
+    std::fprintf(to_, "%s\n", path.c_str());
+    std::fflush(to_);
+    char line[4096];
+    Result r;
+    if (std::fgets(line, sizeof line, from_) == nullptr) {
+      std::cerr << "apply client (pid " << pid_ << ") ended without an answer for " << path
+                << "\n";
+      std::exit(1);
+    }
+    if (std::sscanf(line, "ok %lf %" SCNu64 " %" SCNd64 " %" SCNd64, &r.ms, &r.version,
+                    &r.start_ns, &r.return_ns) != 4) {
+      std::cerr << "apply client: " << line;
+      std::exit(1);
+    }
+    return r;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
 class Bench {
  public:
   // `replicas` policyd processes, each with `store_args` (the file store: none, each replica
@@ -349,6 +472,7 @@ class Bench {
 
   void stopServer() {
     load_.reset();
+    client_.reset();
     for (pid_t pid : pids_) {
       kill(pid, SIGTERM);
       waitpid(pid, nullptr, 0);
@@ -376,8 +500,31 @@ class Bench {
     return grpc::CreateCustomChannel(addresses_[replica], *creds, ca);
   }
 
-  // ApplyPolicy round trip in ms (through replica 0); the version in *version.
-  double apply(const std::string& yaml, uint64_t* version) {
+  // ApplyPolicy round trip in ms (through replica 0); the version in *version. From the apply
+  // client's own process (ApplyClient), or with `in_process` from this one's gRPC threads.
+  double apply(const std::string& yaml, uint64_t* version, bool in_process = false) {
+    if (in_process) return applyInProcess(yaml, version);
+    if (!client_) {
+      client_ = std::make_unique<ApplyClient>();
+      if (!client_->start(addresses_[0], client_tls_, args_.insecure)) std::exit(1);
+    }
+    const std::string path = dir_ + "/apply.yaml";
+    {
+      std::ofstream out(path, std::ios::trunc);
+      out << yaml;
+      if (!out.flush()) {
+        std::cerr << "cannot write " << path << "\n";
+        std::exit(1);
+      }
+    }
+    const ApplyClient::Result r = client_->apply(path);
+    *version = r.version;
+    last_start_ns_ = r.start_ns;
+    last_return_ns_ = r.return_ns;
+    return r.ms;
+  }
+
+  double applyInProcess(const std::string& yaml, uint64_t* version) {
     if (!apply_stub_) apply_stub_ = v1::PolicyService::NewStub(channel(true));
     auto& stub = apply_stub_;
     v1::ApplyPolicyRequest req;
@@ -508,6 +655,7 @@ class Bench {
   std::string dir_;
   std::vector<std::string> addresses_;
   std::unique_ptr<v1::PolicyService::Stub> apply_stub_;
+  std::unique_ptr<ApplyClient> client_;  // the applies' own process
   std::vector<std::string> server_tls_;          // policyd's TLS flags (or --insecure)
   tq::rpc::TlsConfig client_tls_, watcher_tls_;  // empty with --insecure
   std::unique_ptr<Tracker> tracker_;
@@ -577,9 +725,10 @@ std::optional<Summary> runBench(const Args& a, const std::string& store,
   const std::string topo = b.topology();
   struct Phase {
     std::vector<double> apply, fan, e2e;
-    std::string load;  // the load average after it
+    std::vector<double> in_process_apply;  // the same applies from this process's gRPC threads
+    std::string load;                      // the load average after it
   };
-  auto phase = [&](int round_base) {
+  auto phase = [&](int round_base, bool compare) {
     Phase p;
     for (int r = 0; r < a.applies; ++r) {
       p.apply.push_back(b.apply(bigPolicy(a.tenants, round_base + r, topo), &v));
@@ -588,9 +737,16 @@ std::optional<Summary> runBench(const Args& a, const std::string& store,
       p.e2e.push_back(f.from_call_ms);
     }
     p.load = loadAverage();
+    // After the applies of record, so that they do not perturb them; each waits for its
+    // fan-out as those did.
+    for (int r = 0; compare && r < a.applies; ++r) {
+      p.in_process_apply.push_back(
+          b.apply(bigPolicy(a.tenants, round_base + 200 + r, topo), &v, /*in_process=*/true));
+      b.fanout(v, a.watchers);
+    }
     return p;
   };
-  Phase quiet = phase(0);
+  Phase quiet = phase(0, false);
   std::optional<Phase> loaded;
   uint64_t load_reports = 0, load_caps = 0;
   double load_s = 0;
@@ -599,7 +755,7 @@ std::optional<Summary> runBench(const Args& a, const std::string& store,
                  a.allocator_agents);
     if (!b.startAllocatorLoad(v)) return std::nullopt;
     const auto t_load = Clock::now();
-    loaded = phase(500);
+    loaded = phase(500, true);
     load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
     if (!b.stopAllocatorLoad(&load_reports, &load_caps)) return std::nullopt;
   }
@@ -659,6 +815,7 @@ std::optional<Summary> runBench(const Args& a, const std::string& store,
     print("apply latency", la);
     print("fan-out from return", lf);
     print("fan-out from call", le);
+    print("apply from the bench's own process (not a target)", stats(loaded->in_process_apply));
     std::printf(
         "   ratio with / without the load, p99: apply %.2fx, fan-out from return %.2fx, from call "
         "%.2fx\n",
@@ -676,6 +833,9 @@ std::optional<Summary> runBench(const Args& a, const std::string& store,
 }
 
 int main(int argc, char** argv) {
+  if (argc == 6 && std::string(argv[1]) == "--apply-client") {
+    return runApplyClient(argv[2], argv[3], argv[4], argv[5]);
+  }
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i];
