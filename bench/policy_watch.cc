@@ -30,7 +30,9 @@
 //
 //   policy_watch [--watchers N] [--applies N] [--tenants N] [--connections N]
 //                [--store file|etcd|both] [--replicas N] [--policyd BIN] [--insecure]
-//                [--allocator-agents N] [--allocator-hz HZ]
+//                [--allocator-agents N] [--allocator-hz HZ] [--watch-plain]
+// The watchers ask for deflated snapshots as agents do (proto/snapshot_codec.h); --watch-plain
+// has them ask for plain ones, as agents before it did.
 #include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -160,9 +162,11 @@ uint64_t snapshotVersion(const grpc::ByteBuffer& b) {
 // protobuf parse, malloc and free), which is not the server's fan-out.
 class Watcher final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  Watcher(grpc::GenericStub* stub, Tracker* tracker, size_t id) : tracker_(tracker), id_(id) {
+  Watcher(grpc::GenericStub* stub, Tracker* tracker, size_t id, bool deflated)
+      : tracker_(tracker), id_(id) {
     v1::WatchPolicyRequest req;
     req.set_node("tqpol-bench-" + std::to_string(id));
+    req.set_accept_deflated(deflated);  // as agents do (the wrapper's version comes first too)
     bool own = false;
     (void)grpc::SerializationTraits<v1::WatchPolicyRequest>::Serialize(req, &req_, &own);
     stub->PrepareBidiStreamingCall(&ctx_, "/tenantqos.v1.PolicyService/WatchPolicy",
@@ -256,6 +260,7 @@ struct Args {
   std::optional<size_t> allocator_agents_flag;
   size_t allocator_agents = 1000;
   double allocator_hz = 10;  // their report rate
+  bool watch_plain = false;  // watchers ask for plain snapshots, as agents before deflation did
 };
 
 constexpr int kAllocatorTenantsPerNode = 4;
@@ -337,8 +342,11 @@ class ApplyClient {
       std::cerr << "apply client: pipe: " << std::strerror(errno) << "\n";
       return false;
     }
-    std::vector<std::string> argv = {"/proc/self/exe", "--apply-client", address,
-                                     insecure ? "-" : tls.ca_file, insecure ? "-" : tls.cert_file,
+    std::vector<std::string> argv = {"/proc/self/exe",
+                                     "--apply-client",
+                                     address,
+                                     insecure ? "-" : tls.ca_file,
+                                     insecure ? "-" : tls.cert_file,
                                      insecure ? "-" : tls.key_file};
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
@@ -367,12 +375,11 @@ class ApplyClient {
     char line[4096];
     Result r;
     if (std::fgets(line, sizeof line, from_) == nullptr) {
-      std::cerr << "apply client (pid " << pid_ << ") ended without an answer for " << path
-                << "\n";
+      std::cerr << "apply client (pid " << pid_ << ") ended without an answer for " << path << "\n";
       std::exit(1);
     }
-    if (std::sscanf(line, "ok %lf %" SCNu64 " %" SCNd64 " %" SCNd64, &r.ms, &r.version,
-                    &r.start_ns, &r.return_ns) != 4) {
+    if (std::sscanf(line, "ok %lf %" SCNu64 " %" SCNd64 " %" SCNd64, &r.ms, &r.version, &r.start_ns,
+                    &r.return_ns) != 4) {
       std::cerr << "apply client: " << line;
       std::exit(1);
     }
@@ -555,7 +562,8 @@ class Bench {
           channel(true, c % addresses_.size(), /*watcher=*/true)));
     }
     for (size_t i = 0; i < n; ++i) {
-      watchers_.push_back(std::make_unique<Watcher>(stubs_[i % conns].get(), tracker_.get(), i));
+      watchers_.push_back(std::make_unique<Watcher>(stubs_[i % conns].get(), tracker_.get(), i,
+                                                    !args_.watch_plain));
     }
     return tracker_->waitAll(version, n, std::chrono::seconds(120));
   }
@@ -655,7 +663,7 @@ class Bench {
   std::string dir_;
   std::vector<std::string> addresses_;
   std::unique_ptr<v1::PolicyService::Stub> apply_stub_;
-  std::unique_ptr<ApplyClient> client_;  // the applies' own process
+  std::unique_ptr<ApplyClient> client_;          // the applies' own process
   std::vector<std::string> server_tls_;          // policyd's TLS flags (or --insecure)
   tq::rpc::TlsConfig client_tls_, watcher_tls_;  // empty with --insecure
   std::unique_ptr<Tracker> tracker_;
@@ -685,8 +693,8 @@ std::optional<Summary> runBench(const Args& a, const std::string& store,
                                 const std::vector<std::string>& store_args, int replicas) {
   Bench b(a, store_args, replicas);
   if (!b.startServer()) return std::nullopt;
-  std::printf("\n== store %s, %d policyd replica(s), watchers spread over them ==\n", store.c_str(),
-              replicas);
+  std::printf("\n== store %s, %d policyd replica(s), watchers spread over them (%s snapshots) ==\n",
+              store.c_str(), replicas, a.watch_plain ? "plain" : "deflated");
   uint64_t v = 0;
   // Every apply a new version: tenant-a's limit steps through 41..99 Gbps (above its 40Gbps
   // guarantee, within the 100Gbps link), so up to --applies 100 never exceeds the link.
@@ -866,10 +874,13 @@ int main(int argc, char** argv) {
       a.allocator_agents_flag = std::stoul(next());
     else if (f == "--allocator-hz")
       a.allocator_hz = std::stod(next());
+    else if (f == "--watch-plain")
+      a.watch_plain = true;
     else {
       std::cerr << "usage: policy_watch [--watchers N] [--applies N] [--tenants N] [--connections "
                    "N] [--store file|etcd|both] [--replicas N] [--policyd BIN] [--insecure] "
-                   "[--allocator-agents N] [--allocator-hz HZ]\n(what each figure measures: "
+                   "[--allocator-agents N] [--allocator-hz HZ] [--watch-plain]\n(what each figure "
+                   "measures: "
                    "the header of bench/policy_watch.cc)\n";
       return 2;
     }

@@ -23,6 +23,8 @@ pkg_check_modules(NL REQUIRED IMPORTED_TARGET libnl-3.0 libnl-route-3.0)
 # libyaml (libyaml-dev): the policy file's parser (policy/yaml_doc.h); yaml-cpp reads the
 # importers' Kubernetes objects.
 pkg_check_modules(LIBYAML REQUIRED IMPORTED_TARGET yaml-0.1)
+# zlib (zlib1g-dev; gRPC links it already): deflated policy snapshots (proto/snapshot_codec.h).
+find_package(ZLIB REQUIRED)
 # libibverbs: headers only (libibverbs-dev). The library is dlopen'ed at run time by ib/verbs.cc
 # and must never be linked (the plugin has to load on hosts without it).
 find_path(TQ_IBVERBS_INCLUDE_DIR infiniband/verbs.h REQUIRED)

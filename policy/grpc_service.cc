@@ -21,6 +21,7 @@
 #include "policy/wire.h"
 #include "proto/allocate_codec.h"
 #include "proto/convert.h"
+#include "proto/snapshot_codec.h"
 
 namespace tq::policy {
 namespace {
@@ -202,6 +203,12 @@ grpc::Status toGrpcStatus(const Status& s) {
 struct EncodedSnapshot {
   uint64_t version = 0;
   grpc::ByteBuffer bytes;  // a serialised tenantqos.v1.PolicySnapshot (no source_yaml)
+  // The same deflated (proto/snapshot_codec.h), for watchers that accept it; nullopt if
+  // deflating failed (they get `bytes`).
+  std::optional<grpc::ByteBuffer> deflated;
+  const grpc::ByteBuffer& forWatcher(bool accepts_deflated) const {
+    return accepts_deflated && deflated ? *deflated : bytes;
+  }
 };
 
 class WatchReactor;
@@ -255,10 +262,11 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   WatchReactor(WatchHub* hub, std::string peer, std::string identity)
       : hub_(hub), peer_(std::move(peer)), identity_(std::move(identity)) {}
 
-  void setWatcher(std::string node, uint64_t known_version) {
+  void setWatcher(std::string node, uint64_t known_version, bool accepts_deflated) {
     MutexLock lock(mu_);
     node_ = std::move(node);
     newest_ = known_version;
+    accepts_deflated_ = accepts_deflated;
   }
 
   // Queues `s` unless the watcher already has it or something newer. Any thread.
@@ -271,7 +279,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return;
     }
     writing_ = true;
-    in_flight_ = s->bytes;
+    in_flight_ = s->forWatcher(accepts_deflated_);
     lock.unlock();
     StartWrite(&in_flight_);
   }
@@ -305,7 +313,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     if (pending_) {
       writing_ = true;
-      in_flight_ = pending_->bytes;
+      in_flight_ = pending_->forWatcher(accepts_deflated_);
       pending_.reset();
       lock.unlock();
       StartWrite(&in_flight_);
@@ -336,6 +344,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::string node_ TQ_GUARDED_BY(mu_);
   uint64_t newest_ TQ_GUARDED_BY(mu_) =
       0;  // newest version written or pending (or known to the client)
+  bool accepts_deflated_ TQ_GUARDED_BY(mu_) = false;  // WatchPolicyRequest.accept_deflated
   std::shared_ptr<const EncodedSnapshot> pending_ TQ_GUARDED_BY(mu_);
   grpc::ByteBuffer in_flight_;  // stays untouched while writing_
   bool writing_ TQ_GUARDED_BY(mu_) = false;
@@ -691,6 +700,16 @@ std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record
            st.error_message().c_str());
     return nullptr;
   }
+  Result<v1::PolicySnapshot> deflated = proto::deflateSnapshot(snap);
+  if (deflated.ok()) {
+    s->deflated.emplace();
+    st = serializeMessage(*deflated, &*s->deflated);
+  }
+  if (!deflated.ok() || !st.ok()) {
+    s->deflated.reset();
+    TQ_LOG(kWarn, "policy version %" PRIu64 " goes to every watcher undeflated: %s", record.version,
+           deflated.ok() ? st.error_message().c_str() : deflated.status().message().c_str());
+  }
   return s;
 }
 
@@ -813,7 +832,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
         "WatchPolicy: the request is not a valid tenantqos.v1.WatchPolicyRequest message");
   }
   if (refusal) {
-    raw->setWatcher("", UINT64_MAX);  // nothing is newer: no snapshot is offered
+    raw->setWatcher("", UINT64_MAX, false);  // nothing is newer: no snapshot is offered
     hub_->add(std::move(reactor));
     raw->close(*refusal);
     return raw;
@@ -843,7 +862,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PolicyGrpcService::WatchPolicy(
       }
     }
   }
-  raw->setWatcher(req.node(), newer_than);
+  raw->setWatcher(req.node(), newer_than, req.accept_deflated());
   hub_->add(std::move(reactor));
   return raw;
 }

@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "common/thread_annotations.h"
 #include "proto/convert.h"
+#include "proto/snapshot_codec.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 
 namespace tq::rpc {
@@ -49,6 +50,7 @@ StreamFollower::StreamEnd PolicyFollower::watch(const std::shared_ptr<grpc::Chan
   req.set_node(node_);
   req.set_known_version(held.version);
   req.set_known_store_epoch(held.store_epoch);
+  req.set_accept_deflated(true);
   auto stub = tenantqos::v1::PolicyService::NewStub(channel);
   auto reader = stub->WatchPolicy(&ctx, req);
   TQ_LOG(kInfo, "watching policyd %s as %s (holding v%llu of store %s)", target.c_str(),
@@ -57,8 +59,21 @@ StreamFollower::StreamEnd PolicyFollower::watch(const std::shared_ptr<grpc::Chan
   StreamFollower::StreamEnd end;
   tenantqos::v1::PolicySnapshot msg;
   while (reader->Read(&msg)) {
+    Result<tenantqos::v1::PolicySnapshot> plain = proto::inflateSnapshot(std::move(msg));
+    if (!plain.ok()) {
+      // Not what policyd writes: end this stream (the follower reconnects with its backoff)
+      // and keep enforcing what is held.
+      TQ_LOG(kError, "policyd %s: %s; the stream is ended and the policy held is kept",
+             target.c_str(), plain.status().message().c_str());
+      ctx.TryCancel();
+      while (reader->Read(&msg)) {
+      }
+      end.status = grpc::Status(grpc::StatusCode::DATA_LOSS, plain.status().message());
+      reader->Finish();
+      return end;
+    }
     end.delivered = true;
-    VersionedPolicy offered = proto::fromSnapshot(msg);
+    VersionedPolicy offered = proto::fromSnapshot(*plain);
     const auto got = static_cast<unsigned long long>(offered.version);
     const auto had = static_cast<unsigned long long>(held.version);
     const SnapshotVerdict verdict =

@@ -22,6 +22,7 @@
 #include "policy/file_store.h"
 #include "policy/policy_file.h"
 #include "proto/allocate_codec.h"
+#include "proto/snapshot_codec.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "tests/functional/subprocess.h"
 #include "tests/functional/test_pki.h"
@@ -48,15 +49,18 @@ std::string policyWithLimit(int gbps) {
 
 class Watcher {
  public:
+  // `deflated`: asks for deflated snapshots (WatchPolicyRequest.accept_deflated) and keeps
+  // them as they came (last()).
   Watcher(std::shared_ptr<grpc::Channel> channel, uint64_t known_version,
-          std::string node = "test-node") {
+          std::string node = "test-node", bool deflated = false) {
     ctx_.set_deadline(std::chrono::system_clock::now() +
                       120s);  // bounds the test even if it goes wrong
-    thread_ = std::thread([this, channel, known_version, node] {
+    thread_ = std::thread([this, channel, known_version, node, deflated] {
       auto stub = v1::PolicyService::NewStub(channel);
       v1::WatchPolicyRequest req;
       req.set_node(node);
       req.set_known_version(known_version);
+      req.set_accept_deflated(deflated);
       auto reader = stub->WatchPolicy(&ctx_, req);
       started_ = true;
       v1::PolicySnapshot s;
@@ -274,6 +278,18 @@ TEST_F(PolicydTest, ApplyGetAndAWatcherReceivesTheVersion) {
   EXPECT_EQ(w.versions(), std::vector<uint64_t>{1});
   EXPECT_EQ(w.last().policy().SerializeAsString(), snap.policy().SerializeAsString());
   EXPECT_TRUE(w.last().source_yaml().empty());  // watch snapshots stay small
+  EXPECT_TRUE(w.last().deflated().empty()) << "a watcher that did not ask gets plain snapshots";
+
+  // One that asks gets the same snapshot deflated (proto/snapshot_codec.h).
+  Watcher z(channel(), 0, "test-node-z", /*deflated=*/true);
+  ASSERT_TRUE(z.waitForVersion(1));
+  const v1::PolicySnapshot packed = z.last();
+  EXPECT_FALSE(packed.deflated().empty());
+  EXPECT_FALSE(packed.has_policy());
+  EXPECT_EQ(packed.version(), 1u);
+  auto inflated = proto::inflateSnapshot(packed);
+  ASSERT_TRUE(inflated.ok()) << inflated.status().message();
+  EXPECT_EQ(inflated->SerializeAsString(), w.last().SerializeAsString());
 
   ASSERT_TRUE(apply(policyWithLimit(70)).ok());
   ASSERT_TRUE(w.waitForVersion(2));

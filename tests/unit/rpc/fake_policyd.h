@@ -59,14 +59,20 @@ class FakePolicyService final : public v1::PolicyService::Service {
     reports.push_back(*req);
     return grpc::Status::OK;
   }
-  void publish(const VersionedPolicy& p) {
+  void publish(const VersionedPolicy& p) { publishRaw(snapshotOf(p)); }
+  // Publishes `s` as it is (a deflated or a hostile snapshot).
+  void publishRaw(v1::PolicySnapshot s) {
+    MutexLock lock(mu_);
+    snapshots_.push_back(std::move(s));
+    cv_.notify_all();
+  }
+  // What publish(p) sends.
+  v1::PolicySnapshot snapshotOf(const VersionedPolicy& p) const {
     v1::PolicySnapshot s;
     s.set_version(p.version);
     s.set_store_epoch(epoch);
     *s.mutable_policy() = proto::toProto(p.policy);
-    MutexLock lock(mu_);
-    snapshots_.push_back(s);
-    cv_.notify_all();
+    return s;
   }
   void closeStreams() {
     MutexLock lock(mu_);
