@@ -12,7 +12,8 @@
 //      flag): the T-tenant policy also describes a topology (one shared link class, a group
 //      per 64 of N nodes), and step 2's applies with the watchers connected are measured
 //      twice: without, then with the cluster allocator's load on the same policyd (N Allocate
-//      streams to the active allocator, each its own TCP connection and agent certificate,
+//      streams to the active allocator from a process of its own (`--load-agents`, below),
+//      each its own TCP connection and agent certificate,
 //      reporting 4 tenants' demand at --allocator-hz, default 10, the demand jittered so that
 //      most rounds change most caps: the busy case); printed side by side with the ratio
 //      with/without (a ratio taken in one run survives a busy machine).
@@ -322,34 +323,26 @@ int runApplyClient(const std::string& address, const std::string& ca, const std:
   return 0;
 }
 
-// The parent's end of runApplyClient: the child's pid and its pipes. Thread-safety: one thread.
-class ApplyClient {
+// A helper process of this bench (/proc/self/exe with a mode flag) and its stdin / stdout as
+// lines. Thread-safety: one thread.
+class ChildProcess {
  public:
-  struct Result {
-    double ms = 0;
-    uint64_t version = 0;
-    int64_t start_ns = 0, return_ns = 0;
-  };
-  ~ApplyClient() {
+  ~ChildProcess() {
     if (to_ != nullptr) std::fclose(to_);  // EOF ends the child's loop
     if (from_ != nullptr) std::fclose(from_);
     if (pid_ > 0) waitpid(pid_, nullptr, 0);
   }
-  // Starts the child; false with a message on stderr.
-  bool start(const std::string& address, const tq::rpc::TlsConfig& tls, bool insecure) {
+  // Starts `/proc/self/exe args...`; false with a message on stderr.
+  bool start(std::vector<std::string> args) {
+    args.insert(args.begin(), "/proc/self/exe");
+    what_ = args[1];
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
-      std::cerr << "apply client: pipe: " << std::strerror(errno) << "\n";
+      std::cerr << what_ << ": pipe: " << std::strerror(errno) << "\n";
       return false;
     }
-    std::vector<std::string> argv = {"/proc/self/exe",
-                                     "--apply-client",
-                                     address,
-                                     insecure ? "-" : tls.ca_file,
-                                     insecure ? "-" : tls.cert_file,
-                                     insecure ? "-" : tls.key_file};
     std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
+    for (auto& a : args) cargv.push_back(a.data());
     cargv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -363,34 +356,120 @@ class ApplyClient {
     from_ = fdopen(out[0], "r");
     if (rc != 0) {
       pid_ = -1;
-      std::cerr << "apply client: cannot start /proc/self/exe: " << std::strerror(rc) << "\n";
+      std::cerr << what_ << ": cannot start /proc/self/exe: " << std::strerror(rc) << "\n";
       return false;
     }
     return to_ != nullptr && from_ != nullptr;
   }
-  // Applies the policy file at `path`; exits the bench with the child's message on failure.
-  Result apply(const std::string& path) {
-    std::fprintf(to_, "%s\n", path.c_str());
+  // Writes `line` and reads the child's answer (without its newline); exits the bench when the
+  // child ended instead.
+  std::string ask(const std::string& line) {
+    std::fprintf(to_, "%s\n", line.c_str());
     std::fflush(to_);
-    char line[4096];
-    Result r;
-    if (std::fgets(line, sizeof line, from_) == nullptr) {
-      std::cerr << "apply client (pid " << pid_ << ") ended without an answer for " << path << "\n";
+    return answer();
+  }
+  std::string answer() {
+    char buf[4096];
+    if (std::fgets(buf, sizeof buf, from_) == nullptr) {
+      std::cerr << what_ << " (pid " << pid_ << ") ended without an answer\n";
       std::exit(1);
     }
-    if (std::sscanf(line, "ok %lf %" SCNu64 " %" SCNd64 " %" SCNd64, &r.ms, &r.version, &r.start_ns,
-                    &r.return_ns) != 4) {
-      std::cerr << "apply client: " << line;
+    std::string a = buf;
+    if (!a.empty() && a.back() == '\n') a.pop_back();
+    return a;
+  }
+
+ private:
+  std::string what_;
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+// The parent's end of runApplyClient.
+class ApplyClient {
+ public:
+  struct Result {
+    double ms = 0;
+    uint64_t version = 0;
+    int64_t start_ns = 0, return_ns = 0;
+  };
+  bool start(const std::string& address, const tq::rpc::TlsConfig& tls, bool insecure) {
+    return child_.start({"--apply-client", address, insecure ? "-" : tls.ca_file,
+                         insecure ? "-" : tls.cert_file, insecure ? "-" : tls.key_file});
+  }
+  // Applies the policy file at `path`; exits the bench with the child's message on failure.
+  Result apply(const std::string& path) {
+    const std::string a = child_.ask(path);
+    Result r;
+    if (std::sscanf(a.c_str(), "ok %lf %" SCNu64 " %" SCNd64 " %" SCNd64, &r.ms, &r.version,
+                    &r.start_ns, &r.return_ns) != 4) {
+      std::cerr << "apply client: " << a << "\n";
       std::exit(1);
     }
     return r;
   }
 
  private:
-  pid_t pid_ = -1;
-  FILE* to_ = nullptr;
-  FILE* from_ = nullptr;
+  ChildProcess child_;
 };
+
+// The allocator load in a process of its own (`policy_watch --load-agents N TENANTS HZ VERSION
+// PKI ADDRESS,...`): N agents on the active allocator (a standby refuses them: each replica is
+// tried), reporting kAllocatorTenantsPerNode tenants each at HZ. Its agents stand for 1,000
+// other machines: in the watchers' process their callbacks delayed the watchers' reads (measured:
+// policyd had written a version to every stream 100-280 ms before the last watcher read it).
+// Answers "ready ADDRESS" (or "error MESSAGE"), then on a line "stop" (or EOF) stops and answers
+// "stopped REPORTS CAPS ENDED FIRST_ERROR".
+int runLoadAgents(size_t agents, size_t tenants, double hz, uint64_t version,
+                  const std::string& pki, const std::string& address_list) {
+  std::vector<tq::bench::AllocateAgents::Node> nodes;
+  for (size_t i = 0; i < agents; ++i) {
+    tq::bench::AllocateAgents::Node n{tq::bench::agentNodeName(i), {}};
+    for (int k = 0; k < kAllocatorTenantsPerNode; ++k) {
+      n.tenants.push_back("tenant-" + std::to_string((i * kAllocatorTenantsPerNode + k) % tenants));
+    }
+    nodes.push_back(std::move(n));
+  }
+  std::string why;
+  std::unique_ptr<tq::bench::AllocateAgents> load;
+  std::stringstream list(address_list);
+  for (std::string address; !load && std::getline(list, address, ',');) {
+    tq::bench::AllocateAgents probe({address, pki, "leaf-uplink", version}, {nodes[0]});
+    tq::Status st = probe.open(kAllocatorDemand, std::chrono::seconds(5));
+    if (!st.ok()) {
+      why += " " + address + ": " + st.message() + ";";
+      continue;
+    }
+    probe.close();
+    load = std::make_unique<tq::bench::AllocateAgents>(
+        tq::bench::AllocateAgents::Options{address, pki, "leaf-uplink", version}, std::move(nodes));
+    st = load->open(kAllocatorDemand, std::chrono::seconds(120));
+    if (!st.ok()) {
+      std::printf("error on %s: %s\n", address.c_str(), st.message().c_str());
+      return 1;
+    }
+    load->startLoad(hz, kAllocatorDemand);
+    std::printf("ready %s\n", address.c_str());
+    std::fflush(stdout);
+  }
+  if (!load) {
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    std::printf("error no replica accepted an Allocate stream:%s\n", why.c_str());
+    return 1;
+  }
+  std::string line;
+  std::getline(std::cin, line);  // "stop", or EOF when the bench ended
+  load->stopLoad();
+  std::string first;
+  const size_t ended = load->streamsEnded(&first);
+  std::replace(first.begin(), first.end(), '\n', ' ');
+  std::printf("stopped %" PRIu64 " %" PRIu64 " %zu %s\n", load->reportsSent(), load->capsReceived(),
+              ended, first.c_str());
+  std::fflush(stdout);
+  load.reset();
+  return 0;
+}
 
 class Bench {
  public:
@@ -603,59 +682,46 @@ class Bench {
     return tq::bench::leafUplinksYaml(allocatorNodes(), 64, "leaf-uplink", "400Gbps");
   }
 
-  // Opens the allocator load's streams on the active allocator (a standby refuses them: each
-  // replica is tried) and starts their reports; the policy must hold the topology.
+  // Starts the allocator load (runLoadAgents) in a process of its own; the policy must hold the
+  // topology.
   bool startAllocatorLoad(uint64_t version) {
-    std::vector<tq::bench::AllocateAgents::Node> nodes;
-    for (size_t i = 0; i < args_.allocator_agents; ++i) {
-      tq::bench::AllocateAgents::Node n{tq::bench::agentNodeName(i), {}};
-      for (int k = 0; k < kAllocatorTenantsPerNode; ++k) {
-        n.tenants.push_back("tenant-" + std::to_string((i * kAllocatorTenantsPerNode + k) %
-                                                       static_cast<size_t>(args_.tenants)));
-      }
-      nodes.push_back(std::move(n));
-    }
-    const std::string pki = dir_ + "/pki";
-    std::string why;
+    std::string addresses;
     for (const std::string& address : addresses_) {
-      tq::bench::AllocateAgents probe({address, pki, "leaf-uplink", version}, {nodes[0]});
-      tq::Status st = probe.open(kAllocatorDemand, std::chrono::seconds(5));
-      if (!st.ok()) {
-        why += "\n  " + address + ": " + st.message();
-        continue;
-      }
-      probe.close();
-      load_ = std::make_unique<tq::bench::AllocateAgents>(
-          tq::bench::AllocateAgents::Options{address, pki, "leaf-uplink", version},
-          std::move(nodes));
-      st = load_->open(kAllocatorDemand, std::chrono::seconds(120));
-      if (!st.ok()) {
-        std::cerr << "allocator load on " << address << ": " << st.message() << "\n";
-        return false;
-      }
-      load_->startLoad(args_.allocator_hz, kAllocatorDemand);
-      return true;
+      addresses += (addresses.empty() ? "" : ",") + address;
     }
-    std::cerr << "no replica accepted an Allocate stream:" << why << "\n";
-    return false;
+    load_ = std::make_unique<ChildProcess>();
+    if (!load_->start({"--load-agents", std::to_string(args_.allocator_agents),
+                       std::to_string(args_.tenants), std::to_string(args_.allocator_hz),
+                       std::to_string(version), dir_ + "/pki", addresses})) {
+      return false;
+    }
+    const std::string a = load_->answer();
+    if (a.rfind("ready ", 0) != 0) {
+      std::cerr << "allocator load: " << a << "\n";
+      return false;
+    }
+    return true;
   }
   // Stops the load; false (with the first status) if any of its streams ended meanwhile.
   bool stopAllocatorLoad(uint64_t* reports, uint64_t* caps) {
-    load_->stopLoad();
-    *reports = load_->reportsSent();
-    *caps = load_->capsReceived();
-    std::string why;
-    const size_t ended = load_->streamsEnded(&why);
+    const std::string a = load_->ask("stop");
     load_.reset();
+    size_t ended = 0;
+    int n = 0;
+    if (std::sscanf(a.c_str(), "stopped %" SCNu64 " %" SCNu64 " %zu %n", reports, caps, &ended,
+                    &n) != 3) {
+      std::cerr << "allocator load: " << a << "\n";
+      return false;
+    }
     if (ended > 0) {
-      std::cerr << ended << " allocator load streams ended during the run: " << why << "\n";
+      std::cerr << ended << " allocator load streams ended during the run: " << a.substr(n) << "\n";
       return false;
     }
     return true;
   }
 
  private:
-  std::unique_ptr<tq::bench::AllocateAgents> load_;
+  std::unique_ptr<ChildProcess> load_;  // the allocator load's own process
   Args args_;
   std::vector<std::string> store_args_;
   int replicas_;
@@ -841,8 +907,21 @@ std::optional<Summary> runBench(const Args& a, const std::string& store,
 }
 
 int main(int argc, char** argv) {
+  // Each watcher and agent holds a TCP connection: make room for them (here, in the helper
+  // processes and in the child policyd).
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  signal(SIGPIPE, SIG_IGN);
+  tq::rpc::configureGrpcRuntime();  // the watchers and agents stand for 2,000 processes
   if (argc == 6 && std::string(argv[1]) == "--apply-client") {
     return runApplyClient(argv[2], argv[3], argv[4], argv[5]);
+  }
+  if (argc == 8 && std::string(argv[1]) == "--load-agents") {
+    return runLoadAgents(std::stoul(argv[2]), std::stoul(argv[3]), std::stod(argv[4]),
+                         std::stoull(argv[5]), argv[6], argv[7]);
   }
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -898,14 +977,6 @@ int main(int argc, char** argv) {
                  "for its certificate's node; not with --insecure), --allocator-hz 0..50\n";
     return 2;
   }
-  // Each watcher holds a TCP connection: make room for them (here and in the child policyd).
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  signal(SIGPIPE, SIG_IGN);
-  tq::rpc::configureGrpcRuntime();  // the watchers and agents stand for 2,000 processes
 
   std::printf(
       "policy_watch: tenantqos-policyd fan-out and apply latency (%u cores, %s; the CPU is "
