@@ -186,12 +186,11 @@ class EtcdStore final : public IndexedPolicyStore {
                                   std::to_string(now) + ")");
       }
     }
-    Result<PolicyRecord> stored = decodeRecord(bytes);
-    if (!stored.ok()) return stored.status().withContext("re-read policy version just written");
-    index_.addIntact(*stored);
+    record.checksum = encodedChecksum(bytes);
+    index_.addIntact(record);
     latest_rev_ = std::max(latest_rev_, rev);
     index_.eraseThrough(retired);
-    return stored;
+    return record;
   }
 
   Result<PolicyRecord> get(uint64_t version) const override {

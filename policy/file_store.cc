@@ -98,11 +98,10 @@ class FileStore final : public IndexedPolicyStore {
     TQ_RETURN_IF_ERROR_CTX(writeFileAtomic(path, bytes, 0644, options_.before_rename),
                            "store policy version " + std::to_string(record.version));
     // Only now, with the record durable, does the in-memory view move.
-    Result<PolicyRecord> stored = decodeRecord(bytes);
-    if (!stored.ok()) return stored.status().withContext("re-read policy version just written");
-    index_.addIntact(*stored);
+    record.checksum = encodedChecksum(bytes);
+    index_.addIntact(record);
     pruneLocked(record.version);
-    return stored;
+    return record;
   }
 
   Result<PolicyRecord> get(uint64_t version) const override {

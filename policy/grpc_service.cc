@@ -213,6 +213,33 @@ struct EncodedSnapshot {
 
 class WatchReactor;
 
+// The watch streams' encoding of `record`: serialised once, and deflated once; nullptr, logged,
+// if it does not serialise. The fan-out thread's (WatchHub::publish).
+std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record,
+                                                      const std::string& epoch) {
+  auto s = std::make_shared<EncodedSnapshot>();
+  s->version = record.version;
+  v1::PolicySnapshot snap = toSnapshot(record, /*with_source=*/false);
+  snap.set_store_epoch(epoch);
+  grpc::Status st = serializeMessage(snap, &s->bytes);
+  if (!st.ok()) {
+    TQ_LOG(kError, "cannot serialise policy version %" PRIu64 " for watchers: %s", record.version,
+           st.error_message().c_str());
+    return nullptr;
+  }
+  Result<v1::PolicySnapshot> deflated = proto::deflateSnapshot(snap);
+  if (deflated.ok()) {
+    s->deflated.emplace();
+    st = serializeMessage(*deflated, &*s->deflated);
+  }
+  if (!deflated.ok() || !st.ok()) {
+    s->deflated.reset();
+    TQ_LOG(kWarn, "policy version %" PRIu64 " goes to every watcher undeflated: %s", record.version,
+           deflated.ok() ? st.error_message().c_str() : deflated.status().message().c_str());
+  }
+  return s;
+}
+
 // The set of open watch streams and the latest snapshot. Calls into reactors are made outside
 // the hub's mutex, because a reactor's OnDone (which may run on any gRPC thread) takes it.
 // A new version is offered to the streams by the hub's own thread (tq-watch-fanout), not by the
@@ -229,10 +256,12 @@ class WatchHub {
   // has max_per_identity streams open is ended with RESOURCE_EXHAUSTED instead.
   void add(std::shared_ptr<WatchReactor> reactor);
   void remove(WatchReactor* reactor);
-  // Makes `snapshot` the latest (new streams get it at once) and hands it to the fan-out
-  // thread; returns without waiting for the writes. A newer snapshot published before the
-  // thread got to an older one replaces it (watchers may skip intermediate versions).
-  void publish(std::shared_ptr<const EncodedSnapshot> snapshot);
+  // Hands `record` (of the store `epoch`) to the fan-out thread, which encodes it for watchers
+  // (serialises and deflates it: not on the apply's path, whose answer waits for this call),
+  // makes it the latest (streams that open later get it at once) and offers it to every
+  // stream; returns without waiting. A newer record published before the thread got to an
+  // older one replaces it (watchers may skip intermediate versions); an older one is ignored.
+  void publish(std::shared_ptr<const PolicyRecord> record, const std::string& epoch);
   void close(const grpc::Status& status);
   size_t size() const {
     MutexLock lock(mu_);
@@ -246,8 +275,10 @@ class WatchHub {
   mutable Mutex mu_;
   std::condition_variable fan_out_cv_;
   std::shared_ptr<const EncodedSnapshot> latest_ TQ_GUARDED_BY(mu_);
-  // Published, not yet offered to every stream.
-  std::shared_ptr<const EncodedSnapshot> to_offer_ TQ_GUARDED_BY(mu_);
+  // Published, not yet encoded and offered to every stream; and its store epoch.
+  std::shared_ptr<const PolicyRecord> to_offer_ TQ_GUARDED_BY(mu_);
+  std::string to_offer_epoch_ TQ_GUARDED_BY(mu_);
+  uint64_t published_version_ TQ_GUARDED_BY(mu_) = 0;  // the newest handed to publish()
   bool stopping_ TQ_GUARDED_BY(mu_) = false;
   std::unordered_map<WatchReactor*, std::shared_ptr<WatchReactor>> reactors_ TQ_GUARDED_BY(mu_);
   std::unordered_map<std::string, size_t> per_identity_
@@ -378,8 +409,17 @@ void WatchHub::fanOut() {
     fan_out_cv_.wait(lock.native(),
                      [this]() TQ_REQUIRES(mu_) { return stopping_ || to_offer_ != nullptr; });
     if (stopping_) return;
-    std::shared_ptr<const EncodedSnapshot> snapshot = std::move(to_offer_);
+    std::shared_ptr<const PolicyRecord> record = std::move(to_offer_);
     to_offer_.reset();
+    const std::string epoch = to_offer_epoch_;
+    lock.unlock();
+    std::shared_ptr<const EncodedSnapshot> snapshot = encodeForWatch(*record, epoch);
+    record.reset();
+    lock.lock();
+    if (!snapshot || (latest_ && latest_->version >= snapshot->version)) continue;
+    // Latest and the streams to offer it to in one step: a stream that opens meanwhile is either
+    // among the targets or gets the new latest from add().
+    latest_ = snapshot;
     std::vector<std::shared_ptr<WatchReactor>> targets;
     targets.reserve(reactors_.size());
     for (auto& [raw, r] : reactors_) targets.push_back(r);
@@ -436,12 +476,13 @@ void WatchHub::remove(WatchReactor* reactor) {
   // `keep` is released here, possibly deleting the reactor.
 }
 
-void WatchHub::publish(std::shared_ptr<const EncodedSnapshot> snapshot) {
+void WatchHub::publish(std::shared_ptr<const PolicyRecord> record, const std::string& epoch) {
   {
     MutexLock lock(mu_);
-    if (latest_ && latest_->version >= snapshot->version) return;
-    latest_ = snapshot;
-    to_offer_ = std::move(snapshot);
+    if (published_version_ >= record->version) return;
+    published_version_ = record->version;
+    to_offer_ = std::move(record);
+    to_offer_epoch_ = epoch;
   }
   fan_out_cv_.notify_all();
 }
@@ -686,35 +727,6 @@ void AllocateHub::close(const grpc::Status& status) {
   for (auto& r : targets) r->close(unavailable(status.error_message()));
 }
 
-namespace {
-
-std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record,
-                                                      const std::string& epoch) {
-  auto s = std::make_shared<EncodedSnapshot>();
-  s->version = record.version;
-  v1::PolicySnapshot snap = toSnapshot(record, /*with_source=*/false);
-  snap.set_store_epoch(epoch);
-  grpc::Status st = serializeMessage(snap, &s->bytes);
-  if (!st.ok()) {
-    TQ_LOG(kError, "cannot serialise policy version %" PRIu64 " for watchers: %s", record.version,
-           st.error_message().c_str());
-    return nullptr;
-  }
-  Result<v1::PolicySnapshot> deflated = proto::deflateSnapshot(snap);
-  if (deflated.ok()) {
-    s->deflated.emplace();
-    st = serializeMessage(*deflated, &*s->deflated);
-  }
-  if (!deflated.ok() || !st.ok()) {
-    s->deflated.reset();
-    TQ_LOG(kWarn, "policy version %" PRIu64 " goes to every watcher undeflated: %s", record.version,
-           deflated.ok() ? st.error_message().c_str() : deflated.status().message().c_str());
-  }
-  return s;
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
 
 PolicyGrpcService::PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics,
@@ -729,12 +741,12 @@ PolicyGrpcService::PolicyGrpcService(PolicyCore& core, PolicydMetrics* metrics,
   WatchHub* hub = hub_.get();
   core_.setPublisher(
       [hub, allocator, epoch = core_.epoch()](const std::shared_ptr<const PolicyRecord>& r) {
-        if (auto s = encodeForWatch(*r, epoch)) hub->publish(std::move(s));
+        hub->publish(r, epoch);
         if (allocator != nullptr) allocator->onPolicy(r);
       });
   // publish() ignores versions it already has, so an apply racing with this line is harmless.
   if (auto latest = core_.latest()) {
-    if (auto s = encodeForWatch(*latest, core_.epoch())) hub->publish(std::move(s));
+    hub->publish(latest, core_.epoch());
     if (allocator != nullptr) allocator->onPolicy(latest);
   }
 }

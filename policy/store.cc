@@ -56,9 +56,8 @@ class MemoryStore final : public PolicyStore {
       return failedPrecondition("append version " + std::to_string(record.version) +
                                 ": the store expects version " + std::to_string(next_));
     }
-    // Same checksum as a durable backend would report: the CRC trailer of the encoding.
-    std::string bytes = encodeRecord(record);
-    record.checksum = getLe<uint32_t>(bytes, bytes.size() - kTrailerBytes);
+    // Same checksum as a durable backend would report.
+    record.checksum = encodedChecksum(encodeRecord(record));
     records_[record.version] = record;
     ++next_;
     records_.erase(records_.begin(),
@@ -117,6 +116,10 @@ std::string encodeRecord(const PolicyRecord& record) {
   out += payload;
   putLe<uint32_t>(out, crc32c(out));
   return out;
+}
+
+uint32_t encodedChecksum(std::string_view bytes) {
+  return bytes.size() < kTrailerBytes ? 0 : getLe<uint32_t>(bytes, bytes.size() - kTrailerBytes);
 }
 
 Result<PolicyRecord> decodeRecord(std::string_view bytes) {
