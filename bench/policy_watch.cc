@@ -471,13 +471,25 @@ int runLoadAgents(size_t agents, size_t tenants, double hz, uint64_t version,
   return 0;
 }
 
+class Bench;
+// The bench whose servers run, and the etcd cluster: a failed wait or helper ends the run with
+// std::exit, which skips destructors, so an atexit handler (main) stops them instead of leaving
+// policyd and etcd processes behind. Main thread only.
+Bench* g_live_bench = nullptr;
+std::unique_ptr<tq::test::EtcdCluster> g_etcd;
+
 class Bench {
  public:
   // `replicas` policyd processes, each with `store_args` (the file store: none, each replica
   // then has its own data dir; etcd: --store etcd ..., all replicas share it).
   Bench(Args a, std::vector<std::string> store_args, int replicas)
-      : args_(std::move(a)), store_args_(std::move(store_args)), replicas_(replicas) {}
-  ~Bench() { stopServer(); }
+      : args_(std::move(a)), store_args_(std::move(store_args)), replicas_(replicas) {
+    g_live_bench = this;
+  }
+  ~Bench() {
+    stopServer();
+    g_live_bench = nullptr;
+  }
 
   bool startServer() {
     char tmpl[] = "/tmp/tqpol-bench-XXXXXX";
@@ -916,6 +928,10 @@ int main(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   tq::rpc::configureGrpcRuntime();  // the watchers and agents stand for 2,000 processes
+  std::atexit([] {
+    if (g_live_bench != nullptr) g_live_bench->stopServer();
+    g_etcd.reset();
+  });
   if (argc == 6 && std::string(argv[1]) == "--apply-client") {
     return runApplyClient(argv[2], argv[3], argv[4], argv[5]);
   }
@@ -985,15 +1001,16 @@ int main(int argc, char** argv) {
   std::optional<Summary> file, etcd;
   if (a.store != "etcd") file = runBench(a, "file", {}, 1);
   if (a.store != "file") {
-    auto cluster = tq::test::EtcdCluster::start(3);
-    if (!cluster) {
+    g_etcd = tq::test::EtcdCluster::start(3);
+    if (!g_etcd) {
       std::cerr << "no etcd: " << tq::test::EtcdCluster::error() << "\n";
       return 1;
     }
     etcd = runBench(a, "etcd",
-                    {"--store", "etcd", "--etcd-endpoints", cluster->endpointList(),
-                     "--etcd-prefix", "/tq-bench/"},
+                    {"--store", "etcd", "--etcd-endpoints", g_etcd->endpointList(), "--etcd-prefix",
+                     "/tq-bench/"},
                     a.replicas);
+    g_etcd.reset();
   }
   if ((a.store != "etcd" && !file) || (a.store != "file" && !etcd)) return 1;
   if (file && etcd) {
