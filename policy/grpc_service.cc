@@ -221,13 +221,18 @@ std::shared_ptr<const EncodedSnapshot> encodeForWatch(const PolicyRecord& record
   s->version = record.version;
   v1::PolicySnapshot snap = toSnapshot(record, /*with_source=*/false);
   snap.set_store_epoch(epoch);
-  grpc::Status st = serializeMessage(snap, &s->bytes);
-  if (!st.ok()) {
-    TQ_LOG(kError, "cannot serialise policy version %" PRIu64 " for watchers: %s", record.version,
-           st.error_message().c_str());
+  std::string raw;  // serialised once: sent as it is, and deflated
+  if (!snap.SerializeToString(&raw)) {
+    TQ_LOG(kError, "cannot serialise policy version %" PRIu64 " for watchers", record.version);
     return nullptr;
   }
-  Result<v1::PolicySnapshot> deflated = proto::deflateSnapshot(snap);
+  {
+    grpc::Slice slice(raw);
+    s->bytes = grpc::ByteBuffer(&slice, 1);
+  }
+  grpc::Status st;
+  Result<v1::PolicySnapshot> deflated =
+      proto::deflateSerializedSnapshot(record.version, epoch, raw);
   if (deflated.ok()) {
     s->deflated.emplace();
     st = serializeMessage(*deflated, &*s->deflated);

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 namespace tq::proto {
@@ -19,19 +20,25 @@ Result<v1::PolicySnapshot> deflateSnapshot(const v1::PolicySnapshot& plain) {
     return internalError("deflate policy snapshot v" + std::to_string(plain.version()) +
                          ": it does not serialise");
   }
-  uLongf size = compressBound(static_cast<uLong>(raw.size()));
+  return deflateSerializedSnapshot(plain.version(), plain.store_epoch(), raw);
+}
+
+Result<v1::PolicySnapshot> deflateSerializedSnapshot(uint64_t version,
+                                                     const std::string& store_epoch,
+                                                     std::string_view serialized) {
+  uLongf size = compressBound(static_cast<uLong>(serialized.size()));
   std::string packed(size, '\0');
   const int rc = compress2(reinterpret_cast<Bytef*>(packed.data()), &size,
-                           reinterpret_cast<const Bytef*>(raw.data()),
-                           static_cast<uLong>(raw.size()), Z_DEFAULT_COMPRESSION);
+                           reinterpret_cast<const Bytef*>(serialized.data()),
+                           static_cast<uLong>(serialized.size()), Z_DEFAULT_COMPRESSION);
   if (rc != Z_OK) {
-    return internalError("deflate policy snapshot v" + std::to_string(plain.version()) +
+    return internalError("deflate policy snapshot v" + std::to_string(version) +
                          ": zlib compress2 returned " + std::to_string(rc));
   }
   packed.resize(size);
   v1::PolicySnapshot out;
-  out.set_version(plain.version());
-  out.set_store_epoch(plain.store_epoch());
+  out.set_version(version);
+  out.set_store_epoch(store_epoch);
   out.set_deflated(std::move(packed));
   return out;
 }
@@ -40,6 +47,9 @@ namespace {
 
 // zlib stream `in` inflated, at most `max_bytes` of output.
 Result<std::string> inflateBounded(const std::string& in, size_t max_bytes) {
+  if (in.size() > std::numeric_limits<uInt>::max()) {
+    return invalidArgument(std::to_string(in.size()) + " bytes, more than zlib reads at once");
+  }
   z_stream z{};
   if (inflateInit(&z) != Z_OK) return internalError("zlib inflateInit failed");
   struct End {

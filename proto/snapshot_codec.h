@@ -19,6 +19,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "tenantqos/v1/policy.pb.h"
@@ -31,6 +34,11 @@ inline constexpr size_t kMaxInflatedSnapshotBytes = 16u << 20;
 
 // `plain` (not itself deflated) as PolicySnapshot{version, store_epoch, deflated}.
 Result<tenantqos::v1::PolicySnapshot> deflateSnapshot(const tenantqos::v1::PolicySnapshot& plain);
+// The same from `serialized`, plain's serialisation, for a caller that has it already (policyd
+// sends it to the watchers that do not deflate); version and store_epoch are plain's.
+Result<tenantqos::v1::PolicySnapshot> deflateSerializedSnapshot(uint64_t version,
+                                                                const std::string& store_epoch,
+                                                                std::string_view serialized);
 
 // `msg` as it is when it is not deflated, else the snapshot inside it.
 Result<tenantqos::v1::PolicySnapshot> inflateSnapshot(tenantqos::v1::PolicySnapshot msg,
