@@ -68,6 +68,7 @@
 #include "rpc/tls.h"
 #include "tenantqos/v1/policy.grpc.pb.h"
 #include "tests/functional/etcd_cluster.h"
+#include "tests/functional/subprocess.h"
 
 extern char** environ;
 
@@ -324,13 +325,20 @@ int runApplyClient(const std::string& address, const std::string& ca, const std:
 }
 
 // A helper process of this bench (/proc/self/exe with a mode flag) and its stdin / stdout as
-// lines. Thread-safety: one thread.
-class ChildProcess {
+// lines (tests/functional/subprocess.h's ChildProcess logs to a file and has no pipes).
+// Thread-safety: one thread.
+class HelperProcess {
  public:
-  ~ChildProcess() {
+  ~HelperProcess() {
     if (to_ != nullptr) std::fclose(to_);  // EOF ends the child's loop
     if (from_ != nullptr) std::fclose(from_);
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    if (pid_ <= 0) return;
+    // 10 s to stop on its own (the load's agents close 1,000 streams), then SIGKILL.
+    if (!tq::test::pollUntil([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; },
+                             std::chrono::seconds(10))) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
   }
   // Starts `/proc/self/exe args...`; false with a message on stderr.
   bool start(std::vector<std::string> args) {
@@ -411,7 +419,7 @@ class ApplyClient {
   }
 
  private:
-  ChildProcess child_;
+  HelperProcess child_;
 };
 
 // The allocator load in a process of its own (`policy_watch --load-agents N TENANTS HZ VERSION
@@ -701,7 +709,7 @@ class Bench {
     for (const std::string& address : addresses_) {
       addresses += (addresses.empty() ? "" : ",") + address;
     }
-    load_ = std::make_unique<ChildProcess>();
+    load_ = std::make_unique<HelperProcess>();
     if (!load_->start({"--load-agents", std::to_string(args_.allocator_agents),
                        std::to_string(args_.tenants), std::to_string(args_.allocator_hz),
                        std::to_string(version), dir_ + "/pki", addresses})) {
@@ -733,7 +741,7 @@ class Bench {
   }
 
  private:
-  std::unique_ptr<ChildProcess> load_;  // the allocator load's own process
+  std::unique_ptr<HelperProcess> load_;  // the allocator load's own process
   Args args_;
   std::vector<std::string> store_args_;
   int replicas_;
